@@ -1,0 +1,226 @@
+"""Sampling plans, the assignment queue, annotations (with severity), revisions, gold labels and
+adjudications.
+
+Values use the encoding documented in `judges/models.py` (pass/fail, "1".."k", A/B/tie in
+canonical terms, category labels), so that reports compare judges and humans directly.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from studies.models import Comparison, Criterion, Output, RubricVersion, Study
+
+
+class SamplingPlan(models.Model):
+    """Which outputs humans grade, and by how many annotators. Versioned per study."""
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="sampling_plans")
+    version = models.PositiveIntegerField()
+    rubric = models.ForeignKey(RubricVersion, on_delete=models.PROTECT, related_name="+")
+    # {"mode": "all" | "per_stratum" | "proportional", "dimension": key, "n": int,
+    #  "total": int, "min_per_stratum": int, "disagreement_weight": float, "seed": int,
+    #  "subject": "output" | "comparison"}
+    spec = models.JSONField(default=dict)
+    k = models.PositiveIntegerField(default=3)
+    gold_rate = models.FloatField(default=0.0)
+    is_active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["study", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["study", "version"], name="samplingplan_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.study_id} sampling v{self.version}"
+
+
+class QueueEntry(models.Model):
+    """One subject (output or comparison) that the plan sends to k annotators."""
+
+    plan = models.ForeignKey(SamplingPlan, on_delete=models.CASCADE, related_name="entries")
+    output = models.ForeignKey(
+        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    comparison = models.ForeignKey(
+        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    is_gold = models.BooleanField(default=False)
+    needed = models.PositiveIntegerField(default=3)
+    # Submitted annotations so far; the queue stops offering the entry at `needed`.
+    done_count = models.PositiveIntegerField(default=0)
+    # A per-entry random key; each annotator's order is derived from it (see selectors).
+    sort_key = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(output__isnull=False, comparison__isnull=True)
+                | Q(output__isnull=True, comparison__isnull=False),
+                name="queueentry_one_subject",
+            ),
+            models.CheckConstraint(
+                condition=Q(done_count__lte=models.F("needed")), name="queueentry_not_over"
+            ),
+        ]
+        indexes = [models.Index(fields=["plan", "done_count"], name="queueentry_open")]
+
+
+class Assignment(models.Model):
+    """An annotator's lease on a queue entry; at most one per (entry, annotator), ever."""
+
+    class Status(models.TextChoices):
+        LEASED = "leased", "Leased"
+        SUBMITTED = "submitted", "Submitted"
+        SKIPPED = "skipped", "Skipped"
+        EXPIRED = "expired", "Expired"
+
+    entry = models.ForeignKey(QueueEntry, on_delete=models.CASCADE, related_name="assignments")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assignments"
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.LEASED)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Pairwise: True when comparison.output_b was shown on the left.
+    swapped = models.BooleanField(default=False)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["entry", "annotator"], name="assignment_unique")
+        ]
+        indexes = [models.Index(fields=["status", "lease_expires_at"], name="assignment_lease")]
+
+
+class Annotation(models.Model):
+    """One annotator's label of one subject for one criterion."""
+
+    class Source(models.TextChoices):
+        UI = "ui", "Grading page"
+        API = "api", "REST API"
+        IMPORT = "import", "Imported"
+
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="annotations"
+    )
+    criterion = models.ForeignKey(Criterion, on_delete=models.PROTECT, related_name="annotations")
+    output = models.ForeignKey(
+        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="annotations"
+    )
+    comparison = models.ForeignKey(
+        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="annotations"
+    )
+    assignment = models.ForeignKey(
+        Assignment, null=True, blank=True, on_delete=models.SET_NULL, related_name="annotations"
+    )
+    plan = models.ForeignKey(
+        SamplingPlan, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    value = models.CharField(max_length=200)
+    value_num = models.FloatField(null=True, blank=True)
+    # 1 (harmless) .. 5 (severe harm or cost); asked only when the label is a failure.
+    severity = models.PositiveSmallIntegerField(null=True, blank=True)
+    severity_note = models.TextField(blank=True)
+    rationale = models.TextField(blank=True)
+    # {"malformed_input": bool, "unsure": bool, "offensive": bool}
+    flags = models.JSONField(default=dict, blank=True)
+    time_on_task_ms = models.PositiveIntegerField(null=True, blank=True)
+    # Client-generated; a retried or doubled submit finds the first one instead of a second.
+    submission_id = models.UUIDField(null=True, blank=True)
+    source = models.CharField(max_length=6, choices=Source.choices, default=Source.UI)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revised_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["annotator", "criterion", "output"],
+                condition=Q(output__isnull=False),
+                name="annotation_unique_output",
+            ),
+            models.UniqueConstraint(
+                fields=["annotator", "criterion", "comparison"],
+                condition=Q(comparison__isnull=False),
+                name="annotation_unique_comparison",
+            ),
+            models.UniqueConstraint(
+                fields=["submission_id", "criterion"],
+                condition=Q(submission_id__isnull=False),
+                name="annotation_unique_submission",
+            ),
+            models.CheckConstraint(
+                condition=Q(output__isnull=False, comparison__isnull=True)
+                | Q(output__isnull=True, comparison__isnull=False),
+                name="annotation_one_subject",
+            ),
+            models.CheckConstraint(
+                condition=Q(severity__isnull=True) | Q(severity__gte=1, severity__lte=5),
+                name="annotation_severity_range",
+            ),
+        ]
+
+
+class AnnotationRevision(models.Model):
+    """The state of an annotation before a revision (history is append-only)."""
+
+    annotation = models.ForeignKey(Annotation, on_delete=models.CASCADE, related_name="revisions")
+    value = models.CharField(max_length=200)
+    severity = models.PositiveSmallIntegerField(null=True, blank=True)
+    severity_note = models.TextField(blank=True)
+    rationale = models.TextField(blank=True)
+    flags = models.JSONField(default=dict, blank=True)
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["annotation", "id"]
+
+
+class GoldLabel(models.Model):
+    """A lead's known answer for a subject, used to score annotators (quality control)."""
+
+    criterion = models.ForeignKey(Criterion, on_delete=models.CASCADE, related_name="gold_labels")
+    output = models.ForeignKey(
+        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    comparison = models.ForeignKey(
+        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    value = models.CharField(max_length=200)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
+class Adjudication(models.Model):
+    """A lead's adjudicated label, kept apart from the raw annotations it settles."""
+
+    criterion = models.ForeignKey(
+        Criterion, on_delete=models.CASCADE, related_name="adjudications"
+    )
+    output = models.ForeignKey(
+        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    comparison = models.ForeignKey(
+        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    value = models.CharField(max_length=200)
+    note = models.TextField(blank=True)
+    adjudicated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""ReviewHub's two entry points for a fresh clone: `python3 dev.py demo` and `python3 dev.py test`.
+
+Needs only Python 3.11+. Creates `.venv`, installs the project (with the dev extra for tests),
+then runs the demo server or the test suite. The demo uses the embedded default (SQLite and a
+filesystem Celery broker under ./var) unless DATABASE_URL / CELERY_BROKER_URL are set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PY = VENV / "bin" / "python"
+
+
+def say(msg: str) -> None:
+    print(f"[dev.py] {msg}", flush=True)
+
+
+def ensure_venv(extra: str) -> None:
+    """Create the venv and (re)install the project when pyproject.toml changed."""
+    if sys.version_info < (3, 11):
+        sys.exit("ReviewHub needs Python 3.11 or newer")
+    if not PY.exists():
+        say(f"creating virtualenv in {VENV}")
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(PY), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extra.encode()).hexdigest()
+    stamp = VENV / f".installed-{extra or 'base'}"
+    if stamp.exists() and stamp.read_text() == digest:
+        return
+    target = f".[{extra}]" if extra else "."
+    say(f"installing {target} (pip)")
+    subprocess.run([str(PY), "-m", "pip", "install", "-q", "-e", target], check=True, cwd=ROOT)
+    stamp.write_text(digest)
+
+
+def ensure_env_file() -> None:
+    """A local .env for the demo: debug on, a random secret. Never committed."""
+    path = ROOT / ".env"
+    if not path.exists():
+        path.write_text(
+            "# written by dev.py for the local demo; delete to regenerate\n"
+            "DJANGO_DEBUG=1\n"
+            f"DJANGO_SECRET_KEY={secrets.token_urlsafe(40)}\n"
+        )
+
+
+def manage(*args: str, env: dict[str, str] | None = None) -> None:
+    subprocess.run([str(PY), "manage.py", *args], check=True, cwd=ROOT, env=env)
+
+
+def demo(argv: list[str]) -> int:
+    ensure_venv("")
+    ensure_env_file()
+    env = dict(os.environ)
+    env.setdefault("DJANGO_DEBUG", "1")
+    host = env.get("REVIEWHUB_DEMO_ADDR", "127.0.0.1:8000")
+    manage("migrate", "--noinput", env=env)
+    manage("demo_seed", *argv, env=env)
+    worker = subprocess.Popen(
+        [str(PY), "-m", "celery", "-A", "reviewhub", "worker", "--loglevel", "INFO",
+         "--pool", "threads", "--concurrency", "8", "-Q", "celery,judges"],
+        cwd=ROOT, env=env,
+    )
+    server = subprocess.Popen(
+        [str(PY), "manage.py", "runserver", "--noreload", host], cwd=ROOT, env=env
+    )
+    say(f"serving http://{host}/  (Ctrl-C stops the server and the worker)")
+    try:
+        while server.poll() is None and worker.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for proc in (server, worker):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in (server, worker):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return server.returncode or 0
+
+
+def test(argv: list[str]) -> int:
+    ensure_venv("dev")
+    return subprocess.run([str(PY), "-m", "pytest", *argv], cwd=ROOT).returncode
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in {"demo", "test", "setup"}:
+        print(__doc__)
+        print("usage: python3 dev.py demo | test [pytest args] | setup")
+        return 2
+    command, rest = sys.argv[1], sys.argv[2:]
+    if command == "setup":
+        ensure_venv("dev")
+        return 0
+    return demo(rest) if command == "demo" else test(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

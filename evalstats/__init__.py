@@ -1,0 +1,169 @@
+"""evalstats: pure-Python statistics for judge-human agreement. Never imports Django.
+
+Conventions (shared by every function)
+--------------------------------------
+* Two-rater functions take ``a`` and ``b`` (or ``judge`` and ``human``): 1-D arrays of equal
+  length, one entry per item; ``NaN``/``None`` is missing and an item missing either side is
+  dropped.
+* Multi-rater functions take ``reliability_data``: a 2-D array, **raters as rows, items as
+  columns** (the layout of ``krippendorff.alpha``), ``NaN`` for "this rater did not rate this
+  item".
+* ``categories`` is an explicit, ordered list of the scale's categories. Pass it whenever the
+  scale is known: categories that nobody used still count (kappa's weights, Gwet's q). Without
+  it the sorted observed values are used.
+* Anything random takes ``rng: numpy.random.Generator``.
+* Every public function returns a frozen dataclass from :mod:`evalstats.results` with at least
+  ``value, ci_low, ci_high, n_items, method, warnings`` (``ci_*`` are ``None`` when no interval
+  was computed). Small samples do not raise: they add a warning.
+
+Public API (stable)
+-------------------
+results:    Estimate, ConfusionMatrix, ClassificationReport, CombinedVerdicts, ConsensusResult,
+            LeaveOneOutAnnotator, LeaveOneOutResult, AltTestAnnotator, AltTestResult,
+            PositionBiasResult
+agreement:  percent_agreement(a, b) -> Estimate
+            percent_agreement_multi(reliability_data, *, mode="pairwise"|"all") -> Estimate
+            cohen_kappa(a, b, *, categories=None, weights=None|"linear"|"quadratic") -> Estimate
+            fleiss_kappa(reliability_data, *, categories=None) -> Estimate
+            krippendorff_alpha(reliability_data, *, level="nominal", value_domain=None) -> Estimate
+            krippendorff_alpha_fast(reliability_data, *, level="nominal", value_domain=None)
+            gwet_ac1(a, b, *, categories=None) -> Estimate
+            gwet_ac1_multi(reliability_data, *, categories=None) -> Estimate
+            correlation(x, y, *, method="spearman"|"kendall"|"pearson") -> Estimate
+            mean_absolute_error(judge, human) -> Estimate
+            signed_bias(judge, human, *, level=0.95) -> Estimate          # mean(judge - human)
+            accuracy(y_true, y_pred, *, level=0.95) -> Estimate           # Wilson interval
+            confusion_matrix(y_true, y_pred, *, labels=None) -> ConfusionMatrix
+            classification_report(y_true, y_pred, *, labels=None) -> ClassificationReport
+pairwise:   swap_labels(verdicts, *, first=1, second=2) -> ndarray
+            pairwise_agreement(judge, human, *, ties="keep"|"drop", tie_label=0) -> Estimate
+            position_consistency(verdict_ab, verdict_ba, *, level=0.95) -> Estimate
+            combine_orders(verdict_ab, verdict_ba, *, tie_label=0) -> CombinedVerdicts
+consensus:  majority_vote(reliability_data, *, tie_break="first"|"random"|"none", rng=None)
+            mean_consensus(reliability_data) -> ConsensusResult
+            leave_one_annotator_out(judge, reliability_data, *, metric="accuracy", ...)
+            alt_test(judge, reliability_data, *, epsilon, alignment="accuracy", q=0.05, ...)
+bootstrap:  resample_counts(n_items, n_resamples, rng) -> ndarray (B x n_items)
+            bootstrap_kappa(a, b, *, categories=None, weights=None, n_resamples=1000, rng,
+                            ci="bca", level=0.95, min_items=30) -> Estimate
+            bootstrap_alpha(reliability_data, *, level_of_measurement="nominal", ...)
+            bootstrap_accuracy(y_true, y_pred, ...) -> Estimate
+            bootstrap_correlation(x, y, *, method="spearman", ...) -> Estimate
+            bootstrap_mean(values, ...) -> Estimate
+            bootstrap_from_item_stats(item_stats, stat_fn, ...) -> Estimate   # vectorised engine
+            bootstrap_items(stat_fn, *arrays, ...) -> Estimate                # slow generic loop
+            wilson_interval(successes, n, *, level=0.95) -> Estimate
+bias:       position_bias(verdict_ab, verdict_ba, *, tie_label=0, level=0.95) -> PositionBiasResult
+            length_bias(length_diff, judge, human, *, rng, ...) -> Estimate
+            longer_preference_among_ties(judge, human, length_1, length_2, ...) -> Estimate
+            self_preference(judge, human, same_family, *, rng, ...) -> Estimate
+
+The bootstrap functions resample *items* (all ratings of an item move together) and compute all
+B resamples at once from per-item sufficient statistics; see docs/statistics.md.
+"""
+
+from evalstats.agreement import (
+    accuracy,
+    classification_report,
+    cohen_kappa,
+    confusion_matrix,
+    correlation,
+    fleiss_kappa,
+    gwet_ac1,
+    gwet_ac1_multi,
+    krippendorff_alpha,
+    krippendorff_alpha_fast,
+    mean_absolute_error,
+    percent_agreement,
+    percent_agreement_multi,
+    signed_bias,
+)
+from evalstats.bias import (
+    length_bias,
+    longer_preference_among_ties,
+    position_bias,
+    self_preference,
+)
+from evalstats.bootstrap import (
+    bootstrap_accuracy,
+    bootstrap_alpha,
+    bootstrap_correlation,
+    bootstrap_from_item_stats,
+    bootstrap_items,
+    bootstrap_kappa,
+    bootstrap_mean,
+    resample_counts,
+)
+from evalstats.consensus import (
+    alt_test,
+    leave_one_annotator_out,
+    majority_vote,
+    mean_consensus,
+)
+from evalstats.intervals import wilson_interval
+from evalstats.pairwise import (
+    combine_orders,
+    pairwise_agreement,
+    position_consistency,
+    swap_labels,
+)
+from evalstats.results import (
+    AltTestAnnotator,
+    AltTestResult,
+    ClassificationReport,
+    CombinedVerdicts,
+    ConfusionMatrix,
+    ConsensusResult,
+    Estimate,
+    LeaveOneOutAnnotator,
+    LeaveOneOutResult,
+    PositionBiasResult,
+)
+
+__all__ = [
+    "AltTestAnnotator",
+    "AltTestResult",
+    "ClassificationReport",
+    "CombinedVerdicts",
+    "ConfusionMatrix",
+    "ConsensusResult",
+    "Estimate",
+    "LeaveOneOutAnnotator",
+    "LeaveOneOutResult",
+    "PositionBiasResult",
+    "accuracy",
+    "alt_test",
+    "bootstrap_accuracy",
+    "bootstrap_alpha",
+    "bootstrap_correlation",
+    "bootstrap_from_item_stats",
+    "bootstrap_items",
+    "bootstrap_kappa",
+    "bootstrap_mean",
+    "classification_report",
+    "cohen_kappa",
+    "combine_orders",
+    "confusion_matrix",
+    "correlation",
+    "fleiss_kappa",
+    "gwet_ac1",
+    "gwet_ac1_multi",
+    "krippendorff_alpha",
+    "krippendorff_alpha_fast",
+    "leave_one_annotator_out",
+    "length_bias",
+    "longer_preference_among_ties",
+    "majority_vote",
+    "mean_absolute_error",
+    "mean_consensus",
+    "pairwise_agreement",
+    "percent_agreement",
+    "percent_agreement_multi",
+    "position_bias",
+    "position_consistency",
+    "resample_counts",
+    "self_preference",
+    "signed_bias",
+    "swap_labels",
+    "wilson_interval",
+]

@@ -1,0 +1,163 @@
+"""Vectorised coefficient formulas over batches of sufficient statistics (private).
+
+Each kernel accepts arrays with arbitrary leading (batch) dimensions, so the same code
+computes the point estimate, all bootstrap resamples and all jackknife replicates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def weight_matrix(n_categories: int, weights: str | None) -> FloatArray:
+    """Disagreement weights as in sklearn.cohen_kappa_score (category index distance)."""
+    idx = np.arange(n_categories, dtype=np.float64)
+    diff = np.abs(idx[:, None] - idx[None, :])
+    if weights is None:
+        return (diff > 0).astype(np.float64)
+    if weights == "linear":
+        return diff
+    if weights == "quadratic":
+        return diff**2
+    raise ValueError(f"weights must be None, 'linear' or 'quadratic', got {weights!r}")
+
+
+def kappa_from_confusion(conf: FloatArray, w: FloatArray) -> FloatArray:
+    """Cohen's kappa from confusion matrices of shape (..., c, c)."""
+    total = conf.sum(axis=(-2, -1))
+    rows = conf.sum(axis=-1)
+    cols = conf.sum(axis=-2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = rows[..., :, None] * cols[..., None, :] / total[..., None, None]
+        observed_d = (conf * w).sum(axis=(-2, -1))
+        expected_d = (expected * w).sum(axis=(-2, -1))
+        return np.asarray(1.0 - observed_d / expected_d, dtype=np.float64)
+
+
+def accuracy_from_confusion(conf: FloatArray) -> FloatArray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.trace(conf, axis1=-2, axis2=-1) / conf.sum(axis=(-2, -1)), dtype=np.float64)
+
+
+def value_counts(codes: npt.NDArray[np.int64], n_categories: int) -> FloatArray:
+    """Items x categories counts from raters x items codes (-1 = missing)."""
+    n_items = codes.shape[1]
+    item_idx = np.broadcast_to(np.arange(n_items), codes.shape)
+    ok = codes >= 0
+    flat = item_idx[ok] * n_categories + codes[ok]
+    counts = np.bincount(flat, minlength=n_items * n_categories)
+    return counts.reshape(n_items, n_categories).astype(np.float64)
+
+
+def delta_fixed(values: FloatArray, level: str) -> FloatArray:
+    """Squared distance between categories for the metrics that do not depend on marginals."""
+    v = values.astype(np.float64)
+    if level == "nominal":
+        return (v[:, None] != v[None, :]).astype(np.float64)
+    if level == "interval":
+        return np.asarray((v[:, None] - v[None, :]) ** 2, dtype=np.float64)
+    if level == "ratio":
+        num = (v[:, None] - v[None, :]) ** 2
+        den = (v[:, None] + v[None, :]) ** 2
+        # 0/0 only on the diagonal at value 0, where the distance is 0 (krippendorff does the same).
+        return np.divide(num, den, out=np.zeros_like(num), where=den != 0)
+    raise ValueError(f"no fixed metric for level {level!r}")
+
+
+def alpha_fixed(n_pairable: FloatArray, d_observed: FloatArray, n_c: FloatArray, delta: FloatArray) -> FloatArray:
+    """Alpha = 1 - (n - 1) * sum_u D_u / (n_c' delta n_c) for a marginal-free metric.
+
+    ``d_observed`` is the summed per-unit observed disagreement sum_ck o_uck delta_ck.
+    """
+    expected = np.einsum("...c,ck,...k->...", n_c, delta, n_c)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(1.0 - (n_pairable - 1.0) * d_observed / expected, dtype=np.float64)
+
+
+def ordinal_delta(n_c: FloatArray) -> FloatArray:
+    """Krippendorff's ordinal metric (depends on the marginals n_c), shape (..., c, c)."""
+    cum = np.cumsum(n_c, axis=-1)
+    # sum_{g=c}^{k} n_g - (n_c + n_k)/2 for c <= k; symmetric.
+    before = cum - n_c
+    span = cum[..., None, :] - before[..., :, None]
+    d = span - (n_c[..., :, None] + n_c[..., None, :]) / 2.0
+    d = np.where(np.triu(np.ones(d.shape[-2:], dtype=bool)), d, np.swapaxes(d, -1, -2))
+    return np.asarray(d**2, dtype=np.float64)
+
+
+def alpha_from_coincidence(o: FloatArray, level: str, values: FloatArray | None = None) -> FloatArray:
+    """Alpha from coincidence matrices of shape (..., c, c)."""
+    n_c = o.sum(axis=-1)
+    n = n_c.sum(axis=-1)
+    if level == "ordinal":
+        delta = ordinal_delta(n_c)
+    else:
+        if values is None:
+            raise ValueError("values are needed for this level")
+        delta = np.broadcast_to(delta_fixed(values, level), o.shape)
+    d_o = (o * delta).sum(axis=(-2, -1))
+    d_e = np.einsum("...c,...ck,...k->...", n_c, delta, n_c)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(1.0 - (n - 1.0) * d_o / d_e, dtype=np.float64)
+
+
+def alpha_interval_moments(stats: FloatArray) -> FloatArray:
+    """Interval alpha from summed per-unit moments [m_u, sum v, sum v^2, within_u]."""
+    n, s1, s2, within = stats[..., 0], stats[..., 1], stats[..., 2], stats[..., 3]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(1.0 - (n - 1.0) * within / (2.0 * (n * s2 - s1**2)), dtype=np.float64)
+
+
+def pearson_from_sums(stats: FloatArray) -> FloatArray:
+    """Pearson r from summed [1, x, y, x^2, y^2, xy]."""
+    n, sx, sy, sxx, syy, sxy = (stats[..., i] for i in range(6))
+    cov = n * sxy - sx * sy
+    vx = n * sxx - sx**2
+    vy = n * syy - sy**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(cov / np.sqrt(vx * vy), dtype=np.float64)
+
+
+def _midranks(marg: FloatArray) -> FloatArray:
+    cum = np.cumsum(marg, axis=-1)
+    return np.asarray(cum - marg + (marg + 1.0) / 2.0, dtype=np.float64)
+
+
+def spearman_from_table(table: FloatArray) -> FloatArray:
+    """Spearman rho (midranks for ties) from contingency tables (..., kx, ky)."""
+    rx = table.sum(axis=-1)
+    ry = table.sum(axis=-2)
+    n = rx.sum(axis=-1)
+    mean = (n + 1.0) / 2.0
+    dx = _midranks(rx) - mean[..., None]
+    dy = _midranks(ry) - mean[..., None]
+    cov = np.einsum("...ij,...i,...j->...", table, dx, dy)
+    vx = (rx * dx**2).sum(axis=-1)
+    vy = (ry * dy**2).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(cov / np.sqrt(vx * vy), dtype=np.float64)
+
+
+def kendall_tau_b_from_table(table: FloatArray) -> FloatArray:
+    """Kendall tau-b from contingency tables (..., kx, ky) with ordered levels."""
+    # below_right[i, j] = sum_{k>i, l>j} T[k, l]; below_left[i, j] = sum_{k>i, l<j} T[k, l].
+    rev = table[..., ::-1, ::-1]
+    cum = np.cumsum(np.cumsum(rev, axis=-2), axis=-1)[..., ::-1, ::-1]
+    below_right = np.zeros_like(table)
+    below_right[..., :-1, :-1] = cum[..., 1:, 1:]
+    rows_rev = np.cumsum(table[..., ::-1, :], axis=-2)[..., ::-1, :]
+    left = np.cumsum(rows_rev, axis=-1)
+    below_left = np.zeros_like(table)
+    below_left[..., :-1, 1:] = left[..., 1:, :-1]
+    s = (table * (below_right - below_left)).sum(axis=(-2, -1))
+    rx = table.sum(axis=-1)
+    ry = table.sum(axis=-2)
+    n = rx.sum(axis=-1)
+    n0 = n * (n - 1.0) / 2.0
+    n1 = (rx * (rx - 1.0)).sum(axis=-1) / 2.0
+    n2 = (ry * (ry - 1.0)).sum(axis=-1) / 2.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(s / np.sqrt((n0 - n1) * (n0 - n2)), dtype=np.float64)

@@ -1,0 +1,230 @@
+"""Judges, their immutable versions, runs, jobs and verdicts.
+
+Value encoding shared with `annotations` and read by `reports` (keep it in sync):
+- binary: value "pass" | "fail", value_num 1.0 | 0.0
+- ordinal: value "1".."k", value_num the point
+- pairwise: value "A" | "B" | "tie" in canonical terms (A = Comparison.output_a), value_num
+  1.0 | 0.0 | 0.5
+- categorical: value the label, value_num null
+An unscored verdict (parse failure, permanent provider error) has is_scored False, value "".
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from studies.models import Comparison, Criterion, Output, Study
+
+
+class Judge(models.Model):
+    class Kind(models.TextChoices):
+        LLM = "llm", "LLM judge"
+        PROGRAMMATIC = "programmatic", "Programmatic check"
+        # Verdicts brought in from elsewhere (importers); no config can be run.
+        IMPORTED = "imported", "Imported ratings"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="judges")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    description = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["study", "name"], name="judge_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JudgeVersion(models.Model):
+    """Immutable: anything that can change a verdict lives in `config`; its hash names it."""
+
+    judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    content_hash = models.CharField(max_length=64)
+    # LLM: {"provider", "base_url", "model", "api_key_env", "system_prompt", "user_prompt",
+    #       "parameters": {...}, "response_format", "parser", "samples", "logprobs", "prices"}
+    # programmatic: {"check": "json_schema" | "regex" | "match" | "length" | "errored", ...}
+    config = models.JSONField(default=dict)
+    # For the self-preference audit (e.g. "gpt-4", "claude").
+    model_family = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["judge", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["judge", "version"], name="judgeversion_unique"),
+            models.UniqueConstraint(fields=["judge", "content_hash"], name="judgeversion_hash"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.judge.name} v{self.version} ({self.content_hash[:8]})"
+
+
+class JudgeRun(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        CANCELLED = "cancelled", "Cancelled"
+        STOPPED = "stopped", "Stopped (budget)"
+        FAILED = "failed", "Failed"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="judge_runs")
+    judge_version = models.ForeignKey(JudgeVersion, on_delete=models.PROTECT, related_name="runs")
+    criteria = models.ManyToManyField(Criterion, related_name="judge_runs")
+    # {"kind": "all" | "stratum" | "candidate" | "sample", ...}
+    selection = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    stop_reason = models.TextField(blank=True)
+    max_cost = models.FloatField(null=True, blank=True)
+    max_calls = models.PositiveIntegerField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"run {self.pk}"
+
+
+class JudgeJob(models.Model):
+    """One provider call: (judge version, subject, criterion, sample index, order)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+        UNPARSEABLE = "unparseable", "Unparseable"
+        CANCELLED = "cancelled", "Cancelled"
+
+    class Order(models.TextChoices):
+        NONE = "", "Single output"
+        AB = "ab", "A then B"
+        BA = "ba", "B then A"
+
+    run = models.ForeignKey(JudgeRun, on_delete=models.CASCADE, related_name="jobs")
+    judge_version = models.ForeignKey(JudgeVersion, on_delete=models.PROTECT, related_name="jobs")
+    criterion = models.ForeignKey(Criterion, on_delete=models.PROTECT, related_name="+")
+    output = models.ForeignKey(
+        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="judge_jobs"
+    )
+    comparison = models.ForeignKey(
+        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="judge_jobs"
+    )
+    sample_index = models.PositiveIntegerField(default=0)
+    order = models.CharField(max_length=2, choices=Order.choices, default=Order.NONE, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    lease_token = models.CharField(max_length=64, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Result of the call (filled once, by a conditional update on the lease).
+    raw_response = models.TextField(blank=True)
+    parsed_value = models.CharField(max_length=200, blank=True)
+    probability = models.FloatField(null=True, blank=True)
+    rationale = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    http_status = models.PositiveIntegerField(null=True, blank=True)
+    provider_request_id = models.CharField(max_length=200, blank=True)
+    tokens_in = models.PositiveIntegerField(null=True, blank=True)
+    tokens_out = models.PositiveIntegerField(null=True, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    cost = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["judge_version", "criterion", "output", "sample_index", "order"],
+                condition=Q(output__isnull=False),
+                name="judgejob_unique_output",
+            ),
+            models.UniqueConstraint(
+                fields=["judge_version", "criterion", "comparison", "sample_index", "order"],
+                condition=Q(comparison__isnull=False),
+                name="judgejob_unique_comparison",
+            ),
+            models.CheckConstraint(
+                condition=Q(output__isnull=False, comparison__isnull=True)
+                | Q(output__isnull=True, comparison__isnull=False),
+                name="judgejob_one_subject",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["run", "status"], name="judgejob_run_status"),
+            models.Index(fields=["status", "lease_expires_at"], name="judgejob_lease"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk}"
+
+
+class Verdict(models.Model):
+    """The judge's verdict on one subject for one criterion (samples/orders aggregated)."""
+
+    class Source(models.TextChoices):
+        RUN = "run", "Judge run"
+        IMPORT = "import", "Imported"
+
+    judge_version = models.ForeignKey(
+        JudgeVersion, on_delete=models.PROTECT, related_name="verdicts"
+    )
+    criterion = models.ForeignKey(Criterion, on_delete=models.PROTECT, related_name="verdicts")
+    output = models.ForeignKey(
+        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="verdicts"
+    )
+    comparison = models.ForeignKey(
+        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="verdicts"
+    )
+    is_scored = models.BooleanField(default=True)
+    value = models.CharField(max_length=200, blank=True)
+    value_num = models.FloatField(null=True, blank=True)
+    # P(pass) for binary/ordinal when logprobs or samples give one; P(A wins) for pairwise.
+    probability = models.FloatField(null=True, blank=True)
+    rationale = models.TextField(blank=True)
+    # e.g. {"position_inconsistent": true, "orders": {"ab": "A", "ba": "B"}, "samples": [...]}
+    details = models.JSONField(default=dict, blank=True)
+    n_samples = models.PositiveIntegerField(default=1)
+    source = models.CharField(max_length=6, choices=Source.choices, default=Source.RUN)
+    run = models.ForeignKey(
+        JudgeRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="verdicts"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["judge_version", "criterion", "output"],
+                condition=Q(output__isnull=False),
+                name="verdict_unique_output",
+            ),
+            models.UniqueConstraint(
+                fields=["judge_version", "criterion", "comparison"],
+                condition=Q(comparison__isnull=False),
+                name="verdict_unique_comparison",
+            ),
+            models.CheckConstraint(
+                condition=Q(output__isnull=False, comparison__isnull=True)
+                | Q(output__isnull=True, comparison__isnull=False),
+                name="verdict_one_subject",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"verdict {self.pk}: {self.value}"

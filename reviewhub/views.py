@@ -1,0 +1,44 @@
+"""Project-level views: health check."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+
+
+def _check_database() -> dict[str, object]:
+    started = time.perf_counter()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:  # the health check reports any failure rather than raising
+        return {"ok": False, "vendor": connection.vendor, "error": str(exc)[:200]}
+    return {"ok": True, "vendor": connection.vendor,
+            "ms": round((time.perf_counter() - started) * 1000, 2)}
+
+
+def _check_broker() -> dict[str, object]:
+    from reviewhub.celery import app
+
+    url = settings.CELERY_BROKER_URL
+    transport = url.split("://", 1)[0]
+    started = time.perf_counter()
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+    except Exception as exc:
+        return {"ok": False, "transport": transport, "error": str(exc)[:200]}
+    return {"ok": True, "transport": transport,
+            "ms": round((time.perf_counter() - started) * 1000, 2)}
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    database = _check_database()
+    broker = _check_broker()
+    ok = bool(database["ok"] and broker["ok"])
+    return JsonResponse({"ok": ok, "database": database, "broker": broker},
+                        status=200 if ok else 503)

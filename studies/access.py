@@ -1,0 +1,58 @@
+"""Study access: the one check every study-scoped view and service goes through.
+
+A study the caller may not see is reported as 404 (not 403), so that tokens cannot probe which
+studies exist. Read-only tokens get 403 on writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from reviewhub.api.errors import Forbidden, NotFound
+
+from .models import ApiToken, Membership, Study
+
+ROLE_RANK = {Membership.Role.VIEWER: 0, Membership.Role.ANNOTATOR: 1, Membership.Role.LEAD: 2}
+
+
+def study_role(*, user: AbstractBaseUser | AnonymousUser, study: Study) -> str | None:
+    """The user's role in the study, or None. Superusers act as leads everywhere."""
+    if not user.is_authenticated:
+        return None
+    if getattr(user, "is_superuser", False):
+        return Membership.Role.LEAD
+    return (
+        Membership.objects.filter(study=study, user_id=user.pk)
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def study_get_for_actor(
+    *,
+    user: AbstractBaseUser | AnonymousUser,
+    slug: str,
+    token: Any = None,
+    write: bool = False,
+    min_role: str = Membership.Role.VIEWER,
+) -> tuple[Study, str]:
+    """Return (study, role) when the actor may act on it, else raise NotFound / Forbidden.
+
+    `min_role` is the least role needed (viewer < annotator < lead). Note that annotators are
+    ranked above viewers only for annotation work; views that show lead data ask for "lead".
+    """
+    study = Study.objects.filter(slug=slug).first()
+    if study is None:
+        raise NotFound(f"Study '{slug}' not found.")
+    if isinstance(token, ApiToken) and token.study_id is not None and token.study_id != study.pk:
+        raise NotFound(f"Study '{slug}' not found.")
+    role = study_role(user=user, study=study)
+    if role is None:
+        raise NotFound(f"Study '{slug}' not found.")
+    if ROLE_RANK[Membership.Role(role)] < ROLE_RANK[Membership.Role(min_role)]:
+        raise Forbidden(f"This needs the '{min_role}' role in study '{slug}'.")
+    if write and isinstance(token, ApiToken) and not token.can_write:
+        raise Forbidden("This API token is read-only.")
+    return study, role

@@ -1,0 +1,328 @@
+"""Studies and what they are made of: rubrics, criteria, strata, items, candidates, outputs,
+analysis plans, memberships and API tokens.
+
+Models hold fields, choices, constraints and trivial properties only; the rules live in
+`studies/services.py` (writes) and `studies/selectors.py` (reads).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Study(models.Model):
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        OPEN = "open", "Open"
+        CLOSED = "closed", "Closed"
+
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=80, unique=True)
+    task_description = models.TextField(blank=True)
+    deployment_context = models.TextField(blank=True)
+    # The production prompt template and generation parameters the candidates ran under.
+    run_conditions = models.JSONField(default=dict, blank=True)
+    output_schema = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.DRAFT)
+    # Whether annotators see the reference answer while grading.
+    show_reference = models.BooleanField(default=False)
+    # Demo and test studies made of simulated data say so on every page that shows them.
+    is_simulated = models.BooleanField(default=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="owned_studies"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "studies"
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        LEAD = "lead", "Lead"
+        ANNOTATOR = "annotator", "Annotator"
+        VIEWER = "viewer", "Viewer"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["study", "user"], name="membership_unique_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}@{self.study_id}:{self.role}"
+
+
+class ApiToken(models.Model):
+    """A client token. Only a SHA-256 of the secret is stored; the secret is shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, db_index=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    # Null: the token acts for the whole account; otherwise only inside this study.
+    study = models.ForeignKey(
+        Study, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    can_write = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name})"
+
+
+class RubricVersion(models.Model):
+    """An immutable-once-used version of a study's rubric; criteria hang off a version."""
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="rubric_versions")
+    version = models.PositiveIntegerField()
+    notes = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["study", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["study", "version"], name="rubric_unique_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.study_id} rubric v{self.version}"
+
+
+class Criterion(models.Model):
+    class Scale(models.TextChoices):
+        BINARY = "binary", "Binary pass/fail"
+        ORDINAL = "ordinal", "Ordinal 1..k"
+        PAIRWISE = "pairwise", "Pairwise preference (A / B / tie)"
+        CATEGORICAL = "categorical", "Categorical labels"
+
+    rubric = models.ForeignKey(RubricVersion, on_delete=models.CASCADE, related_name="criteria")
+    key = models.SlugField(max_length=60)
+    name = models.CharField(max_length=200)
+    guidance = models.TextField(blank=True)
+    scale = models.CharField(max_length=12, choices=Scale.choices)
+    # ordinal: [{"value": 1, "label": "..."}, ...] with values 1..k;
+    # categorical: [{"value": "label", "label": "shown text"}, ...]; binary/pairwise: [].
+    points = models.JSONField(default=list, blank=True)
+    # Ordinal only: a rating >= pass_threshold counts as a pass.
+    pass_threshold = models.IntegerField(null=True, blank=True)
+    # Categorical only: the labels that count as a pass (empty: no pass/fail reading).
+    pass_labels = models.JSONField(default=list, blank=True)
+    is_hard_gate = models.BooleanField(default=False)
+    weight = models.FloatField(default=1.0)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["rubric", "position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["rubric", "key"], name="criterion_unique_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.scale})"
+
+
+class StratumDimension(models.Model):
+    """One dimension of a study's strata scheme; every item gets exactly one label per
+    dimension (missing inputs land in the explicit "unknown" label)."""
+
+    class Kind(models.TextChoices):
+        CATEGORICAL = "categorical", "Categorical (metadata key)"
+        NUMERIC_BINS = "numeric_bins", "Numeric bins (edges or quantiles)"
+        BOOLEAN = "boolean", "Boolean flag"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="dimensions")
+    key = models.SlugField(max_length=60)
+    name = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    # "metadata.<key>" or a derived measure: "input_length", "context_length",
+    # "reference_length".
+    source = models.CharField(max_length=200)
+    # categorical: {"values": [...] (optional whitelist), "other": "other"};
+    # numeric_bins: {"edges": [..]} or {"quantiles": [..]}, optional "labels";
+    # boolean: {"true_label": "yes", "false_label": "no"}.
+    config = models.JSONField(default=dict, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["study", "position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["study", "key"], name="dimension_unique_key")
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Item(models.Model):
+    class InputFormat(models.TextChoices):
+        TEXT = "text", "Text"
+        JSON = "json", "JSON"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="items")
+    external_id = models.CharField(max_length=200)
+    # JSON inputs are stored as canonical JSON text so that length measures and display are
+    # the same for both formats.
+    input = models.TextField()
+    input_format = models.CharField(
+        max_length=4, choices=InputFormat.choices, default=InputFormat.TEXT
+    )
+    context = models.TextField(blank=True)
+    reference = models.TextField(blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    # Denormalised {dimension key: stratum label}, recomputed whenever the scheme changes.
+    strata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["study", "external_id"], name="item_unique_external")
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class Candidate(models.Model):
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="candidates")
+    # The external id of a candidate is its name, unique in the study.
+    name = models.CharField(max_length=200)
+    provider = models.CharField(max_length=100, blank=True)
+    model_id = models.CharField(max_length=200, blank=True)
+    model_version = models.CharField(max_length=100, blank=True)
+    # Used by the self-preference audit: judge and candidate of the same family.
+    model_family = models.CharField(max_length=100, blank=True)
+    parameters = models.JSONField(default=dict, blank=True)
+    notes = models.TextField(blank=True)
+    public_scores = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["study", "name"], name="candidate_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Output(models.Model):
+    # study is denormalised from item/candidate so that list filters need no join.
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="outputs")
+    candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="outputs")
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="outputs")
+    text = models.TextField(blank=True)
+    parsed_json = models.JSONField(null=True, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    tokens_in = models.PositiveIntegerField(null=True, blank=True)
+    tokens_out = models.PositiveIntegerField(null=True, blank=True)
+    cost = models.FloatField(null=True, blank=True)
+    # Non-empty: the generation call failed. Such an output counts as a failure, not missing.
+    error = models.TextField(blank=True)
+    finish_reason = models.CharField(max_length=50, blank=True)
+    # Null when the study has no output schema.
+    schema_valid = models.BooleanField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["candidate", "item"], name="output_unique_per_item")
+        ]
+        indexes = [
+            models.Index(fields=["study", "candidate"], name="output_study_candidate"),
+            models.Index(fields=["study", "id"], name="output_study_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"output {self.pk}"
+
+    @property
+    def has_error(self) -> bool:
+        return bool(self.error)
+
+
+class Comparison(models.Model):
+    """Two outputs for the same item, the unit that pairwise criteria judge.
+
+    "A" always means ``output_a`` in stored values, whatever order a judge or annotator saw.
+    """
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="comparisons")
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="comparisons")
+    output_a = models.ForeignKey(Output, on_delete=models.CASCADE, related_name="+")
+    output_b = models.ForeignKey(Output, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["output_a", "output_b"], name="comparison_unique"),
+            models.CheckConstraint(
+                condition=~Q(output_a=models.F("output_b")), name="comparison_distinct"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"comparison {self.pk}"
+
+
+class AnalysisPlan(models.Model):
+    """The pre-registered analysis plan. Locked versions are frozen; edits make a new version."""
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="plans")
+    version = models.PositiveIntegerField()
+    # {"criteria": {key: {"metric", "threshold", "direction", "every_stratum"}},
+    #  "strata": [dimension keys], "min_human_labels_per_stratum": int,
+    #  "deployment_mix": {dimension: {label: share}}}
+    spec = models.JSONField(default=dict)
+    notes = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    locked_at = models.DateTimeField(null=True, blank=True)
+    locked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["study", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["study", "version"], name="plan_unique_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.study_id} plan v{self.version}"
+
+    @property
+    def is_locked(self) -> bool:
+        return self.locked_at is not None
