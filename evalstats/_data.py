@@ -48,7 +48,9 @@ def as_float(x: Array, name: str = "x") -> FloatArray:
         raise ValueError(f"{name} must be numeric for this statistic") from exc
 
 
-def paired(a: npt.ArrayLike, b: npt.ArrayLike, names: tuple[str, str] = ("a", "b")) -> tuple[Array, Array, int]:
+def paired(
+    a: npt.ArrayLike, b: npt.ArrayLike, names: tuple[str, str] = ("a", "b")
+) -> tuple[Array, Array, int]:
     """Drop the items where either side is missing; return (a, b, n_dropped)."""
     a_arr = as_1d(a, names[0])
     b_arr = as_1d(b, names[1])
@@ -58,7 +60,9 @@ def paired(a: npt.ArrayLike, b: npt.ArrayLike, names: tuple[str, str] = ("a", "b
     return a_arr[keep], b_arr[keep], int((~keep).sum())
 
 
-def resolve_categories(categories: Sequence[object] | npt.ArrayLike | None, *arrays: Array) -> Array:
+def resolve_categories(
+    categories: Sequence[object] | npt.ArrayLike | None, *arrays: Array
+) -> Array:
     """The explicit category list, or the sorted observed values when none is given."""
     if categories is not None:
         cats = np.asarray(categories)

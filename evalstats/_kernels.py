@@ -39,7 +39,9 @@ def kappa_from_confusion(conf: FloatArray, w: FloatArray) -> FloatArray:
 
 def accuracy_from_confusion(conf: FloatArray) -> FloatArray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.asarray(np.trace(conf, axis1=-2, axis2=-1) / conf.sum(axis=(-2, -1)), dtype=np.float64)
+        return np.asarray(
+            np.trace(conf, axis1=-2, axis2=-1) / conf.sum(axis=(-2, -1)), dtype=np.float64
+        )
 
 
 def value_counts(codes: npt.NDArray[np.int64], n_categories: int) -> FloatArray:
@@ -56,7 +58,7 @@ def delta_fixed(values: FloatArray, level: str) -> FloatArray:
     """Squared distance between categories for the metrics that do not depend on marginals."""
     v = values.astype(np.float64)
     if level == "nominal":
-        return (v[:, None] != v[None, :]).astype(np.float64)
+        return np.asarray(v[:, None] != v[None, :], dtype=np.float64)
     if level == "interval":
         return np.asarray((v[:, None] - v[None, :]) ** 2, dtype=np.float64)
     if level == "ratio":
@@ -67,7 +69,9 @@ def delta_fixed(values: FloatArray, level: str) -> FloatArray:
     raise ValueError(f"no fixed metric for level {level!r}")
 
 
-def alpha_fixed(n_pairable: FloatArray, d_observed: FloatArray, n_c: FloatArray, delta: FloatArray) -> FloatArray:
+def alpha_fixed(
+    n_pairable: FloatArray, d_observed: FloatArray, n_c: FloatArray, delta: FloatArray
+) -> FloatArray:
     """Alpha = 1 - (n - 1) * sum_u D_u / (n_c' delta n_c) for a marginal-free metric.
 
     ``d_observed`` is the summed per-unit observed disagreement sum_ck o_uck delta_ck.
@@ -88,7 +92,9 @@ def ordinal_delta(n_c: FloatArray) -> FloatArray:
     return np.asarray(d**2, dtype=np.float64)
 
 
-def alpha_from_coincidence(o: FloatArray, level: str, values: FloatArray | None = None) -> FloatArray:
+def alpha_from_coincidence(
+    o: FloatArray, level: str, values: FloatArray | None = None
+) -> FloatArray:
     """Alpha from coincidence matrices of shape (..., c, c)."""
     n_c = o.sum(axis=-1)
     n = n_c.sum(axis=-1)

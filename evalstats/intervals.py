@@ -30,8 +30,13 @@ def wilson_interval(successes: int, n: int, *, level: float = 0.95, min_items: i
         raise ValueError("need 0 <= successes <= n")
     warnings: tuple[str, ...] = ()
     if n == 0:
-        return Estimate(value=float("nan"), n_items=0, method="proportion; wilson", level=level,
-                        warnings=("no observations",))
+        return Estimate(
+            value=float("nan"),
+            n_items=0,
+            method="proportion; wilson",
+            level=level,
+            warnings=("no observations",),
+        )
     if n < min_items:
         warnings = (f"only {n} observations (< {min_items})",)
     z = float(stats.norm.ppf(0.5 + level / 2.0))
@@ -39,8 +44,15 @@ def wilson_interval(successes: int, n: int, *, level: float = 0.95, min_items: i
     denom = 1.0 + z**2 / n
     centre = (p + z**2 / (2 * n)) / denom
     half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
-    return Estimate(value=p, ci_low=float(max(0.0, centre - half)), ci_high=float(min(1.0, centre + half)),
-                    n_items=n, method="proportion; wilson", level=level, warnings=warnings)
+    return Estimate(
+        value=p,
+        ci_low=float(max(0.0, centre - half)),
+        ci_high=float(min(1.0, centre + half)),
+        n_items=n,
+        method="proportion; wilson",
+        level=level,
+        warnings=warnings,
+    )
 
 
 def percentile_interval(boot: FloatArray, level: float) -> tuple[float, float]:
@@ -75,7 +87,11 @@ def bca_interval(
     prop = below / b
     if prop <= 0.0 or prop >= 1.0:
         lo, hi = percentile_interval(boot, level)
-        return lo, hi, ("BCa bias correction undefined (all replicates on one side); percentile used",)
+        return (
+            lo,
+            hi,
+            ("BCa bias correction undefined (all replicates on one side); percentile used",),
+        )
     z0 = float(stats.norm.ppf(prop))
     w = np.ones_like(jackknife) if jackknife_weights is None else jackknife_weights
     ok = np.isfinite(jackknife)

@@ -9,6 +9,7 @@ that a result cannot be changed after it was computed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 
-def frozen_array(values: npt.ArrayLike, dtype: npt.DTypeLike = None) -> npt.NDArray[np.generic]:
+def frozen_array(values: npt.ArrayLike, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
     """Return a read-only copy of ``values`` (results must not be mutable through arrays)."""
     arr = np.array(values, dtype=dtype, copy=True)
     arr.setflags(write=False)
@@ -134,11 +135,12 @@ class CombinedVerdicts:
 class ConsensusResult:
     """Per-item consensus labels (majority vote or mean).
 
-    ``labels`` is float with NaN for items without a consensus (no ratings, or an unbroken tie
+    ``labels`` holds category values, NaN for items without a consensus (no ratings, or an
+    unbroken tie
     under ``tie_break="none"``). ``value`` is the share of items that received a consensus.
     """
 
-    labels: npt.NDArray[np.float64]
+    labels: npt.NDArray[np.generic]
     value: float
     ci_low: float | None = None
     ci_high: float | None = None
@@ -163,7 +165,10 @@ class LeaveOneOutAnnotator:
 
 @dataclass(frozen=True, kw_only=True)
 class LeaveOneOutResult:
-    """Leave-one-annotator-out comparison; ``value`` = share of annotators the judge matches or beats."""
+    """Leave-one-annotator-out comparison.
+
+    ``value`` = share of annotators the judge matches or beats.
+    """
 
     annotators: tuple[LeaveOneOutAnnotator, ...]
     value: float
