@@ -34,10 +34,18 @@ def ensure_venv(extra: str) -> None:
         say(f"creating virtualenv in {VENV}")
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         subprocess.run([str(PY), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extra.encode()).hexdigest()
-    stamp = VENV / f".installed-{extra or 'base'}"
-    if stamp.exists() and stamp.read_text() == digest:
+    def digest_for(name: str) -> str:
+        return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + name.encode()).hexdigest()
+
+    def current(name: str) -> bool:
+        stamp = VENV / f".installed-{name or 'base'}"
+        return stamp.exists() and stamp.read_text() == digest_for(name)
+
+    # The dev install includes the base one, so a venv set up for tests also serves the demo.
+    if current(extra) or (extra == "" and current("dev")):
         return
+    stamp = VENV / f".installed-{extra or 'base'}"
+    digest = digest_for(extra)
     target = f".[{extra}]" if extra else "."
     say(f"installing {target} (pip)")
     subprocess.run([str(PY), "-m", "pip", "install", "-q", "-e", target], check=True, cwd=ROOT)
@@ -47,7 +55,7 @@ def ensure_venv(extra: str) -> None:
 def ensure_env_file() -> None:
     """A local .env for the demo: debug on, a random secret. Never committed."""
     path = ROOT / ".env"
-    if not path.exists():
+    if "DJANGO_SECRET_KEY" not in os.environ and not path.exists():
         path.write_text(
             "# written by dev.py for the local demo; delete to regenerate\n"
             "DJANGO_DEBUG=1\n"

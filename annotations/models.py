@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from studies.models import Comparison, Criterion, Output, RubricVersion, Study
 
@@ -27,6 +27,10 @@ class SamplingPlan(models.Model):
     k = models.PositiveIntegerField(default=3)
     gold_rate = models.FloatField(default=0.0)
     is_active = models.BooleanField(default=True)
+    # What the sampler derived from the spec: the seed it used, the population and allocation
+    # per stratum, the number of gold entries (reports need these to weight the sample).
+    summary = models.JSONField(default=dict, blank=True)
+    superseded_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+",
@@ -57,8 +61,15 @@ class QueueEntry(models.Model):
     needed = models.PositiveIntegerField(default=3)
     # Submitted annotations so far; the queue stops offering the entry at `needed`.
     done_count = models.PositiveIntegerField(default=0)
-    # A per-entry random key; each annotator's order is derived from it (see selectors).
+    # Assignments in status "leased" (maintained with F() updates under the entry's row lock),
+    # so that "is there room?" is a column test, not a count over assignments.
+    leased_count = models.PositiveIntegerField(default=0)
+    # A per-entry random key in [0, 2**31); each annotator's order is derived from it.
     sort_key = models.BigIntegerField(default=0)
+    # The subject's label in the plan's stratum dimension ("" when the plan has none).
+    stratum = models.CharField(max_length=200, blank=True, default="")
+    # Relative selection weight used by the sampler (1.0 unless disagreement weighting).
+    sample_weight = models.FloatField(default=1.0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -72,8 +83,24 @@ class QueueEntry(models.Model):
             models.CheckConstraint(
                 condition=Q(done_count__lte=models.F("needed")), name="queueentry_not_over"
             ),
+            # Never more live leases than the annotations still needed: the database refuses
+            # an over-assignment even if the queue logic were wrong.
+            models.CheckConstraint(
+                condition=Q(done_count__lte=F("needed") - F("leased_count")),
+                name="queueentry_not_overleased",
+            ),
         ]
-        indexes = [models.Index(fields=["plan", "done_count"], name="queueentry_open")]
+        indexes = [
+            models.Index(fields=["plan", "done_count"], name="queueentry_open"),
+            # The queue walks open entries of a plan in sort_key order from a per-annotator
+            # pivot; completed entries leave this partial index.
+            models.Index(
+                fields=["plan", "sort_key"],
+                condition=Q(done_count__lt=F("needed")),
+                name="queueentry_open_sort",
+            ),
+            models.Index(fields=["plan", "stratum"], name="queueentry_stratum"),
+        ]
 
 
 class Assignment(models.Model):
@@ -93,15 +120,28 @@ class Assignment(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # Pairwise: True when comparison.output_b was shown on the left.
     swapped = models.BooleanField(default=False)
+    # The client submission that completed this assignment (idempotency of submit).
+    submission_id = models.UUIDField(null=True, blank=True)
+    # True for rows made by a new plan version for annotators who had already labelled the
+    # subject under an earlier version (so the subject is never offered to them again).
+    carried_over = models.BooleanField(default=False)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
         constraints = [
-            models.UniqueConstraint(fields=["entry", "annotator"], name="assignment_unique")
+            models.UniqueConstraint(fields=["entry", "annotator"], name="assignment_unique"),
+            models.UniqueConstraint(
+                fields=["submission_id"],
+                condition=Q(submission_id__isnull=False),
+                name="assignment_unique_submission",
+            ),
         ]
-        indexes = [models.Index(fields=["status", "lease_expires_at"], name="assignment_lease")]
+        indexes = [
+            models.Index(fields=["status", "lease_expires_at"], name="assignment_lease"),
+            models.Index(fields=["annotator", "status"], name="assignment_annotator"),
+        ]
 
 
 class Annotation(models.Model):
@@ -171,6 +211,10 @@ class Annotation(models.Model):
                 name="annotation_severity_range",
             ),
         ]
+        indexes = [
+            models.Index(fields=["annotator", "created_at"], name="annotation_annotator_time"),
+            models.Index(fields=["plan", "criterion"], name="annotation_plan_criterion"),
+        ]
 
 
 class AnnotationRevision(models.Model):
@@ -205,6 +249,26 @@ class GoldLabel(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["criterion", "output"],
+                condition=Q(output__isnull=False),
+                name="gold_unique_output",
+            ),
+            models.UniqueConstraint(
+                fields=["criterion", "comparison"],
+                condition=Q(comparison__isnull=False),
+                name="gold_unique_comparison",
+            ),
+            models.CheckConstraint(
+                condition=Q(output__isnull=False, comparison__isnull=True)
+                | Q(output__isnull=True, comparison__isnull=False),
+                name="gold_one_subject",
+            ),
+        ]
+
 
 class Adjudication(models.Model):
     """A lead's adjudicated label, kept apart from the raw annotations it settles."""
@@ -224,3 +288,14 @@ class Adjudication(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # History is kept: the latest adjudication of a (subject, criterion) is the one in force.
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(output__isnull=False, comparison__isnull=True)
+                | Q(output__isnull=True, comparison__isnull=False),
+                name="adjudication_one_subject",
+            ),
+        ]

@@ -53,6 +53,24 @@ bootstrap:  resample_counts(n_items, n_resamples, rng) -> ndarray (B x n_items)
             bootstrap_from_item_stats(item_stats, stat_fn, ...) -> Estimate   # vectorised engine
             bootstrap_items(stat_fn, *arrays, ...) -> Estimate                # slow generic loop
             wilson_interval(successes, n, *, level=0.95) -> Estimate
+            bootstrap_fleiss_kappa(reliability_data, *, categories=None, n_resamples=1000, rng,
+                                   ci="bca", level=0.95, min_items=30) -> Estimate
+            bootstrap_gwet_ac1_multi(reliability_data, *, categories=None, ...) -> Estimate
+            bootstrap_percent_agreement_multi(reliability_data, *, mode="pairwise", ...)
+tables:     PAIRED_STATS (names below), MAX_TABLE_CATEGORIES = 256
+            bootstrap_paired(a, b, *, stats, categories=None, n_resamples=1000, rng, ci="bca",
+                             level=0.95, min_items=30) -> dict[str, Estimate]
+            bootstrap_by_group(group_ids, a, b, *, stats, categories=None, ...)
+                -> dict[group, dict[str, Estimate]]             # rng.spawn per group
+            bootstrap_gwet_ac1(a, b, *, categories=None, ...) -> Estimate
+            bootstrap_spearman(x, y, *, categories=None, ...) -> Estimate      # c x c table
+            bootstrap_kendall_tau(x, y, *, categories=None, ...) -> Estimate   # tau-b, table
+            bootstrap_mean_absolute_error(judge, human, *, categories=None, ...) -> Estimate
+            bootstrap_signed_bias(judge, human, *, categories=None, ...) -> Estimate
+            bootstrap_macro_f1(y_true, y_pred, *, labels=None, ...) -> Estimate
+            stats: percent_agreement, accuracy, kappa, kappa_linear, kappa_quadratic, gwet_ac1,
+                   spearman, kendall_tau_b, pearson, mae, signed_bias, macro_f1,
+                   alpha_nominal, alpha_ordinal, alpha_interval, alpha_ratio
 bias:       position_bias(verdict_ab, verdict_ba, *, tie_label=0, level=0.95) -> PositionBiasResult
             length_bias(length_diff, judge, human, *, rng, ...) -> Estimate
             longer_preference_among_ties(judge, human, length_1, length_2, ...) -> Estimate
@@ -88,10 +106,13 @@ from evalstats.bootstrap import (
     bootstrap_accuracy,
     bootstrap_alpha,
     bootstrap_correlation,
+    bootstrap_fleiss_kappa,
     bootstrap_from_item_stats,
+    bootstrap_gwet_ac1_multi,
     bootstrap_items,
     bootstrap_kappa,
     bootstrap_mean,
+    bootstrap_percent_agreement_multi,
     resample_counts,
 )
 from evalstats.consensus import (
@@ -119,8 +140,22 @@ from evalstats.results import (
     LeaveOneOutResult,
     PositionBiasResult,
 )
+from evalstats.tables import (
+    MAX_TABLE_CATEGORIES,
+    PAIRED_STATS,
+    bootstrap_by_group,
+    bootstrap_gwet_ac1,
+    bootstrap_kendall_tau,
+    bootstrap_macro_f1,
+    bootstrap_mean_absolute_error,
+    bootstrap_paired,
+    bootstrap_signed_bias,
+    bootstrap_spearman,
+)
 
 __all__ = [
+    "MAX_TABLE_CATEGORIES",
+    "PAIRED_STATS",
     "AltTestAnnotator",
     "AltTestResult",
     "ClassificationReport",
@@ -135,11 +170,22 @@ __all__ = [
     "alt_test",
     "bootstrap_accuracy",
     "bootstrap_alpha",
+    "bootstrap_by_group",
     "bootstrap_correlation",
+    "bootstrap_fleiss_kappa",
     "bootstrap_from_item_stats",
+    "bootstrap_gwet_ac1",
+    "bootstrap_gwet_ac1_multi",
     "bootstrap_items",
     "bootstrap_kappa",
+    "bootstrap_kendall_tau",
+    "bootstrap_macro_f1",
     "bootstrap_mean",
+    "bootstrap_mean_absolute_error",
+    "bootstrap_paired",
+    "bootstrap_percent_agreement_multi",
+    "bootstrap_signed_bias",
+    "bootstrap_spearman",
     "classification_report",
     "cohen_kappa",
     "combine_orders",

@@ -167,3 +167,69 @@ def kendall_tau_b_from_table(table: FloatArray) -> FloatArray:
     n2 = (ry * (ry - 1.0)).sum(axis=-1) / 2.0
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.asarray(s / np.sqrt((n0 - n1) * (n0 - n2)), dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Square (c x c) paired tables: rows = first rater (judge), columns = second rater (human).
+# ---------------------------------------------------------------------------------------------
+
+
+def gwet_ac1_from_table(table: FloatArray) -> FloatArray:
+    """Gwet's AC1 for two raters from tables (..., q, q); q counts every category."""
+    q = table.shape[-1]
+    n = table.sum(axis=(-2, -1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pa = np.trace(table, axis1=-2, axis2=-1) / n
+        pi = (table.sum(axis=-1) + table.sum(axis=-2)) / (2.0 * n[..., None])
+        pe = (pi * (1.0 - pi)).sum(axis=-1) / (q - 1.0)
+        return np.asarray((pa - pe) / (1.0 - pe), dtype=np.float64)
+
+
+def macro_f1_from_table(table: FloatArray) -> FloatArray:
+    """Macro F1 over every category (sklearn, ``zero_division=0``) from tables (..., c, c).
+
+    F1_k = 2 T_kk / (row_k + col_k) is symmetric in the two raters, so the orientation of the
+    table does not matter.
+    """
+    tp = np.diagonal(table, axis1=-2, axis2=-1)
+    denom = table.sum(axis=-1) + table.sum(axis=-2)
+    f1 = np.divide(2.0 * tp, denom, out=np.zeros(denom.shape), where=denom > 0)
+    return np.asarray(f1.mean(axis=-1), dtype=np.float64)
+
+
+def mean_over_table(table: FloatArray, cell_values: FloatArray) -> FloatArray:
+    """Mean of a per-cell quantity (e.g. judge - human) over the items of tables (..., c, c)."""
+    n = table.sum(axis=(-2, -1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray((table * cell_values).sum(axis=(-2, -1)) / n, dtype=np.float64)
+
+
+def pearson_from_table(table: FloatArray, values: FloatArray) -> FloatArray:
+    """Pearson r of the numeric category values from tables (..., c, c)."""
+    rows = table.sum(axis=-1)
+    cols = table.sum(axis=-2)
+    # Elementwise products and sums only (no BLAS), so a table gives the same bits whatever
+    # batch it is computed in.
+    sums = np.stack(
+        [
+            rows.sum(axis=-1),
+            (rows * values).sum(axis=-1),
+            (cols * values).sum(axis=-1),
+            (rows * values**2).sum(axis=-1),
+            (cols * values**2).sum(axis=-1),
+            (table * np.multiply.outer(values, values)).sum(axis=(-2, -1)),
+        ],
+        axis=-1,
+    )
+    return pearson_from_sums(sums)
+
+
+def alpha_from_paired_table(
+    table: FloatArray, level: str, values: FloatArray | None = None
+) -> FloatArray:
+    """Krippendorff's alpha of two raters from paired tables (..., c, c).
+
+    A unit with the two values (x, y) adds 1 to the coincidences o_xy and o_yx (m_u - 1 = 1),
+    so the coincidence matrix is T + T'.
+    """
+    return alpha_from_coincidence(table + np.swapaxes(table, -1, -2), level, values)

@@ -19,15 +19,24 @@ Two further savings, both exact:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
 
 from evalstats import _kernels as K
-from evalstats._data import as_float, encode, paired, resolve_categories, small_n_warning
+from evalstats._data import (
+    as_2d,
+    as_float,
+    encode,
+    paired,
+    resolve_categories,
+    small_n_warning,
+)
 from evalstats.agreement import alpha_item_stats
 from evalstats.intervals import bca_interval, percentile_interval, wilson_interval
 from evalstats.results import Estimate
@@ -36,10 +45,13 @@ __all__ = [
     "bootstrap_accuracy",
     "bootstrap_alpha",
     "bootstrap_correlation",
+    "bootstrap_fleiss_kappa",
     "bootstrap_from_item_stats",
+    "bootstrap_gwet_ac1_multi",
     "bootstrap_items",
     "bootstrap_kappa",
     "bootstrap_mean",
+    "bootstrap_percent_agreement_multi",
     "resample_counts",
     "wilson_interval",
 ]
@@ -70,6 +82,14 @@ def resample_counts(
     return flat.reshape(n_resamples, n_items).astype(np.int64)
 
 
+@functools.lru_cache(maxsize=32)
+def _projection(n_columns: int) -> FloatArray:
+    """The fixed hash projection of :func:`_collapse`; it also fixes the order of the groups."""
+    proj = np.random.default_rng(12345).random(n_columns) + 0.5
+    proj.setflags(write=False)
+    return proj
+
+
 def _collapse(item_stats: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]] | None:
     """Distinct rows and their multiplicities, when collapsing pays off."""
     n = item_stats.shape[0]
@@ -77,7 +97,7 @@ def _collapse(item_stats: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]
         return None
     # Hash each row to one float with a fixed random projection, group on the hash, then verify:
     # much faster than np.unique(axis=0), which sorts rows as opaque byte strings.
-    proj = np.random.default_rng(12345).random(item_stats.shape[1]) + 0.5
+    proj = _projection(item_stats.shape[1])
     keys = item_stats @ proj
     _, first, inverse, counts = np.unique(
         keys, return_index=True, return_inverse=True, return_counts=True
@@ -160,6 +180,136 @@ def _interval(
 def _check_ci(ci: str) -> None:
     if ci not in ("bca", "percentile"):
         raise ValueError("ci must be 'bca' or 'percentile'")
+
+
+# ---------------------------------------------------------------------------------------------
+# Cell engine: items that are single cells of a contingency table (paired categorical ratings)
+# ---------------------------------------------------------------------------------------------
+
+# Tables handed to a statistic at once: bounds the temporaries of the table kernels (~16 MB).
+_TABLE_BLOCK_ELEMENTS = 2_000_000
+
+
+def _cell_replicates(
+    cells: npt.NDArray[np.int64],
+    n_cells: int,
+    fns: Sequence[StatFn],
+    n_resamples: int,
+    rng: np.random.Generator,
+    jackknife: bool,
+) -> tuple[list[FloatArray], list[FloatArray] | None, FloatArray | None]:
+    """Bootstrap (and jackknife) replicates of several statistics of one contingency table.
+
+    Each item is one cell (``cells[i]`` in ``[0, n_cells)``), i.e. its sufficient statistics are
+    a one-hot row. This draws *exactly* the resamples that :func:`bootstrap_from_item_stats`
+    draws for the one-hot matrix with the same ``rng`` (same grouping rule, same group order,
+    same calls to ``rng``), so results are bit-for-bit those of the generic engine, but without
+    the n x n_cells matrix: grouping is a ``bincount``, and the resampled tables of all
+    statistics come from one multinomial draw over the occupied cells. Every statistic in
+    ``fns`` sees the same resamples.
+    """
+    n = int(cells.size)
+    counts = np.bincount(cells, minlength=n_cells)
+    total = counts.astype(np.float64)
+    occupied = np.flatnonzero(counts)
+    table_block = max(1, _TABLE_BLOCK_ELEMENTS // max(n_cells, 1))
+    boots: list[list[FloatArray]] = [[] for _ in fns]
+
+    def evaluate(tables: FloatArray, into: list[list[FloatArray]]) -> None:
+        for out, fn in zip(into, fns, strict=True):
+            out.append(fn(tables))
+
+    jk_cells: npt.NDArray[np.int64]
+    jk_w: FloatArray | None
+    if n >= 64 and occupied.size * 4 <= n:  # the rule of _collapse
+        keys = _projection(n_cells)[occupied]
+        if np.unique(keys).size == occupied.size:
+            occupied = occupied[np.argsort(keys)]  # np.unique(keys) order in _collapse
+        else:  # (never seen) _collapse then groups with np.unique(axis=0): one-hot rows sort
+            occupied = occupied[::-1]  # by descending cell
+        mult = counts[occupied]
+        draws = rng.multinomial(n, mult / n, size=n_resamples)
+        for start in range(0, n_resamples, table_block):
+            part = draws[start : start + table_block]
+            tables = np.zeros((part.shape[0], n_cells))
+            tables[:, occupied] = part
+            evaluate(tables, boots)
+        jk_cells, jk_w = occupied, mult.astype(np.float64)
+    else:
+        block = max(1, _BLOCK_ELEMENTS // max(n, 1))  # the blocks of _replicates
+        done = 0
+        while done < n_resamples:
+            b = min(block, n_resamples - done)
+            w = resample_counts(n, b, rng)
+            for start in range(0, b, table_block):
+                ws = w[start : start + table_block]
+                rows = ws.shape[0]
+                flat = (np.arange(rows)[:, None] * n_cells + cells[None, :]).ravel()
+                tables = (
+                    np.bincount(
+                        flat, weights=ws.ravel().astype(np.float64), minlength=rows * n_cells
+                    )
+                    .reshape(rows, n_cells)
+                    .astype(np.float64, copy=False)
+                )
+                evaluate(tables, boots)
+            done += b
+        jk_cells, jk_w = cells, None
+    boot = [np.concatenate(parts) for parts in boots]
+    if not jackknife:
+        return boot, None, None
+    jks: list[list[FloatArray]] = [[] for _ in fns]
+    for start in range(0, jk_cells.size, table_block):
+        part_cells = jk_cells[start : start + table_block]
+        tables = np.repeat(total[None, :], part_cells.size, axis=0)
+        tables[np.arange(part_cells.size), part_cells] -= 1.0
+        evaluate(tables, jks)
+    return boot, [np.concatenate(parts) for parts in jks], jk_w
+
+
+def _cells_estimates(
+    cells: npt.NDArray[np.int64],
+    n_cells: int,
+    named_fns: Sequence[tuple[str, StatFn]],
+    *,
+    n_resamples: int,
+    rng: np.random.Generator,
+    ci: CI,
+    level: float,
+    min_items: int,
+    n_ratings: int | None,
+    extra_warnings: Sequence[str] = (),
+) -> list[Estimate]:
+    """:func:`bootstrap_from_item_stats` of the one-hot cells, for several statistics at once."""
+    _check_ci(ci)
+    n = int(cells.size)
+    warnings = list(extra_warnings) + list(small_n_warning(n, min_items))
+    if n == 0:
+        return [
+            Estimate(value=float("nan"), method=name, warnings=(*warnings, "no items"))
+            for name, _ in named_fns
+        ]
+    total = np.bincount(cells, minlength=n_cells).astype(np.float64)[None, :]
+    fns = [fn for _, fn in named_fns]
+    boots, jks, jk_w = _cell_replicates(cells, n_cells, fns, n_resamples, rng, ci == "bca")
+    out = []
+    for i, (name, fn) in enumerate(named_fns):
+        theta = float(fn(total)[0])
+        lo, hi, w2 = _interval(boots[i], theta, None if jks is None else jks[i], jk_w, ci, level)
+        out.append(
+            Estimate(
+                value=theta,
+                ci_low=lo,
+                ci_high=hi,
+                n_items=n,
+                n_ratings=n_ratings,
+                level=level,
+                n_resamples=n_resamples,
+                method=f"{name}; bootstrap-{ci}(B={n_resamples}, items resampled)",
+                warnings=tuple(warnings + w2),
+            )
+        )
+    return out
 
 
 def bootstrap_from_item_stats(
@@ -295,18 +445,19 @@ def bootstrap_kappa(
 
     extra = [f"{dropped} items dropped because a rating was missing"] if dropped else []
     name = "cohen_kappa" + (f"[{weights}]" if weights else "")
-    return bootstrap_from_item_stats(
-        _one_hot(cells, c * c),
-        fn,
+    # Same resamples as bootstrap_from_item_stats on the one-hot cells, without building them.
+    return _cells_estimates(
+        cells,
+        c * c,
+        [(name, fn)],
         n_resamples=n_resamples,
         rng=rng,
         ci=ci,
         level=level,
         min_items=min_items,
-        method=name,
         n_ratings=2 * int(a_k.size),
         extra_warnings=extra,
-    )
+    )[0]
 
 
 def bootstrap_accuracy(
@@ -481,12 +632,19 @@ def bootstrap_correlation(
         def fn(s: FloatArray) -> FloatArray:
             return table_fn(s.reshape(*s.shape[:-1], kx, ky))
 
-        return bootstrap_from_item_stats(
-            _one_hot(cx * ky + cy, kx * ky),
-            fn,
+        # Same resamples as bootstrap_from_item_stats on the one-hot cells, without building them.
+        return _cells_estimates(
+            cx * ky + cy,
+            kx * ky,
+            [(name, fn)],
+            n_resamples=n_resamples,
+            rng=rng,
+            ci=ci,
+            level=level,
+            min_items=min_items,
+            n_ratings=None,
             extra_warnings=extra,
-            **common,  # type: ignore[arg-type]
-        )
+        )[0]
     if method == "kendall":
 
         def kt(xs: FloatArray, ys: FloatArray) -> float:
@@ -533,3 +691,193 @@ def bootstrap_correlation(
         method=f"{name}; bootstrap-{use_ci}(B={n_resamples}, items resampled)",
         warnings=tuple(warnings + w2),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-rater coefficients: per-item category counts are the sufficient statistics
+# ---------------------------------------------------------------------------------------------
+
+
+def _item_counts(
+    reliability_data: npt.ArrayLike, categories: Sequence[object] | npt.ArrayLike | None
+) -> tuple[FloatArray, FloatArray, int]:
+    """Items x categories counts, ratings per item, and the number of categories."""
+    data = as_2d(reliability_data)
+    cats = resolve_categories(categories, data)
+    counts = K.value_counts(encode(data, cats), len(cats))
+    return counts, counts.sum(axis=1), len(cats)
+
+
+def _pair_agreement(counts: FloatArray, m: FloatArray) -> FloatArray:
+    """Share of agreeing ordered rater pairs of each item (0/0 = NaN for m < 2)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray((counts * (counts - 1.0)).sum(axis=1) / (m * (m - 1.0)), dtype=np.float64)
+
+
+class _MultiRaterStats(NamedTuple):
+    """Per-item statistics of a multi-rater coefficient (private; the tests rebuild resamples).
+
+    ``items`` are the columns of the reliability data that the rows of ``item_stats`` describe.
+    """
+
+    item_stats: FloatArray
+    fn: StatFn
+    items: npt.NDArray[np.int64]
+    n_ratings: int
+    warnings: tuple[str, ...]
+    n_pairs: int | None = None
+
+
+def _fleiss_stats(
+    reliability_data: npt.ArrayLike, categories: Sequence[object] | npt.ArrayLike | None
+) -> _MultiRaterStats:
+    counts, m, _ = _item_counts(reliability_data, categories)
+    keep = m >= 2
+    warnings: list[str] = []
+    if keep.size and not keep.all():
+        warnings.append(f"{int((~keep).sum())} items with fewer than two ratings dropped")
+    counts, m = counts[keep], m[keep]
+    if m.size and m.min() != m.max():
+        warnings.append("varying number of ratings per item: generalised Fleiss formula used")
+    item_stats = np.column_stack([np.ones(m.size), _pair_agreement(counts, m), counts])
+
+    def fn(s: FloatArray) -> FloatArray:
+        cat = s[..., 2:]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p_bar = s[..., 1] / s[..., 0]
+            p_e = ((cat / cat.sum(axis=-1, keepdims=True)) ** 2).sum(axis=-1)
+            return np.asarray((p_bar - p_e) / (1.0 - p_e), dtype=np.float64)
+
+    return _MultiRaterStats(item_stats, fn, np.flatnonzero(keep), int(m.sum()), tuple(warnings))
+
+
+def _gwet_multi_stats(
+    reliability_data: npt.ArrayLike, categories: Sequence[object] | npt.ArrayLike | None
+) -> _MultiRaterStats:
+    counts, m, q = _item_counts(reliability_data, categories)
+    rated = m >= 1
+    counts, m = counts[rated], m[rated]
+    pair = (m >= 2).astype(np.float64)
+    p_i = np.where(pair > 0, _pair_agreement(counts, m), 0.0)
+    item_stats = np.column_stack([pair, pair * p_i, np.ones(m.size), counts / m[:, None]])
+
+    def fn(s: FloatArray) -> FloatArray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pa = s[..., 1] / s[..., 0]
+            pi = s[..., 3:] / s[..., 2:3]
+            pe = (pi * (1.0 - pi)).sum(axis=-1) / (q - 1.0)
+            return np.asarray((pa - pe) / (1.0 - pe), dtype=np.float64)
+
+    return _MultiRaterStats(item_stats, fn, np.flatnonzero(rated), int(m.sum()), ())
+
+
+def _agreement_multi_stats(reliability_data: npt.ArrayLike, mode: str) -> _MultiRaterStats:
+    if mode not in ("pairwise", "all"):
+        raise ValueError("mode must be 'pairwise' or 'all'")
+    counts, m, _ = _item_counts(reliability_data, None)
+    keep = m >= 2
+    counts, m = counts[keep], m[keep]
+    if mode == "pairwise":
+        per_item = _pair_agreement(counts, m)
+    else:
+        per_item = (counts.max(axis=1, initial=0.0) == m).astype(np.float64)
+    item_stats = np.column_stack([np.ones(m.size), per_item])
+    n_pairs = int((m * (m - 1.0) / 2.0).sum())
+    return _MultiRaterStats(item_stats, _ratio_fn, np.flatnonzero(keep), int(m.sum()), (), n_pairs)
+
+
+def bootstrap_fleiss_kappa(
+    reliability_data: npt.ArrayLike,
+    *,
+    categories: Sequence[object] | npt.ArrayLike | None = None,
+    n_resamples: int = 1000,
+    rng: np.random.Generator,
+    ci: CI = "bca",
+    level: float = 0.95,
+    min_items: int = 30,
+) -> Estimate:
+    """Fleiss' kappa (raters x items, NaN missing) with an item-clustered bootstrap interval.
+
+    Point estimate and warnings as :func:`evalstats.fleiss_kappa` (items with fewer than two
+    ratings dropped; the generalised formula when raters per item vary). Per item the
+    sufficient statistics are [1, P_i, n_i1..n_ic] (P_i = agreeing share of its rater pairs),
+    so kappa = (sum P_i / n - sum_k p_k^2) / (1 - sum_k p_k^2), p_k = sum_i n_ik / sum_i m_i;
+    items with the same count vector are grouped before the multinomial draw.
+    """
+    st = _fleiss_stats(reliability_data, categories)
+    return bootstrap_from_item_stats(
+        st.item_stats,
+        st.fn,
+        n_resamples=n_resamples,
+        rng=rng,
+        ci=ci,
+        level=level,
+        min_items=min_items,
+        method="fleiss_kappa",
+        n_ratings=st.n_ratings,
+        extra_warnings=st.warnings,
+    )
+
+
+def bootstrap_gwet_ac1_multi(
+    reliability_data: npt.ArrayLike,
+    *,
+    categories: Sequence[object] | npt.ArrayLike | None = None,
+    n_resamples: int = 1000,
+    rng: np.random.Generator,
+    ci: CI = "bca",
+    level: float = 0.95,
+    min_items: int = 30,
+) -> Estimate:
+    """Gwet's AC1 for any number of raters (as :func:`evalstats.gwet_ac1_multi`) with a bootstrap.
+
+    Every item with at least one rating is resampled: items with a single rating do not enter
+    pa but do enter the category shares pi_k. Per item the statistics are
+    [has_pair, has_pair * P_i, 1, share_i1..share_iq]. ``n_items`` (and the small-sample
+    warning) count the items with two or more ratings, as in the point function.
+    """
+    st = _gwet_multi_stats(reliability_data, categories)
+    n_pair = int(st.item_stats[:, 0].sum())
+    res = bootstrap_from_item_stats(
+        st.item_stats,
+        st.fn,
+        n_resamples=n_resamples,
+        rng=rng,
+        ci=ci,
+        level=level,
+        min_items=0,
+        method="gwet_ac1_multi",
+        n_ratings=st.n_ratings,
+        extra_warnings=small_n_warning(n_pair, min_items),
+    )
+    return dataclasses.replace(res, n_items=n_pair)
+
+
+def bootstrap_percent_agreement_multi(
+    reliability_data: npt.ArrayLike,
+    *,
+    mode: Literal["pairwise", "all"] = "pairwise",
+    n_resamples: int = 1000,
+    rng: np.random.Generator,
+    ci: CI = "bca",
+    level: float = 0.95,
+    min_items: int = 30,
+) -> Estimate:
+    """:func:`evalstats.percent_agreement_multi` with an item-clustered bootstrap interval.
+
+    Items with at least two ratings are resampled; per item [1, agreement of the item] (share
+    of agreeing rater pairs for ``mode="pairwise"``, unanimity for ``mode="all"``).
+    """
+    st = _agreement_multi_stats(reliability_data, mode)
+    res = bootstrap_from_item_stats(
+        st.item_stats,
+        st.fn,
+        n_resamples=n_resamples,
+        rng=rng,
+        ci=ci,
+        level=level,
+        min_items=min_items,
+        method=f"percent_agreement[{mode}]",
+        n_ratings=st.n_ratings,
+    )
+    return dataclasses.replace(res, n_pairs=st.n_pairs)

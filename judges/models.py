@@ -88,6 +88,14 @@ class JudgeRun(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # Provider calls claimed so far (one per attempt). Incremented under the run row lock when
+    # jobs are claimed, so that `max_calls` holds exactly however many workers claim at once.
+    calls_made = models.PositiveIntegerField(default=0)
+    # What `judge_run_start` found: {"subjects", "jobs_created", "jobs_adopted",
+    # "already_finished", "in_other_runs", "comparisons_created"} (see judges/runs.py).
+    creation_stats = models.JSONField(default=dict, blank=True)
+    # Last claim or record by any worker; the sweeper re-kicks runs idle for longer than a lease.
+    last_activity_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -126,16 +134,32 @@ class JudgeJob(models.Model):
     )
     sample_index = models.PositiveIntegerField(default=0)
     order = models.CharField(max_length=2, choices=Order.choices, default=Order.NONE, blank=True)
+    class ErrorKind(models.TextChoices):
+        NONE = "", "No error"
+        TRANSIENT = "transient", "Transient (retries exhausted or pending)"
+        PERMANENT = "permanent", "Permanent"
+        PARSE = "parse", "Answer did not parse"
+
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    # Claims so far (each claim is at most one provider call); reset when a lead resumes a run.
     attempts = models.PositiveIntegerField(default=0)
     lease_token = models.CharField(max_length=64, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Not claimable before this time: the backoff / Retry-After of the last transient error.
+    available_at = models.DateTimeField(null=True, blank=True)
+    error_kind = models.CharField(
+        max_length=10, choices=ErrorKind.choices, default=ErrorKind.NONE, blank=True
+    )
     # Result of the call (filled once, by a conditional update on the lease).
     raw_response = models.TextField(blank=True)
     parsed_value = models.CharField(max_length=200, blank=True)
+    value_num = models.FloatField(null=True, blank=True)
     probability = models.FloatField(null=True, blank=True)
     rationale = models.TextField(blank=True)
     error = models.TextField(blank=True)
+    # {"attempt_errors": [{"attempt", "reason", "http_status", "retry_after_s"}, ...],
+    #  "finish_reason", "logprobs": [...]}: the per-attempt record behind `error`.
+    details = models.JSONField(default=dict, blank=True)
     http_status = models.PositiveIntegerField(null=True, blank=True)
     provider_request_id = models.CharField(max_length=200, blank=True)
     tokens_in = models.PositiveIntegerField(null=True, blank=True)

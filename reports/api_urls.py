@@ -1,3 +1,12 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from . import api
+
+urlpatterns = [
+    path("studies/<slug:slug>/reports/agreement/", api.ReportListCreateView.as_view(),
+         name="reports-api-list"),
+    path("studies/<slug:slug>/reports/agreement/<int:report_id>/", api.ReportDetailView.as_view(),
+         name="reports-api-detail"),
+    path("studies/<slug:slug>/reports/agreement/<int:report_id>/export.csv",
+         api.ReportExportView.as_view(), name="reports-api-export"),
+]

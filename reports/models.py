@@ -30,10 +30,14 @@ class AgreementReport(models.Model):
         related_name="+",
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # When a worker claimed the computation; a "running" report older than
+    # REVIEWHUB_REPORT_STALE_S is reclaimed (its worker died before recording).
+    started_at = models.DateTimeField(null=True, blank=True)
     computed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
+        indexes = [models.Index(fields=["study", "-id"], name="agreementreport_study")]
 
     def __str__(self) -> str:
         return f"agreement report {self.pk}"

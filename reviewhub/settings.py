@@ -20,7 +20,7 @@ if (BASE_DIR / ".env").is_file():
     environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 # Runtime files of the embedded default (SQLite database, filesystem broker) live here.
-VAR_DIR = Path(env("REVIEWHUB_VAR_DIR", default=str(BASE_DIR / "var")))
+VAR_DIR = Path(env("REVIEWHUB_VAR_DIR", default="") or BASE_DIR / "var")
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
@@ -85,6 +85,9 @@ DATABASES = {
     ),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The embedded default keeps its file under VAR_DIR; SQLite cannot create the folder.
+    if not DATABASE_URL_SET:
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
     # WAL + IMMEDIATE transactions let the demo's web process and worker write without
     # "database is locked" errors; the timeout covers the short waits that remain.
     DATABASES["default"]["OPTIONS"] = {
@@ -103,6 +106,9 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
+    # kombu's filesystem transport expects its folders to exist.
+    for _sub in ("queue", "processed"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
@@ -136,7 +142,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = Path(env("DJANGO_STATIC_ROOT", default=str(VAR_DIR / "static")))
+STATIC_ROOT = Path(env("DJANGO_STATIC_ROOT", default="") or VAR_DIR / "static")
 STATICFILES_DIRS = [BASE_DIR / "static"]
 
 # --- Limits -----------------------------------------------------------------------------
@@ -197,3 +203,80 @@ REVIEWHUB_JUDGE_ALLOWED_BASE_URLS = env.list(
     "REVIEWHUB_JUDGE_ALLOWED_BASE_URLS",
     default=["https://api.openai.com", "https://api.anthropic.com"],
 )
+
+# --- Judge runs (queue, rate limits, sweeper; see judges/runs.py and docs/judges.md) ---------
+# Per-provider limits shared by every worker through Redis (REDIS_URL), or per process when
+# REDIS_URL is empty. Keys: "host" or "host/model" (the most specific wins), e.g.
+# {"api.openai.com/gpt-4o-mini": {"max_in_flight": 64, "rpm": 5000, "tpm": 2000000}}.
+REVIEWHUB_PROVIDER_LIMITS = env.json("REVIEWHUB_PROVIDER_LIMITS", default={})
+# Calls one batch task keeps in flight (asyncio + httpx inside one worker process).
+REVIEWHUB_JUDGE_CONCURRENCY = env.int("REVIEWHUB_JUDGE_CONCURRENCY", default=64)
+# Batch tasks queued per run, so that the pipeline never drains while one task hands over.
+REVIEWHUB_JUDGE_TASKS_PER_RUN = env.int("REVIEWHUB_JUDGE_TASKS_PER_RUN", default=4)
+# Seconds one batch task keeps claiming before it re-enqueues itself and returns.
+REVIEWHUB_JUDGE_TASK_SLICE_S = env.float("REVIEWHUB_JUDGE_TASK_SLICE_S", default=120.0)
+# A claimed job not recorded within this many seconds is re-queued (worker presumed dead).
+REVIEWHUB_JUDGE_LEASE_S = env.float("REVIEWHUB_JUDGE_LEASE_S", default=300.0)
+# Claims per job before a transient failure becomes final.
+REVIEWHUB_JUDGE_MAX_ATTEMPTS = env.int("REVIEWHUB_JUDGE_MAX_ATTEMPTS", default=5)
+# Exponential backoff for transient errors: base * 2**(attempt-1), full jitter, capped.
+REVIEWHUB_JUDGE_BACKOFF_BASE_S = env.float("REVIEWHUB_JUDGE_BACKOFF_BASE_S", default=1.0)
+REVIEWHUB_JUDGE_BACKOFF_CAP_S = env.float("REVIEWHUB_JUDGE_BACKOFF_CAP_S", default=60.0)
+# How often celery beat runs the sweeper (expired leases, idle runs, missing verdicts).
+REVIEWHUB_JUDGE_SWEEP_INTERVAL_S = env.float("REVIEWHUB_JUDGE_SWEEP_INTERVAL_S", default=30.0)
+CELERY_TASK_ROUTES = {"judges.*": {"queue": "judges"}}
+CELERY_BEAT_SCHEDULE = {
+    "judges-sweep": {
+        "task": "judges.sweep",
+        "schedule": REVIEWHUB_JUDGE_SWEEP_INTERVAL_S,
+        "options": {"queue": "judges", "expires": REVIEWHUB_JUDGE_SWEEP_INTERVAL_S},
+    },
+}
+
+# --- Annotations (see docs/annotation.md) ---------------------------------------------------
+# Minutes an annotator holds an output before it returns to the pool (heartbeats extend it).
+REVIEWHUB_LEASE_MINUTES = env.int("REVIEWHUB_LEASE_MINUTES", default=15)
+# Minutes after submitting during which an annotator may revise their own annotation.
+REVIEWHUB_REVISION_WINDOW_MINUTES = env.int("REVIEWHUB_REVISION_WINDOW_MINUTES", default=60)
+
+# --- Judge providers and prices (see docs/judges.md) ----------------------------------------
+# USD per million tokens, keyed "provider:model", "model" or a "prefix*"; the env JSON replaces
+# this default table. List prices change: check them, and override per judge with "prices".
+REVIEWHUB_JUDGE_PRICES = env.json(
+    "REVIEWHUB_JUDGE_PRICES",
+    default={
+        "openai:gpt-4o-mini*": {"input_per_mtok": 0.15, "output_per_mtok": 0.60},
+        "openai:gpt-4o*": {"input_per_mtok": 2.50, "output_per_mtok": 10.00},
+        "openai:gpt-4.1-nano*": {"input_per_mtok": 0.10, "output_per_mtok": 0.40},
+        "openai:gpt-4.1-mini*": {"input_per_mtok": 0.40, "output_per_mtok": 1.60},
+        "openai:gpt-4.1*": {"input_per_mtok": 2.00, "output_per_mtok": 8.00},
+        "anthropic:claude-3-5-haiku*": {"input_per_mtok": 0.80, "output_per_mtok": 4.00},
+        "anthropic:claude-3-5-sonnet*": {"input_per_mtok": 3.00, "output_per_mtok": 15.00},
+        "anthropic:claude-3-7-sonnet*": {"input_per_mtok": 3.00, "output_per_mtok": 15.00},
+        "anthropic:claude-sonnet-4*": {"input_per_mtok": 3.00, "output_per_mtok": 15.00},
+        "anthropic:claude-opus-4*": {"input_per_mtok": 15.00, "output_per_mtok": 75.00},
+    },
+)
+# Seconds between the lease sweeps that "next" runs inline (0: on every call). The Celery beat
+# task annotations.expire_leases sweeps too.
+REVIEWHUB_LEASE_SWEEP_SECONDS = env.float("REVIEWHUB_LEASE_SWEEP_SECONDS", default=5.0)
+CELERY_BEAT_SCHEDULE["annotations-expire-leases"] = {
+    "task": "annotations.expire_leases",
+    "schedule": 60.0,
+    "options": {"expires": 60.0},
+}
+
+# --- reports ---
+# Seconds after which a report still "running" is considered abandoned and may be reclaimed.
+REVIEWHUB_REPORT_STALE_S = env.int("REVIEWHUB_REPORT_STALE_S", default=1800)
+
+# --- studies ---
+# Stable OpenAPI enum names for the studies models (without them drf-spectacular invents
+# names such as "Kind972Enum" when two apps both have a "kind" field).
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
+    **SPECTACULAR_SETTINGS.get("ENUM_NAME_OVERRIDES", {}),  # type: ignore[dict-item]
+    "StratumKindEnum": "studies.models.StratumDimension.Kind",
+    "CriterionScaleEnum": "studies.models.Criterion.Scale",
+    "StudyStatusEnum": "studies.models.Study.Status",
+    "MembershipRoleEnum": "studies.models.Membership.Role",
+}

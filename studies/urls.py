@@ -1,3 +1,10 @@
-from django.urls import path  # noqa: F401
+"""Pages: home (the user's studies) and study overview."""
 
-urlpatterns: list = []
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("studies/<slug:slug>/", views.study_overview, name="study-overview"),
+]

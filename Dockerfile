@@ -1,0 +1,24 @@
+# ReviewHub: one image for the web process (gunicorn) and the Celery workers.
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    REVIEWHUB_VAR_DIR=/var/lib/reviewhub
+
+WORKDIR /app
+RUN useradd --system --create-home --home-dir /home/reviewhub reviewhub \
+    && mkdir -p /var/lib/reviewhub && chown reviewhub /var/lib/reviewhub
+
+# Dependencies first so that code edits do not reinstall them.
+COPY pyproject.toml README.md ./
+RUN mkdir -p reviewhub studies judges annotations reports evalstats \
+    && pip install --upgrade pip && pip install . && pip uninstall -y reviewhub
+
+COPY . .
+RUN pip install --no-deps . \
+    && DJANGO_SECRET_KEY=build-only DJANGO_DEBUG=0 python manage.py collectstatic --noinput
+
+USER reviewhub
+EXPOSE 8000
+CMD ["gunicorn", "reviewhub.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]

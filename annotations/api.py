@@ -1,0 +1,526 @@
+"""REST views for annotation: thin (validate → service/selector → serialize).
+
+Every view resolves the study through `studies.access.study_get_for_actor`, so a caller without
+access gets 404. Annotator views return only the caller's own work and the blind grading
+context; lead views (min_role lead) may name candidates (export only).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from reviewhub.api.errors import NotFound, ValidationFailed
+from reviewhub.api.pagination import DefaultCursorPagination
+from studies.access import study_get_for_actor
+from studies.models import Comparison, Criterion, Membership, Output, Study
+
+from . import export, selectors, services
+from .models import Adjudication, Assignment, GoldLabel, SamplingPlan
+from .serializers import (
+    AdjudicationSerializer,
+    AnnotatorStatsRowSerializer,
+    DisagreementRowSerializer,
+    GoldLabelSerializer,
+    GradingContextSerializer,
+    HeartbeatResponseSerializer,
+    InviteRequestSerializer,
+    InviteResponseSerializer,
+    MyAnnotationSerializer,
+    NextResponseSerializer,
+    PasswordResetResponseSerializer,
+    ProgressResponseSerializer,
+    ProgressSerializer,
+    ReviseRequestSerializer,
+    SamplingPlanCreateSerializer,
+    SamplingPlanSerializer,
+    StratumQueueRowSerializer,
+    SubjectLabelRequestSerializer,
+    SubmitRequestSerializer,
+    SubmitResponseSerializer,
+    member_dict,
+)
+
+TAG_ANNOTATE = ["annotation (annotators)"]
+TAG_LEAD = ["annotation (leads)"]
+ERRORS = {
+    400: OpenApiResponse(description="Validation failed; details name the field."),
+    404: OpenApiResponse(description="Study, assignment or annotation not found for you."),
+    409: OpenApiResponse(description="Conflict (already submitted, lease expired, ...)."),
+}
+
+
+def _study(request: Request, slug: str, *, write: bool, min_role: str) -> Study:
+    study, _role = study_get_for_actor(
+        user=request.user, slug=slug, token=request.auth, write=write, min_role=min_role
+    )
+    return study
+
+
+def _annotator_study(request: Request, slug: str, *, write: bool = True) -> Study:
+    return _study(request, slug, write=write, min_role=Membership.Role.ANNOTATOR)
+
+
+def _lead_study(request: Request, slug: str, *, write: bool = False) -> Study:
+    return _study(request, slug, write=write, min_role=Membership.Role.LEAD)
+
+
+def _own_assignment(request: Request, study: Study, assignment_id: int) -> Assignment:
+    assignment = selectors.assignment_for_annotator(
+        study=study, annotator=request.user, assignment_id=assignment_id
+    )
+    if assignment is None:
+        raise NotFound("Assignment not found.")
+    return assignment
+
+
+def _validated(serializer_class: type, data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+# --- annotators ---------------------------------------------------------------------------------
+
+
+class QueueNextView(APIView):
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        request=None,
+        responses={200: NextResponseSerializer, **ERRORS},
+        summary="Lease the next output (or comparison) for the calling annotator",
+        description="Returns the caller's live lease if they hold one, else resumes their own "
+        "expired lease if the output still has room, else leases a new output they were never "
+        "given. `assignment` is null when nothing is left for them. The payload is blind.",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        study = _annotator_study(request, slug)
+        assignment = services.assignment_next(study=study, annotator=request.user)
+        progress = selectors.annotator_progress(study=study, annotator=request.user)
+        body = {
+            "assignment": selectors.grading_context(assignment=assignment).as_dict()
+            if assignment is not None
+            else None,
+            "progress": progress.as_dict(),
+        }
+        return Response(body)
+
+
+class AssignmentDetailView(APIView):
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        responses={200: GradingContextSerializer, **ERRORS},
+        summary="The blind grading context of one of your assignments",
+    )
+    def get(self, request: Request, slug: str, assignment_id: int) -> Response:
+        study = _annotator_study(request, slug, write=False)
+        assignment = _own_assignment(request, study, assignment_id)
+        return Response(selectors.grading_context(assignment=assignment).as_dict())
+
+
+class AssignmentHeartbeatView(APIView):
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        request=None,
+        responses={200: HeartbeatResponseSerializer, **ERRORS},
+        summary="Extend the lease while working",
+    )
+    def post(self, request: Request, slug: str, assignment_id: int) -> Response:
+        study = _annotator_study(request, slug)
+        assignment = _own_assignment(request, study, assignment_id)
+        assignment = services.assignment_heartbeat(assignment=assignment, annotator=request.user)
+        return Response(
+            {
+                "assignment_id": assignment.pk,
+                "status": assignment.status,
+                "lease_expires_at": assignment.lease_expires_at,
+            }
+        )
+
+
+class AssignmentSubmitView(APIView):
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        request=SubmitRequestSerializer,
+        responses={200: SubmitResponseSerializer, **ERRORS},
+        summary="Submit labels for every criterion (idempotent on submission_id)",
+        description="A repeat with the same submission_id returns the same annotations. A "
+        "different submission for an assignment already submitted is 409 `already_submitted`."
+        " Severity 1..5 is required exactly for failing labels.",
+    )
+    def post(self, request: Request, slug: str, assignment_id: int) -> Response:
+        study = _annotator_study(request, slug)
+        assignment = _own_assignment(request, study, assignment_id)
+        data = _validated(SubmitRequestSerializer, request.data)
+        annotations = services.annotation_submit(
+            assignment=assignment,
+            annotator=request.user,
+            submission_id=data["submission_id"],
+            labels=data["labels"],
+            rationale=data["rationale"],
+            flags=data["flags"],
+            time_on_task_ms=data["time_on_task_ms"],
+            source="api",
+        )
+        for a in annotations:
+            a.assignment = assignment
+        progress = selectors.annotator_progress(study=study, annotator=request.user)
+        return Response(
+            {
+                "annotations": MyAnnotationSerializer(annotations, many=True).data,
+                "progress": progress.as_dict(),
+            }
+        )
+
+
+class AssignmentSkipView(APIView):
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        request=None,
+        responses={200: ProgressSerializer, **ERRORS},
+        summary="Skip: give the output back (you will not be offered it again)",
+    )
+    def post(self, request: Request, slug: str, assignment_id: int) -> Response:
+        study = _annotator_study(request, slug)
+        assignment = _own_assignment(request, study, assignment_id)
+        services.assignment_skip(assignment=assignment, annotator=request.user)
+        return Response(selectors.annotator_progress(study=study, annotator=request.user).as_dict())
+
+
+class MyAnnotationsView(APIView):
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        parameters=[
+            OpenApiParameter("revisable", OpenApiTypes.BOOL, description="Only revisable ones"),
+            OpenApiParameter("cursor", OpenApiTypes.STR),
+            OpenApiParameter("page_size", OpenApiTypes.INT),
+        ],
+        responses={200: MyAnnotationSerializer(many=True), **ERRORS},
+        summary="Your own annotations in this study (cursor-paginated, newest first)",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        study = _annotator_study(request, slug, write=False)
+        revisable = request.query_params.get("revisable", "").lower() in ("1", "true", "yes")
+        qs = selectors.my_annotations(study=study, annotator=request.user, revisable_only=revisable)
+        paginator = DefaultCursorPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(MyAnnotationSerializer(page, many=True).data)
+
+
+class MyAnnotationDetailView(APIView):
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        request=ReviseRequestSerializer,
+        responses={200: MyAnnotationSerializer, **ERRORS},
+        summary="Revise your annotation within the revision window (history kept)",
+    )
+    def patch(self, request: Request, slug: str, annotation_id: int) -> Response:
+        study = _annotator_study(request, slug)
+        data = _validated(ReviseRequestSerializer, request.data)
+        if not selectors.my_annotations(study=study, annotator=request.user).filter(
+            pk=annotation_id
+        ).exists():
+            raise NotFound("Annotation not found.")
+        annotation = services.annotation_revise(
+            annotation_id=annotation_id,
+            annotator=request.user,
+            value=data["value"],
+            severity=data["severity"],
+            severity_note=data["severity_note"],
+            rationale=data["rationale"],
+            flags=data["flags"],
+        )
+        annotation = selectors.my_annotations(study=study, annotator=request.user).get(
+            pk=annotation.pk
+        )
+        return Response(MyAnnotationSerializer(annotation).data)
+
+
+# --- leads --------------------------------------------------------------------------------------
+
+
+class SamplingPlanListView(APIView):
+    @extend_schema(
+        tags=TAG_LEAD,
+        responses={200: SamplingPlanSerializer(many=True), **ERRORS},
+        summary="Sampling plan versions, newest first",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        study = _lead_study(request, slug)
+        plans = SamplingPlan.objects.filter(study=study).select_related("rubric", "created_by")
+        return Response(SamplingPlanSerializer(plans.order_by("-version"), many=True).data)
+
+    @extend_schema(
+        tags=TAG_LEAD,
+        request=SamplingPlanCreateSerializer,
+        responses={201: SamplingPlanSerializer, **ERRORS},
+        summary="Create a new plan version (supersedes the active one) and fill its queue",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        study = _lead_study(request, slug, write=True)
+        data = _validated(SamplingPlanCreateSerializer, request.data)
+        plan = services.sampling_plan_create(
+            study=study, spec=data["spec"], k=data["k"], gold_rate=data["gold_rate"],
+            created_by=request.user,
+        )
+        plan = SamplingPlan.objects.select_related("rubric", "created_by").get(pk=plan.pk)
+        return Response(SamplingPlanSerializer(plan).data, status=status.HTTP_201_CREATED)
+
+
+class SamplingPlanDetailView(APIView):
+    def _plan(self, request: Request, slug: str, version: int, *, write: bool) -> SamplingPlan:
+        study = _lead_study(request, slug, write=write)
+        plan = (
+            SamplingPlan.objects.select_related("rubric", "created_by", "study")
+            .filter(study=study, version=version)
+            .first()
+        )
+        if plan is None:
+            raise NotFound(f"Sampling plan v{version} not found.")
+        return plan
+
+    @extend_schema(
+        tags=TAG_LEAD,
+        responses={200: SamplingPlanSerializer, **ERRORS},
+        summary="One plan version with its queue status per stratum",
+    )
+    def get(self, request: Request, slug: str, version: int) -> Response:
+        plan = self._plan(request, slug, version, write=False)
+        body = dict(SamplingPlanSerializer(plan).data)
+        body["strata"] = StratumQueueRowSerializer(
+            selectors.queue_status(study=plan.study, plan=plan), many=True
+        ).data
+        return Response(body)
+
+    @extend_schema(
+        tags=TAG_LEAD,
+        request=None,
+        responses={200: SamplingPlanSerializer, **ERRORS},
+        summary="Deactivate a plan (its outputs stop being offered; no new version)",
+    )
+    def delete(self, request: Request, slug: str, version: int) -> Response:
+        plan = self._plan(request, slug, version, write=True)
+        plan = services.sampling_plan_deactivate(plan=plan, by=request.user)
+        return Response(SamplingPlanSerializer(plan).data)
+
+
+class ProgressView(APIView):
+    @extend_schema(
+        tags=TAG_LEAD,
+        responses={200: ProgressResponseSerializer, **ERRORS},
+        summary="Queue status per stratum (needed / leased / done) and annotator statistics",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        study = _lead_study(request, slug)
+        plan = services.active_plan(study)
+        if plan is not None:
+            plan = SamplingPlan.objects.select_related("rubric", "created_by").get(pk=plan.pk)
+        return Response(
+            {
+                "plan": SamplingPlanSerializer(plan).data if plan else None,
+                "strata": StratumQueueRowSerializer(
+                    selectors.queue_status(study=study, plan=plan), many=True
+                ).data if plan else [],
+                "annotators": AnnotatorStatsRowSerializer(
+                    selectors.annotator_stats(study=study), many=True
+                ).data,
+            }
+        )
+
+
+def _criterion_by_key(study: Study, key: str) -> Criterion:
+    criterion = (
+        Criterion.objects.select_related("rubric")
+        .filter(rubric__study=study, key=key)
+        .order_by("-rubric__version")
+        .first()
+    )
+    if criterion is None:
+        raise ValidationFailed(f"Unknown criterion '{key}'.", details={"criterion": "unknown"})
+    return criterion
+
+
+class DisagreementsView(APIView):
+    @extend_schema(
+        tags=TAG_LEAD,
+        parameters=[
+            OpenApiParameter("criterion", OpenApiTypes.STR, description="Criterion key"),
+            OpenApiParameter("include_judges", OpenApiTypes.BOOL, description="Default true"),
+        ],
+        responses={200: DisagreementRowSerializer(many=True), **ERRORS},
+        summary="Outputs where annotators disagree (and, with include_judges, with judges)",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        study = _lead_study(request, slug)
+        key = request.query_params.get("criterion")
+        criterion = _criterion_by_key(study, key) if key else None
+        include = request.query_params.get("include_judges", "true").lower() not in (
+            "0", "false", "no"
+        )
+        rows = selectors.disagreements(study=study, criterion=criterion, include_judges=include)
+        return Response(DisagreementRowSerializer(rows, many=True).data)
+
+
+def _subject(study: Study, data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"output": None, "comparison": None}
+    if data.get("output") is not None:
+        out["output"] = Output.objects.filter(study=study, pk=data["output"]).first()
+        if out["output"] is None:
+            raise ValidationFailed("Unknown output.", details={"output": "not found"})
+    if data.get("comparison") is not None:
+        out["comparison"] = Comparison.objects.filter(study=study, pk=data["comparison"]).first()
+        if out["comparison"] is None:
+            raise ValidationFailed("Unknown comparison.", details={"comparison": "not found"})
+    return out
+
+
+class AdjudicationListView(APIView):
+    @extend_schema(
+        tags=TAG_LEAD,
+        responses={200: AdjudicationSerializer(many=True), **ERRORS},
+        summary="Adjudications (history; the latest per subject and criterion is in force)",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        study = _lead_study(request, slug)
+        qs = Adjudication.objects.filter(criterion__rubric__study=study).select_related(
+            "criterion", "adjudicated_by"
+        )
+        paginator = DefaultCursorPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(AdjudicationSerializer(page, many=True).data)
+
+    @extend_schema(
+        tags=TAG_LEAD,
+        request=SubjectLabelRequestSerializer,
+        responses={201: AdjudicationSerializer, **ERRORS},
+        summary="Record an adjudicated label (kept apart from raw annotations)",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        study = _lead_study(request, slug, write=True)
+        data = _validated(SubjectLabelRequestSerializer, request.data)
+        adjudication = services.adjudication_record(
+            study=study,
+            criterion=_criterion_by_key(study, data["criterion"]),
+            value=data["value"],
+            note=data["note"],
+            user=request.user,
+            **_subject(study, data),
+        )
+        return Response(AdjudicationSerializer(adjudication).data, status=status.HTTP_201_CREATED)
+
+
+class GoldLabelListView(APIView):
+    @extend_schema(
+        tags=TAG_LEAD,
+        responses={200: GoldLabelSerializer(many=True), **ERRORS},
+        summary="Gold labels (known answers used for quality control)",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        study = _lead_study(request, slug)
+        qs = GoldLabel.objects.filter(criterion__rubric__study=study).select_related("criterion")
+        paginator = DefaultCursorPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(GoldLabelSerializer(page, many=True).data)
+
+    @extend_schema(
+        tags=TAG_LEAD,
+        request=SubjectLabelRequestSerializer,
+        responses={201: GoldLabelSerializer, **ERRORS},
+        summary="Set the gold label of a subject and criterion (replaces an earlier one)",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        study = _lead_study(request, slug, write=True)
+        data = _validated(SubjectLabelRequestSerializer, request.data)
+        gold = services.gold_label_set(
+            study=study,
+            criterion=_criterion_by_key(study, data["criterion"]),
+            value=data["value"],
+            user=request.user,
+            **_subject(study, data),
+        )
+        return Response(GoldLabelSerializer(gold).data, status=status.HTTP_201_CREATED)
+
+
+class MemberInviteView(APIView):
+    @extend_schema(
+        tags=TAG_LEAD,
+        request=InviteRequestSerializer,
+        responses={201: InviteResponseSerializer, **ERRORS},
+        summary="Invite a person (creates the account with a one-time password if new)",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        study = _lead_study(request, slug, write=True)
+        data = _validated(InviteRequestSerializer, request.data)
+        user, password = services.annotator_invite(
+            study=study, username=data["username"], email=data["email"], role=data["role"],
+            invited_by=request.user,
+        )
+        body = member_dict(user, data["role"])
+        body["one_time_password"] = password
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class MemberPasswordResetView(APIView):
+    @extend_schema(
+        tags=TAG_LEAD,
+        request=None,
+        responses={200: PasswordResetResponseSerializer, **ERRORS},
+        summary="Reset a member's password to a new one-time password (shown once)",
+    )
+    def post(self, request: Request, slug: str, user_id: int) -> Response:
+        study = _lead_study(request, slug, write=True)
+        user = get_user_model().objects.filter(pk=user_id).first()
+        if user is None:
+            raise NotFound("No such member in this study.")
+        password = services.annotator_password_reset(study=study, user=user, by=request.user)
+        return Response(
+            {"user_id": user.pk, "username": user.username, "one_time_password": password}
+        )
+
+
+class _AnyFormatNegotiation(APIView):
+    """DRF reads `?format=` for renderer selection; here it names the export format instead."""
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        return (JSONRenderer(), JSONRenderer.media_type)
+
+
+class AnnotationExportView(_AnyFormatNegotiation):
+    @extend_schema(
+        tags=TAG_LEAD,
+        parameters=[
+            OpenApiParameter("format", OpenApiTypes.STR, enum=["csv", "jsonl"], required=True)
+        ],
+        responses={
+            (200, "text/csv"): OpenApiTypes.STR,
+            (200, "application/x-ndjson"): OpenApiTypes.STR,
+            **ERRORS,
+        },
+        summary="Export annotations (one row per annotation and criterion; names candidates)",
+    )
+    def get(self, request: Request, slug: str) -> StreamingHttpResponse:
+        study = _lead_study(request, slug)
+        fmt = request.query_params.get("format", "")
+        if fmt == "csv":
+            response = StreamingHttpResponse(
+                export.export_csv(study=study), content_type="text/csv; charset=utf-8"
+            )
+        elif fmt == "jsonl":
+            response = StreamingHttpResponse(
+                export.export_jsonl(study=study), content_type="application/x-ndjson"
+            )
+        else:
+            raise ValidationFailed("format must be 'csv' or 'jsonl'.", details={"format": "invalid"})
+        response["Content-Disposition"] = (
+            f'attachment; filename="{study.slug}-annotations.{fmt}"'
+        )
+        return response

@@ -1,0 +1,625 @@
+"""Pages of human annotation: the grading page (annotators) and the lead pages.
+
+Thin, like the API views: resolve the study through `page_study` (404 for anyone without the
+role), call a service or selector, render. The grading page is built ONLY from
+`selectors.grading_context`, whose allow-list keeps the candidate, judge verdicts and other
+annotators' labels out of the page; the JSON the page fetches (submit, heartbeat) carries no
+subject data at all.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from reviewhub.api.errors import AppError, ValidationFailed, error_body
+from studies.models import Comparison, Criterion, Membership, Output, Study
+from studies.views import page_study, strict_csp
+
+from . import selectors, services
+from .constants import FLAG_KEYS, FLAG_LABELS, SEVERITY_LABELS, SEVERITY_QUESTION, SEVERITY_SCALE
+from .models import Annotation, Assignment
+
+# Inputs longer than this start collapsed; contexts longer than CONTEXT_OPEN_CHARS too.
+INPUT_OPEN_CHARS = 6000
+CONTEXT_OPEN_CHARS = 1500
+RECENT_LIMIT = 20
+DISAGREEMENT_PAGE = 200
+EXCERPT_CHARS = 90
+
+# --- view models ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Choice:
+    value: str
+    label: str
+    fails: bool
+    shortcut: str  # the digit that picks it ("0" is 10)
+    key_hint: str  # what the page shows beside it
+    letter: str = ""  # pairwise: a / b / t
+
+
+def _choices(c: selectors.CriterionView) -> list[Choice]:
+    failing = set(c.failing_values)
+    if c.scale == Criterion.Scale.BINARY:
+        return [Choice("pass", "Pass", False, "1", "1"), Choice("fail", "Fail", True, "2", "2")]
+    if c.scale == Criterion.Scale.PAIRWISE:
+        # Values are AS PRESENTED: "A" is the left text; the service maps it back.
+        return [
+            Choice("A", "A (left) is better", False, "1", "A", "a"),
+            Choice("B", "B (right) is better", False, "2", "B", "b"),
+            Choice("tie", "Tie", False, "3", "T", "t"),
+        ]
+    out = []
+    for position, p in enumerate(c.points, start=1):
+        value = str(p.get("value"))
+        label = str(p.get("label") or "")
+        if c.scale == Criterion.Scale.ORDINAL:
+            # Ordinal digits are the points themselves, so "4" always means 4.
+            digit = value if value.isdigit() and 1 <= int(value) <= 10 else ""
+            shown = f"{value} · {label}" if label else value
+        else:
+            digit = str(position) if position <= 10 else ""
+            shown = label or value
+        shortcut = "0" if digit == "10" else digit
+        out.append(Choice(value, shown, value in failing, shortcut, digit if digit else ""))
+    return out
+
+
+def _criterion_vm(
+    c: selectors.CriterionView,
+    *,
+    selected: str | None = None,
+    severity: int | None = None,
+    severity_note: str = "",
+) -> dict[str, Any]:
+    choices = _choices(c)
+    has_pass_reading = bool(c.failing_values) or (
+        c.scale == Criterion.Scale.ORDINAL and c.pass_threshold is not None
+    )
+    return {
+        "key": c.key,
+        "name": c.name,
+        "guidance": c.guidance,
+        "scale": c.scale,
+        "choices": choices,
+        "vertical": c.scale == Criterion.Scale.CATEGORICAL
+        or (c.scale == Criterion.Scale.ORDINAL and any(len(ch.label) > 14 for ch in choices)),
+        "has_pass_reading": has_pass_reading,
+        "asks_severity": bool(c.failing_values),
+        "selected": selected,
+        "selected_fails": selected is not None and selected in c.failing_values,
+        "selected_severity": severity,
+        "selected_severity_note": severity_note,
+    }
+
+
+def _subject_vm(ctx: selectors.GradingContext) -> dict[str, Any]:
+    return {
+        "input": ctx.item_input,
+        "input_is_long": len(ctx.item_input) > INPUT_OPEN_CHARS,
+        "context": ctx.item_context,
+        "context_is_long": len(ctx.item_context) > CONTEXT_OPEN_CHARS,
+        "show_reference": ctx.item_reference is not None,
+        "reference": ctx.item_reference or "",
+        "is_pairwise": ctx.kind == "pairwise",
+        "output_text": ctx.output_text or "",
+        "output_error": ctx.output_failed,
+        "left_text": ctx.left_text or "",
+        "right_text": ctx.right_text or "",
+    }
+
+
+def _severity_context() -> dict[str, Any]:
+    return {
+        "severity_question": SEVERITY_QUESTION,
+        "severity_scale": [p._asdict() for p in SEVERITY_SCALE],
+    }
+
+
+def _presented(value: str, scale: str, swapped: bool) -> str:
+    """A stored (canonical) pairwise value as the annotator saw it."""
+    if scale == Criterion.Scale.PAIRWISE and swapped:
+        return {"A": "B", "B": "A"}.get(value, value)
+    return value
+
+
+def _value_label(criterion: Criterion, presented: str) -> str:
+    if criterion.scale == Criterion.Scale.BINARY:
+        return presented.capitalize()
+    if criterion.scale == Criterion.Scale.PAIRWISE:
+        return {"A": "A (left)", "B": "B (right)", "tie": "Tie"}.get(presented, presented)
+    for p in criterion.points:
+        if isinstance(p, dict) and str(p.get("value")) == presented:
+            label = str(p.get("label") or "")
+            if criterion.scale == Criterion.Scale.ORDINAL:
+                return f"{presented} · {label}" if label else presented
+            return label or presented
+    return presented
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= EXCERPT_CHARS else flat[: EXCERPT_CHARS - 1] + "…"
+
+
+def _recent(study: Study, user: Any) -> list[dict[str, Any]]:
+    """The annotator's annotations still inside the revision window, newest first."""
+    rows = list(
+        selectors.my_annotations(study=study, annotator=user, revisable_only=True)[:RECENT_LIMIT]
+    )
+    # Only text columns are read for the excerpts: the candidate is never loaded.
+    output_texts = dict(
+        Output.objects.filter(pk__in={a.output_id for a in rows if a.output_id})
+        .values_list("id", "text")
+    )
+    comparison_inputs = dict(
+        Comparison.objects.filter(pk__in={a.comparison_id for a in rows if a.comparison_id})
+        .values_list("id", "item__input")
+    )
+    out = []
+    for a in rows:
+        swapped = bool(a.assignment and a.assignment.swapped)
+        presented = _presented(a.value, a.criterion.scale, swapped)
+        if a.output_id:
+            excerpt = _excerpt(output_texts.get(a.output_id, ""))
+        else:
+            excerpt = "Comparison: " + _excerpt(comparison_inputs.get(a.comparison_id or 0, ""))
+        out.append(
+            {
+                "id": a.pk,
+                "criterion_name": a.criterion.name,
+                "value_label": _value_label(a.criterion, presented),
+                "fails": services.is_failure(a.criterion, a.value),
+                "has_pass_reading": a.criterion.scale != Criterion.Scale.PAIRWISE,
+                "severity": a.severity,
+                "severity_label": SEVERITY_LABELS.get(a.severity or 0, ""),
+                "revised": a.revised_at is not None,
+                "created_at": a.created_at,
+                "excerpt": excerpt,
+                "revise_url": reverse(
+                    "annotations-revise", kwargs={"slug": study.slug, "annotation_id": a.pk}
+                ),
+            }
+        )
+    return out
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _json_error(exc: AppError) -> JsonResponse:
+    return JsonResponse(error_body(exc.code, exc.message, exc.details), status=exc.status_code)
+
+
+def _no_store(response: HttpResponse) -> HttpResponse:
+    # Pages with a lease or a one-time password must not come back from the cache (Back).
+    add_never_cache_headers(response)
+    return response
+
+
+def _own_assignment(request: HttpRequest, study: Study, assignment_id: int) -> Assignment:
+    assignment = selectors.assignment_for_annotator(
+        study=study, annotator=request.user, assignment_id=assignment_id
+    )
+    if assignment is None:
+        raise Http404("Assignment not found.")
+    return assignment
+
+
+def _int_field(data: Any, name: str, *, required: bool = False) -> int | None:
+    raw = (data.get(name) or "").strip()
+    if not raw:
+        if required:
+            raise ValidationFailed(f"{name} is required.", details={name: "required"})
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValidationFailed(f"{name} must be an integer.", details={name: "invalid"}) from exc
+
+
+def labels_from_form(data: Any) -> dict[str, services.LabelInput]:
+    """The grading form's fields (label-<key>, severity-<key>, severity_note-<key>) as the
+    service's labels mapping. Validation of the values themselves is the service's job."""
+    labels: dict[str, services.LabelInput] = {}
+    for name in data:
+        if not name.startswith("label-"):
+            continue
+        key = name[len("label-"):]
+        labels[key] = {
+            "value": data.get(name, ""),
+            "severity": _int_field(data, f"severity-{key}"),
+            "severity_note": data.get(f"severity_note-{key}", ""),
+        }
+    return labels
+
+
+def _grade_url(study: Study) -> str:
+    return reverse("annotations-grade", kwargs={"slug": study.slug})
+
+
+# --- grading ----------------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+@strict_csp
+def grade(request: HttpRequest, slug: str) -> HttpResponse:
+    """The next subject for this annotator (a reload returns the same lease)."""
+    study, role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
+    assignment = services.assignment_next(study=study, annotator=request.user)
+    g: dict[str, Any] | None = None
+    if assignment is not None:
+        ctx = selectors.grading_context(assignment=assignment)
+        kwargs = {"slug": study.slug, "assignment_id": assignment.pk}
+        g = {
+            "assignment_id": assignment.pk,
+            "subject": _subject_vm(ctx),
+            "criteria": [_criterion_vm(c) for c in ctx.criteria],
+            "flags": [{"key": k, "label": FLAG_LABELS[k]} for k in FLAG_KEYS],
+            "submit_url": reverse("annotations-grade-submit", kwargs=kwargs),
+            "skip_url": reverse("annotations-grade-skip", kwargs=kwargs),
+            "heartbeat_url": reverse("annotations-grade-heartbeat", kwargs=kwargs),
+            # Used only without JavaScript; the page script keeps its own id per assignment.
+            "fallback_submission_id": str(uuid.uuid4()),
+        }
+    context = {
+        "study": study,
+        "study_role": role,
+        "g": g,
+        "progress": selectors.annotator_progress(study=study, annotator=request.user),
+        "recent": _recent(study, request.user),
+        "revision_window_minutes": settings.REVIEWHUB_REVISION_WINDOW_MINUTES,
+        **_severity_context(),
+    }
+    return _no_store(render(request, "annotations/grade.html", context))
+
+
+@require_POST
+@login_required
+def grade_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
+    """Submit the grading form (fetch from the page, or a plain POST without JavaScript)."""
+    study, _role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
+    assignment = _own_assignment(request, study, assignment_id)
+    data = request.POST
+    try:
+        raw_id = (data.get("submission_id") or "").strip()
+        try:
+            submission_id = uuid.UUID(raw_id)
+        except ValueError as exc:
+            raise ValidationFailed(
+                "submission_id must be a UUID.", details={"submission_id": "invalid"}
+            ) from exc
+        created = services.annotation_submit(
+            assignment=assignment,
+            annotator=request.user,
+            submission_id=submission_id,
+            labels=labels_from_form(data),
+            rationale=data.get("rationale", ""),
+            flags={k: f"flag-{k}" in data for k in FLAG_KEYS},
+            time_on_task_ms=_int_field(data, "time_on_task_ms"),
+            source=Annotation.Source.UI,
+        )
+    except AppError as exc:
+        if _wants_json(request):
+            return _json_error(exc)
+        messages.error(request, f"Not saved: {exc.message}")
+        return HttpResponseRedirect(_grade_url(study))
+    messages.success(request, "Saved. Here is the next one.")
+    next_url = _grade_url(study)
+    if _wants_json(request):
+        return JsonResponse({"ok": True, "saved": len(created), "next_url": next_url})
+    return HttpResponseRedirect(next_url)
+
+
+@require_POST
+@login_required
+def grade_skip(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
+    study, _role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
+    assignment = _own_assignment(request, study, assignment_id)
+    try:
+        services.assignment_skip(assignment=assignment, annotator=request.user)
+    except AppError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.info(request, "Skipped. You will not be shown that output again.")
+    return HttpResponseRedirect(_grade_url(study))
+
+
+@require_POST
+@login_required
+def grade_heartbeat(request: HttpRequest, slug: str, assignment_id: int) -> JsonResponse:
+    """Extend the lease while the page is open (called every minute by the page)."""
+    study, _role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
+    assignment = _own_assignment(request, study, assignment_id)
+    try:
+        assignment = services.assignment_heartbeat(assignment=assignment, annotator=request.user)
+    except AppError as exc:
+        return _json_error(exc)
+    expires = assignment.lease_expires_at
+    return JsonResponse({"lease_expires_at": expires.isoformat() if expires else None})
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@strict_csp
+def annotation_revise_page(request: HttpRequest, slug: str, annotation_id: int) -> HttpResponse:
+    """Revise one of one's own annotations inside the revision window."""
+    study, role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
+    annotation = (
+        selectors.my_annotations(study=study, annotator=request.user)
+        .filter(pk=annotation_id)
+        .first()
+    )
+    if annotation is None or annotation.assignment is None:
+        raise Http404("Annotation not found.")
+    ctx = selectors.grading_context(assignment=annotation.assignment)
+    view = next((c for c in ctx.criteria if c.key == annotation.criterion.key), None)
+    if view is None:
+        raise Http404("Annotation not found.")
+    swapped = annotation.assignment.swapped
+    error = ""
+    selected = _presented(annotation.value, annotation.criterion.scale, swapped)
+    severity, note = annotation.severity, annotation.severity_note
+    rationale = annotation.rationale
+    flags = dict(annotation.flags or {})
+    deadline = services.revision_deadline(annotation)
+    if request.method == "POST":
+        data = request.POST
+        field = f"label-{annotation.criterion.key}"
+        selected = data.get(field, "")
+        note = data.get(f"severity_note-{annotation.criterion.key}", "")
+        rationale = data.get("rationale", "")
+        flags = {k: f"flag-{k}" in data for k in FLAG_KEYS}
+        try:
+            severity = _int_field(data, f"severity-{annotation.criterion.key}")
+            services.annotation_revise(
+                annotation_id=annotation.pk,
+                annotator=request.user,
+                value=selected,
+                severity=severity,
+                severity_note=note,
+                rationale=rationale,
+                flags=flags,
+            )
+        except AppError as exc:
+            error = exc.message
+        else:
+            messages.success(request, f"Revised “{annotation.criterion.name}”.")
+            return HttpResponseRedirect(_grade_url(study))
+    context = {
+        "study": study,
+        "study_role": role,
+        "annotation": annotation,
+        "subject": _subject_vm(ctx),
+        "c": _criterion_vm(view, selected=selected, severity=severity, severity_note=note),
+        "flags": [
+            {"key": k, "label": FLAG_LABELS[k], "checked": bool(flags.get(k))} for k in FLAG_KEYS
+        ],
+        "rationale": rationale,
+        "deadline": deadline,
+        "window_open": timezone.now() <= deadline,
+        "error": error,
+        "revision_count": annotation.revisions.count(),
+        **_severity_context(),
+    }
+    status = 400 if error else 200
+    return _no_store(render(request, "annotations/revise.html", context, status=status))
+
+
+# --- lead pages -------------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+@strict_csp
+def lead_queue(request: HttpRequest, slug: str) -> HttpResponse:
+    """Queue status per stratum and per-annotator throughput, time on task, gold accuracy."""
+    study, role = page_study(request, slug, min_role=Membership.Role.LEAD)
+    plan = services.active_plan(study)
+    rows = selectors.queue_status(study=study, plan=plan)
+    totals = {
+        "entries": sum(r.entries for r in rows),
+        "complete": sum(r.complete for r in rows),
+        "needed": sum(r.needed for r in rows),
+        "leased": sum(r.leased for r in rows),
+        "done": sum(r.done for r in rows),
+        "gold_entries": sum(r.gold_entries for r in rows),
+    }
+    context = {
+        "study": study,
+        "study_role": role,
+        "plan": plan,
+        "rows": rows,
+        "totals": totals,
+        "stats": selectors.annotator_stats(study=study),
+    }
+    return render(request, "annotations/lead_queue.html", context)
+
+
+def _adjudication_choices(criterion: Criterion) -> list[tuple[str, str]]:
+    if criterion.scale == Criterion.Scale.BINARY:
+        return [("pass", "Pass"), ("fail", "Fail")]
+    if criterion.scale == Criterion.Scale.PAIRWISE:
+        return [("A", "A (output A)"), ("B", "B (output B)"), ("tie", "Tie")]
+    return [(str(p.get("value")), _value_label(criterion, str(p.get("value"))))
+            for p in criterion.points if isinstance(p, dict)]
+
+
+def _adjudicate(request: HttpRequest, study: Study) -> None:
+    data = request.POST
+    criterion_id = _int_field(data, "criterion_id", required=True)
+    subject_id = _int_field(data, "subject_id", required=True)
+    kind = data.get("subject", "")
+    criterion = Criterion.objects.filter(pk=criterion_id, rubric__study=study).first()
+    if criterion is None:
+        raise ValidationFailed("criterion_id is not a criterion of this study.",
+                               details={"criterion_id": "unknown"})
+    output = comparison = None
+    if kind == "output":
+        output = Output.objects.filter(pk=subject_id, study=study).first()
+        if output is None:
+            raise ValidationFailed("subject_id is not an output of this study.",
+                                   details={"subject_id": "unknown"})
+    elif kind == "comparison":
+        comparison = Comparison.objects.filter(pk=subject_id, study=study).first()
+        if comparison is None:
+            raise ValidationFailed("subject_id is not a comparison of this study.",
+                                   details={"subject_id": "unknown"})
+    else:
+        raise ValidationFailed("subject must be 'output' or 'comparison'.",
+                               details={"subject": "invalid"})
+    services.adjudication_record(
+        study=study, criterion=criterion, output=output, comparison=comparison,
+        value=data.get("value", ""), note=data.get("note", ""), user=request.user,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@strict_csp
+def lead_disagreements(request: HttpRequest, slug: str) -> HttpResponse:
+    """Subjects where annotators disagree (or judges differ from them), with adjudication."""
+    study, role = page_study(request, slug, min_role=Membership.Role.LEAD)
+    if request.method == "POST":
+        try:
+            _adjudicate(request, study)
+        except AppError as exc:
+            messages.error(request, f"Not recorded: {exc.message}")
+        else:
+            messages.success(request, "Adjudication recorded.")
+        return HttpResponseRedirect(request.get_full_path())
+    criteria = list(Criterion.objects.filter(rubric__study=study).order_by("rubric__version", "position", "id"))
+    chosen_key = request.GET.get("criterion", "")
+    chosen = next((c for c in reversed(criteria) if c.key == chosen_key), None)
+    only_humans = request.GET.get("judges") == "0"
+    rows = selectors.disagreements(study=study, criterion=chosen, include_judges=not only_humans)
+    shown = rows[:DISAGREEMENT_PAGE]
+    by_id = {c.pk: c for c in criteria}
+    out_ids = [r.subject_id for r in shown if r.subject == "output"]
+    outputs = {
+        o["id"]: o
+        for o in Output.objects.filter(pk__in=out_ids).values("id", "text", "item__input")
+    }
+    cmp_ids = [r.subject_id for r in shown if r.subject == "comparison"]
+    comparisons = {
+        c["id"]: c
+        for c in Comparison.objects.filter(pk__in=cmp_ids).values(
+            "id", "item__input", "output_a__text", "output_b__text"
+        )
+    }
+    items = []
+    for r in shown:
+        criterion = by_id.get(r.criterion_id)
+        if criterion is None:
+            continue
+        labels = dict(_adjudication_choices(criterion))
+        texts = outputs.get(r.subject_id, {}) if r.subject == "output" else comparisons.get(
+            r.subject_id, {}
+        )
+        items.append({
+            "row": r,
+            "criterion": criterion,
+            "human": sorted(((labels.get(v, v), n) for v, n in r.human_values.items()),
+                            key=lambda t: -t[1]),
+            "judge": sorted(((labels.get(v, v), n) for v, n in r.judge_values.items()),
+                            key=lambda t: -t[1]),
+            "majority_label": labels.get(r.human_majority or "", r.human_majority or ""),
+            "adjudicated_label": labels.get(r.adjudicated_value or "", r.adjudicated_value),
+            "choices": list(labels.items()),
+            "input": texts.get("item__input", ""),
+            "text": texts.get("text", ""),
+            "text_a": texts.get("output_a__text", ""),
+            "text_b": texts.get("output_b__text", ""),
+        })
+    context = {
+        "study": study,
+        "study_role": role,
+        "criteria": criteria,
+        "chosen_key": chosen.key if chosen else "",
+        "only_humans": only_humans,
+        "items": items,
+        "total": len(rows),
+        "truncated": len(rows) > len(shown),
+    }
+    return render(request, "annotations/lead_disagreements.html", context)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@strict_csp
+def lead_members(request: HttpRequest, slug: str) -> HttpResponse:
+    """Invite annotators and reset passwords; a new one-time password is shown once."""
+    study, role = page_study(request, slug, min_role=Membership.Role.LEAD)
+    one_time: dict[str, str] | None = None
+    error = ""
+    form = {"username": "", "email": "", "role": Membership.Role.ANNOTATOR}
+    if request.method == "POST":
+        action = request.POST.get("action")
+        try:
+            if action == "invite":
+                form = {
+                    "username": request.POST.get("username", ""),
+                    "email": request.POST.get("email", ""),
+                    "role": request.POST.get("role", Membership.Role.ANNOTATOR),
+                }
+                user, password = services.annotator_invite(
+                    study=study, username=form["username"], email=form["email"],
+                    role=form["role"], invited_by=request.user,
+                )
+                if password:
+                    one_time = {"username": user.username, "password": password,
+                                "what": "New account created"}
+                else:
+                    messages.success(request, f"{user.username} is now a member ({form['role']}).")
+                form = {"username": "", "email": "", "role": Membership.Role.ANNOTATOR}
+            elif action == "reset":
+                user_id = _int_field(request.POST, "user_id", required=True)
+                member = get_user_model().objects.filter(
+                    pk=user_id, memberships__study=study
+                ).first()
+                if member is None:
+                    raise ValidationFailed("user_id is not a member of this study.",
+                                           details={"user_id": "unknown"})
+                password = services.annotator_password_reset(study=study, user=member,
+                                                              by=request.user)
+                one_time = {"username": member.username, "password": password,
+                            "what": "Password reset"}
+            else:
+                raise ValidationFailed("action must be 'invite' or 'reset'.",
+                                       details={"action": "invalid"})
+        except AppError as exc:
+            error = exc.message
+    members = (
+        Membership.objects.filter(study=study).select_related("user")
+        .order_by("role", "user__username")
+    )
+    context = {
+        "study": study,
+        "study_role": role,
+        "members": members,
+        "roles": Membership.Role.choices,
+        "form": form,
+        "one_time": one_time,
+        "error": error,
+    }
+    status = 400 if error else 200
+    return _no_store(render(request, "annotations/lead_members.html", context, status=status))

@@ -1,0 +1,181 @@
+"""REST views for judges and judge versions (runs: `judges/run_api.py`).
+
+Thin: access check (`study_get_for_actor`; 404 without access) → validate → service or
+selector → serialize. Leads write; leads and viewers read; annotators grade blind and see no
+judge data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from reviewhub.api.errors import Forbidden, ValidationFailed
+from reviewhub.api.pagination import DefaultCursorPagination
+from studies.access import study_get_for_actor
+from studies.models import Comparison, Membership, Study
+from studies.serializers import ErrorSerializer
+
+from . import judge_selectors as selectors
+from . import services
+from .models import Judge, JudgeVersion
+from .preview import judge_version_preview
+from .serializers import (
+    JudgeCreatedSerializer,
+    JudgeCreateSerializer,
+    JudgeSerializer,
+    JudgeVersionSerializer,
+    PreviewRequestSerializer,
+    PreviewSerializer,
+    VersionCreatedSerializer,
+    VersionCreateSerializer,
+)
+
+ERRORS = {
+    400: OpenApiResponse(ErrorSerializer, description="Validation failed (details.field "
+                                                      "names the offending field)."),
+    403: OpenApiResponse(ErrorSerializer, description="Read-only token or role too low."),
+    404: OpenApiResponse(ErrorSerializer, description="No such study/judge, or no access."),
+}
+TAGS = ["judges"]
+
+
+def _study(request: Request, slug: str, *, write: bool = False) -> Study:
+    study, role = study_get_for_actor(
+        user=request.user, slug=slug, token=request.auth, write=write,
+        min_role=Membership.Role.LEAD if write else Membership.Role.VIEWER,
+    )
+    if role == Membership.Role.ANNOTATOR:
+        raise Forbidden("Annotators grade blind: judge data is for leads and viewers.")
+    return study
+
+
+def _validated(serializer_cls: type, request: Request) -> dict[str, Any]:
+    serializer = serializer_cls(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+class JudgeListCreate(generics.ListAPIView):
+    serializer_class = JudgeSerializer
+    pagination_class = DefaultCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> QuerySet[Judge]:
+        if getattr(self, "swagger_fake_view", False):
+            return Judge.objects.none()
+        return selectors.judges_list(study=_study(self.request, self.kwargs["slug"]))
+
+    @extend_schema(tags=TAGS, summary="List the study's judges",
+                   responses={200: JudgeSerializer(many=True), **ERRORS})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(tags=TAGS, summary="Create a judge (optionally with version 1)",
+                   request=JudgeCreateSerializer,
+                   responses={201: JudgeCreatedSerializer, 409: OpenApiResponse(
+                       ErrorSerializer, description="A judge with this name exists."), **ERRORS})
+    def post(self, request: Request, slug: str) -> Response:
+        study = _study(request, slug, write=True)
+        data = _validated(JudgeCreateSerializer, request)
+        if "config" in data:
+            # Validate before creating anything, so that a bad config leaves no judge behind.
+            services.judge_config_validate(data["config"], kind=data["kind"])
+        with transaction.atomic():
+            judge = services.judge_create(study=study, name=data["name"], kind=data["kind"],
+                                          description=data.get("description", ""),
+                                          created_by=request.user)
+            version = (services.judge_version_for_config(judge=judge, config=data["config"])
+                       if "config" in data else None)
+        judge = selectors.judge_get(study=study, judge_id=judge.pk)
+        return Response({"judge": JudgeSerializer(judge).data,
+                         "version": JudgeVersionSerializer(version).data if version else None},
+                        status=status.HTTP_201_CREATED)
+
+
+class JudgeDetail(APIView):
+    @extend_schema(tags=TAGS, summary="A judge", responses={200: JudgeSerializer, **ERRORS})
+    def get(self, request: Request, slug: str, judge_id: int) -> Response:
+        study = _study(request, slug)
+        return Response(JudgeSerializer(selectors.judge_get(study=study, judge_id=judge_id)).data)
+
+
+class JudgeVersionListCreate(generics.ListAPIView):
+    serializer_class = JudgeVersionSerializer
+    pagination_class = DefaultCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> QuerySet[JudgeVersion]:
+        if getattr(self, "swagger_fake_view", False):
+            return JudgeVersion.objects.none()
+        study = _study(self.request, self.kwargs["slug"])
+        judge = selectors.judge_get(study=study, judge_id=self.kwargs["judge_id"])
+        return selectors.judge_versions_list(judge=judge)
+
+    @extend_schema(tags=TAGS, summary="List a judge's versions (newest first)",
+                   responses={200: JudgeVersionSerializer(many=True), **ERRORS})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        tags=TAGS, summary="Get or create the version for a config",
+        description="Validates and canonicalises the config and hashes it. An identical config "
+                    "returns the existing version (200, created=false); anything else makes "
+                    "version n+1 (201, created=true). Versions are immutable.",
+        request=VersionCreateSerializer,
+        responses={200: VersionCreatedSerializer, 201: VersionCreatedSerializer, **ERRORS},
+    )
+    def post(self, request: Request, slug: str, judge_id: int) -> Response:
+        study = _study(request, slug, write=True)
+        judge = selectors.judge_get(study=study, judge_id=judge_id)
+        data = _validated(VersionCreateSerializer, request)
+        outcome = services.judge_version_get_or_create(judge=judge, config=data["config"])
+        return Response(
+            {"created": outcome.created, "version": JudgeVersionSerializer(outcome.version).data},
+            status=status.HTTP_201_CREATED if outcome.created else status.HTTP_200_OK,
+        )
+
+
+class JudgeVersionDetail(APIView):
+    @extend_schema(tags=TAGS, summary="A judge version (its config holds no key)",
+                   responses={200: JudgeVersionSerializer, **ERRORS})
+    def get(self, request: Request, slug: str, judge_id: int, version_id: int) -> Response:
+        study = _study(request, slug)
+        judge = selectors.judge_get(study=study, judge_id=judge_id)
+        version = selectors.judge_version_get(judge=judge, version_id=version_id)
+        return Response(JudgeVersionSerializer(version).data)
+
+
+class JudgeVersionPreview(APIView):
+    @extend_schema(
+        tags=TAGS, summary="Preview the exact provider request, without sending it",
+        description="Renders the request this version would send for one output (or one "
+                    "comparison in one order): URL, headers (the API key REDACTED; the "
+                    "environment is never read) and the JSON body. Nothing is called.",
+        request=PreviewRequestSerializer, responses={200: PreviewSerializer, **ERRORS},
+    )
+    def post(self, request: Request, slug: str, judge_id: int, version_id: int) -> Response:
+        # Leads only: the preview shows item inputs and outputs, which is lead data.
+        study, _role = study_get_for_actor(user=request.user, slug=slug, token=request.auth,
+                                           min_role=Membership.Role.LEAD)
+        judge = selectors.judge_get(study=study, judge_id=judge_id)
+        version = selectors.judge_version_get(judge=judge, version_id=version_id)
+        data = _validated(PreviewRequestSerializer, request)
+        subject = selectors.preview_subject_get(study=study, output_id=data.get("output_id"),
+                                                comparison_id=data.get("comparison_id"))
+        pairwise = isinstance(subject, Comparison)
+        criterion = selectors.preview_criterion_get(
+            study=study, criterion_key=data.get("criterion_key") or None, pairwise=pairwise)
+        if not pairwise and data.get("order") not in (None, "", "ab"):
+            raise ValidationFailed("order applies to comparisons only.",
+                                   details={"field": "order"})
+        preview = judge_version_preview(version=version, criterion=criterion, subject=subject,
+                                        order=data.get("order", "ab") if pairwise else "")
+        return Response(preview)

@@ -1,0 +1,165 @@
+"""Provider clients on httpx: `provider_call` / `provider_call_async` and pooled clients.
+
+The interface is `ProviderRequest` in, `ProviderResult` out, `TransientProviderError` or
+`PermanentProviderError` raised (see docs/judges.md for the mapping). Retrying is the caller's
+job (the judge queue owns the retry policy); a call here is exactly one HTTP request.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from . import anthropic, openai
+from .base import (
+    PROVIDERS,
+    ChatMessage,
+    PermanentProviderError,
+    PreparedCall,
+    ProviderConfigError,
+    ProviderError,
+    ProviderRequest,
+    ProviderResult,
+    TokenLogprob,
+    TransientProviderError,
+    retry_after_seconds,
+)
+from .transport import ShardedAsyncTransport, ShardedTransport
+
+__all__ = [
+    "PROVIDERS",
+    "ChatMessage",
+    "PermanentProviderError",
+    "PreparedCall",
+    "ProviderConfigError",
+    "ProviderError",
+    "ProviderRequest",
+    "ProviderResult",
+    "TokenLogprob",
+    "TransientProviderError",
+    "http_client",
+    "http_client_async",
+    "provider_call",
+    "provider_call_async",
+    "provider_prepare",
+    "retry_after_seconds",
+    "serialize_body",
+]
+
+# Connecting is quick or not at all; a provider still thinking is what the long read is for.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _timeout(timeout_s: float) -> httpx.Timeout:
+    return httpx.Timeout(
+        connect=min(CONNECT_TIMEOUT_S, timeout_s), read=timeout_s, write=timeout_s, pool=timeout_s
+    )
+
+
+def http_client_async(*, max_connections: int = 256, timeout_s: float = 60.0) -> httpx.AsyncClient:
+    """A pooled async client with explicit connect/read/write/pool timeouts.
+
+    At most `max_connections` connections, split into small pools (see `transport.py`: one big
+    httpcore pool costs CPU quadratic in its size). Redirects are not followed: a judge must
+    talk to the allow-listed URL it was configured with.
+    """
+    return httpx.AsyncClient(
+        timeout=_timeout(timeout_s),
+        transport=ShardedAsyncTransport(max_connections=max_connections),
+        follow_redirects=False,
+    )
+
+
+def http_client(*, max_connections: int = 64, timeout_s: float = 60.0) -> httpx.Client:
+    """A pooled sync client with explicit timeouts (see `http_client_async`)."""
+    return httpx.Client(
+        timeout=_timeout(timeout_s),
+        transport=ShardedTransport(max_connections=max_connections),
+        follow_redirects=False,
+    )
+
+
+def _module(provider: str) -> Any:
+    if provider == "openai":
+        return openai
+    if provider == "anthropic":
+        return anthropic
+    raise ProviderConfigError(f"unknown provider {provider!r}; expected one of {PROVIDERS}")
+
+
+def provider_prepare(request: ProviderRequest) -> PreparedCall:
+    """The exact HTTP request (method, URL, headers, JSON body) a call would send."""
+    return _module(request.provider).prepare(request)
+
+
+def serialize_body(body: Mapping[str, Any]) -> bytes:
+    # The bytes on the wire are produced here (not by httpx) so that the preview shows them
+    # exactly. NaN/Infinity are not JSON and are refused before anything is sent.
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError as exc:
+        raise ProviderConfigError(f"request body is not valid JSON: {exc}") from None
+
+
+def _transport_error(exc: httpx.HTTPError) -> ProviderError:
+    kind = type(exc).__name__
+    detail = str(exc)[:200]
+    if isinstance(exc, httpx.TimeoutException):
+        return TransientProviderError(f"timeout ({kind}){': ' + detail if detail else ''}")
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError | httpx.InvalidURL):
+        return PermanentProviderError(f"cannot send request ({kind}): {detail}")
+    if isinstance(exc, httpx.DecodingError):
+        return PermanentProviderError(f"undecodable response body ({kind}): {detail}")
+    # ConnectError, ReadError, WriteError, RemoteProtocolError (reset, closed mid-body), proxy
+    # errors: the request may never have reached the model, so it is worth another try.
+    return TransientProviderError(f"connection error ({kind}){': ' + detail if detail else ''}")
+
+
+def _interpret(
+    request: ProviderRequest, response: httpx.Response, latency_ms: float
+) -> ProviderResult:
+    return _module(request.provider).interpret(
+        request,
+        status=response.status_code,
+        headers=response.headers,
+        content=response.content,
+        latency_ms=latency_ms,
+    )
+
+
+def provider_call(client: httpx.Client, request: ProviderRequest) -> ProviderResult:
+    """Send one request and return its result; raise Transient/PermanentProviderError."""
+    call = provider_prepare(request)
+    content = serialize_body(call.body)
+    start = time.perf_counter()
+    try:
+        response = client.request(
+            call.method, call.url, headers=dict(call.headers), content=content,
+            timeout=_timeout(request.timeout_s),
+        )
+    except httpx.HTTPError as exc:
+        raise _transport_error(exc) from exc
+    latency_ms = (time.perf_counter() - start) * 1000.0
+    return _interpret(request, response, latency_ms)
+
+
+async def provider_call_async(
+    client: httpx.AsyncClient, request: ProviderRequest
+) -> ProviderResult:
+    """Async twin of `provider_call` (same request, same result, same errors)."""
+    call = provider_prepare(request)
+    content = serialize_body(call.body)
+    start = time.perf_counter()
+    try:
+        response = await client.request(
+            call.method, call.url, headers=dict(call.headers), content=content,
+            timeout=_timeout(request.timeout_s),
+        )
+    except httpx.HTTPError as exc:
+        raise _transport_error(exc) from exc
+    latency_ms = (time.perf_counter() - start) * 1000.0
+    return _interpret(request, response, latency_ms)

@@ -1,0 +1,136 @@
+"""Anthropic messages wire format.
+
+`base_url` is the host root, as the Anthropic SDKs take it: `https://api.anthropic.com`; the
+call goes to `{base_url}/v1/messages`. A base URL that already ends in `/v1` (some gateways
+document it that way) is accepted and not doubled.
+
+Anthropic has no logprobs and no seed. Structured output is a forced tool call: the verdict
+schema becomes the input schema of one tool, `tool_choice` forces it, and the tool input (a JSON
+object) is returned as the result text, so the same strict parser reads both providers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ._http import header, json_body_or_raise, optional_int
+from .base import (
+    PermanentProviderError,
+    PreparedCall,
+    ProviderRequest,
+    ProviderResult,
+    body_excerpt,
+)
+
+API_VERSION = "2023-06-01"
+# The messages API requires max_tokens; a verdict with a short rationale fits well inside.
+DEFAULT_MAX_TOKENS = 1024
+TOOL_NAME = "record_verdict"
+_CORE_FIELDS = frozenset(
+    {"model", "messages", "system", "max_tokens", "temperature", "tools", "tool_choice", "stream"}
+)
+
+
+def messages_url(base_url: str) -> str:
+    root = base_url.rstrip("/")
+    return root + ("/messages" if root.endswith("/v1") else "/v1/messages")
+
+
+def prepare(request: ProviderRequest) -> PreparedCall:
+    system = "\n\n".join(m.content for m in request.messages if m.role == "system")
+    body: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
+        "messages": [
+            {"role": m.role, "content": m.content} for m in request.messages if m.role != "system"
+        ],
+    }
+    if system:
+        body["system"] = system
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.response_format is not None:
+        body["tools"] = [
+            {
+                "name": TOOL_NAME,
+                "description": "Record the verdict and a short rationale.",
+                "input_schema": request.response_format["schema"],
+            }
+        ]
+        body["tool_choice"] = {"type": "tool", "name": TOOL_NAME}
+    for key, value in request.extra.items():
+        if key not in _CORE_FIELDS:
+            body[key] = value
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+        "anthropic-version": API_VERSION,
+    }
+    if request.api_key:
+        headers["x-api-key"] = request.api_key
+    return PreparedCall(method="POST", url=messages_url(request.base_url), headers=headers,
+                        body=body)
+
+
+def interpret(
+    request: ProviderRequest,
+    *,
+    status: int,
+    headers: Mapping[str, str],
+    content: bytes,
+    latency_ms: float,
+) -> ProviderResult:
+    data = json_body_or_raise(status=status, headers=headers, content=content)
+    excerpt = body_excerpt(content)
+    if data.get("type") == "error":
+        err: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else {}
+        raise PermanentProviderError(
+            f"error body with HTTP {status}: {str(err.get('message', ''))[:200]}",
+            http_status=status,
+            body_excerpt=excerpt,
+        )
+    blocks = data.get("content")
+    if not isinstance(blocks, list):
+        raise PermanentProviderError(
+            "response has no content list", http_status=status, body_excerpt=excerpt
+        )
+    text: str | None = None
+    if request.response_format is not None:
+        for block in blocks:
+            if (
+                isinstance(block, dict)
+                and block.get("type") == "tool_use"
+                and block.get("name") == TOOL_NAME
+                and isinstance(block.get("input"), dict)
+            ):
+                text = json.dumps(block["input"], ensure_ascii=False)
+                break
+    if text is None:
+        parts = [
+            b["text"]
+            for b in blocks
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        ]
+        if not parts:
+            raise PermanentProviderError(
+                "no text content block", http_status=status, body_excerpt=excerpt
+            )
+        text = "".join(parts)
+    usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
+    stop = data.get("stop_reason")
+    request_id = header(headers, "request-id")
+    if request_id is None and isinstance(data.get("id"), str):
+        request_id = data["id"]
+    return ProviderResult(
+        text=text,
+        finish_reason=stop if isinstance(stop, str) else None,
+        http_status=status,
+        request_id=request_id,
+        tokens_in=optional_int(usage.get("input_tokens")),
+        tokens_out=optional_int(usage.get("output_tokens")),
+        latency_ms=latency_ms,
+        logprobs=None,
+        raw=data,
+    )

@@ -1,0 +1,204 @@
+"""REST API for judge runs and verdicts (thin views: validate → service/selector → serialize).
+
+    POST /api/studies/<slug>/judge-runs                    start a run (lead, write)
+    GET  /api/studies/<slug>/judge-runs                    list runs with progress
+    GET  /api/studies/<slug>/judge-runs/<id>               one run with progress
+    POST /api/studies/<slug>/judge-runs/<id>/cancel        cancel (queued jobs → cancelled)
+    POST /api/studies/<slug>/judge-runs/<id>/resume        resume (optional new budgets)
+    POST /api/studies/<slug>/judge-runs/<id>/rerun         new run, same spec, skips finished
+    GET  /api/studies/<slug>/verdicts?run=&criterion=&candidate=&judge_version=&scored=
+
+All of them go through `study_get_for_actor` and need the lead role: verdicts are lead data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from reviewhub.api.errors import ValidationFailed
+from reviewhub.api.pagination import DefaultCursorPagination
+from studies.access import study_get_for_actor
+from studies.models import Criterion, Membership, Study
+
+from . import runs, selectors
+from .models import JudgeRun, JudgeVersion, Verdict
+
+
+def _study(request: Request, slug: str, *, write: bool = False) -> Study:
+    study, _ = study_get_for_actor(user=request.user, slug=slug, token=request.auth,
+                                   write=write, min_role=Membership.Role.LEAD)
+    return study
+
+
+def run_data(run: JudgeRun, *, progress: bool = True) -> dict[str, Any]:
+    version = run.judge_version
+    data: dict[str, Any] = {
+        "id": run.pk,
+        "judge": {"id": version.judge_id, "name": version.judge.name, "kind": version.judge.kind},
+        "judge_version": {"id": version.pk, "version": version.version,
+                          "content_hash": version.content_hash},
+        "criteria": [c.key for c in run.criteria.all()],
+        "selection": run.selection,
+        "status": run.status,
+        "stop_reason": run.stop_reason,
+        "max_cost": run.max_cost,
+        "max_calls": run.max_calls,
+        "created_by": run.created_by.get_username() if run.created_by else None,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+    }
+    if progress:
+        data["progress"] = selectors.judge_run_progress(run=run)
+    return data
+
+
+def verdict_data(v: Verdict) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": v.pk,
+        "judge_version": v.judge_version_id,
+        "judge": v.judge_version.judge.name,
+        "criterion": v.criterion.key,
+        "run": v.run_id,
+        "is_scored": v.is_scored,
+        "value": v.value,
+        "value_num": v.value_num,
+        "probability": v.probability,
+        "rationale": v.rationale,
+        "n_samples": v.n_samples,
+        "details": v.details,
+        "source": v.source,
+        "updated_at": v.updated_at,
+    }
+    if v.output is not None:
+        data["output"] = {"id": v.output_id, "candidate": v.output.candidate.name,
+                          "item": v.output.item.external_id}
+    if v.comparison is not None:
+        c = v.comparison
+        data["comparison"] = {"id": c.pk, "item": c.item.external_id,
+                              "a": {"output": c.output_a_id,
+                                    "candidate": c.output_a.candidate.name},
+                              "b": {"output": c.output_b_id,
+                                    "candidate": c.output_b.candidate.name}}
+    return data
+
+
+class RunStartSerializer(serializers.Serializer[Any]):
+    judge_version = serializers.IntegerField(min_value=1)
+    criteria = serializers.ListField(child=serializers.CharField(max_length=60),
+                                     allow_empty=False, max_length=200)
+    selection = serializers.DictField(required=False, default=dict)
+    max_cost = serializers.FloatField(required=False, allow_null=True, min_value=0)
+    max_calls = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+
+
+class BudgetSerializer(serializers.Serializer[Any]):
+    max_cost = serializers.FloatField(required=False, allow_null=True, min_value=0)
+    max_calls = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+
+
+def _criteria_for(study: Study, refs: list[str]) -> list[Criterion]:
+    """Criteria by key (in the study's latest rubric version) or by id."""
+    latest = study.rubric_versions.order_by("-version").first()
+    found: list[Criterion] = []
+    missing: list[str] = []
+    by_key = {c.key: c for c in latest.criteria.select_related("rubric")} if latest else {}
+    ids = [int(r) for r in refs if r.isdigit()]
+    by_id = {c.pk: c for c in Criterion.objects.filter(rubric__study=study, pk__in=ids)
+             .select_related("rubric")}
+    for ref in refs:
+        crit = by_key.get(ref) or (by_id.get(int(ref)) if ref.isdigit() else None)
+        if crit is None:
+            missing.append(ref)
+        else:
+            found.append(crit)
+    if missing:
+        raise ValidationFailed("unknown criteria for this study", details={"criteria": missing})
+    return found
+
+
+def _valid(serializer: serializers.Serializer[Any]) -> dict[str, Any]:
+    if not serializer.is_valid():
+        raise ValidationFailed("The request did not validate; see details for each field.",
+                               details=serializer.errors)
+    return dict(serializer.validated_data)
+
+
+class JudgeRunListCreate(APIView):
+    def get(self, request: Request, slug: str) -> Response:
+        study = _study(request, slug)
+        paginator = DefaultCursorPagination()
+        page = paginator.paginate_queryset(selectors.judge_run_list(study=study), request,
+                                           view=self) or []
+        # One grouped count for the page instead of a progress query per run.
+        counts = selectors.judge_run_job_counts(run_ids=[r.pk for r in page])
+        rows = []
+        for r in page:
+            row = run_data(r, progress=False)
+            row["jobs"] = counts.get(r.pk, {})
+            row["calls_made"] = r.calls_made
+            rows.append(row)
+        return paginator.get_paginated_response(rows)
+
+    def post(self, request: Request, slug: str) -> Response:
+        study = _study(request, slug, write=True)
+        data = _valid(RunStartSerializer(data=request.data))
+        version = JudgeVersion.objects.select_related("judge").filter(
+            pk=data["judge_version"], judge__study=study
+        ).first()
+        if version is None:
+            raise ValidationFailed("judge_version is not a judge version of this study",
+                                   details={"judge_version": data["judge_version"]})
+        run = runs.judge_run_start(
+            study=study, judge_version=version, criteria=_criteria_for(study, data["criteria"]),
+            selection=data.get("selection") or {"kind": "all"}, max_cost=data.get("max_cost"),
+            max_calls=data.get("max_calls"), created_by=request.user,
+        )
+        run = selectors.judge_run_get(study=study, run_id=run.pk)
+        return Response(run_data(run), status=status.HTTP_201_CREATED)
+
+
+class JudgeRunDetail(APIView):
+    def get(self, request: Request, slug: str, run_id: int) -> Response:
+        study = _study(request, slug)
+        return Response(run_data(selectors.judge_run_get(study=study, run_id=run_id)))
+
+
+class JudgeRunCancel(APIView):
+    def post(self, request: Request, slug: str, run_id: int) -> Response:
+        study = _study(request, slug, write=True)
+        run = runs.judge_run_cancel(run=selectors.judge_run_get(study=study, run_id=run_id))
+        return Response(run_data(selectors.judge_run_get(study=study, run_id=run.pk)))
+
+
+class JudgeRunResume(APIView):
+    def post(self, request: Request, slug: str, run_id: int) -> Response:
+        study = _study(request, slug, write=True)
+        data = _valid(BudgetSerializer(data=request.data or {}))
+        run = runs.judge_run_resume(run=selectors.judge_run_get(study=study, run_id=run_id),
+                                    max_cost=data.get("max_cost"),
+                                    max_calls=data.get("max_calls"))
+        return Response(run_data(selectors.judge_run_get(study=study, run_id=run.pk)))
+
+
+class JudgeRunRerun(APIView):
+    def post(self, request: Request, slug: str, run_id: int) -> Response:
+        study = _study(request, slug, write=True)
+        new = runs.judge_run_rerun(run=selectors.judge_run_get(study=study, run_id=run_id),
+                                   created_by=request.user)
+        return Response(run_data(selectors.judge_run_get(study=study, run_id=new.pk)),
+                        status=status.HTTP_201_CREATED)
+
+
+class VerdictList(APIView):
+    def get(self, request: Request, slug: str) -> Response:
+        study = _study(request, slug)
+        qs = selectors.verdict_list(study=study, filters=request.query_params)
+        paginator = DefaultCursorPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response([verdict_data(v) for v in page or []])

@@ -1,0 +1,894 @@
+"""Judge runs: start, cancel, resume, re-run; claiming and recording jobs; verdicts; sweeping.
+
+Services for writes (house style): keyword-only, typed, each owning its `transaction.atomic`,
+no network I/O inside. The executor (`judges/executor.py`) calls `jobs_claim`, makes the calls
+with no transaction open, then calls `jobs_record` and `verdicts_build`.
+
+Decisions worth knowing (also in docs/judges.md):
+
+- **Jobs are unique per judge version**, not per run: (judge version, criterion, subject,
+  sample index, order). A second run of the same judge version over the same subjects does not
+  call the provider again for a job that already finished (done, unparseable, or failed
+  permanently) in an earlier run — its verdict already exists. It *adopts* (moves to itself and
+  re-queues) the jobs earlier runs left cancelled or failed for a transient reason, and leaves
+  jobs still queued or running in another active run to that run. `creation_stats` says how
+  many of each. A new judge version (changed prompt/model/parser) always gets fresh jobs.
+- **Pairwise subjects are `Comparison` rows.** If the selected items have no comparison at
+  all, the run creates one per pair of candidates' outputs on the same item, in canonical
+  order (output_a = the output of the candidate with the lower id). If any comparison exists
+  for the selected items, the curated set is used as is and nothing is added.
+- **Selection** (stored on the run, with the seed for samples):
+  `{"kind": "all"}`, `{"kind": "stratum", "dimension": key, "label": label}`,
+  `{"kind": "candidate", "candidate": name}`, `{"kind": "sample", "n": N, "seed": S}`.
+  For single-output criteria it selects outputs; for pairwise criteria it selects comparisons
+  (stratum: of items in the stratum; candidate: comparisons involving the candidate; sample: N
+  comparisons drawn with the same seed).
+- **Budgets**: `max_calls` counts provider calls (every claim, retries included) and is exact:
+  claims happen under the run row lock. `max_cost` is checked before each claim against the
+  cost recorded so far plus the average cost of a call for the calls in flight, so a run can
+  overshoot by at most the spread of the calls in flight. Hitting either stops the run:
+  queued jobs are cancelled, running ones finish, `status=stopped`, `stop_reason` has figures.
+- **Attempts**: each claim is one attempt. Transient errors re-queue the job with a jittered,
+  capped exponential backoff that honours Retry-After (a Retry-After above the cap is honoured
+  as sent); after `REVIEWHUB_JUDGE_MAX_ATTEMPTS` the job fails with `error_kind="transient"`.
+  Resuming a run re-queues such jobs with their attempt count reset.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import secrets
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count, F, Q, QuerySet, Sum
+from django.utils import timezone
+
+from reviewhub.api.errors import Conflict, ValidationFailed
+from studies.models import Comparison, Criterion, Output, StratumDimension, Study
+
+from .aggregation import (
+    TERMINAL_STATUSES,
+    CallView,
+    CombinedVerdict,
+    combine_pairwise,
+    combine_single,
+)
+from .models import Judge, JudgeJob, JudgeRun, JudgeVersion, Verdict
+
+logger = logging.getLogger(__name__)
+
+JOB_BULK_BATCH = 1000
+SELECTION_KINDS = ("all", "stratum", "candidate", "sample")
+ACTIVE_JOB_STATUSES = (JudgeJob.Status.QUEUED, JudgeJob.Status.RUNNING)
+# Before the first priced call finishes, a cost-limited run claims this many calls at most.
+COST_PROBE_CALLS = 8
+
+Enqueue = Callable[[int, int], None]
+
+
+def _default_enqueue(run_id: int, n: int) -> None:
+    from .celery_tasks import judge_run_enqueue
+
+    judge_run_enqueue(run_id=run_id, n=n)
+
+
+# --- selection ----------------------------------------------------------------------------
+
+
+def selection_normalise(*, study: Study, selection: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Validate a selection and return the canonical form stored on the run."""
+    sel = dict(selection or {"kind": "all"})
+    kind = sel.get("kind", "all")
+    if kind not in SELECTION_KINDS:
+        raise ValidationFailed(
+            f"selection.kind must be one of {', '.join(SELECTION_KINDS)}",
+            details={"selection.kind": kind},
+        )
+    if kind == "all":
+        return {"kind": "all"}
+    if kind == "stratum":
+        dimension, label = sel.get("dimension"), sel.get("label")
+        if not isinstance(dimension, str) or not isinstance(label, str) or not label:
+            raise ValidationFailed(
+                "a stratum selection needs 'dimension' and 'label' (strings)",
+                details={"selection": sel},
+            )
+        if not StratumDimension.objects.filter(study=study, key=dimension).exists():
+            raise ValidationFailed(
+                f"selection.dimension '{dimension}' is not a dimension of this study",
+                details={"selection.dimension": dimension},
+            )
+        return {"kind": "stratum", "dimension": dimension, "label": label}
+    if kind == "candidate":
+        name = sel.get("candidate")
+        candidate = study.candidates.filter(name=name).first() if isinstance(name, str) else None
+        if candidate is None:
+            raise ValidationFailed(
+                f"selection.candidate '{name}' is not a candidate of this study",
+                details={"selection.candidate": name},
+            )
+        return {"kind": "candidate", "candidate": candidate.name, "candidate_id": candidate.pk}
+    n, seed = sel.get("n"), sel.get("seed")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValidationFailed(
+            "selection.n must be a positive integer", details={"selection.n": n}
+        )
+    if seed is None:
+        # Drawn once and stored, so that a re-run judges exactly the same sample.
+        seed = secrets.randbelow(2**31)
+    elif isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValidationFailed("selection.seed must be an integer",
+                               details={"selection.seed": seed})
+    return {"kind": "sample", "n": n, "seed": seed}
+
+
+def _sample_ids(ids: list[int], *, n: int, seed: int) -> list[int]:
+    ids = sorted(ids)
+    if n >= len(ids):
+        return ids
+    return sorted(random.Random(seed).sample(ids, n))
+
+
+def selection_outputs(*, study: Study, selection: Mapping[str, Any]) -> list[int]:
+    """Output ids selected (sorted), for single-output criteria."""
+    qs = Output.objects.filter(study=study)
+    kind = selection["kind"]
+    if kind == "stratum":
+        qs = qs.filter(**{f"item__strata__{selection['dimension']}": selection["label"]})
+    elif kind == "candidate":
+        qs = qs.filter(candidate_id=selection["candidate_id"])
+    ids = list(qs.order_by("id").values_list("id", flat=True))
+    if kind == "sample":
+        ids = _sample_ids(ids, n=selection["n"], seed=selection["seed"])
+    return ids
+
+
+def _item_ids_for(*, study: Study, selection: Mapping[str, Any]) -> QuerySet[Any]:
+    qs = study.items.all()
+    if selection["kind"] == "stratum":
+        qs = qs.filter(**{f"strata__{selection['dimension']}": selection["label"]})
+    return qs.values("id")
+
+
+def comparisons_ensure(*, study: Study, selection: Mapping[str, Any]) -> int:
+    """Create canonical comparisons when the selected items have none; return how many.
+
+    Canonical order: output_a belongs to the candidate with the lower id. Every unordered pair
+    of candidates' outputs on an item becomes one comparison.
+    """
+    items = _item_ids_for(study=study, selection=selection)
+    if Comparison.objects.filter(study=study, item_id__in=items).exists():
+        return 0
+    by_item: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for out_id, item_id, cand_id in (
+        Output.objects.filter(study=study, item_id__in=items)
+        .order_by("item_id", "candidate_id")
+        .values_list("id", "item_id", "candidate_id")
+    ):
+        by_item[item_id].append((cand_id, out_id))
+    rows = []
+    for item_id, outs in by_item.items():
+        outs.sort()
+        for i in range(len(outs)):
+            for j in range(i + 1, len(outs)):
+                rows.append(
+                    Comparison(study=study, item_id=item_id, output_a_id=outs[i][1],
+                               output_b_id=outs[j][1])
+                )
+    Comparison.objects.bulk_create(rows, batch_size=JOB_BULK_BATCH, ignore_conflicts=True)
+    return len(rows)
+
+
+def selection_comparisons(*, study: Study, selection: Mapping[str, Any]) -> list[int]:
+    """Comparison ids selected (sorted), for pairwise criteria."""
+    qs = Comparison.objects.filter(study=study)
+    kind = selection["kind"]
+    if kind == "stratum":
+        qs = qs.filter(item_id__in=_item_ids_for(study=study, selection=selection))
+    elif kind == "candidate":
+        cid = selection["candidate_id"]
+        qs = qs.filter(Q(output_a__candidate_id=cid) | Q(output_b__candidate_id=cid))
+    ids = list(qs.order_by("id").values_list("id", flat=True))
+    if kind == "sample":
+        ids = _sample_ids(ids, n=selection["n"], seed=selection["seed"])
+    return ids
+
+
+# --- starting, cancelling, resuming ---------------------------------------------------------
+
+
+def _samples_for(version: JudgeVersion) -> int:
+    samples = version.config.get("samples", 1) if version.judge.kind == Judge.Kind.LLM else 1
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValidationFailed(
+            "judge version config 'samples' must be a positive integer",
+            details={"samples": samples},
+        )
+    return samples
+
+
+def _check_budget_args(
+    *, version: JudgeVersion, max_cost: float | None, max_calls: int | None
+) -> None:
+    if max_calls is not None and (isinstance(max_calls, bool) or max_calls < 1):
+        raise ValidationFailed("max_calls must be a positive integer",
+                               details={"max_calls": max_calls})
+    if max_cost is not None:
+        if max_cost <= 0 or not math.isfinite(max_cost):
+            raise ValidationFailed("max_cost must be a positive number",
+                                   details={"max_cost": max_cost})
+        if version.judge.kind == Judge.Kind.LLM:
+            from .pricing import cost_for
+
+            config = version.config
+            price = cost_for(provider=str(config.get("provider", "")),
+                             model=str(config.get("model", "")), tokens_in=1_000_000,
+                             tokens_out=1_000_000, override=config.get("prices"))
+            if price is None:
+                raise ValidationFailed(
+                    "max_cost needs a price for this model: add it to "
+                    "REVIEWHUB_JUDGE_PRICES or to the judge config 'prices'",
+                    details={"max_cost": max_cost, "model": config.get("model")},
+                )
+
+
+def judge_run_start(
+    *,
+    study: Study,
+    judge_version: JudgeVersion,
+    criteria: Sequence[Criterion],
+    selection: Mapping[str, Any] | None = None,
+    max_cost: float | None = None,
+    max_calls: int | None = None,
+    created_by: Any = None,
+    enqueue: Enqueue | None = None,
+) -> JudgeRun:
+    """Create a run and its jobs (one per version x subject x criterion x sample x order).
+
+    Jobs are inserted with `bulk_create(ignore_conflicts=True)` under the per-version unique
+    constraints, and batch tasks are enqueued after commit. See the module docstring for how
+    a run relates to earlier runs of the same judge version.
+    """
+    version = judge_version
+    judge = version.judge
+    if judge.study_id != study.pk:
+        raise ValidationFailed("the judge version belongs to another study",
+                               details={"judge_version": version.pk})
+    if judge.kind == Judge.Kind.IMPORTED:
+        raise ValidationFailed("imported judges hold imported verdicts and cannot be run",
+                               details={"judge_version": version.pk})
+    criteria = list(dict.fromkeys(criteria))
+    if not criteria:
+        raise ValidationFailed("at least one criterion is required", details={"criteria": []})
+    foreign = [c.key for c in criteria if c.rubric.study_id != study.pk]
+    if foreign:
+        raise ValidationFailed("criteria must belong to this study's rubric",
+                               details={"criteria": foreign})
+    pairwise = [c for c in criteria if c.scale == Criterion.Scale.PAIRWISE]
+    if pairwise and judge.kind == Judge.Kind.PROGRAMMATIC:
+        raise ValidationFailed("programmatic checks judge single outputs, not pairs",
+                               details={"criteria": [c.key for c in pairwise]})
+    _check_budget_args(version=version, max_cost=max_cost, max_calls=max_calls)
+    sel = selection_normalise(study=study, selection=selection)
+    samples = _samples_for(version)
+    now = timezone.now()
+
+    with transaction.atomic():
+        comparisons_created = comparisons_ensure(study=study, selection=sel) if pairwise else 0
+        output_ids = selection_outputs(study=study, selection=sel) if len(pairwise) < len(
+            criteria) else []
+        comparison_ids = selection_comparisons(study=study, selection=sel) if pairwise else []
+        run = JudgeRun.objects.create(
+            study=study, judge_version=version, selection=sel, max_cost=max_cost,
+            max_calls=max_calls, created_by=created_by, status=JudgeRun.Status.RUNNING,
+            started_at=now, last_activity_at=now,
+        )
+        run.criteria.set(criteria)
+        wanted: set[tuple[int, str, int, int, str]] = set()
+        for crit in criteria:
+            if crit.scale == Criterion.Scale.PAIRWISE:
+                for cid in comparison_ids:
+                    for s in range(samples):
+                        for order in ("ab", "ba"):
+                            wanted.add((crit.pk, "c", cid, s, order))
+            else:
+                for oid in output_ids:
+                    for s in range(samples):
+                        wanted.add((crit.pk, "o", oid, s, ""))
+        rows = [
+            JudgeJob(
+                run=run, judge_version=version, criterion_id=crit_id,
+                output_id=sid if kind == "o" else None,
+                comparison_id=sid if kind == "c" else None,
+                sample_index=s, order=order,
+            )
+            for crit_id, kind, sid, s, order in sorted(wanted)
+        ]
+        JudgeJob.objects.bulk_create(rows, batch_size=JOB_BULK_BATCH, ignore_conflicts=True)
+        stats = _classify_jobs(run=run, wanted=wanted, criteria=criteria)
+        stats["subjects"] = len(output_ids) + len(comparison_ids)
+        stats["comparisons_created"] = comparisons_created
+        run.creation_stats = stats
+        queued = JudgeJob.objects.filter(run=run, status=JudgeJob.Status.QUEUED).count()
+        if queued == 0:
+            run.status = JudgeRun.Status.DONE
+            run.finished_at = now
+            run.stop_reason = "nothing to do: every selected job already finished or belongs "
+            run.stop_reason += "to another active run"
+        run.save(update_fields=["creation_stats", "status", "finished_at", "stop_reason"])
+        if queued:
+            _on_commit_enqueue(run.pk, queued, enqueue)
+    logger.info("judge run %s started: %s", run.pk, stats)
+    return run
+
+
+def _classify_jobs(
+    *, run: JudgeRun, wanted: set[tuple[int, str, int, int, str]], criteria: Sequence[Criterion]
+) -> dict[str, int]:
+    """Adopt resumable jobs of earlier runs; count what the run found (see module docstring)."""
+    created = adopted = finished = elsewhere = 0
+    adopt_ids: list[int] = []
+    jobs = JudgeJob.objects.filter(
+        judge_version=run.judge_version, criterion__in=criteria
+    ).values_list("id", "run_id", "criterion_id", "output_id", "comparison_id", "sample_index",
+                  "order", "status", "error_kind")
+    for jid, run_id, crit_id, oid, cid, s, order, status, error_kind in jobs.iterator(
+        chunk_size=5000
+    ):
+        key = (crit_id, "o", oid, s, order) if oid is not None else (crit_id, "c", cid, s, order)
+        if key not in wanted:
+            continue
+        if run_id == run.pk:
+            created += 1
+        elif status == JudgeJob.Status.CANCELLED or (
+            status == JudgeJob.Status.FAILED and error_kind == JudgeJob.ErrorKind.TRANSIENT
+        ):
+            adopt_ids.append(jid)
+        elif status in ACTIVE_JOB_STATUSES:
+            elsewhere += 1
+        else:
+            finished += 1
+    for start in range(0, len(adopt_ids), JOB_BULK_BATCH):
+        chunk = adopt_ids[start : start + JOB_BULK_BATCH]
+        adopted += JudgeJob.objects.filter(
+            id__in=chunk, status__in=[JudgeJob.Status.CANCELLED, JudgeJob.Status.FAILED]
+        ).update(run=run, **_requeue_fields())
+    return {"jobs_created": created, "jobs_adopted": adopted, "already_finished": finished,
+            "in_other_runs": elsewhere}
+
+
+def _requeue_fields() -> dict[str, Any]:
+    return {"status": JudgeJob.Status.QUEUED, "attempts": 0, "lease_token": "",
+            "lease_expires_at": None, "available_at": None, "error_kind": "", "error": "",
+            "finished_at": None}
+
+
+def _on_commit_enqueue(run_id: int, queued: int, enqueue: Enqueue | None) -> None:
+    per_task = max(1, settings.REVIEWHUB_JUDGE_CONCURRENCY)
+    n = max(1, min(settings.REVIEWHUB_JUDGE_TASKS_PER_RUN, math.ceil(queued / per_task)))
+    fn = enqueue or _default_enqueue
+    transaction.on_commit(lambda: fn(run_id, n))
+
+
+def judge_run_cancel(*, run: JudgeRun) -> JudgeRun:
+    """Cancel a run: queued jobs become cancelled; running jobs finish and are recorded."""
+    with transaction.atomic():
+        run = JudgeRun.objects.select_for_update().get(pk=run.pk)
+        if run.status not in (JudgeRun.Status.PENDING, JudgeRun.Status.RUNNING):
+            raise Conflict(f"run {run.pk} is {run.status}; only a running run can be cancelled",
+                           details={"status": run.status})
+        JudgeJob.objects.filter(run=run, status=JudgeJob.Status.QUEUED).update(
+            status=JudgeJob.Status.CANCELLED, finished_at=timezone.now()
+        )
+        run.status = JudgeRun.Status.CANCELLED
+        run.stop_reason = "cancelled by a lead"
+        run.finished_at = timezone.now()
+        run.save(update_fields=["status", "stop_reason", "finished_at"])
+    return run
+
+
+def judge_run_resume(
+    *,
+    run: JudgeRun,
+    max_cost: float | None = None,
+    max_calls: int | None = None,
+    enqueue: Enqueue | None = None,
+) -> JudgeRun:
+    """Re-queue a run's cancelled jobs and transient failures (attempts reset) and restart it.
+
+    New budgets, when given, replace the old ones; a run stopped by a budget that is still
+    exhausted is refused (raise the budget to resume).
+    """
+    with transaction.atomic():
+        run = JudgeRun.objects.select_for_update().select_related("judge_version__judge").get(
+            pk=run.pk
+        )
+        if run.status in (JudgeRun.Status.PENDING, JudgeRun.Status.RUNNING):
+            raise Conflict(f"run {run.pk} is already running", details={"status": run.status})
+        _check_budget_args(version=run.judge_version, max_cost=max_cost, max_calls=max_calls)
+        if max_cost is not None:
+            run.max_cost = max_cost
+        if max_calls is not None:
+            run.max_calls = max_calls
+        exhausted = _budget_exhausted(run)
+        if exhausted:
+            raise ValidationFailed(f"the budget is still exhausted ({exhausted}); raise it to "
+                                   "resume", details={"max_cost": run.max_cost,
+                                                      "max_calls": run.max_calls})
+        resumable = JudgeJob.objects.filter(run=run).filter(
+            Q(status=JudgeJob.Status.CANCELLED)
+            | Q(status=JudgeJob.Status.FAILED, error_kind=JudgeJob.ErrorKind.TRANSIENT)
+        )
+        n = resumable.update(**_requeue_fields())
+        if n == 0:
+            raise Conflict(f"run {run.pk} has no cancelled or transiently failed job to resume",
+                           details={"status": run.status})
+        run.status = JudgeRun.Status.RUNNING
+        run.stop_reason = ""
+        run.finished_at = None
+        run.last_activity_at = timezone.now()
+        run.save(update_fields=["status", "stop_reason", "finished_at", "last_activity_at",
+                                "max_cost", "max_calls"])
+        _on_commit_enqueue(run.pk, n, enqueue)
+    return run
+
+
+def judge_run_rerun(*, run: JudgeRun, created_by: Any = None,
+                    enqueue: Enqueue | None = None) -> JudgeRun:
+    """Start a new run with the same judge version, criteria, selection (and seed) and budgets.
+
+    Finished jobs are skipped and resumable ones adopted (see the module docstring).
+    """
+    return judge_run_start(
+        study=run.study, judge_version=run.judge_version,
+        criteria=list(run.criteria.select_related("rubric")), selection=run.selection,
+        max_cost=run.max_cost, max_calls=run.max_calls, created_by=created_by, enqueue=enqueue,
+    )
+
+
+# --- claiming -------------------------------------------------------------------------------
+
+
+@dataclass
+class ClaimResult:
+    jobs: list[JudgeJob]
+    # "ok" (claimed or nothing claimable right now), "inactive" (run not running),
+    # "stopped" (a budget stopped it now), "budget_wait" (waiting for in-flight costs).
+    state: str = "ok"
+    next_available_at: datetime | None = None
+    remaining: int = 0  # queued + running jobs of the run after this claim
+
+
+def _cost_so_far(run: JudgeRun) -> tuple[float, int, int]:
+    agg = JudgeJob.objects.filter(run=run).aggregate(
+        spent=Sum("cost"), priced=Count("cost"),
+        running=Count("id", filter=Q(status=JudgeJob.Status.RUNNING)),
+    )
+    return float(agg["spent"] or 0.0), int(agg["priced"] or 0), int(agg["running"] or 0)
+
+
+def _budget_exhausted(run: JudgeRun) -> str:
+    if run.max_calls is not None and run.calls_made >= run.max_calls:
+        return f"max_calls reached: {run.calls_made} calls made of {run.max_calls} allowed"
+    if run.max_cost is not None:
+        spent, _, _ = _cost_so_far(run)
+        if spent >= run.max_cost:
+            return f"max_cost reached: {spent:.6f} spent of {run.max_cost:.6f} allowed"
+    return ""
+
+
+def _stop_run(run: JudgeRun, reason: str) -> None:
+    now = timezone.now()
+    JudgeJob.objects.filter(run=run, status=JudgeJob.Status.QUEUED).update(
+        status=JudgeJob.Status.CANCELLED, finished_at=now, error="run stopped: " + reason
+    )
+    run.status = JudgeRun.Status.STOPPED
+    run.stop_reason = reason
+    run.finished_at = now
+    run.save(update_fields=["status", "stop_reason", "finished_at"])
+    logger.info("judge run %s stopped: %s", run.pk, reason)
+
+
+def _claimable(run_id: int, now: datetime, max_attempts: int) -> QuerySet[JudgeJob]:
+    return JudgeJob.objects.filter(run_id=run_id).filter(
+        Q(status=JudgeJob.Status.QUEUED, available_at__isnull=True)
+        | Q(status=JudgeJob.Status.QUEUED, available_at__lte=now)
+        | Q(status=JudgeJob.Status.RUNNING, lease_expires_at__lt=now, attempts__lt=max_attempts)
+    )
+
+
+def _fail_exhausted_leases(qs: QuerySet[JudgeJob], now: datetime, max_attempts: int) -> int:
+    return qs.filter(
+        status=JudgeJob.Status.RUNNING, lease_expires_at__lt=now, attempts__gte=max_attempts
+    ).update(
+        status=JudgeJob.Status.FAILED, error_kind=JudgeJob.ErrorKind.TRANSIENT,
+        error=f"lease expired on each of {max_attempts} attempts (worker lost)",
+        lease_token="", lease_expires_at=None, finished_at=now,
+    )
+
+
+def jobs_claim(*, run_id: int, limit: int, lease_token: str | None = None) -> ClaimResult:
+    """Claim up to `limit` claimable jobs of a run for one worker, under a lease.
+
+    Claimable: queued and available now, or running with an expired lease (its worker is
+    presumed dead; each claim counts one attempt). The run row is locked for the duration so
+    that budget checks and `calls_made` are exact across workers; the jobs themselves are
+    picked with FOR UPDATE SKIP LOCKED on PostgreSQL (SQLite serialises writers instead).
+    """
+    token = lease_token or uuid.uuid4().hex
+    now = timezone.now()
+    max_attempts = settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS
+    with transaction.atomic():
+        run = JudgeRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != JudgeRun.Status.RUNNING:
+            return ClaimResult(jobs=[], state="inactive")
+        _fail_exhausted_leases(JudgeJob.objects.filter(run=run), now, max_attempts)
+        allowance = limit
+        state = "ok"
+        if run.max_calls is not None:
+            allowance = min(allowance, run.max_calls - run.calls_made)
+        if run.max_cost is not None:
+            spent, priced, running = _cost_so_far(run)
+            if spent >= run.max_cost:
+                allowance = 0
+            elif priced:
+                avg = spent / priced
+                affordable = (
+                    math.floor((run.max_cost - spent) / avg) - running if avg > 0 else limit
+                )
+                allowance = min(allowance, affordable)
+            else:
+                allowance = min(allowance, max(0, COST_PROBE_CALLS - running))
+                if allowance == 0:
+                    state = "budget_wait"
+        qs = _claimable(run.pk, now, max_attempts).order_by("id")
+        if connection.features.has_select_for_update_skip_locked:
+            qs = qs.select_for_update(skip_locked=True)
+        ids = list(qs.values_list("id", flat=True)[: max(allowance, 1)])
+        if allowance <= 0 and state != "budget_wait":
+            if ids:
+                reason = _budget_exhausted(run) or (
+                    f"max_cost reached: {_cost_so_far(run)[0]:.6f} spent of "
+                    f"{run.max_cost:.6f} allowed; the next calls would exceed it"
+                )
+                _stop_run(run, reason)
+                return ClaimResult(jobs=[], state="stopped")
+            ids = []
+        elif state == "budget_wait":
+            ids = []
+        if ids:
+            JudgeJob.objects.filter(id__in=ids).update(
+                status=JudgeJob.Status.RUNNING, lease_token=token,
+                lease_expires_at=now + timedelta(seconds=settings.REVIEWHUB_JUDGE_LEASE_S),
+                attempts=F("attempts") + 1, available_at=None,
+            )
+            run.calls_made += len(ids)
+        run.last_activity_at = now
+        run.save(update_fields=["calls_made", "last_activity_at"])
+        jobs = list(
+            JudgeJob.objects.filter(id__in=ids, lease_token=token).select_related(
+                "criterion", "output__item", "output__study", "output__candidate",
+                "comparison__item", "comparison__study", "comparison__output_a",
+                "comparison__output_b",
+            ).order_by("id")
+        ) if ids else []
+        rest = JudgeJob.objects.filter(run=run, status__in=ACTIVE_JOB_STATUSES)
+        remaining = rest.count()
+        next_at = None
+        if not jobs and remaining:
+            next_at = (
+                rest.filter(status=JudgeJob.Status.QUEUED, available_at__isnull=False)
+                .order_by("available_at").values_list("available_at", flat=True).first()
+            )
+    return ClaimResult(jobs=jobs, state=state, next_available_at=next_at, remaining=remaining)
+
+
+# --- recording ------------------------------------------------------------------------------
+
+
+@dataclass
+class JobOutcome:
+    """The result of one claimed job, ready to record (built by the executor, no ORM)."""
+
+    job_id: int
+    lease_token: str
+    status: str  # done | unparseable | failed | queued (transient, retry later)
+    error_kind: str = ""
+    error: str = ""
+    raw_response: str = ""
+    parsed_value: str = ""
+    value_num: float | None = None
+    probability: float | None = None
+    rationale: str = ""
+    http_status: int | None = None
+    provider_request_id: str = ""
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    latency_ms: float | None = None
+    cost: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    available_at: datetime | None = None
+
+
+_RECORD_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("status", "varchar"), ("error_kind", "varchar"), ("error", "text"),
+    ("raw_response", "text"), ("parsed_value", "varchar"), ("value_num", "double precision"),
+    ("probability", "double precision"), ("rationale", "text"), ("http_status", "integer"),
+    ("provider_request_id", "varchar"), ("tokens_in", "integer"), ("tokens_out", "integer"),
+    ("latency_ms", "double precision"), ("cost", "double precision"), ("details", "jsonb"),
+    ("available_at", "timestamptz"), ("finished_at", "timestamptz"),
+)
+
+
+def _outcome_values(o: JobOutcome, now: datetime) -> dict[str, Any]:
+    return {
+        "status": o.status, "error_kind": o.error_kind, "error": o.error,
+        "raw_response": o.raw_response, "parsed_value": o.parsed_value[:200],
+        "value_num": o.value_num, "probability": o.probability, "rationale": o.rationale,
+        "http_status": o.http_status, "provider_request_id": o.provider_request_id[:200],
+        "tokens_in": o.tokens_in, "tokens_out": o.tokens_out, "latency_ms": o.latency_ms,
+        "cost": o.cost, "details": o.details, "available_at": o.available_at,
+        "finished_at": None if o.status == JudgeJob.Status.QUEUED else now,
+    }
+
+
+def _record_postgres(outcomes: Sequence[JobOutcome], now: datetime) -> list[int]:
+    """One UPDATE … FROM (VALUES …) for the whole chunk, conditional on each lease."""
+    import json
+
+    table = JudgeJob._meta.db_table
+    cols = ", ".join(name for name, _ in _RECORD_COLUMNS)
+    row_sql = "(%s::bigint, %s::varchar, " + ", ".join(
+        f"%s::{pgtype}" for _, pgtype in _RECORD_COLUMNS
+    ) + ")"
+    params: list[Any] = []
+    for o in outcomes:
+        values = _outcome_values(o, now)
+        params += [o.job_id, o.lease_token]
+        for name, _ in _RECORD_COLUMNS:
+            value = values[name]
+            params.append(json.dumps(value) if name == "details" else value)
+    sets = ", ".join(f"{name} = v.{name}" for name, _ in _RECORD_COLUMNS)
+    sql = (
+        f"UPDATE {table} AS j SET {sets}, lease_token = '', lease_expires_at = NULL "
+        f"FROM (VALUES {', '.join([row_sql] * len(outcomes))}) AS v(id, token, {cols}) "
+        "WHERE j.id = v.id AND j.lease_token = v.token AND j.status = 'running' RETURNING j.id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def jobs_record(*, outcomes: Sequence[JobOutcome]) -> list[int]:
+    """Record call outcomes; return the ids actually recorded.
+
+    Each row is updated only while it is still `running` under the same lease token, so a late
+    or duplicate delivery (the lease expired and another worker re-claimed the job, or the same
+    outcome is recorded twice) changes nothing: every job ends exactly once.
+    """
+    if not outcomes:
+        return []
+    now = timezone.now()
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            recorded = _record_postgres(outcomes, now)
+        else:
+            recorded = []
+            for o in outcomes:
+                n = JudgeJob.objects.filter(
+                    id=o.job_id, lease_token=o.lease_token, status=JudgeJob.Status.RUNNING
+                ).update(lease_token="", lease_expires_at=None, **_outcome_values(o, now))
+                if n:
+                    recorded.append(o.job_id)
+    return recorded
+
+
+# --- verdicts -------------------------------------------------------------------------------
+
+SubjectKey = tuple[int, int, str, int]  # (judge_version_id, criterion_id, "o"|"c", subject id)
+
+
+def subject_key(job: JudgeJob) -> SubjectKey:
+    if job.output_id is not None:
+        return (job.judge_version_id, job.criterion_id, "o", job.output_id)
+    assert job.comparison_id is not None
+    return (job.judge_version_id, job.criterion_id, "c", job.comparison_id)
+
+
+def _call_view(row: Mapping[str, Any]) -> CallView:
+    return CallView(
+        job_id=row["id"], sample_index=row["sample_index"], order=row["order"],
+        status=row["status"], value=row["parsed_value"], value_num=row["value_num"],
+        probability=row["probability"], rationale=row["rationale"], error=row["error"],
+        raw_excerpt=(row["raw_response"] or "")[:300] if row["status"] != "done" else "",
+    )
+
+
+def verdicts_build(*, subjects: Iterable[SubjectKey]) -> int:
+    """Create or refresh the verdict of every given subject whose jobs have all finished.
+
+    Returns the number of verdicts created or changed. Safe to call twice or concurrently for
+    the same subject: creation goes through the verdict unique constraints
+    (`ignore_conflicts`), and the combined value is a pure function of the finished jobs, so
+    two workers computing it agree.
+    """
+    groups: dict[tuple[int, int, str], set[int]] = defaultdict(set)
+    for version_id, crit_id, kind, sid in subjects:
+        groups[(version_id, crit_id, kind)].add(sid)
+    changed = 0
+    fields = ["id", "run_id", "sample_index", "order", "status", "parsed_value", "value_num",
+              "probability", "rationale", "error", "raw_response", "output_id", "comparison_id"]
+    for (version_id, crit_id, kind), sids in groups.items():
+        criterion = Criterion.objects.get(pk=crit_id)
+        subject_field = "output_id" if kind == "o" else "comparison_id"
+        sid_list = sorted(sids)
+        for start in range(0, len(sid_list), JOB_BULK_BATCH):
+            chunk = sid_list[start : start + JOB_BULK_BATCH]
+            by_subject: dict[int, list[dict[str, Any]]] = defaultdict(list)
+            for row in JudgeJob.objects.filter(
+                judge_version_id=version_id, criterion_id=crit_id,
+                **{f"{subject_field}__in": chunk},
+            ).values(*fields):
+                by_subject[row[subject_field]].append(row)
+            combined: dict[int, tuple[CombinedVerdict, int]] = {}
+            for sid, rows in by_subject.items():
+                if any(r["status"] not in TERMINAL_STATUSES for r in rows):
+                    continue
+                calls = [_call_view(r) for r in rows]
+                if kind == "c":
+                    verdict = combine_pairwise(calls=calls)
+                else:
+                    verdict = combine_single(
+                        scale=criterion.scale, calls=calls,
+                        pass_threshold=criterion.pass_threshold,
+                        pass_labels=[str(v) for v in (criterion.pass_labels or [])],
+                    )
+                combined[sid] = (verdict, max(r["run_id"] for r in rows))
+            changed += _verdicts_upsert(version_id, crit_id, subject_field, combined)
+    return changed
+
+
+def _verdicts_upsert(
+    version_id: int, crit_id: int, subject_field: str,
+    combined: Mapping[int, tuple[CombinedVerdict, int]],
+) -> int:
+    if not combined:
+        return 0
+    with transaction.atomic():
+        existing = {
+            getattr(v, subject_field): v
+            for v in Verdict.objects.filter(
+                judge_version_id=version_id, criterion_id=crit_id,
+                **{f"{subject_field}__in": list(combined)},
+            )
+        }
+        new, updated = [], []
+        for sid, (cv, run_id) in combined.items():
+            values = {"is_scored": cv.is_scored, "value": cv.value[:200], "value_num": cv.value_num,
+                      "probability": cv.probability, "rationale": cv.rationale,
+                      "details": cv.details, "n_samples": cv.n_samples, "run_id": run_id}
+            current = existing.get(sid)
+            if current is None:
+                new.append(Verdict(judge_version_id=version_id, criterion_id=crit_id,
+                                   source=Verdict.Source.RUN, **{subject_field: sid}, **values))
+            elif any(getattr(current, k) != v for k, v in values.items()):
+                for k, v in values.items():
+                    setattr(current, k, v)
+                current.updated_at = timezone.now()
+                updated.append(current)
+        Verdict.objects.bulk_create(new, ignore_conflicts=True)
+        if updated:
+            Verdict.objects.bulk_update(
+                updated, ["is_scored", "value", "value_num", "probability", "rationale",
+                          "details", "n_samples", "run_id", "updated_at"],
+            )
+    return len(new) + len(updated)
+
+
+def run_finish_if_complete(*, run_id: int) -> bool:
+    """Mark a running run done when no job is queued or running; build missing verdicts.
+
+    Returns True when this call finished the run.
+    """
+    if JudgeJob.objects.filter(run_id=run_id, status__in=ACTIVE_JOB_STATUSES).exists():
+        return False
+    verdicts_finalize(run_id=run_id)
+    with transaction.atomic():
+        run = JudgeRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != JudgeRun.Status.RUNNING:
+            return False
+        if JudgeJob.objects.filter(run_id=run_id, status__in=ACTIVE_JOB_STATUSES).exists():
+            return False
+        run.status = JudgeRun.Status.DONE
+        run.finished_at = timezone.now()
+        run.save(update_fields=["status", "finished_at"])
+    logger.info("judge run %s done", run_id)
+    return True
+
+
+def verdicts_finalize(*, run_id: int) -> int:
+    """Build the verdict of every subject of the run whose jobs finished but has none yet.
+
+    A safety net behind the per-chunk aggregation (e.g. a worker killed between recording its
+    last job and building the verdict).
+    """
+    jobs = JudgeJob.objects.filter(run_id=run_id, status__in=TERMINAL_STATUSES)
+    keys = {
+        (v, c, "o", o) if o is not None else (v, c, "c", cp)
+        for v, c, o, cp in jobs.values_list(
+            "judge_version_id", "criterion_id", "output_id", "comparison_id"
+        ).distinct()
+    }
+    have = set()
+    run = JudgeRun.objects.filter(pk=run_id).first()
+    if run is None:
+        return 0
+    for c, o, cp in Verdict.objects.filter(judge_version_id=run.judge_version_id).values_list(
+        "criterion_id", "output_id", "comparison_id"
+    ):
+        have.add((run.judge_version_id, c, "o", o) if o is not None else
+                 (run.judge_version_id, c, "c", cp))
+    missing = keys - have
+    return verdicts_build(subjects=missing) if missing else 0
+
+
+# --- sweeping -------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepResult:
+    requeued: int = 0
+    failed: int = 0
+    runs_finished: int = 0
+    runs_kicked: list[int] = field(default_factory=list)
+
+
+def judge_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = None) -> SweepResult:
+    """Re-queue jobs left running past their lease, finish complete runs, re-kick idle runs.
+
+    Jobs whose lease expired go back to `queued` (or `failed`, once they have used all their
+    attempts); the lease token is cleared, so the lost worker's late result is discarded. A run
+    that still has work but no claim or record for longer than a lease gets fresh batch tasks
+    (its messages may have died with the worker, e.g. unacknowledged ones that Redis only
+    redelivers after the visibility timeout).
+    """
+    now = now or timezone.now()
+    result = SweepResult()
+    max_attempts = settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS
+    expired = JudgeJob.objects.filter(status=JudgeJob.Status.RUNNING, lease_expires_at__lt=now)
+    with transaction.atomic():
+        result.failed = _fail_exhausted_leases(expired, now, max_attempts)
+        result.requeued = expired.filter(attempts__lt=max_attempts).update(
+            status=JudgeJob.Status.QUEUED, lease_token="", lease_expires_at=None,
+            error="lease expired (worker lost?); re-queued",
+        )
+    idle_before = now - timedelta(seconds=settings.REVIEWHUB_JUDGE_LEASE_S)
+    for run_id in JudgeRun.objects.filter(status=JudgeRun.Status.RUNNING).values_list(
+        "id", flat=True
+    ):
+        if run_finish_if_complete(run_id=run_id):
+            result.runs_finished += 1
+            continue
+        with transaction.atomic():
+            kicked = JudgeRun.objects.filter(
+                Q(last_activity_at__isnull=True) | Q(last_activity_at__lt=idle_before),
+                pk=run_id, status=JudgeRun.Status.RUNNING,
+            ).update(last_activity_at=now)
+            if kicked:
+                queued = JudgeJob.objects.filter(run_id=run_id,
+                                                 status=JudgeJob.Status.QUEUED).count()
+                if queued:
+                    _on_commit_enqueue(run_id, queued, enqueue)
+                    result.runs_kicked.append(run_id)
+    if result.requeued or result.failed or result.runs_kicked:
+        logger.info("judge sweep: %s", result)
+    return result

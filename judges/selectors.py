@@ -1,0 +1,142 @@
+"""Reads for judge runs and verdicts: lists, detail, progress. Bounded query counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet, Sum
+from django.utils import timezone
+
+from reviewhub.api.errors import NotFound, ValidationFailed
+from studies.models import Criterion, Study
+
+from .models import JudgeJob, JudgeRun, Verdict
+
+# Calls per minute are measured over at most this recent window.
+RATE_WINDOW = timedelta(minutes=3)
+
+
+def judge_run_list(*, study: Study) -> QuerySet[JudgeRun]:
+    return (
+        JudgeRun.objects.filter(study=study)
+        .select_related("judge_version__judge", "created_by")
+        .prefetch_related("criteria")
+    )
+
+
+def judge_run_get(*, study: Study, run_id: int) -> JudgeRun:
+    run = judge_run_list(study=study).filter(pk=run_id).first()
+    if run is None:
+        raise NotFound(f"Judge run {run_id} not found in study '{study.slug}'.")
+    return run
+
+
+def judge_run_progress(*, run: JudgeRun) -> dict[str, Any]:
+    """Counts by job status, tokens and cost so far, calls per minute, ETA (two queries)."""
+    now = timezone.now()
+    since = max(now - RATE_WINDOW, run.started_at or run.created_at)
+    st = JudgeJob.Status
+    agg = JudgeJob.objects.filter(run=run).aggregate(
+        total=Count("id"),
+        queued=Count("id", filter=Q(status=st.QUEUED)),
+        running=Count("id", filter=Q(status=st.RUNNING)),
+        done=Count("id", filter=Q(status=st.DONE)),
+        failed=Count("id", filter=Q(status=st.FAILED)),
+        unparseable=Count("id", filter=Q(status=st.UNPARSEABLE)),
+        cancelled=Count("id", filter=Q(status=st.CANCELLED)),
+        retrying=Count("id", filter=Q(status=st.QUEUED, available_at__isnull=False)),
+        tokens_in=Sum("tokens_in"),
+        tokens_out=Sum("tokens_out"),
+        cost=Sum("cost"),
+        recent=Count("id", filter=Q(finished_at__gte=since)),
+    )
+    window_s = max(1.0, (now - since).total_seconds())
+    if run.finished_at is not None:
+        window_s = max(1.0, (min(now, run.finished_at) - since).total_seconds())
+    per_minute = agg["recent"] * 60.0 / window_s
+    remaining = agg["queued"] + agg["running"]
+    eta_s = None
+    if run.status == JudgeRun.Status.RUNNING and remaining and per_minute > 0:
+        eta_s = round(remaining / (per_minute / 60.0), 1)
+    elif run.status == JudgeRun.Status.RUNNING and not remaining:
+        eta_s = 0.0
+    finished = agg["done"] + agg["failed"] + agg["unparseable"]
+    return {
+        "status": run.status,
+        "stop_reason": run.stop_reason,
+        "jobs": {k: agg[k] for k in ("total", "queued", "running", "done", "failed",
+                                     "unparseable", "cancelled", "retrying")},
+        "finished": finished,
+        "fraction_done": round(finished / agg["total"], 4) if agg["total"] else 1.0,
+        "calls_made": run.calls_made,
+        "tokens_in": agg["tokens_in"] or 0,
+        "tokens_out": agg["tokens_out"] or 0,
+        "cost": round(float(agg["cost"] or 0.0), 6),
+        "calls_per_minute": round(per_minute, 1),
+        "eta_seconds": eta_s,
+        "budget": {"max_cost": run.max_cost, "max_calls": run.max_calls},
+        "creation": run.creation_stats,
+        "verdicts": Verdict.objects.filter(run=run).count(),
+    }
+
+
+def _truthy(value: str, field: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes"):
+        return True
+    if lowered in ("0", "false", "no"):
+        return False
+    raise ValidationFailed(f"'{field}' must be true or false", details={field: value})
+
+
+def verdict_list(*, study: Study, filters: Mapping[str, str]) -> QuerySet[Verdict]:
+    """Verdicts of the study's judges, filtered by run, criterion (key or id), candidate
+    (name; for pairwise, either side), judge version and scored. Rows are joined, not lazily
+    loaded, so a page costs a constant number of queries."""
+    qs = Verdict.objects.filter(judge_version__judge__study=study).select_related(
+        "criterion", "judge_version__judge", "output__candidate", "output__item",
+        "comparison__item", "comparison__output_a__candidate",
+        "comparison__output_b__candidate",
+    )
+    if filters.get("run"):
+        try:
+            qs = qs.filter(run_id=int(filters["run"]))
+        except ValueError:
+            raise ValidationFailed("'run' must be a run id", details={"run": filters["run"]}
+                                   ) from None
+    if filters.get("judge_version"):
+        try:
+            qs = qs.filter(judge_version_id=int(filters["judge_version"]))
+        except ValueError:
+            raise ValidationFailed("'judge_version' must be an id",
+                                   details={"judge_version": filters["judge_version"]}) from None
+    if filters.get("criterion"):
+        value = filters["criterion"]
+        crit = Criterion.objects.filter(rubric__study=study)
+        crit = crit.filter(pk=int(value)) if value.isdigit() else crit.filter(key=value)
+        qs = qs.filter(criterion__in=crit)
+    if filters.get("candidate"):
+        name = filters["candidate"]
+        qs = qs.filter(
+            Q(output__candidate__name=name)
+            | Q(comparison__output_a__candidate__name=name)
+            | Q(comparison__output_b__candidate__name=name)
+        )
+    if filters.get("scored"):
+        qs = qs.filter(is_scored=_truthy(filters["scored"], "scored"))
+    return qs
+
+
+def judge_run_job_counts(*, run_ids: list[int]) -> dict[int, dict[str, int]]:
+    """{run id: {status: count}} for a page of runs, in one grouped query."""
+    counts: dict[int, dict[str, int]] = {rid: {} for rid in run_ids}
+    for run_id, job_status, n in (
+        JudgeJob.objects.filter(run_id__in=run_ids)
+        .values_list("run_id", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        counts[run_id][job_status] = n
+    return counts

@@ -1,0 +1,88 @@
+"""Serializers of the judges API. Configs are returned as stored: they never contain a key
+(only the NAME of the environment variable that holds one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from .models import Judge, JudgeVersion
+
+
+class JudgeSerializer(serializers.ModelSerializer):
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    versions_count = serializers.IntegerField(read_only=True)
+    latest_version = serializers.IntegerField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Judge
+        fields = ["id", "name", "kind", "description", "created_by", "created_at",
+                  "versions_count", "latest_version"]
+
+
+class JudgeVersionSerializer(serializers.ModelSerializer):
+    judge = serializers.PrimaryKeyRelatedField(read_only=True)
+    config = serializers.JSONField(read_only=True)
+
+    class Meta:
+        model = JudgeVersion
+        fields = ["id", "judge", "version", "content_hash", "model_family", "config",
+                  "created_at"]
+
+
+class JudgeCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    kind = serializers.ChoiceField(choices=Judge.Kind.choices)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    config = serializers.JSONField(
+        required=False, help_text="Optional: also create version 1 from this config."
+    )
+
+
+class JudgeCreatedSerializer(serializers.Serializer):
+    judge = JudgeSerializer()
+    version = JudgeVersionSerializer(allow_null=True)
+
+
+class VersionCreateSerializer(serializers.Serializer):
+    config = serializers.JSONField(help_text="The judge config; see docs/judges.md.")
+
+
+class VersionCreatedSerializer(serializers.Serializer):
+    created = serializers.BooleanField(
+        help_text="True: a new version was made; false: an identical config already existed."
+    )
+    version = JudgeVersionSerializer()
+
+
+class PreviewRequestSerializer(serializers.Serializer):
+    output_id = serializers.IntegerField(required=False, min_value=1)
+    comparison_id = serializers.IntegerField(required=False, min_value=1)
+    order = serializers.ChoiceField(choices=["ab", "ba"], required=False, default="ab")
+    criterion_key = serializers.CharField(
+        required=False, allow_blank=True,
+        help_text="Default: the first criterion of the current rubric that fits the subject.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("output_id" in attrs) == ("comparison_id" in attrs):
+            raise serializers.ValidationError(
+                {"output_id": "Give exactly one of output_id and comparison_id."}
+            )
+        return attrs
+
+
+class PreviewSerializer(serializers.Serializer):
+    judge_version = serializers.IntegerField()
+    content_hash = serializers.CharField()
+    criterion = serializers.DictField()
+    subject = serializers.DictField()
+    api_key_env = serializers.CharField(allow_null=True)
+    method = serializers.CharField()
+    url = serializers.CharField()
+    headers = serializers.DictField(child=serializers.CharField(),
+                                    help_text="Key-bearing headers are REDACTED.")
+    body = serializers.DictField(help_text="The JSON body, exactly as it would be sent.")
+    body_text = serializers.CharField(help_text="The body bytes as text.")
+    messages = serializers.ListField(child=serializers.DictField())

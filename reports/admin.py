@@ -1,0 +1,21 @@
+"""Django admin for report snapshots (read-mostly: results are computed, not typed in)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from .models import AgreementReport
+
+
+@admin.register(AgreementReport)
+class AgreementReportAdmin(admin.ModelAdmin):
+    list_display = ("id", "study", "plan", "status", "short_fingerprint", "created_by",
+                    "created_at", "computed_at")
+    list_filter = ("status", "study")
+    search_fields = ("study__slug", "input_fingerprint", "error")
+    list_select_related = ("study", "plan", "created_by")
+    readonly_fields = ("input_fingerprint", "result", "error", "computed_at", "created_at")
+
+    @admin.display(description="inputs")
+    def short_fingerprint(self, obj: AgreementReport) -> str:
+        return obj.input_fingerprint[:12]

@@ -1,0 +1,116 @@
+"""REST views for agreement reports: validate -> service / selector -> serialize."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse
+from django.urls import reverse
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from reviewhub.api.errors import Forbidden, NotFound, ValidationFailed
+from reviewhub.api.pagination import DefaultCursorPagination
+from studies.access import study_get_for_actor
+from studies.models import AnalysisPlan, Membership, Study
+
+from . import selectors, services
+from .export import TABLES, table_csv
+from .models import AgreementReport
+
+
+def study_for_reports(request: Request, slug: str, *, write: bool = False) -> Study:
+    """Leads create, leads and viewers read. Annotators grade blind, so they may not see judge
+    figures or disagreeing examples even though their role ranks above viewers."""
+    study, role = study_get_for_actor(user=request.user, slug=slug, token=request.auth,
+                                      write=write,
+                                      min_role=Membership.Role.LEAD if write else Membership.Role.VIEWER)
+    if role == Membership.Role.ANNOTATOR:
+        raise Forbidden("Agreement reports are for leads and viewers; annotators grade blind.")
+    return study
+
+
+class ReportCreateSerializer(serializers.Serializer):
+    params = serializers.DictField(required=False, default=dict)
+    plan_version = serializers.IntegerField(required=False, min_value=1)
+
+
+class ReportSerializer(serializers.ModelSerializer):
+    plan_version = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AgreementReport
+        fields = ["id", "status", "params", "plan_version", "input_fingerprint", "error",
+                  "created_at", "started_at", "computed_at", "url"]
+
+    def get_plan_version(self, obj: AgreementReport) -> int | None:
+        return obj.plan.version if obj.plan_id and obj.plan else None
+
+    def get_url(self, obj: AgreementReport) -> str:
+        return reverse("reports-api-detail", kwargs={"slug": obj.study.slug, "report_id": obj.pk})
+
+
+class ReportDetailSerializer(ReportSerializer):
+    class Meta(ReportSerializer.Meta):
+        fields = [*ReportSerializer.Meta.fields, "result"]
+
+
+class ReportListCreateView(APIView):
+    """GET: the study's reports (cursor pages, no results); POST: build a new report (202)."""
+
+    def get(self, request: Request, slug: str) -> Response:
+        study = study_for_reports(request, slug)
+        paginator = DefaultCursorPagination()
+        qs = selectors.reports_for_study(study=study).select_related("study")
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(ReportSerializer(page, many=True).data)
+
+    def post(self, request: Request, slug: str) -> Response:
+        study = study_for_reports(request, slug, write=True)
+        ser = ReportCreateSerializer(data=request.data)
+        if not ser.is_valid():
+            raise ValidationFailed("The request did not validate; see details.", details=ser.errors)
+        plan = None
+        version = ser.validated_data.get("plan_version")
+        if version is not None:
+            plan = AnalysisPlan.objects.filter(study=study, version=version).first()
+            if plan is None:
+                raise NotFound(f"Analysis plan version {version} not found.")
+        report = services.report_build(study=study, params=ser.validated_data.get("params") or {},
+                                       plan=plan, created_by=request.user)
+        report.study = study
+        return Response(ReportSerializer(report).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ReportDetailView(APIView):
+    def get(self, request: Request, slug: str, report_id: int) -> Response:
+        study = study_for_reports(request, slug)
+        report = selectors.report_get(study=study, report_id=report_id)
+        if report is None:
+            raise NotFound(f"Agreement report {report_id} not found.")
+        return Response(ReportDetailSerializer(report).data)
+
+
+class ReportExportView(APIView):
+    """CSV of one table: ?table=cells|confusion|bias|ceiling|system."""
+
+    def get(self, request: Request, slug: str, report_id: int) -> Any:
+        study = study_for_reports(request, slug)
+        table = request.query_params.get("table", "cells")
+        if table not in TABLES:
+            raise ValidationFailed(f"table must be one of {', '.join(TABLES)}",
+                                   details={"errors": [{"path": "table", "message": "unknown table"}]})
+        report = selectors.report_get(study=study, report_id=report_id)
+        if report is None:
+            raise NotFound(f"Agreement report {report_id} not found.")
+        if report.status != AgreementReport.Status.DONE or not report.result:
+            from reviewhub.api.errors import Conflict
+
+            raise Conflict(f"Report {report_id} is {report.status}; exports need a finished report.")
+        response = HttpResponse(table_csv(report.result, table), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="{study.slug}-report-{report.pk}-{table}.csv"')
+        return response

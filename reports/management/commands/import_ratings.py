@@ -1,0 +1,56 @@
+"""`python manage.py import_ratings --study SLUG FILE` (generic long format, CSV or JSON Lines)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from reports.importers import ratings_import, ratings_read, scale_parse
+from reviewhub.api.errors import AppError
+
+from ._common import app_error_text, study_for_import
+
+
+class Command(BaseCommand):
+    help = "Import human and judge ratings in the generic long format (docs/import-ratings.md)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", help="a .csv or .jsonl file, one row per rating")
+        parser.add_argument("--study", required=True, help="study slug")
+        parser.add_argument("--owner", help="create the study with this lead if it is missing")
+        parser.add_argument("--format", choices=["csv", "jsonl"], help="default: by extension")
+        parser.add_argument("--scale", action="append", default=[], metavar="KEY=SCALE",
+                            help="scale of a new criterion: binary, pairwise, ordinal:1-5, "
+                                 "categorical:a,b,c (repeatable)")
+        parser.add_argument("--family", action="append", default=[], metavar="NAME=FAMILY",
+                            help="model family of a candidate or judge (repeatable)")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        scales = {}
+        for spec in opts["scale"]:
+            key, sep, text = spec.partition("=")
+            if not sep:
+                raise CommandError(f"--scale needs KEY=SCALE, got {spec!r}")
+            try:
+                scales[key.strip()] = scale_parse(text)
+            except ValueError as exc:
+                raise CommandError(f"--scale {spec}: {exc}") from exc
+        families = {}
+        for spec in opts["family"]:
+            name, sep, fam = spec.partition("=")
+            if not sep:
+                raise CommandError(f"--family needs NAME=FAMILY, got {spec!r}")
+            families[name.strip()] = fam.strip()
+        study = study_for_import(opts["study"], owner=opts.get("owner"), name=None)
+        try:
+            summary = ratings_import(study=study, rows=ratings_read(opts["file"], fmt=opts["format"]),
+                                     scales=scales, families=families)
+        except AppError as exc:
+            raise CommandError(app_error_text(exc)) from exc
+        except OSError as exc:
+            raise CommandError(str(exc)) from exc
+        for note in summary.notes:
+            self.stdout.write(note)
+        self.stdout.write(json.dumps(summary.as_dict(), indent=2, sort_keys=True))

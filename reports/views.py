@@ -1,0 +1,206 @@
+"""Pages: the study's reports and the judge reliability audit (leads only)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+
+from reviewhub.api.errors import AppError, Forbidden
+from studies.access import study_get_for_actor
+from studies.models import Membership, Study
+
+from . import charts, selectors, services
+from .agreement import DEFAULT_PARAMS, lookup
+from .export import TABLES
+from .models import AgreementReport
+
+
+def _lead_study(request: HttpRequest, slug: str) -> Study:
+    try:
+        study, _ = study_get_for_actor(user=request.user, slug=slug, min_role=Membership.Role.LEAD)
+    except Forbidden as exc:
+        raise PermissionDenied(exc.message) from exc
+    except AppError as exc:
+        raise Http404(exc.message) from exc
+    return study
+
+
+def _report(study: Study, report_id: int) -> AgreementReport:
+    report = selectors.report_get(study=study, report_id=report_id)
+    if report is None:
+        raise Http404("No such report")
+    return report
+
+
+def _form_params(post: Any) -> dict[str, Any]:
+    """Report parameters from the page's form (the API takes any parameter as JSON)."""
+    params: dict[str, Any] = {}
+    for key in ("seed", "n_resamples", "min_items"):
+        if post.get(key, "").strip():
+            try:
+                params[key] = int(post[key])
+            except ValueError:
+                params[key] = post[key]
+    for key in ("margin",):
+        if post.get(key, "").strip():
+            try:
+                params[key] = float(post[key])
+            except ValueError:
+                params[key] = post[key]
+    if post.get("annotator_type"):
+        params["annotator_type"] = post["annotator_type"]
+    if post.get("system_level"):
+        params["system_level"] = True
+    crosses = [c.strip() for c in post.get("crosses", "").split(",") if c.strip()]
+    if crosses:
+        params["crosses"] = [[x.strip() for x in c.split("*", 1)] for c in crosses]
+    return params
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def reports_list(request: HttpRequest, slug: str) -> HttpResponse:
+    study = _lead_study(request, slug)
+    error = None
+    if request.method == "POST":
+        try:
+            report = services.report_build(study=study, params=_form_params(request.POST),
+                                           created_by=request.user)
+        except AppError as exc:
+            error = exc.message
+        else:
+            return HttpResponseRedirect(reverse("reports-audit", kwargs={"slug": slug,
+                                                                          "report_id": report.pk}))
+    reports = selectors.reports_for_study(study=study)[:100]
+    return render(request, "reports/list.html", {
+        "study": study, "study_role": "lead", "reports": reports, "error": error,
+        "defaults": DEFAULT_PARAMS, "dimensions": list(study.dimensions.values_list("key", flat=True)),
+    }, status=400 if error else 200)
+
+
+def _audit_sections(result: dict[str, Any], study: Study, report: AgreementReport) -> list[dict[str, Any]]:
+    judges = lookup(result, "judges")
+    sections = []
+    for crit in result.get("criteria", []):
+        cid = crit["id"]
+        hm = charts.heatmap_data(result, cid)
+        ceilings = [c for c in result.get("ceiling", []) if c["criterion"] == cid]
+        if not hm["judges"] and not ceilings:
+            continue
+        table = []
+        for dim, lab in hm["rows"]:
+            cells = []
+            for jid in hm["judges"]:
+                c = hm["cells"].get((dim, lab, jid))
+                cells.append(None if c is None else {
+                    "m": c["metrics"].get(c["primary_metric"], {}), "verdict": c["verdict"],
+                    "n": c["n_subjects"], "reason": c["verdict_reason"],
+                    "metric": c["primary_metric"]})
+            table.append({"dimension": dim, "label": lab, "cells": cells,
+                          "ceiling": hm["ceilings"].get((dim, lab))})
+        overall = [c for c in result.get("cells", []) if c["criterion"] == cid and c["dimension"] == ""]
+        confusion = [{"judge": judges[c["judge_version"]]["display"], **c}
+                     for c in result.get("confusion", []) if c["criterion"] == cid
+                     and c["dimension"] == ""]
+        for c in confusion:
+            c["rows_zipped"] = list(zip(c["labels"], c["matrix"], strict=True))
+        examples = [{"judge": judges[d["judge_version"]]["display"], **d,
+                     "url": reverse("reports-disagreements", kwargs={
+                         "slug": study.slug, "report_id": report.pk})
+                     + f"?judge={d['judge_version']}&criterion={cid}"}
+                    for d in result.get("disagreements", []) if d["criterion"] == cid]
+        system = [{"judge": judges[s["judge_version"]]["display"], **s}
+                  for s in result.get("system", []) if s["criterion"] == cid]
+        sections.append({
+            "criterion": crit, "judges": [judges[j]["display"] for j in hm["judges"]],
+            "table": table, "truncated": hm["truncated"],
+            "overall": [{"judge": judges[c["judge_version"]]["display"], **c,
+                         "metric_items": sorted(c["metrics"].items())} for c in overall],
+            "confusion": confusion, "examples": examples, "system": system,
+            "heatmap_url": reverse("reports-heatmap", kwargs={"slug": study.slug,
+                                                              "report_id": report.pk})
+            + f"?criterion={cid}",
+        })
+    return sections
+
+
+@login_required
+def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpResponse:
+    study = _lead_study(request, slug)
+    report = _report(study, report_id)
+    result = report.result or {}
+    judges = lookup(result, "judges")
+    crits = lookup(result, "criteria")
+    bias = [{"judge": judges.get(b["judge_version"], {}).get("display", "?"),
+             "criterion": crits.get(b["criterion"], {}).get("key", "?"), **b}
+            for b in result.get("bias", [])]
+    export = reverse("reports-api-export", kwargs={"slug": slug, "report_id": report.pk})
+    return render(request, "reports/audit.html", {
+        "study": study, "study_role": "lead", "report": report, "result": result,
+        "sections": _audit_sections(result, study, report) if result else [],
+        "bias": bias, "csv_links": [(t, f"{export}?table={t}") for t in TABLES],
+        "bias_url": reverse("reports-bias", kwargs={"slug": slug, "report_id": report.pk}),
+        "params_json": json.dumps(report.params, indent=1, sort_keys=True),
+        "refresh": report.status in (AgreementReport.Status.PENDING, AgreementReport.Status.RUNNING),
+    })
+
+
+def _svg_response(content: bytes) -> HttpResponse:
+    response = HttpResponse(content, content_type="image/svg+xml")
+    # The SVG is an image: no scripts, no external loads, even if opened on its own.
+    response["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"
+    return response
+
+
+@login_required
+def report_heatmap(request: HttpRequest, slug: str, report_id: int) -> HttpResponse:
+    study = _lead_study(request, slug)
+    report = _report(study, report_id)
+    try:
+        criterion = int(request.GET.get("criterion", ""))
+    except ValueError as exc:
+        raise Http404("criterion must be an id") from exc
+    if not report.result or criterion not in lookup(report.result, "criteria"):
+        raise Http404("No such criterion in this report")
+    return _svg_response(charts.heatmap_svg(report.result, criterion))
+
+
+@login_required
+def report_bias(request: HttpRequest, slug: str, report_id: int) -> HttpResponse:
+    study = _lead_study(request, slug)
+    report = _report(study, report_id)
+    if not report.result:
+        raise Http404("Report not finished")
+    return _svg_response(charts.bias_svg(report.result))
+
+
+@login_required
+def report_disagreements(request: HttpRequest, slug: str, report_id: int) -> HttpResponse:
+    study = _lead_study(request, slug)
+    report = _report(study, report_id)
+    result = report.result or {}
+    try:
+        jid, cid = int(request.GET.get("judge", "")), int(request.GET.get("criterion", ""))
+    except ValueError as exc:
+        raise Http404("judge and criterion must be ids") from exc
+    entry = next((d for d in result.get("disagreements", [])
+                  if d["judge_version"] == jid and d["criterion"] == cid), None)
+    if entry is None:
+        raise Http404("No such judge and criterion in this report")
+    page = Paginator(entry["examples"], 25).get_page(request.GET.get("page"))
+    texts = selectors.subjects_describe(study=study, subjects=[e["subject"] for e in page])
+    rows = [{**e, **texts.get(e["subject"], {"input": "", "outputs": []})} for e in page]
+    return render(request, "reports/disagreements.html", {
+        "study": study, "study_role": "lead", "report": report, "entry": entry, "page": page,
+        "rows": rows, "judge": lookup(result, "judges").get(jid, {}),
+        "criterion": lookup(result, "criteria").get(cid, {}),
+        "audit_url": reverse("reports-audit", kwargs={"slug": slug, "report_id": report.pk}),
+    })

@@ -1,0 +1,268 @@
+"""`python manage.py demo_seed`: load the SIMULATED demo study (used by `python3 dev.py demo`).
+
+It goes through the same paths a real team uses — `import_study` for the study file and
+`import_outputs` for items, candidates and outputs — and then adds simulated judge verdicts and
+simulated annotator labels (clearly named as such), a sampling plan so that the demo annotator
+login has work, and an agreement report. Re-running it leaves an existing demo study alone
+unless `--reset` is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+
+from reviewhub import demo_data as dd
+
+LOGINS = {"lead": "demo-lead-pass", "annotator": "demo-annotator-pass",
+          "annotator2": "demo-annotator2-pass"}
+SIM_ANNOTATORS = ["sim-annotator-1", "sim-annotator-2", "sim-annotator-3"]
+SIM_JUDGE = "sim-judge (simulated)"
+
+
+def study_spec() -> dict[str, Any]:
+    return {
+        "study": {
+            "slug": dd.DEMO_SLUG,
+            "name": "Support answers EN/DE (simulated demo)",
+            "owner": "lead",
+            "status": "open",
+            "is_simulated": True,
+            "task_description": (
+                "SIMULATED DATA. Answer customer questions about product manuals using the "
+                "retrieved manual section. Three simulated candidates; which one to ship?"
+            ),
+            "deployment_context": "Customer-facing help widget, 70% English / 30% German.",
+            "run_conditions": {
+                "prompt_template": "Answer using only this manual section:\n{context}\n\n"
+                                   "Question: {input}",
+                "parameters": {"temperature": 0.2, "max_tokens": 300},
+            },
+            "show_reference": False,
+        },
+        "rubric": {
+            "notes": "Demo rubric (simulated study).",
+            "criteria": [
+                {"key": "correct", "name": "Correct and grounded", "scale": "binary",
+                 "guidance": "Does the answer state what the manual section says, with no "
+                             "invented facts?"},
+                {"key": "helpful", "name": "Helpfulness", "scale": "ordinal",
+                 "guidance": "How well does the answer help the customer act?",
+                 "points": [
+                     {"value": 1, "label": "Useless"}, {"value": 2, "label": "Poor"},
+                     {"value": 3, "label": "Acceptable"}, {"value": 4, "label": "Good"},
+                     {"value": 5, "label": "Excellent"}],
+                 "pass_threshold": 4},
+            ],
+        },
+        "strata": [
+            {"key": "language", "name": "Language", "kind": "categorical",
+             "source": "metadata.language", "config": {"values": ["en", "de"], "other": "other"}},
+            {"key": "length", "name": "Document length", "kind": "numeric_bins",
+             "source": "context_length", "config": {"edges": [0, 800], "labels": ["short", "long"]}},
+            {"key": "noise", "name": "Input noise", "kind": "boolean",
+             "source": "metadata.noisy", "config": {"true_label": "noisy", "false_label": "clean"}},
+        ],
+        "plan": {
+            "notes": "Pre-registered for the simulated demo.",
+            "lock": True,
+            "spec": {
+                "criteria": {"correct": {"metric": "pass_rate", "threshold": 0.85,
+                                         "every_stratum": True, "primary": True}},
+                "strata": ["language", "length", "noise"],
+                "min_human_labels_per_stratum": 30,
+                "deployment_mix": {"language": {"en": 0.7, "de": 0.3}},
+            },
+        },
+        "members": [{"username": "annotator", "role": "annotator"},
+                    {"username": "annotator2", "role": "annotator"}],
+    }
+
+
+class Command(BaseCommand):
+    help = "Load the simulated demo study (idempotent; --reset rebuilds it)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--reset", action="store_true", help="delete and rebuild the demo")
+        parser.add_argument("--items", type=int, default=300)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from studies.models import Study
+
+        self._users()
+        existing = Study.objects.filter(slug=dd.DEMO_SLUG).first()
+        if existing is not None and not options["reset"]:
+            self.stdout.write(f"demo study '{dd.DEMO_SLUG}' already present (use --reset)")
+        else:
+            if existing is not None:
+                self._delete(existing)
+            self._build(options["items"])
+        self.stdout.write(self.style.SUCCESS("Demo logins (SIMULATED study):"))
+        for name, password in LOGINS.items():
+            self.stdout.write(f"  {name:<11} password: {password}")
+
+    def _users(self) -> None:
+        User = get_user_model()
+        for name, password in LOGINS.items():
+            user, created = User.objects.get_or_create(username=name)
+            if created or not user.check_password(password):
+                user.set_password(password)
+                user.is_staff = name == "lead"
+                user.save()
+
+    def _delete(self, study: Any) -> None:
+        from annotations.models import Annotation
+        from judges.models import JudgeJob, JudgeRun, Verdict
+        from reports.models import AgreementReport
+
+        with transaction.atomic():
+            # Verdicts and annotations protect their criteria; remove them first.
+            Annotation.objects.filter(criterion__rubric__study=study).delete()
+            Verdict.objects.filter(criterion__rubric__study=study).delete()
+            JudgeJob.objects.filter(run__study=study).delete()
+            JudgeRun.objects.filter(study=study).delete()
+            AgreementReport.objects.filter(study=study).delete()
+            study.delete()
+
+    def _build(self, n_items: int) -> None:
+        folder = Path(settings.VAR_DIR) / "demo"
+        folder.mkdir(parents=True, exist_ok=True)
+        items = dd.demo_items(n_items)
+        outputs = dd.demo_outputs(items)
+        spec_path = folder / "study.yaml"
+        spec_path.write_text(yaml.safe_dump(study_spec(), sort_keys=False, allow_unicode=True))
+        self._write_jsonl(folder / "items.jsonl", (
+            {"external_id": it.external_id, "input": it.question, "context": it.document,
+             "reference": it.fact,
+             "metadata": {"language": it.language, "noisy": it.noisy, "simulated": True}}
+            for it in items))
+        self._write_jsonl(folder / "candidates.jsonl", (
+            {"name": name, "provider": meta[0], "model_id": meta[1], "model_family": meta[2],
+             "notes": "Simulated candidate: outputs drawn from per-stratum pass rates."}
+            for name, meta in dd.CANDIDATE_META.items()))
+        self._write_jsonl(folder / "outputs.jsonl", (
+            {"item": o.item.external_id, "candidate": o.candidate, "text": o.text,
+             "latency_ms": o.latency_ms, "tokens_in": o.tokens_in, "tokens_out": o.tokens_out,
+             "cost": o.cost, "error": o.error,
+             "finish_reason": "error" if o.error else "stop"}
+            for o in outputs))
+        quiet = {"verbosity": 0}
+        call_command("import_study", str(spec_path), **quiet)
+        for kind in ("items", "candidates", "outputs"):
+            call_command("import_outputs", str(folder / f"{kind}.jsonl"), study=dd.DEMO_SLUG,
+                         kind=kind, no_progress=True, **quiet)
+        self._simulated_ratings(outputs)
+        self._sampling_plan()
+        self._report()
+        self.stdout.write(self.style.SUCCESS(
+            f"demo study '{dd.DEMO_SLUG}': {len(items)} items, {len(outputs)} outputs "
+            "(all simulated)"))
+
+    @staticmethod
+    def _write_jsonl(path: Path, rows: Any) -> None:
+        with path.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def _simulated_ratings(self, outputs: list[dd.DemoOutput]) -> None:
+        """Simulated judge verdicts on every output, simulated humans on a subset."""
+        from annotations.models import Annotation
+        from judges.models import Judge, JudgeVersion, Verdict
+        from studies.models import Membership, Output, Study
+
+        study = Study.objects.get(slug=dd.DEMO_SLUG)
+        rubric = study.rubric_versions.order_by("-version").first()
+        assert rubric is not None
+        crit = {c.key: c for c in rubric.criteria.all()}
+        by_key = {
+            (ext, name): oid
+            for oid, ext, name in Output.objects.filter(study=study)
+            .values_list("id", "item__external_id", "candidate__name")
+        }
+        rng = random.Random(23)
+        config = {"simulated": True, "description": "Simulated judge: agrees with the "
+                  "simulated truth 94% of the time in English and 68% in German."}
+        judge = Judge.objects.create(study=study, name=SIM_JUDGE, kind=Judge.Kind.IMPORTED,
+                                     description=config["description"])
+        version = JudgeVersion.objects.create(
+            judge=judge, version=1, config=config, model_family="simulated",
+            content_hash=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest())
+        verdicts = []
+        for o in outputs:
+            oid = by_key[(o.item.external_id, o.candidate)]
+            label = dd.simulated_judge_label(o, rng)
+            verdicts.append(Verdict(judge_version=version, criterion=crit["correct"],
+                                    output_id=oid, value=label,
+                                    value_num=1.0 if label == "pass" else 0.0,
+                                    source=Verdict.Source.IMPORT,
+                                    rationale="(simulated judge)"))
+            noise = 0 if o.item.language == "en" else rng.choice([-2, -1, 1, 2])
+            helpful = max(1, min(5, o.helpfulness + noise))
+            verdicts.append(Verdict(judge_version=version, criterion=crit["helpful"],
+                                    output_id=oid, value=str(helpful), value_num=float(helpful),
+                                    source=Verdict.Source.IMPORT,
+                                    rationale="(simulated judge)"))
+        Verdict.objects.bulk_create(verdicts, batch_size=2000)
+
+        User = get_user_model()
+        annotators = []
+        for name in SIM_ANNOTATORS:
+            user, _ = User.objects.get_or_create(username=name, defaults={"is_active": False})
+            user.set_unusable_password()
+            user.save()
+            Membership.objects.get_or_create(study=study, user=user,
+                                             defaults={"role": Membership.Role.ANNOTATOR})
+            annotators.append(user)
+        users = {u.username: u for u in annotators}
+        labelled_items = {it.external_id for it in dd.demo_items(len(outputs) // 3)[::2]}
+        annotations = []
+        for o in outputs:
+            if o.item.external_id not in labelled_items:
+                continue
+            oid = by_key[(o.item.external_id, o.candidate)]
+            for name, label, helpful, severity in dd.simulated_annotator_labels(
+                o, SIM_ANNOTATORS, rng
+            ):
+                annotations.append(Annotation(
+                    annotator=users[name], criterion=crit["correct"], output_id=oid,
+                    value=label, value_num=1.0 if label == "pass" else 0.0,
+                    severity=severity, source=Annotation.Source.IMPORT,
+                    rationale="(simulated annotator)"))
+                annotations.append(Annotation(
+                    annotator=users[name], criterion=crit["helpful"], output_id=oid,
+                    value=str(helpful), value_num=float(helpful),
+                    severity=(rng.choice([2, 3]) if helpful < 4 else None),
+                    source=Annotation.Source.IMPORT, rationale="(simulated annotator)"))
+        Annotation.objects.bulk_create(annotations, batch_size=2000)
+
+    def _sampling_plan(self) -> None:
+        from annotations.services import sampling_plan_create
+        from studies.models import Study
+
+        study = Study.objects.get(slug=dd.DEMO_SLUG)
+        lead = get_user_model().objects.get(username="lead")
+        sampling_plan_create(
+            study=study,
+            spec={"mode": "per_stratum", "dimension": "language", "n": 30, "seed": 5},
+            k=2, gold_rate=0.0, created_by=lead,
+        )
+
+    def _report(self) -> None:
+        from reports.services import report_build
+        from studies.models import Study
+
+        study = Study.objects.get(slug=dd.DEMO_SLUG)
+        lead = get_user_model().objects.get(username="lead")
+        plan = study.plans.order_by("-version").first()
+        report_build(study=study, params={"seed": 1, "n_resamples": 500}, plan=plan,
+                     created_by=lead)

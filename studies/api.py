@@ -1,0 +1,590 @@
+"""REST views for studies. Thin: access check -> validate -> service or selector -> serialize.
+
+Every study-scoped view starts with `studies.access.study_get_for_actor`, so a caller without
+access gets 404 before anything else happens (body validation included), and read-only tokens
+get 403 on every write. Annotators may read the study, its rubric and strata, but not the
+lead data (candidates, outputs, items, plans, members): their grading must stay blind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import Count, QuerySet
+from django.db.models.fields.json import KeyTextTransform
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from reviewhub.api.errors import Forbidden, NotFound, ValidationFailed
+from reviewhub.api.pagination import DefaultCursorPagination, IdCursorPagination
+
+from . import schema as _schema  # noqa: F401 - registers the auth extension
+from . import selectors, services
+from .access import study_get_for_actor
+from .models import AnalysisPlan, ApiToken, Candidate, Item, Membership, Output, RubricVersion, Study
+from .serializers import (
+    AnalysisPlanSerializer,
+    ApiTokenCreatedSerializer,
+    ApiTokenCreateSerializer,
+    ApiTokenSerializer,
+    CandidateSerializer,
+    ErrorSerializer,
+    ItemSerializer,
+    MembershipRoleSerializer,
+    MembershipSerializer,
+    MembershipWriteSerializer,
+    OutputSerializer,
+    PlanNewVersionSerializer,
+    PlanPatchSerializer,
+    PlanWriteSerializer,
+    RubricSaveResponseSerializer,
+    RubricUpdateSerializer,
+    RubricVersionSerializer,
+    StrataSerializer,
+    StrataUpdateSerializer,
+    StudyPatchSerializer,
+    StudySerializer,
+    StudyWriteSerializer,
+)
+
+LEAD = Membership.Role.LEAD
+ANNOTATOR = Membership.Role.ANNOTATOR
+
+ERRORS = {
+    400: OpenApiResponse(ErrorSerializer, description="Validation failed (details.errors "
+                                                      "lists each problem with its path)."),
+    403: OpenApiResponse(ErrorSerializer, description="Read-only token or role too low."),
+    404: OpenApiResponse(ErrorSerializer, description="No such study, or no access to it."),
+}
+CONFLICT = {409: OpenApiResponse(ErrorSerializer, description="Conflict (e.g. a locked plan).")}
+
+STRATUM_PARAM = OpenApiParameter(
+    "stratum", OpenApiTypes.STR, many=True,
+    description="`dimension:label`; repeat to require several strata (all must hold).",
+)
+META_PARAM = OpenApiParameter(
+    "meta.<key>", OpenApiTypes.STR,
+    description="Item metadata equality, e.g. `meta.language=de` (dots walk nested objects; "
+                "repeat to accept any of several values; `3`/`true` also match numbers and "
+                "booleans).",
+)
+
+
+def _body(request: Request) -> dict[str, Any]:
+    data = request.data
+    if not isinstance(data, dict):
+        raise ValidationFailed("The request body must be a JSON object.",
+                               details={"errors": [{"path": "$", "message": "must be an "
+                                                                            "object"}]})
+    return data
+
+
+def _study(request: Request, slug: str, *, write: bool = False, lead: bool = False,
+           annotators: bool = True) -> tuple[Study, str]:
+    study, role = study_get_for_actor(user=request.user, slug=slug, token=request.auth,
+                                      write=write, min_role=LEAD if lead else
+                                      Membership.Role.VIEWER)
+    if not annotators and role == ANNOTATOR:
+        raise Forbidden("Annotators grade blind: this data is for leads and viewers.")
+    return study, role
+
+
+def _params(request: Request) -> dict[str, list[str]]:
+    return {k: v for k, v in request.query_params.lists()}
+
+
+def _fake(view: Any) -> bool:
+    return bool(getattr(view, "swagger_fake_view", False))
+
+
+# --- Studies ----------------------------------------------------------------------------------
+
+class StudyListCreate(generics.ListAPIView):
+    serializer_class = StudySerializer
+    pagination_class = DefaultCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> QuerySet[Study]:
+        if _fake(self):
+            return Study.objects.none()
+        return selectors.studies_visible(user=self.request.user, token=self.request.auth)
+
+    @extend_schema(summary="List the studies you can see", responses={200: StudySerializer(many=True)})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(summary="Create a study (you become its lead)", request=StudyWriteSerializer,
+                   responses={201: StudySerializer, **ERRORS, **CONFLICT})
+    def post(self, request: Request) -> Response:
+        token = request.auth
+        if isinstance(token, ApiToken):
+            if token.study_id is not None:
+                raise Forbidden("A study-scoped token cannot create studies.")
+            if not token.can_write:
+                raise Forbidden("This API token is read-only.")
+        study = services.study_create(owner=request.user, fields=_body(request))
+        return Response(StudySerializer(study).data, status=status.HTTP_201_CREATED)
+
+
+class StudyDetail(generics.GenericAPIView):
+    serializer_class = StudySerializer
+
+    @extend_schema(summary="A study", responses={200: StudySerializer, **ERRORS})
+    def get(self, request: Request, slug: str) -> Response:
+        study, _ = _study(request, slug)
+        return Response(StudySerializer(study).data)
+
+    @extend_schema(summary="Update a study (status: draft -> open -> closed)",
+                   request=StudyPatchSerializer, responses={200: StudySerializer, **ERRORS})
+    def patch(self, request: Request, slug: str) -> Response:
+        study, _ = _study(request, slug, write=True, lead=True)
+        study, _ = services.study_update(study=study, fields=_body(request))
+        return Response(StudySerializer(study).data)
+
+
+# --- Members ----------------------------------------------------------------------------------
+
+def _user_by_username(username: Any, path: str = "username") -> Any:
+    user = get_user_model().objects.filter(username=username).first() if isinstance(
+        username, str) else None
+    if user is None:
+        raise ValidationFailed(f"Unknown user {username!r}.",
+                               details={"errors": [{"path": path, "message": "no such user"}]})
+    return user
+
+
+class MemberListCreate(generics.ListAPIView):
+    serializer_class = MembershipSerializer
+    pagination_class = IdCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> QuerySet[Membership]:
+        if _fake(self):
+            return Membership.objects.none()
+        study, _ = _study(self.request, self.kwargs["slug"], annotators=False)
+        return Membership.objects.filter(study=study).select_related("user")
+
+    @extend_schema(summary="Members of a study", responses={200: MembershipSerializer(many=True),
+                                                            **ERRORS})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(summary="Add a member or change their role", request=MembershipWriteSerializer,
+                   responses={201: MembershipSerializer, 200: MembershipSerializer, **ERRORS,
+                              **CONFLICT})
+    def post(self, request: Request, slug: str) -> Response:
+        study, _ = _study(request, slug, write=True, lead=True)
+        body = _body(request)
+        user = _user_by_username(body.get("username"))
+        membership, outcome = services.membership_set(study=study, user=user,
+                                                      role=str(body.get("role", "")))
+        code = status.HTTP_201_CREATED if outcome == "created" else status.HTTP_200_OK
+        return Response(MembershipSerializer(membership).data, status=code)
+
+
+class MemberDetail(generics.GenericAPIView):
+    serializer_class = MembershipSerializer
+
+    def _membership(self, study: Study, user_id: int) -> Membership:
+        membership = Membership.objects.select_related("user").filter(
+            study=study, user_id=user_id).first()
+        if membership is None:
+            raise NotFound(f"User {user_id} is not a member of this study.")
+        return membership
+
+    @extend_schema(summary="One member", responses={200: MembershipSerializer, **ERRORS})
+    def get(self, request: Request, slug: str, user_id: int) -> Response:
+        study, _ = _study(request, slug, annotators=False)
+        return Response(MembershipSerializer(self._membership(study, user_id)).data)
+
+    @extend_schema(summary="Change a member's role", request=MembershipRoleSerializer,
+                   responses={200: MembershipSerializer, **ERRORS, **CONFLICT})
+    def patch(self, request: Request, slug: str, user_id: int) -> Response:
+        study, _ = _study(request, slug, write=True, lead=True)
+        membership = self._membership(study, user_id)
+        membership, _ = services.membership_set(study=study, user=membership.user,
+                                                role=str(_body(request).get("role", "")))
+        return Response(MembershipSerializer(membership).data)
+
+    @extend_schema(summary="Remove a member", responses={204: None, **ERRORS, **CONFLICT})
+    def delete(self, request: Request, slug: str, user_id: int) -> Response:
+        study, _ = _study(request, slug, write=True, lead=True)
+        membership = self._membership(study, user_id)
+        services.membership_remove(study=study, user=membership.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- Rubric -----------------------------------------------------------------------------------
+
+def _rubric_queryset(study: Study) -> QuerySet[RubricVersion]:
+    return (RubricVersion.objects.filter(study=study).select_related("created_by")
+            .prefetch_related("criteria"))
+
+
+class RubricCurrent(generics.GenericAPIView):
+    serializer_class = RubricVersionSerializer
+
+    @extend_schema(summary="The current rubric version", responses={200: RubricVersionSerializer,
+                                                                    **ERRORS})
+    def get(self, request: Request, slug: str) -> Response:
+        study, _ = _study(request, slug)
+        rubric = _rubric_queryset(study).order_by("-version").first()
+        if rubric is None:
+            raise NotFound("This study has no rubric yet.")
+        return Response(RubricVersionSerializer(rubric).data)
+
+    @extend_schema(
+        summary="Replace the rubric's criteria",
+        description="Edits the current version in place while nothing refers to its "
+                    "criteria; once verdicts, annotations or judge jobs exist it creates the "
+                    "next version holding exactly these criteria.",
+        request=RubricUpdateSerializer,
+        responses={200: RubricSaveResponseSerializer, 201: RubricSaveResponseSerializer,
+                   **ERRORS},
+    )
+    def put(self, request: Request, slug: str) -> Response:
+        study, _ = _study(request, slug, write=True, lead=True)
+        body = _body(request)
+        rubric, outcome = services.rubric_update(
+            study=study, criteria=body.get("criteria"), created_by=request.user,
+            notes=str(body.get("notes") or ""),
+        )
+        rubric = _rubric_queryset(study).get(pk=rubric.pk)
+        data = {**RubricVersionSerializer(rubric).data, "outcome": outcome}
+        code = status.HTTP_201_CREATED if outcome == "created" else status.HTTP_200_OK
+        return Response(data, status=code)
+
+
+class RubricVersionList(generics.ListAPIView):
+    serializer_class = RubricVersionSerializer
+    pagination_class = DefaultCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> QuerySet[RubricVersion]:
+        if _fake(self):
+            return RubricVersion.objects.none()
+        study, _ = _study(self.request, self.kwargs["slug"])
+        return _rubric_queryset(study)
+
+    @extend_schema(summary="All rubric versions, newest first",
+                   responses={200: RubricVersionSerializer(many=True), **ERRORS})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+
+class RubricVersionDetail(generics.GenericAPIView):
+    serializer_class = RubricVersionSerializer
+
+    @extend_schema(summary="One rubric version", responses={200: RubricVersionSerializer,
+                                                            **ERRORS})
+    def get(self, request: Request, slug: str, version: int) -> Response:
+        study, _ = _study(request, slug)
+        rubric = _rubric_queryset(study).filter(version=version).first()
+        if rubric is None:
+            raise NotFound(f"Rubric v{version} not found.")
+        return Response(RubricVersionSerializer(rubric).data)
+
+
+# --- Strata -----------------------------------------------------------------------------------
+
+def _strata_counts(study: Study) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    for dim in study.dimensions.order_by("position", "id"):
+        rows = (Item.objects.filter(study=study).annotate(label=KeyTextTransform(dim.key, "strata"))
+                .values("label").annotate(n=Count("id")).order_by("label"))
+        counts[dim.key] = {str(r["label"]) if r["label"] is not None else "(not computed)":
+                           r["n"] for r in rows}
+    return counts
+
+
+class StrataScheme(generics.GenericAPIView):
+    serializer_class = StrataSerializer
+
+    @extend_schema(summary="The strata scheme and items per label",
+                   responses={200: StrataSerializer, **ERRORS})
+    def get(self, request: Request, slug: str) -> Response:
+        study, _ = _study(request, slug)
+        return Response({"dimensions": selectors.dimensions_current(study=study),
+                         "counts": _strata_counts(study)})
+
+    @extend_schema(summary="Replace the strata scheme (items are relabelled)",
+                   request=StrataUpdateSerializer, responses={200: StrataSerializer, **ERRORS,
+                                                              **CONFLICT})
+    def put(self, request: Request, slug: str) -> Response:
+        study, _ = _study(request, slug, write=True, lead=True)
+        body = _body(request)
+        _, changed = services.dimension_set(study=study, dimensions=body.get("dimensions"))
+        return Response({"dimensions": selectors.dimensions_current(study=study),
+                         "counts": _strata_counts(study), "items_changed": changed})
+
+
+# --- Items, candidates, outputs ---------------------------------------------------------------
+
+class ItemList(generics.ListAPIView):
+    serializer_class = ItemSerializer
+    pagination_class = IdCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> QuerySet[Item]:
+        if _fake(self):
+            return Item.objects.none()
+        study, _ = _study(self.request, self.kwargs["slug"], annotators=False)
+        return selectors.items_list(study=study, params=_params(self.request))
+
+    @extend_schema(
+        summary="Items of a study",
+        parameters=[STRATUM_PARAM, META_PARAM,
+                    OpenApiParameter("external_id", OpenApiTypes.STR, many=True)],
+        responses={200: ItemSerializer(many=True), **ERRORS},
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+
+class ItemDetail(generics.GenericAPIView):
+    serializer_class = ItemSerializer
+
+    @extend_schema(summary="One item", responses={200: ItemSerializer, **ERRORS})
+    def get(self, request: Request, slug: str, item_id: int) -> Response:
+        study, _ = _study(request, slug, annotators=False)
+        item = Item.objects.filter(study=study, pk=item_id).first()
+        if item is None:
+            raise NotFound(f"Item {item_id} not found.")
+        return Response(ItemSerializer(item).data)
+
+
+class CandidateList(generics.ListAPIView):
+    serializer_class = CandidateSerializer
+    pagination_class = IdCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> QuerySet[Candidate]:
+        if _fake(self):
+            return Candidate.objects.none()
+        study, _ = _study(self.request, self.kwargs["slug"], annotators=False)
+        return selectors.candidates_list(study=study, params=_params(self.request))
+
+    @extend_schema(summary="Candidates of a study",
+                   parameters=[OpenApiParameter("name", OpenApiTypes.STR, many=True)],
+                   responses={200: CandidateSerializer(many=True), **ERRORS})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+
+class CandidateDetail(generics.GenericAPIView):
+    serializer_class = CandidateSerializer
+
+    @extend_schema(summary="One candidate", responses={200: CandidateSerializer, **ERRORS})
+    def get(self, request: Request, slug: str, candidate_id: int) -> Response:
+        study, _ = _study(request, slug, annotators=False)
+        candidate = Candidate.objects.filter(study=study, pk=candidate_id).first()
+        if candidate is None:
+            raise NotFound(f"Candidate {candidate_id} not found.")
+        return Response(CandidateSerializer(candidate).data)
+
+
+class OutputList(generics.ListAPIView):
+    serializer_class = OutputSerializer
+    pagination_class = IdCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> QuerySet[Output]:
+        if _fake(self):
+            return Output.objects.none()
+        study, _ = _study(self.request, self.kwargs["slug"], annotators=False)
+        return selectors.outputs_list(study=study, params=_params(self.request))
+
+    @extend_schema(
+        summary="Outputs of a study",
+        parameters=[
+            OpenApiParameter("candidate", OpenApiTypes.STR, many=True,
+                             description="Candidate name; repeat for any of several."),
+            OpenApiParameter("item", OpenApiTypes.STR, many=True,
+                             description="Item external id."),
+            STRATUM_PARAM, META_PARAM,
+            OpenApiParameter("output_meta.<key>", OpenApiTypes.STR,
+                             description="Equality on the output's own metadata."),
+            OpenApiParameter("has_error", OpenApiTypes.BOOL),
+            OpenApiParameter("schema_valid", OpenApiTypes.STR, enum=["true", "false", "null"]),
+        ],
+        responses={200: OutputSerializer(many=True), **ERRORS},
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+
+class OutputDetail(generics.GenericAPIView):
+    serializer_class = OutputSerializer
+
+    @extend_schema(summary="One output", responses={200: OutputSerializer, **ERRORS})
+    def get(self, request: Request, slug: str, output_id: int) -> Response:
+        study, _ = _study(request, slug, annotators=False)
+        output = (Output.objects.select_related("item", "candidate")
+                  .filter(study=study, pk=output_id).first())
+        if output is None:
+            raise NotFound(f"Output {output_id} not found.")
+        return Response(OutputSerializer(output).data)
+
+
+# --- Analysis plans ---------------------------------------------------------------------------
+
+def _plans(study: Study) -> QuerySet[AnalysisPlan]:
+    return AnalysisPlan.objects.filter(study=study).select_related("created_by", "locked_by")
+
+
+def _plan(study: Study, version: int) -> AnalysisPlan:
+    plan = _plans(study).filter(version=version).first()
+    if plan is None:
+        raise NotFound(f"Plan v{version} not found.")
+    return plan
+
+
+class PlanListCreate(generics.ListAPIView):
+    serializer_class = AnalysisPlanSerializer
+    pagination_class = DefaultCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> QuerySet[AnalysisPlan]:
+        if _fake(self):
+            return AnalysisPlan.objects.none()
+        study, _ = _study(self.request, self.kwargs["slug"], annotators=False)
+        return _plans(study)
+
+    @extend_schema(summary="Analysis plan versions, newest first",
+                   responses={200: AnalysisPlanSerializer(many=True), **ERRORS})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(summary="Create the study's first analysis plan", request=PlanWriteSerializer,
+                   responses={201: AnalysisPlanSerializer, **ERRORS, **CONFLICT})
+    def post(self, request: Request, slug: str) -> Response:
+        study, _ = _study(request, slug, write=True, lead=True)
+        body = _body(request)
+        plan = services.plan_create(study=study, spec=body.get("spec"), created_by=request.user,
+                                    notes=str(body.get("notes") or ""))
+        return Response(AnalysisPlanSerializer(_plan(study, plan.version)).data,
+                        status=status.HTTP_201_CREATED)
+
+
+class PlanDetail(generics.GenericAPIView):
+    serializer_class = AnalysisPlanSerializer
+
+    @extend_schema(summary="One analysis plan version",
+                   responses={200: AnalysisPlanSerializer, **ERRORS})
+    def get(self, request: Request, slug: str, version: int) -> Response:
+        study, _ = _study(request, slug, annotators=False)
+        return Response(AnalysisPlanSerializer(_plan(study, version)).data)
+
+    @extend_schema(summary="Edit an unlocked plan (409 once locked)", request=PlanPatchSerializer,
+                   responses={200: AnalysisPlanSerializer, **ERRORS, **CONFLICT})
+    def patch(self, request: Request, slug: str, version: int) -> Response:
+        study, _ = _study(request, slug, write=True, lead=True)
+        plan = _plan(study, version)
+        body = _body(request)
+        notes = body.get("notes")
+        services.plan_update(plan=plan, spec=body.get("spec", plan.spec),
+                             notes=str(notes) if notes is not None else None)
+        return Response(AnalysisPlanSerializer(_plan(study, version)).data)
+
+
+class PlanLock(generics.GenericAPIView):
+    serializer_class = AnalysisPlanSerializer
+
+    @extend_schema(summary="Lock (pre-register) a plan", request=None,
+                   responses={200: AnalysisPlanSerializer, **ERRORS, **CONFLICT})
+    def post(self, request: Request, slug: str, version: int) -> Response:
+        study, _ = _study(request, slug, write=True, lead=True)
+        services.plan_lock(plan=_plan(study, version), user=request.user)
+        return Response(AnalysisPlanSerializer(_plan(study, version)).data)
+
+
+class PlanNewVersion(generics.GenericAPIView):
+    serializer_class = AnalysisPlanSerializer
+
+    @extend_schema(summary="Save a new plan version (from this one's spec unless given)",
+                   request=PlanNewVersionSerializer,
+                   responses={201: AnalysisPlanSerializer, **ERRORS})
+    def post(self, request: Request, slug: str, version: int) -> Response:
+        study, _ = _study(request, slug, write=True, lead=True)
+        source = _plan(study, version)
+        body = _body(request)
+        plan = services.plan_new_version(study=study, spec=body.get("spec", source.spec),
+                                         created_by=request.user,
+                                         notes=str(body.get("notes") or ""))
+        return Response(AnalysisPlanSerializer(_plan(study, plan.version)).data,
+                        status=status.HTTP_201_CREATED)
+
+
+# --- Tokens -----------------------------------------------------------------------------------
+
+def _token_manager_check(request: Request, *, write: bool) -> None:
+    token = request.auth
+    if isinstance(token, ApiToken):
+        if token.study_id is not None:
+            raise Forbidden("Manage tokens in the browser or with an account-wide token.")
+        if write and not token.can_write:
+            raise Forbidden("This API token is read-only.")
+
+
+class TokenListCreate(generics.ListAPIView):
+    serializer_class = ApiTokenSerializer
+    pagination_class = DefaultCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        if _fake(self):
+            return ApiToken.objects.none()
+        _token_manager_check(self.request, write=False)
+        return ApiToken.objects.filter(user_id=self.request.user.pk).select_related("study")
+
+    @extend_schema(summary="Your API tokens (secrets are never shown again)",
+                   responses={200: ApiTokenSerializer(many=True), 403: ERRORS[403]})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(summary="Create a token; the response holds its secret, once",
+                   request=ApiTokenCreateSerializer,
+                   responses={201: ApiTokenCreatedSerializer, **ERRORS})
+    def post(self, request: Request) -> Response:
+        _token_manager_check(request, write=True)
+        body = _body(request)
+        study = None
+        if body.get("study"):
+            study = Study.objects.filter(slug=str(body["study"])).first()
+            if study is None:
+                raise NotFound(f"Study '{body['study']}' not found.")
+        can_write = body.get("can_write", False)
+        if not isinstance(can_write, bool):
+            raise ValidationFailed("can_write must be true or false.", details={
+                "errors": [{"path": "can_write", "message": "must be true or false"}]})
+        token, secret = services.api_token_create(user=request.user, name=body.get("name", ""),
+                                                  study=study, can_write=can_write)
+        data = ApiTokenCreatedSerializer(token, context={"secret": secret}).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+
+class TokenDetail(generics.GenericAPIView):
+    serializer_class = ApiTokenSerializer
+
+    def _token(self, request: Request, token_id: int) -> ApiToken:
+        token = ApiToken.objects.select_related("study").filter(
+            pk=token_id, user_id=request.user.pk).first()
+        if token is None:
+            raise NotFound(f"Token {token_id} not found.")
+        return token
+
+    @extend_schema(summary="One of your tokens", responses={200: ApiTokenSerializer, **ERRORS})
+    def get(self, request: Request, token_id: int) -> Response:
+        _token_manager_check(request, write=False)
+        return Response(ApiTokenSerializer(self._token(request, token_id)).data)
+
+    @extend_schema(summary="Revoke one of your tokens", responses={200: ApiTokenSerializer,
+                                                                   **ERRORS})
+    def delete(self, request: Request, token_id: int) -> Response:
+        _token_manager_check(request, write=True)
+        token = services.api_token_revoke(token=self._token(request, token_id))
+        return Response(ApiTokenSerializer(token).data)

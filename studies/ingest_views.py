@@ -1,0 +1,113 @@
+"""REST bulk ingest: POST a JSON array, JSON Lines or CSV body of items, candidates or outputs.
+
+Thin views: access check -> content type and size -> the shared ingest service. The body is
+read from the request stream (never `request.body` or `request.data`), spooled to a temporary
+file with the size limit enforced while reading, and handed to `studies.ingest.ingest_run`,
+the same two-pass validate-then-upsert code the `import_*` commands run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from . import ingest
+from .access import study_get_for_actor
+from .models import Membership
+from .serializers import ErrorSerializer
+
+
+class IngestResultSerializer(serializers.Serializer):
+    created = serializers.IntegerField()
+    updated = serializers.IntegerField()
+    unchanged = serializers.IntegerField()
+
+
+def _content_length(request: Request) -> int | None:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or "")
+    except ValueError:
+        return None
+
+
+_BODY = {
+    "application/json": OpenApiTypes.BINARY,
+    "application/x-ndjson": OpenApiTypes.BINARY,
+    "text/csv": OpenApiTypes.BINARY,
+}
+
+
+class BulkIngestView(APIView):
+    kind: ClassVar[ingest.Kind]
+    # The body is read raw from the stream; DRF's parsers would load it all into memory.
+    parser_classes: list[Any] = []
+
+    def post(self, request: Request, slug: str) -> Response:
+        study, _ = study_get_for_actor(
+            user=request.user, slug=slug, token=request.auth, write=True,
+            min_role=Membership.Role.LEAD,
+        )
+        fmt = ingest.format_for_content_type(request.META.get("CONTENT_TYPE", ""))
+        with ingest.upload_spool(
+            request.stream, content_length=_content_length(request)
+        ) as body:
+            result = ingest.ingest_run(study=study, kind=self.kind, stream=body, fmt=fmt)
+        return Response(result.as_dict())
+
+
+def _schema(kind: str, key: str) -> Any:
+    return extend_schema(
+        summary=f"Bulk create/update {kind}",
+        description=(
+            f"Upsert {kind} by {key} from a JSON array (`application/json`), JSON Lines "
+            "(`application/x-ndjson`) or CSV (`text/csv`) body; see docs/ingest.md for the "
+            "fields. Every row is validated before anything is written: any invalid row means "
+            "a 400 listing each problem (line, field, reason; at most 50, with `more_errors`) "
+            "and nothing written. Re-sending the same file reports every row unchanged. Needs "
+            "the lead role and a read-write token."
+        ),
+        request=_BODY,
+        responses={
+            200: IngestResultSerializer,
+            400: OpenApiResponse(ErrorSerializer, description="Invalid rows; nothing written."),
+            403: OpenApiResponse(ErrorSerializer, description="Not a lead, or read-only token."),
+            404: OpenApiResponse(ErrorSerializer, description="No such study, or no access."),
+            409: OpenApiResponse(ErrorSerializer, description="Closed study or concurrent "
+                                                              "change; nothing written."),
+            413: OpenApiResponse(ErrorSerializer, description="Body over "
+                                                              "REVIEWHUB_MAX_UPLOAD_BYTES."),
+            415: OpenApiResponse(ErrorSerializer, description="Unsupported Content-Type."),
+        },
+        examples=[OpenApiExample("counts", value={"created": 2, "updated": 0, "unchanged": 1},
+                                 response_only=True)],
+    )
+
+
+class ItemBulkIngest(BulkIngestView):
+    kind = "items"
+
+    @_schema("items", "external_id")
+    def post(self, request: Request, slug: str) -> Response:
+        return super().post(request, slug)
+
+
+class CandidateBulkIngest(BulkIngestView):
+    kind = "candidates"
+
+    @_schema("candidates", "name")
+    def post(self, request: Request, slug: str) -> Response:
+        return super().post(request, slug)
+
+
+class OutputBulkIngest(BulkIngestView):
+    kind = "outputs"
+
+    @_schema("outputs", "(candidate, item)")
+    def post(self, request: Request, slug: str) -> Response:
+        return super().post(request, slug)

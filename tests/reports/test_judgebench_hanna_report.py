@@ -1,0 +1,122 @@
+"""JUDGE-BENCH and HANNA through the importers and the agreement report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from statistics import median
+from typing import Any
+
+import numpy as np
+import pytest
+
+from reports.agreement import TOO_FEW
+from reports.models import AgreementReport
+
+from .conftest import computed_report, module_study
+
+pytestmark = pytest.mark.django_db
+
+# results_regular/*.json of JUDGE-BENCH (Bavaresco et al., ACL 2025): human Krippendorff alpha.
+PUBLISHED_ALPHA = {
+    ("newsroom", "informativeness"): 0.2849, ("newsroom", "relevance"): 0.1151,
+    ("newsroom", "fluency"): -0.0158, ("newsroom", "coherence"): 0.0650,
+    ("dices-350-crowdsourced", "safety"): 0.1609, ("dices-990", "safety"): 0.1432,
+    ("recipes", "grammar"): 0.4151, ("recipes", "fluency"): 0.4324,
+    ("recipes", "verbosity"): 0.3991, ("recipes", "structure"): 0.3986,
+    ("recipes", "success"): 0.3627, ("recipes", "overall"): 0.4351,
+}
+
+
+@pytest.fixture(scope="module")
+def judge_bench(request: pytest.FixtureRequest, django_db_setup: Any,
+                django_db_blocker: Any) -> Iterator[dict[str, AgreementReport]]:
+    studies = {}
+    gens = []
+    for name in ("newsroom", "dices-350-crowdsourced", "dices-990", "recipes"):
+        gen = module_study(request, django_db_blocker, f"jb-{name}", [f"judge-bench:{name}"])
+        studies[name] = next(gen)
+        gens.append(gen)
+    with django_db_blocker.unblock():
+        reports = {name: computed_report(s, {"n_resamples": 200}) for name, s in studies.items()}
+    yield reports
+    for gen in gens:
+        next(gen, None)
+
+
+def test_all_twelve_published_human_alphas(judge_bench: dict[str, AgreementReport]) -> None:
+    got = {}
+    for name, report in judge_bench.items():
+        assert report.status == AgreementReport.Status.DONE, report.error
+        keys = {c["id"]: c["key"] for c in report.result["criteria"]}
+        for row in report.result["ceiling"]:
+            if row["label"] == "overall":
+                got[(name, keys[row["criterion"]])] = round(row["alpha"]["value"], 4)
+                level = "nominal" if name.startswith("dices") else "ordinal"
+                assert row["level"] == level
+                assert row["alpha"]["ci_low"] <= row["alpha"]["value"] <= row["alpha"]["ci_high"]
+    assert got == PUBLISHED_ALPHA
+
+
+def test_rating_positions_are_raters(judge_bench: dict[str, AgreementReport]) -> None:
+    rows = {r["criterion"]: r for r in judge_bench["dices-990"].result["ceiling"]
+            if r["label"] == "overall"}
+    (row,) = rows.values()
+    assert row["n_humans"] == 76 and row["n_subjects"] == 990
+    assert row["n_ratings"] == 72103
+
+
+HANNA_SYSTEMS = ["BertGeneration", "CTRL", "GPT", "GPT-2 (tag)", "GPT-2", "RoBERTa", "XLNet",
+                 "Fusion", "HINT", "TD-VAE"]
+
+
+@pytest.fixture(scope="module")
+def hanna(request: pytest.FixtureRequest, django_db_setup: Any,
+          django_db_blocker: Any) -> Iterator[AgreementReport]:
+    for study in module_study(request, django_db_blocker, "hanna-test", ["hanna"]):
+        with django_db_blocker.unblock():
+            report = computed_report(study, {"n_resamples": 200, "system_level": True,
+                                             "candidates": HANNA_SYSTEMS, "seed": 3})
+        yield report
+
+
+def _judges(report: AgreementReport) -> dict[int, dict[str, Any]]:
+    return {j["id"]: j for j in report.result["judges"]}
+
+
+def test_bleu_vs_human_relevance(hanna: AgreementReport) -> None:
+    assert hanna.status == AgreementReport.Status.DONE, hanna.error
+    judges = _judges(hanna)
+    crits = {c["key"]: c["id"] for c in hanna.result["criteria"]}
+    bleu = next(c for c in hanna.result["cells"] if judges[c["judge_version"]]["judge"] == "BLEU"
+                and c["label"] == "overall")
+    assert bleu["criterion"] == crits["relevance"]
+    assert (bleu["n_subjects"], bleu["n_items"]) == (960, 96)
+    m = bleu["metrics"]
+    assert round(m["pearson"]["value"], 7) == 0.1124278
+    assert round(m["spearman"]["value"], 7) == 0.1040944
+    assert round(m["kendall"]["value"], 7) == 0.0737787
+    # A continuous metric has no kappa; the interval is still clustered by story prompt.
+    assert "qwk" not in m and "clustered by item" in m["spearman"]["method"]
+
+
+def test_system_level_high_while_per_story_low(hanna: AgreementReport) -> None:
+    judges = _judges(hanna)
+    llm = [s for s in hanna.result["system"] if judges[s["judge_version"]]["judge"] != "BLEU"]
+    assert len(llm) == 5 * 4 * 6
+    system = [s["kendall"]["value"] for s in llm]
+    per_story = [s["per_subject_kendall"]["value"] for s in llm]
+    assert all(s["n_candidates"] == 10 for s in llm)
+    assert 0.85 <= max(system) <= 0.87
+    assert max(per_story) <= 0.33 and min(per_story) >= -0.05
+    assert median(system) > median(per_story) + 0.2
+    best = max(llm, key=lambda s: s["kendall"]["value"])
+    assert best["kendall"]["ci_low"] <= best["kendall"]["value"] <= best["kendall"]["ci_high"]
+
+
+def test_hanna_verdicts_use_the_alt_test(hanna: AgreementReport) -> None:
+    overall = [c for c in hanna.result["cells"] if c["label"] == "overall"]
+    assert overall and all(c["verdict_basis"] == "alt_test" for c in overall)
+    assert all(c["verdict"] != TOO_FEW for c in overall)
+    ceilings = [c["ceiling"]["alpha"]["value"] for c in overall]
+    # Human-human agreement on HANNA is very low (the data README: about -0.05 to 0.27).
+    assert max(ceilings) < 0.35 and np.isfinite(ceilings).all()
