@@ -48,6 +48,9 @@ def preview_subject_get(
         if output is None:
             raise NotFound(f"Output {output_id} not found in study '{study.slug}'.")
         return output
+    if comparison_id is None:
+        raise ValidationFailed("Give output_id or comparison_id.",
+                               details={"field": "output_id"})
     comparison = (Comparison.objects.filter(study=study, pk=comparison_id)
                   .select_related("item", "study", "output_a", "output_b").first())
     if comparison is None:

@@ -11,7 +11,8 @@ from .models import Judge, JudgeVersion
 
 
 class JudgeSerializer(serializers.ModelSerializer):
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True)
     versions_count = serializers.IntegerField(read_only=True)
     latest_version = serializers.IntegerField(read_only=True, allow_null=True)
 
@@ -22,7 +23,8 @@ class JudgeSerializer(serializers.ModelSerializer):
 
 
 class JudgeVersionSerializer(serializers.ModelSerializer):
-    judge = serializers.PrimaryKeyRelatedField(read_only=True)
+    judge: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
+        read_only=True)
     config = serializers.JSONField(read_only=True)
 
     class Meta:

@@ -1,22 +1,12 @@
-"""Fixtures for the provider/prompt/config tests (side P). Import them explicitly:
-`from tests.judges.judge_fixtures import sim_server  # noqa: F401`."""
+"""Helpers for the provider/prompt/config tests (side P): contexts and configs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
+from typing import Any, cast
 
 from judges.prompts import SubjectContext
-from tests.judges.provider_server import ProviderServer
-
-
-@pytest.fixture
-def sim_server() -> Iterator[ProviderServer]:
-    """The simulated provider on a random loopback port (see provider_server.py)."""
-    with ProviderServer() as server:
-        yield server
+from studies.models import Comparison, Output
+from tests.factories import ComparisonFactory, OutputFactory
 
 
 def binary_ctx(output: str = "An answer.", **overrides: Any) -> SubjectContext:
@@ -56,3 +46,12 @@ def llm_config(base_url: str, **overrides: Any) -> dict[str, Any]:
     }
     config.update(overrides)
     return config
+
+
+def make_output(**fields: Any) -> Output:
+    """OutputFactory with a precise type for mypy."""
+    return cast(Output, OutputFactory(**fields))
+
+
+def make_comparison(**fields: Any) -> Comparison:
+    return cast(Comparison, ComparisonFactory(**fields))

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from judges.parsing import Unparseable, verdict_parse
+from judges.parsing import ParsedVerdict, Unparseable, verdict_parse
 from judges.providers import TokenLogprob
 
 PARSER = {"name": "json_verdict", "version": 1, "fallback": "final_line"}
@@ -18,7 +18,7 @@ CATEGORICAL = ["on_topic", "off_topic", "refusal"]
 
 
 def parse(text: str, scale: str = "binary", allowed: list[str] | None = None,
-          parser: dict[str, object] | None = None, **kw: object):  # type: ignore[no-untyped-def]
+          parser: dict[str, object] | None = None, **kw: object) -> ParsedVerdict:
     allowed = allowed or {"binary": BINARY, "ordinal": ORDINAL, "pairwise": PAIRWISE,
                           "categorical": CATEGORICAL}[scale]
     return verdict_parse(text=text, criterion_scale=scale, allowed_values=allowed,

@@ -7,17 +7,18 @@ from typing import Any
 import pytest
 
 from judges.config import config_validate
-from judges.parsing import Unparseable
+from judges.parsing import ParsedVerdict, Unparseable
 from judges.programmatic import normalise_answer, programmatic_evaluate
 from reviewhub.api.errors import ValidationFailed
-from tests.factories import CriterionFactory, OutputFactory
+from tests.factories import CriterionFactory
+from tests.judges.judge_fixtures import make_output
 
 pytestmark = pytest.mark.django_db
 
 
-def run(check: dict[str, Any], **output_fields: Any):  # type: ignore[no-untyped-def]
+def run(check: dict[str, Any], **output_fields: Any) -> ParsedVerdict:
     config = config_validate(check, kind="programmatic", allowed_base_urls=[])
-    output = OutputFactory(**output_fields)
+    output = make_output(**output_fields)
     criterion = CriterionFactory(rubric__study=output.study)
     return programmatic_evaluate(config=config, output=output, criterion=criterion)
 
@@ -34,7 +35,7 @@ def test_json_schema_check() -> None:
 
 
 def test_json_schema_uses_study_schema_and_parsed_json() -> None:
-    output = OutputFactory(text="ignored", parsed_json={"a": 1})
+    output = make_output(text="ignored", parsed_json={"a": 1})
     output.study.output_schema = {"type": "object", "required": ["b"]}
     output.study.save()
     config = config_validate({"check": "json_schema"}, kind="programmatic", allowed_base_urls=[])
@@ -70,7 +71,8 @@ def test_match_check() -> None:
 
 
 def test_normalise_answer() -> None:
-    assert normalise_answer("  The ANSWER, is: ４２! ") == "answer is 42"
+    # NFKC folds the full-width digits.
+    assert normalise_answer("  The ANSWER, is: \uff14\uff12! ") == "answer is 42"
 
 
 def test_length_check() -> None:
@@ -91,7 +93,7 @@ def test_errored_check_and_errors_fail_every_check() -> None:
 
 def test_non_binary_criterion_refused() -> None:
     config = config_validate({"check": "errored"}, kind="programmatic", allowed_base_urls=[])
-    output = OutputFactory()
+    output = make_output()
     criterion = CriterionFactory(rubric__study=output.study, scale="ordinal",
                                  points=[{"value": 1}, {"value": 2}])
     with pytest.raises(ValueError, match="pass/fail"):

@@ -22,8 +22,14 @@ from judges.prompts import (
 )
 from judges.providers import ProviderConfigError
 from reviewhub.api.errors import ValidationFailed
-from tests.factories import ComparisonFactory, CriterionFactory, OutputFactory
-from tests.judges.judge_fixtures import binary_ctx, llm_config, pairwise_ctx
+from tests.factories import CriterionFactory
+from tests.judges.judge_fixtures import (
+    binary_ctx,
+    llm_config,
+    make_comparison,
+    make_output,
+    pairwise_ctx,
+)
 
 BASE = "http://127.0.0.1:9/v1"
 BLOCK_RE = re.compile(r"<<<(END )?(INPUT|CONTEXT|REFERENCE|OUTPUT(?: [AB])?) ([0-9a-f]{16})>>>")
@@ -231,7 +237,7 @@ def test_provider_request_rechecks_allow_list(monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.mark.django_db
 def test_subject_context_for_output() -> None:
-    output = OutputFactory(text="My answer", item__reference="Ref", item__context="Ctx")
+    output = make_output(text="My answer", item__reference="Ref", item__context="Ctx")
     output.study.run_conditions = {"production_prompt": "Be brief.", "temperature": 0}
     output.study.save()
     criterion = CriterionFactory(rubric__study=output.study, scale="ordinal", points=[
@@ -247,7 +253,7 @@ def test_subject_context_for_output() -> None:
 
 @pytest.mark.django_db
 def test_subject_context_for_comparison_orders() -> None:
-    comparison = ComparisonFactory(output_a__text="from A", output_b__text="from B")
+    comparison = make_comparison(output_a__text="from A", output_b__text="from B")
     criterion = CriterionFactory(rubric__study=comparison.study, scale="pairwise")
     ab = subject_context_for(criterion=criterion, comparison=comparison, order="ab")
     ba = subject_context_for(criterion=criterion, comparison=comparison, order="ba")

@@ -7,6 +7,7 @@ import email.utils
 import json
 import socket
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -21,7 +22,6 @@ from judges.providers import (
     provider_call,
     provider_call_async,
 )
-from tests.judges.judge_fixtures import sim_server  # noqa: F401
 from tests.judges.provider_server import (
     ProviderServer,
     connection_reset,
@@ -53,7 +53,14 @@ def req(server: ProviderServer, provider: str = "openai", text: str = "fine", **
 
 
 @pytest.fixture
-def client() -> httpx.Client:
+def sim_server() -> Iterator[ProviderServer]:
+    """The simulated provider on a random loopback port (see provider_server.py)."""
+    with ProviderServer() as server:
+        yield server
+
+
+@pytest.fixture
+def client() -> Iterator[httpx.Client]:
     with http_client(max_connections=8) as c:
         yield c
 

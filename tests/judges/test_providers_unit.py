@@ -179,7 +179,7 @@ def test_redirect_is_not_followed() -> None:
     from judges.providers import http_client
 
     client = http_client()
-    client._transport = httpx.MockTransport(handler)  # type: ignore[assignment]
+    client._transport = httpx.MockTransport(handler)
     with pytest.raises(PermanentProviderError) as info:
         provider_call(client, make())
     assert info.value.http_status == 302 and len(calls) == 1
