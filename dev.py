@@ -28,7 +28,7 @@ def say(msg: str) -> None:
 
 def ensure_venv(extra: str) -> None:
     """Create the venv and (re)install the project when pyproject.toml changed."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py runs on the system python, any version
         sys.exit("ReviewHub needs Python 3.11 or newer")
     if not PY.exists():
         say(f"creating virtualenv in {VENV}")

@@ -105,7 +105,10 @@ class QueueNextView(APIView):
     def post(self, request: Request, slug: str) -> Response:
         study = _annotator_study(request, slug)
         assignment = services.assignment_next(study=study, annotator=request.user)
-        progress = selectors.annotator_progress(study=study, annotator=request.user)
+        progress = selectors.annotator_progress(
+            study=study, annotator=request.user,
+            plan=assignment.entry.plan if assignment is not None else None,
+        )
         body = {
             "assignment": selectors.grading_context(assignment=assignment).as_dict()
             if assignment is not None
@@ -171,9 +174,10 @@ class AssignmentSubmitView(APIView):
             time_on_task_ms=data["time_on_task_ms"],
             source="api",
         )
-        for a in annotations:
-            a.assignment = assignment
-        progress = selectors.annotator_progress(study=study, annotator=request.user)
+        progress = selectors.annotator_progress(
+            study=study, annotator=request.user,
+            plan=annotations[0].plan if annotations and annotations[0].plan else None,
+        )
         return Response(
             {
                 "annotations": MyAnnotationSerializer(annotations, many=True).data,

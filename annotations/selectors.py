@@ -25,7 +25,7 @@ from studies.models import Criterion, Item, Study
 
 from .constants import FLAG_LABELS, SEVERITY_QUESTION, SEVERITY_SCALE
 from .models import Adjudication, Annotation, Assignment, GoldLabel, QueueEntry, SamplingPlan
-from .services import active_plan, is_failure, plan_criteria
+from .services import _cached_plan_criteria, active_plan, is_failure
 
 
 @dataclass(frozen=True)
@@ -125,9 +125,11 @@ def _criterion_view(c: Criterion) -> CriterionView:
 
 def grading_context(*, assignment: Assignment) -> GradingContext:
     """The blind view of an assignment's subject (see the module docstring)."""
-    entry = QueueEntry.objects.select_related("plan", "plan__study").get(pk=assignment.entry_id)
+    entry = QueueEntry.objects.select_related("plan__study", "plan__rubric").get(
+        pk=assignment.entry_id
+    )
     study = entry.plan.study
-    criteria = [_criterion_view(c) for c in plan_criteria(entry.plan)]
+    criteria = [_criterion_view(c) for c in _cached_plan_criteria(entry.plan)]
     # Only the allow-listed columns are loaded; candidate rows are never joined.
     from studies.models import Output
 
@@ -146,11 +148,20 @@ def grading_context(*, assignment: Assignment) -> GradingContext:
         item_id = comparison.item_id
         kind, output_text, failed = "pairwise", None, False
     else:
-        output = Output.objects.only("id", "item_id", "text", "error").get(pk=entry.output_id)
+        output = (
+            Output.objects.select_related("item")
+            .only("id", "item_id", "text", "error", "item__input", "item__input_format",
+                  "item__context", "item__reference")
+            .get(pk=entry.output_id)
+        )
         item_id = output.item_id
         kind, output_text, failed = "output", output.text, bool(output.error)
         left = right = None
-    item = Item.objects.only("input", "input_format", "context", "reference").get(pk=item_id)
+    item = (
+        output.item
+        if kind == "output"
+        else Item.objects.only("input", "input_format", "context", "reference").get(pk=item_id)
+    )
     return GradingContext(
         assignment_id=assignment.pk,
         study_slug=study.slug,
@@ -189,9 +200,12 @@ def _today_start() -> datetime:
     return now.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-def annotator_progress(*, study: Study, annotator: AbstractBaseUser) -> Progress:
+def annotator_progress(
+    *, study: Study, annotator: AbstractBaseUser, plan: SamplingPlan | None = None
+) -> Progress:
     """Submissions today and in total (all plan versions), and entries of the active plan this
-    annotator may still be offered (not complete, never assigned to them)."""
+    annotator may still be offered (not complete, never assigned to them). Pass the active
+    `plan` when the caller has it, to save a query."""
     mine = Assignment.objects.filter(
         entry__plan__study=study,
         annotator_id=annotator.pk,
@@ -201,7 +215,7 @@ def annotator_progress(*, study: Study, annotator: AbstractBaseUser) -> Progress
     counts = mine.aggregate(
         total=Count("id"), today=Count("id", filter=Q(finished_at__gte=_today_start()))
     )
-    plan = active_plan(study)
+    plan = plan if plan is not None and plan.is_active else active_plan(study)
     left = 0
     if plan is not None:
         left = (

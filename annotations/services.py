@@ -58,6 +58,8 @@ User = get_user_model()
 
 # Candidates the queue looks at per probe; the annotator's own random order is applied within.
 QUEUE_WINDOW = 32
+# Rounds of SKIP LOCKED claims (with a short back-off) before a busy queue reports nothing.
+CLAIM_RETRIES = 40
 # Expired leases the sweep handles per call of assignment_next (the Celery sweep does the rest).
 SWEEP_BATCH = 50
 # A hash modulus: the largest prime below 2**31, so (a * sort_key + b) stays inside 63 bits.
@@ -121,20 +123,27 @@ def plan_criteria(plan: SamplingPlan) -> list[Criterion]:
     return list(qs.exclude(scale=Criterion.Scale.PAIRWISE))
 
 
-_CRITERIA_TTL_S = 30.0
-_criteria_cache: dict[tuple[int, str], tuple[float, list[Criterion]]] = {}
+_CRITERIA_CACHE_MAX = 256
+_criteria_cache: dict[tuple[int, float, str], list[Criterion]] = {}
 
 
 def _cached_plan_criteria(plan: SamplingPlan) -> list[Criterion]:
-    """plan_criteria, cached briefly per process: a rubric version is frozen once a plan uses
-    it, and the lookup would otherwise cost every submit a round trip."""
-    key = (plan.rubric_id, plan.spec.get("subject", "output"))
-    tick = time.monotonic()
+    """plan_criteria, cached per process once the rubric version is frozen.
+
+    studies.rubric_update edits a version in place only until annotations (or verdicts, ...)
+    refer to it, so a version with annotations never changes again; caching it saves every
+    submit a round trip. The key includes created_at so that a reused id is never confused.
+    """
+    rubric = plan.rubric
+    key = (rubric.pk, rubric.created_at.timestamp(), plan.spec.get("subject", "output"))
     hit = _criteria_cache.get(key)
-    if hit is not None and tick - hit[0] < _CRITERIA_TTL_S:
-        return hit[1]
+    if hit is not None:
+        return hit
     criteria = plan_criteria(plan)
-    _criteria_cache[key] = (tick, criteria)
+    if Annotation.objects.filter(criterion__in=[c.pk for c in criteria]).exists():
+        if len(_criteria_cache) >= _CRITERIA_CACHE_MAX:
+            _criteria_cache.clear()
+        _criteria_cache[key] = criteria
     return criteria
 
 
@@ -537,12 +546,7 @@ def sampling_plan_create(
         )
         if old_plans:
             SamplingPlan.objects.filter(pk__in=old_plans).update(is_active=False, superseded_at=now)
-            Assignment.objects.filter(
-                entry__plan_id__in=old_plans, status=Assignment.Status.LEASED
-            ).update(status=Assignment.Status.EXPIRED, finished_at=now)
-            QueueEntry.objects.filter(plan_id__in=old_plans, leased_count__gt=0).update(
-                leased_count=0
-            )
+            _end_leases(plan_ids=old_plans, now=now)
         plan = SamplingPlan.objects.create(
             study=study,
             version=last + 1,
@@ -598,16 +602,31 @@ def sampling_plan_create(
     return plan
 
 
+def _end_leases(*, plan_ids: list[int], now: datetime) -> None:
+    """Expire the live leases of plans that stop being offered (inside the caller's atomic).
+
+    The entries are locked first, in id order, like every other queue write, so that a submit
+    racing with the plan change cannot deadlock with it.
+    """
+    entries = QueueEntry.objects.filter(plan_id__in=plan_ids, leased_count__gt=0).order_by("id")
+    if connection.features.has_select_for_update:
+        entries = entries.select_for_update()
+    entry_ids = list(entries.values_list("id", flat=True))
+    if not entry_ids:
+        return
+    Assignment.objects.filter(entry_id__in=entry_ids, status=Assignment.Status.LEASED).update(
+        status=Assignment.Status.EXPIRED, finished_at=now
+    )
+    QueueEntry.objects.filter(pk__in=entry_ids).update(leased_count=0)
+
+
 def sampling_plan_deactivate(*, plan: SamplingPlan, by: AbstractBaseUser) -> SamplingPlan:
     """Stop offering a plan's entries without replacing it (its live leases end)."""
     _require_lead(study=plan.study, user=by)
     now = timezone.now()
     with transaction.atomic():
         SamplingPlan.objects.filter(pk=plan.pk).update(is_active=False, superseded_at=now)
-        Assignment.objects.filter(entry__plan=plan, status=Assignment.Status.LEASED).update(
-            status=Assignment.Status.EXPIRED, finished_at=now
-        )
-        QueueEntry.objects.filter(plan=plan, leased_count__gt=0).update(leased_count=0)
+        _end_leases(plan_ids=[plan.pk], now=now)
     plan.refresh_from_db()
     return plan
 
@@ -708,7 +727,7 @@ WITH cand AS (
       AND e.done_count + e.leased_count < e.needed
     ORDER BY (e.sort_key * %(a)s + %(b)s) %% 2147483647, e.id
     LIMIT 1
-    FOR UPDATE OF e {skip}
+    FOR UPDATE OF e SKIP LOCKED
 ), bumped AS (
     UPDATE annotations_queueentry q SET leased_count = q.leased_count + 1
     FROM picked WHERE q.id = picked.id
@@ -731,25 +750,29 @@ def _claim_postgres(
     pivot, a, b = _annotator_hash(plan.pk, annotator_id)
     params = {"plan": plan.pk, "annotator": annotator_id, "a": a, "b": b, "now": now,
               "expires": expires}
-    attempts = [
-        (pivot, sampling.SORT_KEY_LIMIT, f"LIMIT {QUEUE_WINDOW}", "SKIP LOCKED"),
-        (0, pivot, f"LIMIT {QUEUE_WINDOW}", "SKIP LOCKED"),
-        # Everything in the windows was locked by others: wait for a row rather than report
-        # "nothing left" because the remaining entries were momentarily locked.
-        (0, sampling.SORT_KEY_LIMIT, "", ""),
+    windows = [
+        (pivot, sampling.SORT_KEY_LIMIT, f"LIMIT {QUEUE_WINDOW}"),
+        (0, pivot, f"LIMIT {QUEUE_WINDOW}"),
+        (0, sampling.SORT_KEY_LIMIT, ""),
     ]
     with connection.cursor() as cursor:
-        for lo, hi, window, skip in attempts:
-            sql = _CLAIM_SQL.format(
-                window=window, skip=skip, returning=", ".join(_ASSIGNMENT_COLUMNS)
-            )
-            cursor.execute(sql, {**params, "lo": lo, "hi": hi})
-            row = cursor.fetchone()
-            if row is not None:
-                return Assignment.from_db(
-                    connection.alias, [f.attname for f in Assignment._meta.concrete_fields],
-                    list(row),
-                )
+        for attempt in range(CLAIM_RETRIES):
+            for lo, hi, window in windows if attempt == 0 else windows[2:]:
+                sql = _CLAIM_SQL.format(window=window, returning=", ".join(_ASSIGNMENT_COLUMNS))
+                cursor.execute(sql, {**params, "lo": lo, "hi": hi})
+                row = cursor.fetchone()
+                if row is not None:
+                    return Assignment.from_db(
+                        connection.alias,
+                        [f.attname for f in Assignment._meta.concrete_fields],
+                        list(row),
+                    )
+            # Every candidate was locked by someone else's claim or submit. Never wait on a row
+            # lock here: two claimers walking different orders could deadlock. The locks are
+            # held for milliseconds, so look again shortly, unless nothing is left at all.
+            if not _candidates(plan, annotator_id).exists():
+                return None
+            time.sleep(min(0.05, 0.002 * 2**attempt))
     return None
 
 
@@ -1019,7 +1042,9 @@ def annotation_submit(
     try:
         with transaction.atomic():
             # Entry first, then assignment: the lock order every queue write uses.
-            entry_qs = QueueEntry.objects.select_related("plan").filter(pk=assignment.entry_id)
+            entry_qs = QueueEntry.objects.select_related("plan__rubric").filter(
+                pk=assignment.entry_id
+            )
             if connection.features.has_select_for_update:
                 entry_qs = entry_qs.select_for_update(of=("self",))
             locked = entry_qs.get()
@@ -1114,6 +1139,10 @@ def annotation_submit(
     assignment.submission_id = submission_id
     assignment.finished_at = now
     assignment.lease_expires_at = None
+    for annotation in created:
+        # Callers serialise these; spare them a lazy load per row.
+        annotation.plan = locked.plan
+        annotation.assignment = assignment
     return created
 
 

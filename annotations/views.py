@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
@@ -217,23 +218,36 @@ def _no_store(response: HttpResponse) -> HttpResponse:
 
 def _own_assignment(request: HttpRequest, study: Study, assignment_id: int) -> Assignment:
     assignment = selectors.assignment_for_annotator(
-        study=study, annotator=request.user, assignment_id=assignment_id
+        study=study, annotator=_actor(request), assignment_id=assignment_id
     )
     if assignment is None:
         raise Http404("Assignment not found.")
     return assignment
 
 
-def _int_field(data: Any, name: str, *, required: bool = False) -> int | None:
+def _int_field(data: Any, name: str) -> int | None:
     raw = (data.get(name) or "").strip()
     if not raw:
-        if required:
-            raise ValidationFailed(f"{name} is required.", details={name: "required"})
         return None
     try:
         return int(raw)
     except ValueError as exc:
         raise ValidationFailed(f"{name} must be an integer.", details={name: "invalid"}) from exc
+
+
+def _required_int(data: Any, name: str) -> int:
+    value = _int_field(data, name)
+    if value is None:
+        raise ValidationFailed(f"{name} is required.", details={name: "required"})
+    return value
+
+
+def _actor(request: HttpRequest) -> AbstractBaseUser:
+    """The signed-in user (every page view here is behind login_required)."""
+    user = request.user
+    if not isinstance(user, AbstractBaseUser):
+        raise Http404("Sign in first.")
+    return user
 
 
 def labels_from_form(data: Any) -> dict[str, services.LabelInput]:
@@ -265,7 +279,7 @@ def _grade_url(study: Study) -> str:
 def grade(request: HttpRequest, slug: str) -> HttpResponse:
     """The next subject for this annotator (a reload returns the same lease)."""
     study, role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
-    assignment = services.assignment_next(study=study, annotator=request.user)
+    assignment = services.assignment_next(study=study, annotator=_actor(request))
     g: dict[str, Any] | None = None
     if assignment is not None:
         ctx = selectors.grading_context(assignment=assignment)
@@ -285,8 +299,8 @@ def grade(request: HttpRequest, slug: str) -> HttpResponse:
         "study": study,
         "study_role": role,
         "g": g,
-        "progress": selectors.annotator_progress(study=study, annotator=request.user),
-        "recent": _recent(study, request.user),
+        "progress": selectors.annotator_progress(study=study, annotator=_actor(request)),
+        "recent": _recent(study, _actor(request)),
         "revision_window_minutes": settings.REVIEWHUB_REVISION_WINDOW_MINUTES,
         **_severity_context(),
     }
@@ -310,7 +324,7 @@ def grade_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpRes
             ) from exc
         created = services.annotation_submit(
             assignment=assignment,
-            annotator=request.user,
+            annotator=_actor(request),
             submission_id=submission_id,
             labels=labels_from_form(data),
             rationale=data.get("rationale", ""),
@@ -336,7 +350,7 @@ def grade_skip(request: HttpRequest, slug: str, assignment_id: int) -> HttpRespo
     study, _role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
     assignment = _own_assignment(request, study, assignment_id)
     try:
-        services.assignment_skip(assignment=assignment, annotator=request.user)
+        services.assignment_skip(assignment=assignment, annotator=_actor(request))
     except AppError as exc:
         messages.error(request, exc.message)
     else:
@@ -351,7 +365,7 @@ def grade_heartbeat(request: HttpRequest, slug: str, assignment_id: int) -> Json
     study, _role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
     assignment = _own_assignment(request, study, assignment_id)
     try:
-        assignment = services.assignment_heartbeat(assignment=assignment, annotator=request.user)
+        assignment = services.assignment_heartbeat(assignment=assignment, annotator=_actor(request))
     except AppError as exc:
         return _json_error(exc)
     expires = assignment.lease_expires_at
@@ -365,7 +379,7 @@ def annotation_revise_page(request: HttpRequest, slug: str, annotation_id: int) 
     """Revise one of one's own annotations inside the revision window."""
     study, role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
     annotation = (
-        selectors.my_annotations(study=study, annotator=request.user)
+        selectors.my_annotations(study=study, annotator=_actor(request))
         .filter(pk=annotation_id)
         .first()
     )
@@ -393,7 +407,7 @@ def annotation_revise_page(request: HttpRequest, slug: str, annotation_id: int) 
             severity = _int_field(data, f"severity-{annotation.criterion.key}")
             services.annotation_revise(
                 annotation_id=annotation.pk,
-                annotator=request.user,
+                annotator=_actor(request),
                 value=selected,
                 severity=severity,
                 severity_note=note,
@@ -466,8 +480,8 @@ def _adjudication_choices(criterion: Criterion) -> list[tuple[str, str]]:
 
 def _adjudicate(request: HttpRequest, study: Study) -> None:
     data = request.POST
-    criterion_id = _int_field(data, "criterion_id", required=True)
-    subject_id = _int_field(data, "subject_id", required=True)
+    criterion_id = _required_int(data, "criterion_id")
+    subject_id = _required_int(data, "subject_id")
     kind = data.get("subject", "")
     criterion = Criterion.objects.filter(pk=criterion_id, rubric__study=study).first()
     if criterion is None:
@@ -489,7 +503,7 @@ def _adjudicate(request: HttpRequest, study: Study) -> None:
                                details={"subject": "invalid"})
     services.adjudication_record(
         study=study, criterion=criterion, output=output, comparison=comparison,
-        value=data.get("value", ""), note=data.get("note", ""), user=request.user,
+        value=data.get("value", ""), note=data.get("note", ""), user=_actor(request),
     )
 
 
@@ -507,7 +521,9 @@ def lead_disagreements(request: HttpRequest, slug: str) -> HttpResponse:
         else:
             messages.success(request, "Adjudication recorded.")
         return HttpResponseRedirect(request.get_full_path())
-    criteria = list(Criterion.objects.filter(rubric__study=study).order_by("rubric__version", "position", "id"))
+    criteria = list(
+        Criterion.objects.filter(rubric__study=study).order_by("rubric__version", "position", "id")
+    )
     chosen_key = request.GET.get("criterion", "")
     chosen = next((c for c in reversed(criteria) if c.key == chosen_key), None)
     only_humans = request.GET.get("judges") == "0"
@@ -515,13 +531,13 @@ def lead_disagreements(request: HttpRequest, slug: str) -> HttpResponse:
     shown = rows[:DISAGREEMENT_PAGE]
     by_id = {c.pk: c for c in criteria}
     out_ids = [r.subject_id for r in shown if r.subject == "output"]
-    outputs = {
-        o["id"]: o
+    outputs: dict[int, dict[str, Any]] = {
+        o["id"]: dict(o)
         for o in Output.objects.filter(pk__in=out_ids).values("id", "text", "item__input")
     }
     cmp_ids = [r.subject_id for r in shown if r.subject == "comparison"]
-    comparisons = {
-        c["id"]: c
+    comparisons: dict[int, dict[str, Any]] = {
+        c["id"]: dict(c)
         for c in Comparison.objects.filter(pk__in=cmp_ids).values(
             "id", "item__input", "output_a__text", "output_b__text"
         )
@@ -532,8 +548,9 @@ def lead_disagreements(request: HttpRequest, slug: str) -> HttpResponse:
         if criterion is None:
             continue
         labels = dict(_adjudication_choices(criterion))
-        texts = outputs.get(r.subject_id, {}) if r.subject == "output" else comparisons.get(
-            r.subject_id, {}
+        texts: dict[str, Any] = (
+            outputs.get(r.subject_id, {}) if r.subject == "output"
+            else comparisons.get(r.subject_id, {})
         )
         items.append({
             "row": r,
@@ -583,7 +600,7 @@ def lead_members(request: HttpRequest, slug: str) -> HttpResponse:
                 }
                 user, password = services.annotator_invite(
                     study=study, username=form["username"], email=form["email"],
-                    role=form["role"], invited_by=request.user,
+                    role=form["role"], invited_by=_actor(request),
                 )
                 if password:
                     one_time = {"username": user.username, "password": password,
@@ -592,7 +609,7 @@ def lead_members(request: HttpRequest, slug: str) -> HttpResponse:
                     messages.success(request, f"{user.username} is now a member ({form['role']}).")
                 form = {"username": "", "email": "", "role": Membership.Role.ANNOTATOR}
             elif action == "reset":
-                user_id = _int_field(request.POST, "user_id", required=True)
+                user_id = _required_int(request.POST, "user_id")
                 member = get_user_model().objects.filter(
                     pk=user_id, memberships__study=study
                 ).first()
@@ -600,7 +617,7 @@ def lead_members(request: HttpRequest, slug: str) -> HttpResponse:
                     raise ValidationFailed("user_id is not a member of this study.",
                                            details={"user_id": "unknown"})
                 password = services.annotator_password_reset(study=study, user=member,
-                                                              by=request.user)
+                                                              by=_actor(request))
                 one_time = {"username": member.username, "password": password,
                             "what": "Password reset"}
             else:

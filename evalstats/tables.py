@@ -30,7 +30,7 @@ differently, so their draws differ; the bootstrap distribution is the same.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -241,35 +241,49 @@ def bootstrap_paired(
     return dict(zip(names, results, strict=True))
 
 
+def _factorize_column(values: npt.NDArray[np.generic]) -> tuple[npt.NDArray[np.int64], list[Any]]:
+    """Codes (-1 = missing) and unique keys of one column, sorted when the keys sort."""
+    try:
+        codes, uniques = pd.factorize(values, sort=True)
+    except TypeError:  # keys that do not sort (mixed types): first-appearance order
+        codes, uniques = pd.factorize(values, sort=False)
+    return np.asarray(codes, dtype=np.int64), list(np.asarray(uniques, dtype=object).tolist())
+
+
 def _factorize_groups(group_ids: object, n: int) -> tuple[npt.NDArray[np.int64], list[Hashable]]:
-    """Integer group codes (-1 = missing) and the group keys, sorted when the keys sort."""
+    """Integer group codes (-1 = missing) and the group keys in sorted order.
+
+    2-D keys are factorized column by column and combined, so tuples sort lexicographically
+    (each column in its own sorted order); a key with any missing part is missing.
+    """
     if isinstance(group_ids, pd.DataFrame):
         group_ids = group_ids.to_numpy()
-    g = np.asarray(group_ids, dtype=object) if not isinstance(group_ids, np.ndarray) else group_ids
+    g = group_ids if isinstance(group_ids, np.ndarray) else np.asarray(group_ids, dtype=object)
     if g.ndim not in (1, 2) or g.shape[0] != n:
         raise ValueError(
             f"group_ids must have one entry (1-D) or one row of keys (2-D) per item: got shape "
             f"{g.shape} for {n} items"
         )
-    values: pd.Index | pd.MultiIndex
-    if g.ndim == 2:
-        values = pd.MultiIndex.from_arrays([g[:, j] for j in range(g.shape[1])])
-    else:
-        values = pd.Index(g)
-    try:
-        codes, uniques = pd.factorize(values, sort=True)
-    except TypeError:  # keys that do not sort (mixed types): first-appearance order
-        codes, uniques = pd.factorize(values, sort=False)
-    codes = np.asarray(codes, dtype=np.int64)
     if g.ndim == 1:
-        return codes, list(uniques.tolist())
-    tuples = [tuple(key) for key in uniques]
-    # A MultiIndex keeps keys with a missing part as groups; treat those items as ungrouped.
-    bad = np.array([any(pd.isna(part) for part in key) for key in tuples], dtype=bool)
-    if bad.any():
-        remap = np.where(bad, -1, np.cumsum(~bad) - 1)
-        codes = np.where(codes >= 0, remap[codes], -1)
-    return codes, [key for key, b in zip(tuples, bad, strict=True) if not b]
+        codes, uniques = _factorize_column(g)
+        return codes, list(uniques)
+    columns = [_factorize_column(g[:, k]) for k in range(g.shape[1])]
+    missing = np.zeros(n, dtype=bool)
+    for codes, _ in columns:
+        missing |= codes < 0
+    dims = tuple(max(len(uniques), 1) for _, uniques in columns)
+    flat = np.ravel_multi_index(
+        tuple(np.where(missing, 0, codes) for codes, _ in columns), dims
+    ).astype(np.int64)
+    present, inverse = np.unique(flat[~missing], return_inverse=True)
+    out = np.full(n, -1, dtype=np.int64)
+    out[~missing] = inverse
+    parts = np.unravel_index(present, dims)
+    keys: list[Hashable] = [
+        tuple(columns[k][1][int(parts[k][i])] for k in range(len(columns)))
+        for i in range(present.size)
+    ]
+    return out, keys
 
 
 def bootstrap_by_group(

@@ -15,7 +15,7 @@ class JudgeVersionInline(admin.TabularInline):
     readonly_fields = fields
     can_delete = False
 
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request, obj=None) -> bool:
         return False
 
 

@@ -214,20 +214,30 @@ class RedisLimiter:
         self._acquire = self._redis.register_script(_ACQUIRE_LUA)
         self._release = self._redis.register_script(_RELEASE_LUA)
 
+    async def try_acquire(
+        self, key: str, limits: ProviderLimits, *, tokens: int, ttl_s: float, holder: str
+    ) -> float:
+        """One atomic attempt: 0.0 when acquired, else seconds to wait (a small poll for an
+        in-flight slot, whose release time nobody can know)."""
+        wait_ms = int(
+            await self._acquire(
+                keys=list(_keys(self._prefix, key)),
+                args=[limits.max_in_flight or 0, limits.rpm or 0, limits.tpm or 0,
+                      tokens, holder, int(ttl_s * 1000)],
+            )
+        )
+        if wait_ms <= 0:
+            return 0.0
+        return POLL_MIN_S if wait_ms == 1 else wait_ms / 1000
+
     async def acquire(self, key: str, limits: ProviderLimits, *, tokens: int, ttl_s: float) -> str:
         holder = uuid.uuid4().hex
         rounds = 0
         while True:
-            wait_ms = int(
-                await self._acquire(
-                    keys=list(_keys(self._prefix, key)),
-                    args=[limits.max_in_flight or 0, limits.rpm or 0, limits.tpm or 0,
-                          tokens, holder, int(ttl_s * 1000)],
-                )
-            )
-            if wait_ms <= 0:
+            wait = await self.try_acquire(key, limits, tokens=tokens, ttl_s=ttl_s, holder=holder)
+            if wait <= 0:
                 return holder
-            await asyncio.sleep(_poll_delay(0 if wait_ms == 1 else wait_ms / 1000, rounds))
+            await asyncio.sleep(_poll_delay(0 if wait == POLL_MIN_S else wait, rounds))
             rounds += 1
 
     async def release(

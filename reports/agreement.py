@@ -309,8 +309,21 @@ def _human_block(data: RatingData, crit: CriterionInfo, p: Mapping[str, Any]) ->
 
 
 def _ceiling(crit: CriterionInfo, block: _HumanBlock, idx: npt.NDArray[np.int64],
-             p: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-    """Human-human agreement on the given subjects: alpha (clustered CI) and mean pairwise kappa."""
+             p: Mapping[str, Any], stratum: _Stratum, cache: dict[bytes, dict[str, Any]]) -> dict[str, Any]:
+    """Human-human agreement on the given subjects: alpha (clustered CI) and mean pairwise kappa.
+
+    Cached by the subject set: judges that cover the same subjects share one computation (and
+    its generator is seeded by criterion and stratum only, so the numbers are the same).
+    """
+    key = hashlib.sha256(idx.tobytes()).digest() + stratum.label.encode()
+    if key not in cache:
+        rng = _cell_rng(p["seed"], "ceiling", crit.id, stratum.dimension, stratum.label)
+        cache[key] = _ceiling_compute(crit, block, idx, p, rng)
+    return cache[key]
+
+
+def _ceiling_compute(crit: CriterionInfo, block: _HumanBlock, idx: npt.NDArray[np.int64],
+                     p: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
     sub = block.matrix[:, idx]
     active = (~np.isnan(sub)).any(axis=1)
     sub = sub[active]
@@ -580,10 +593,12 @@ def _bias(data: RatingData, crit: CriterionInfo, jv: JudgeInfo, block: _HumanBlo
             add("length: longer preferred among human ties", lt,
                 "share of decisive judge verdicts for the longer output where humans saw a tie")
             j_num = _numeric_reading(crit, j)
-            if j.size >= 3:
-                lb = es.length_bias(len_a - len_b, j_num, h_num, **boot)  # type: ignore[arg-type]
+            if j.size >= 3 and j_num is not None:
+                diff, binned = cl.coarsen(len_a - len_b, j_num - h_num)
+                lb = es.length_bias(diff, j_num, h_num, **boot)  # type: ignore[arg-type]
                 add("length: residual vs length difference", lb,
-                    "Spearman of (judge - human preference for A) with len(A) - len(B)")
+                    "Spearman of (judge - human preference for A) with len(A) - len(B)"
+                    + (" (in 20 quantile bins)" if binned else ""))
         if jv.model_family:
             fam = {cid: f for cid, (_, f) in data.candidates.items()}
             fa = subj["candidate"].map(fam).fillna("").to_numpy(dtype=object)
@@ -601,9 +616,11 @@ def _bias(data: RatingData, crit: CriterionInfo, jv: JudgeInfo, block: _HumanBlo
         return out
     length = subj["length"].to_numpy(dtype=np.float64)
     if j.size >= 3 and np.isfinite(length).all():
+        length, binned = cl.coarsen(length, j_num - h_num)
         lb = es.length_bias(length, j_num, h_num, **boot)  # type: ignore[arg-type]
         add("length: residual vs length", lb,
-            "Spearman of (judge - human mean) with the output length in characters")
+            "Spearman of (judge - human mean) with the output length in characters"
+            + (" (in 20 quantile bins)" if binned else ""))
     if jv.model_family:
         fam = {cid: f for cid, (_, f) in data.candidates.items()}
         same = subj["candidate"].map(fam).fillna("").to_numpy(dtype=object) == jv.model_family
@@ -736,6 +753,7 @@ def compute_report(data: RatingData, params: Mapping[str, Any]) -> dict[str, Any
     judge_rows = r[r["is_judge"].to_numpy()]
     for crit in data.criteria.values():
         block = _human_block(data, crit, p)
+        ceiling_cache: dict[bytes, dict[str, Any]] = {}
         crit_judges = judge_rows[judge_rows["criterion"].to_numpy() == crit.id]
         if block is None:
             if len(crit_judges):
@@ -745,8 +763,7 @@ def compute_report(data: RatingData, params: Mapping[str, Any]) -> dict[str, Any
         for st in block.strata:
             seen_strata.setdefault((st.dimension, st.label), None)
             idx = np.nonzero(st.mask)[0]
-            rng = _cell_rng(p["seed"], "ceiling", crit.id, st.dimension, st.label)
-            ceil = _ceiling(crit, block, idx, p, rng)
+            ceil = _ceiling(crit, block, idx, p, st, ceiling_cache)
             result["ceiling"].append({"criterion": crit.id, "judge_version": None,
                                       **st.as_dict(), **ceil})
         for jv_id in sorted(pd.unique(crit_judges["rater"])):
@@ -773,7 +790,7 @@ def compute_report(data: RatingData, params: Mapping[str, Any]) -> dict[str, Any
                 else:
                     metrics, confusion = _nominal_metrics(crit, j, block.consensus[idx], items, p,
                                                           rng)
-                ceil = _ceiling(crit, block, idx, p, rng)
+                ceil = _ceiling(crit, block, idx, p, st, ceiling_cache)
                 sub = block.matrix[:, idx]
                 multi = int(((~np.isnan(sub)).sum(axis=0) >= 2).sum())
                 alt = _alt_test(crit, j, sub, p) if multi >= 2 and idx.size >= p["min_items"] else None

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 import evalstats as es
 from evalstats import _kernels as kernels
@@ -171,11 +172,13 @@ def mean_pairwise_kappa(
     r, n = codes.shape
     if r < 2 or n == 0:
         return None, 0
-    onehot = np.zeros((r, n, n_categories))
+    onehot = np.zeros((r, n_categories, n))
     present = ~np.isnan(codes)
     rr, ss = np.nonzero(present)
-    onehot[rr, ss, codes[present].astype(np.int64)] = 1.0
-    conf = np.einsum("rnc,snd->rscd", onehot, onehot, optimize=True)
+    onehot[rr, codes[present].astype(np.int64), ss] = 1.0
+    # One matrix product gives every pair's confusion matrix: (r*c x n) @ (n x r*c).
+    flat = onehot.reshape(r * n_categories, n)
+    conf = (flat @ flat.T).reshape(r, n_categories, r, n_categories).transpose(0, 2, 1, 3)
     iu, ju = np.triu_indices(r, k=1)
     pair_conf = conf[iu, ju]
     shared = pair_conf.sum(axis=(-2, -1))
@@ -216,6 +219,19 @@ def rank_corr_rows(x: FloatArray, y: FloatArray, method: str) -> FloatArray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.asarray((dx * dy).sum(axis=1) / np.sqrt((dx**2).sum(axis=1) * (dy**2).sum(axis=1)),
                           dtype=np.float64)
+
+
+def coarsen(x: FloatArray, other: FloatArray, max_cells: int = 1024, bins: int = 20) -> tuple[FloatArray, bool]:
+    """Quantile bins of `x` when (distinct x) x (distinct other) is too large for the table route.
+
+    Spearman on quantile bins keeps the ranking of `x` (ties within a bin) and lets evalstats
+    bootstrap with contingency tables instead of recomputing ranks per resample.
+    """
+    if np.unique(x).size * np.unique(other).size <= max_cells:
+        return x, False
+    max_bins = max(2, max_cells // max(1, np.unique(other).size))
+    codes = pd.qcut(pd.Series(x).rank(method="first"), q=min(bins, max_bins), labels=False)
+    return np.asarray(codes, dtype=np.float64), True
 
 
 def percentile(boot: FloatArray, level: float) -> tuple[float | None, float | None]:

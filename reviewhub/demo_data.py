@@ -147,10 +147,7 @@ def demo_outputs(items: list[DemoItem], seed: int = 11) -> list[DemoOutput]:
             else:
                 text = (f"According to the manual, {item.fact}." if correct
                         else f"As far as I know, {item.wrong_fact}.")
-            if correct:
-                helpfulness = rng.choice([4, 4, 5, 5, 3])
-            else:
-                helpfulness = rng.choice([1, 2, 2, 3])
+            helpfulness = rng.choice([4, 4, 5, 5, 3] if correct else [1, 2, 2, 3])
             size = 1.0 if "cirrus" in candidate else (2.5 if "borealis" in candidate else 6.0)
             tokens_in = len(item.document) // 4 + 40
             tokens_out = len(text) // 4 + 5

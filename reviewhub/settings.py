@@ -27,7 +27,7 @@ SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off")
-    SECRET_KEY = "insecure-debug-only-key"  # noqa: S105 - debug mode only, refused otherwise
+    SECRET_KEY = "insecure-debug-only-key"  # debug mode only; refused otherwise
 
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])

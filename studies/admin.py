@@ -35,7 +35,7 @@ class StratumDimensionInline(admin.TabularInline):
     # Changing the scheme must relabel every item; that happens in the API / import_study.
     show_change_link = False
 
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request, obj=None) -> bool:
         return False
 
 
@@ -115,10 +115,10 @@ class HasErrorFilter(admin.SimpleListFilter):
     title = "generation error"
     parameter_name = "has_error"
 
-    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
+    def lookups(self, request, model_admin):
         return (("yes", "Errored"), ("no", "No error"))
 
-    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
+    def queryset(self, request, queryset):
         if self.value() == "yes":
             return queryset.exclude(error="")
         if self.value() == "no":
@@ -149,7 +149,7 @@ class OutputAdmin(admin.ModelAdmin):
     def has_error(self, obj: Output) -> bool:
         return obj.has_error
 
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request) -> bool:
         return False
 
 
@@ -176,7 +176,7 @@ class AnalysisPlanAdmin(admin.ModelAdmin):
     def is_locked(self, obj: AnalysisPlan) -> bool:
         return obj.is_locked
 
-    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def get_readonly_fields(self, request, obj=None):
         # A locked plan is frozen here too: changes are new versions (API / import_study).
         if obj is not None and obj.is_locked:
             return [f.name for f in obj._meta.fields]
@@ -194,5 +194,5 @@ class ApiTokenAdmin(admin.ModelAdmin):
     exclude = ("key_hash",)
     readonly_fields = ("prefix", "user", "study", "created_at", "last_used_at")
 
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request) -> bool:
         return False

@@ -8,9 +8,10 @@ lead data (candidates, outputs, items, plans, members): their grading must stay 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from drf_spectacular.types import OpenApiTypes
@@ -25,7 +26,16 @@ from reviewhub.api.pagination import DefaultCursorPagination, IdCursorPagination
 from . import schema as _schema  # noqa: F401 - registers the auth extension
 from . import selectors, services
 from .access import study_get_for_actor
-from .models import AnalysisPlan, ApiToken, Candidate, Item, Membership, Output, RubricVersion, Study
+from .models import (
+    AnalysisPlan,
+    ApiToken,
+    Candidate,
+    Item,
+    Membership,
+    Output,
+    RubricVersion,
+    Study,
+)
 from .serializers import (
     AnalysisPlanSerializer,
     ApiTokenCreatedSerializer,
@@ -93,6 +103,11 @@ def _study(request: Request, slug: str, *, write: bool = False, lead: bool = Fal
     return study, role
 
 
+def _user(request: Request) -> User:
+    # Every view here requires authentication (the default permission class).
+    return cast(User, request.user)
+
+
 def _params(request: Request) -> dict[str, list[str]]:
     return {k: v for k, v in request.query_params.lists()}
 
@@ -113,7 +128,8 @@ class StudyListCreate(generics.ListAPIView):
             return Study.objects.none()
         return selectors.studies_visible(user=self.request.user, token=self.request.auth)
 
-    @extend_schema(summary="List the studies you can see", responses={200: StudySerializer(many=True)})
+    @extend_schema(summary="List the studies you can see",
+                   responses={200: StudySerializer(many=True)})
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
@@ -126,7 +142,7 @@ class StudyListCreate(generics.ListAPIView):
                 raise Forbidden("A study-scoped token cannot create studies.")
             if not token.can_write:
                 raise Forbidden("This API token is read-only.")
-        study = services.study_create(owner=request.user, fields=_body(request))
+        study = services.study_create(owner=_user(request), fields=_body(request))
         return Response(StudySerializer(study).data, status=status.HTTP_201_CREATED)
 
 
@@ -250,7 +266,8 @@ class RubricCurrent(generics.GenericAPIView):
         study, _ = _study(request, slug, write=True, lead=True)
         body = _body(request)
         rubric, outcome = services.rubric_update(
-            study=study, criteria=body.get("criteria"), created_by=request.user,
+            study=study, criteria=body.get("criteria"),  # type: ignore[arg-type] # validated there
+            created_by=_user(request),
             notes=str(body.get("notes") or ""),
         )
         rubric = _rubric_queryset(study).get(pk=rubric.pk)
@@ -317,7 +334,8 @@ class StrataScheme(generics.GenericAPIView):
     def put(self, request: Request, slug: str) -> Response:
         study, _ = _study(request, slug, write=True, lead=True)
         body = _body(request)
-        _, changed = services.dimension_set(study=study, dimensions=body.get("dimensions"))
+        _, changed = services.dimension_set(
+            study=study, dimensions=body.get("dimensions"))  # type: ignore[arg-type] # validated
         return Response({"dimensions": selectors.dimensions_current(study=study),
                          "counts": _strata_counts(study), "items_changed": changed})
 
@@ -464,7 +482,7 @@ class PlanListCreate(generics.ListAPIView):
     def post(self, request: Request, slug: str) -> Response:
         study, _ = _study(request, slug, write=True, lead=True)
         body = _body(request)
-        plan = services.plan_create(study=study, spec=body.get("spec"), created_by=request.user,
+        plan = services.plan_create(study=study, spec=body.get("spec"), created_by=_user(request),
                                     notes=str(body.get("notes") or ""))
         return Response(AnalysisPlanSerializer(_plan(study, plan.version)).data,
                         status=status.HTTP_201_CREATED)
@@ -498,7 +516,7 @@ class PlanLock(generics.GenericAPIView):
                    responses={200: AnalysisPlanSerializer, **ERRORS, **CONFLICT})
     def post(self, request: Request, slug: str, version: int) -> Response:
         study, _ = _study(request, slug, write=True, lead=True)
-        services.plan_lock(plan=_plan(study, version), user=request.user)
+        services.plan_lock(plan=_plan(study, version), user=_user(request))
         return Response(AnalysisPlanSerializer(_plan(study, version)).data)
 
 
@@ -513,7 +531,7 @@ class PlanNewVersion(generics.GenericAPIView):
         source = _plan(study, version)
         body = _body(request)
         plan = services.plan_new_version(study=study, spec=body.get("spec", source.spec),
-                                         created_by=request.user,
+                                         created_by=_user(request),
                                          notes=str(body.get("notes") or ""))
         return Response(AnalysisPlanSerializer(_plan(study, plan.version)).data,
                         status=status.HTTP_201_CREATED)
@@ -539,7 +557,7 @@ class TokenListCreate(generics.ListAPIView):
         if _fake(self):
             return ApiToken.objects.none()
         _token_manager_check(self.request, write=False)
-        return ApiToken.objects.filter(user_id=self.request.user.pk).select_related("study")
+        return ApiToken.objects.filter(user_id=_user(self.request).pk).select_related("study")
 
     @extend_schema(summary="Your API tokens (secrets are never shown again)",
                    responses={200: ApiTokenSerializer(many=True), 403: ERRORS[403]})
@@ -561,7 +579,7 @@ class TokenListCreate(generics.ListAPIView):
         if not isinstance(can_write, bool):
             raise ValidationFailed("can_write must be true or false.", details={
                 "errors": [{"path": "can_write", "message": "must be true or false"}]})
-        token, secret = services.api_token_create(user=request.user, name=body.get("name", ""),
+        token, secret = services.api_token_create(user=_user(request), name=body.get("name", ""),
                                                   study=study, can_write=can_write)
         data = ApiTokenCreatedSerializer(token, context={"secret": secret}).data
         return Response(data, status=status.HTTP_201_CREATED)
@@ -572,7 +590,7 @@ class TokenDetail(generics.GenericAPIView):
 
     def _token(self, request: Request, token_id: int) -> ApiToken:
         token = ApiToken.objects.select_related("study").filter(
-            pk=token_id, user_id=request.user.pk).first()
+            pk=token_id, user_id=_user(request).pk).first()
         if token is None:
             raise NotFound(f"Token {token_id} not found.")
         return token

@@ -337,13 +337,18 @@ SPECS: dict[Kind, KindSpec] = {
 }
 
 
+# json.dumps(...) with options builds a new encoder per call; these are built once.
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def canonical_json(value: Any) -> str:
     """The stored text of a JSON item input: sorted keys, no insignificant whitespace."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return _CANONICAL.encode(value)
 
 
 def _compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _COMPACT.encode(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,7 +509,18 @@ class _JsonArrayReader:
         """Append at least one more chunk to the buffer; False at end of file."""
         if self.eof:
             return False
-        raw = self.stream.read(max(want, _READ_CHUNK))
+        # Keep reading until `want` bytes (or EOF): a stream that returns short reads must not
+        # make every refill re-parse a big element for a few new bytes (quadratic time).
+        want = max(want, _READ_CHUNK)
+        parts: list[bytes] = []
+        got = 0
+        while got < want:
+            part = self.stream.read(want - got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+        raw = b"".join(parts)
         self.counter.add(len(raw))
         if self.first_chunk:
             self.first_chunk = False
@@ -859,9 +875,10 @@ class RowValidator:
         self.max_chars: int = settings.REVIEWHUB_MAX_FIELD_CHARS
         self.names = self.spec.names
         self.allowed = ", ".join(f.name for f in self.spec.fields)
-        self.plan: list[tuple[str, bool, Converter]] = [
-            (f.name, f.required, self._converter(f)) for f in self.spec.fields
-        ]
+        self.converters: dict[str, Converter] = {
+            f.name: self._converter(f) for f in self.spec.fields
+        }
+        self.required = self.spec.required
         self.json_fields = [f.name for f in self.spec.fields if f.kind in _JSON_KINDS]
         # Every optional field starts at its model default, so a row tuple is one itemgetter.
         self.defaults: dict[str, Any] = {
@@ -912,7 +929,11 @@ class RowValidator:
     def _text_converter(self, max_length: int | None) -> Converter:
         max_chars, csv_mode = self.max_chars, self.is_csv
 
+        limit = min(max_chars, max_length if max_length is not None else max_chars)
+
         def convert(value: Any) -> str:
+            if type(value) is str and len(value) <= limit and not (csv_mode and "\x00" in value):
+                return value  # the common case, checked in one line
             if type(value) is not str:
                 raise _Invalid(f"must be a string, got {_type_name(value)}")
             size = len(value)
@@ -933,13 +954,16 @@ class RowValidator:
 
     def _key_converter(self, max_length: int | None) -> Converter:
         text = self._text_converter(max_length)
+        limit = max_length if max_length is not None else self.max_chars
 
         def convert(value: Any) -> str:
+            if type(value) is str and 0 < len(value) <= limit and "\x00" not in value:
+                return value
             if type(value) is int:
                 return str(value)
             if value == "":
                 raise _Invalid("must not be empty")
-            return text(value)  # type: ignore[no-any-return]
+            return text(value)
 
         return convert
 
@@ -1004,6 +1028,8 @@ class RowValidator:
 
     def _number(self, value: Any) -> float:
         kind = type(value)
+        if kind is float and 0.0 <= value < math.inf:  # NaN fails the comparison
+            return value
         if kind is float:
             return self._finite(value)
         if kind is int:
@@ -1014,6 +1040,8 @@ class RowValidator:
         raise _Invalid(f"must be a number, got {_type_name(value)}")
 
     def _count(self, value: Any) -> int | None:
+        if type(value) is int and 0 <= value <= _PG_MAX_INT:
+            return value
         if self.is_csv:
             text = value.strip()
             if not text:
@@ -1053,36 +1081,34 @@ class RowValidator:
         errors: list[RowError] = []
         line, index = rec.line, rec.index
         skip: set[str] = set()
-        if not self.is_csv:
-            if not data.keys() <= self.names:
-                for key in data:
-                    if key not in self.names:
-                        errors.append(RowError(
-                            line, str(key), f"unknown field (allowed: {self.allowed})", index
-                        ))
-            if rec.suspicious:
-                for name in self.deep_fields:
-                    if name in data:
-                        try:
-                            _deep_check(data[name])
-                        except _Invalid as exc:
-                            errors.append(RowError(line, name, exc.reason, index))
-                            skip.add(name)
+        if rec.suspicious:
+            for name in self.deep_fields:
+                if name in data:
+                    try:
+                        _deep_check(data[name])
+                    except _Invalid as exc:
+                        errors.append(RowError(line, name, exc.reason, index))
+                        skip.add(name)
         values: dict[str, Any] = self.defaults.copy()
-        for name, required, convert in self.plan:
-            raw = data.get(name)
-            if raw is None:
-                if required:
-                    reason = ("required field is missing" if name not in data
-                              else "required field must not be null")
-                    errors.append(RowError(line, name, reason, index))
+        converters = self.converters
+        # Only the keys the row has: absent optional fields keep their defaults.
+        for name, raw in data.items():
+            convert = converters.get(name)
+            if convert is None:
+                errors.append(RowError(line, str(name), f"unknown field (allowed: "
+                                       f"{self.allowed})", index))
                 continue
-            if name in skip:
+            if raw is None or (skip and name in skip):
                 continue
             try:
                 values[name] = convert(raw)
             except _Invalid as exc:
                 errors.append(RowError(line, name, exc.reason, index))
+        for name in self.required:
+            if data.get(name) is None:
+                reason = ("required field is missing" if name not in data
+                          else "required field must not be null")
+                errors.append(RowError(line, name, reason, index))
         if rec.size > self.max_chars:
             # Only a row longer than the limit can hold a JSON value longer than the limit, so
             # ordinary rows skip the serialisation.
@@ -1175,7 +1201,7 @@ class RowValidator:
                 if value is not None:
                     values[name] = "{}" if value == {} else _compact_json(value)
         row = self.row_getter(values)
-        return (*refs, *row) if refs is not None else row  # type: ignore[no-any-return]
+        return (*refs, *row) if refs is not None else row
 
 
 _ROW_FIELDS: dict[Kind, tuple[str, ...]] = {

@@ -200,6 +200,8 @@ class Item(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["study", "external_id"], name="item_unique_external")
         ]
+        # Keyset pages (API lists, strata recompute) walk a study's items in id order.
+        indexes = [models.Index(fields=["study", "id"], name="item_study_id")]
 
     def __str__(self) -> str:
         return self.external_id

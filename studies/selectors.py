@@ -70,7 +70,9 @@ def plan_current(*, study: Study) -> AnalysisPlan | None:
     return AnalysisPlan.objects.filter(study=study).order_by("-version").first()
 
 
-def studies_visible(*, user: AbstractBaseUser | AnonymousUser, token: Any = None) -> QuerySet[Study]:
+def studies_visible(
+    *, user: AbstractBaseUser | AnonymousUser, token: Any = None
+) -> QuerySet[Study]:
     """Studies the caller may see: memberships (all for superusers), narrowed to the token's
     study for a study-scoped token."""
     if not user.is_authenticated:
@@ -151,7 +153,7 @@ def _apply_item_filters(qs: QuerySet[Any], params: Mapping[str, list[str]], *,
     return qs
 
 
-def _bool_param(params: Mapping[str, list[str]], name: str) -> bool | None | str:
+def _bool_param(params: Mapping[str, list[str]], name: str) -> bool | str | None:
     values = params.get(name)
     if not values:
         return "absent"
@@ -210,7 +212,8 @@ def outputs_list(*, study: Study, params: Mapping[str, list[str]]) -> QuerySet[O
     elif has_error is False:
         qs = qs.filter(error="")
     schema_valid = _bool_param(params, "schema_valid")
-    if schema_valid != "absent":
-        qs = qs.filter(schema_valid__isnull=True) if schema_valid is None else qs.filter(
-            schema_valid=schema_valid)
+    if schema_valid is None:
+        qs = qs.filter(schema_valid__isnull=True)
+    elif isinstance(schema_valid, bool):
+        qs = qs.filter(schema_valid=schema_valid)
     return qs

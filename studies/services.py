@@ -5,13 +5,13 @@ analysis plan. Each service owns its transaction; they nest (as savepoints) insi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from django.apps import apps
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models import Case, IntegerField, Max, Value, When
 from django.db.models.functions import Length
@@ -64,7 +64,7 @@ def _lock_study(study: Study) -> Study:
 
 # --- Studies and members ----------------------------------------------------------------------
 
-def study_create(*, owner: AbstractBaseUser, fields: Mapping[str, Any]) -> Study:
+def study_create(*, owner: User, fields: Mapping[str, Any]) -> Study:
     """Create a study from raw fields (validated here); the owner becomes its lead."""
     data = study_fields_validate(fields, partial=False)
     if data.get("status", Study.Status.DRAFT) == Study.Status.CLOSED:
@@ -86,7 +86,8 @@ def study_status_check(*, study: Study, status: str) -> None:
         return
     if STATUS_NEXT.get(Study.Status(study.status)) != status:
         allowed = STATUS_NEXT.get(Study.Status(study.status))
-        hint = f"the only allowed change is to '{allowed}'" if allowed else "a closed study stays closed"
+        hint = (f"the only allowed change is to '{allowed}'" if allowed
+                else "a closed study stays closed")
         raise ValidationFailed(
             f"Cannot change status from '{study.status}' to '{status}': {hint}.",
             details={"errors": [{"path": "status", "message": f"{study.status} -> {status} is "
@@ -114,7 +115,9 @@ def study_update(*, study: Study, fields: Mapping[str, Any]) -> tuple[Study, Out
     return study, "updated"
 
 
-def membership_set(*, study: Study, user: AbstractBaseUser, role: str) -> tuple[Membership, Outcome]:
+def membership_set(
+    *, study: Study, user: User, role: str
+) -> tuple[Membership, Outcome]:
     """Add a member or change their role. The owner always stays a lead."""
     if role not in Membership.Role.values:
         raise ValidationFailed(f"Unknown role '{role}'.", details={"errors": [
@@ -134,7 +137,7 @@ def membership_set(*, study: Study, user: AbstractBaseUser, role: str) -> tuple[
     return membership, "updated"
 
 
-def membership_remove(*, study: Study, user: AbstractBaseUser) -> None:
+def membership_remove(*, study: Study, user: User) -> None:
     """Remove a member (not the owner)."""
     if user.pk == study.owner_id:
         raise Conflict("The study owner cannot be removed.")
@@ -147,7 +150,7 @@ def membership_remove(*, study: Study, user: AbstractBaseUser) -> None:
 # --- API tokens -------------------------------------------------------------------------------
 
 def api_token_create(
-    *, user: AbstractBaseUser, name: str, study: Study | None = None, can_write: bool = False
+    *, user: User, name: str, study: Study | None = None, can_write: bool = False
 ) -> tuple[ApiToken, str]:
     """Create a token; returns (token, secret). The secret is never stored or shown again."""
     problems = Problems()
@@ -204,7 +207,7 @@ def _bulk_write_strata(rows: Sequence[tuple[int, dict[str, str]]]) -> None:
             params.extend([pk, json.dumps(strata)])
         with connection.cursor() as cursor:
             cursor.execute(
-                f'UPDATE "{table}" AS t SET strata = v.strata FROM (VALUES {placeholders}) '  # noqa: S608 - table name from model meta
+                f'UPDATE "{table}" AS t SET strata = v.strata FROM (VALUES {placeholders}) '
                 "AS v(id, strata) WHERE t.id = v.id",
                 params,
             )
@@ -213,13 +216,39 @@ def _bulk_write_strata(rows: Sequence[tuple[int, dict[str, str]]]) -> None:
                              batch_size=500)
 
 
-def study_strata_recompute(*, study: Study, batch_size: int = RECOMPUTE_BATCH) -> int:
-    """Recompute `Item.strata` for every item of the study from its current scheme.
+def _item_batches(
+    base: Any, fields: list[str], batch_size: int, item_ids: Sequence[int] | None
+) -> Iterator[list[dict[str, Any]]]:
+    """Item rows in id order, `batch_size` at a time: an id keyset over the study (index
+    item_study_id), or chunks of the given ids (bounded IN lists, for SQLite's variable cap)."""
+    if item_ids is not None:
+        ids = sorted(set(item_ids))
+        for start in range(0, len(ids), batch_size):
+            chunk = ids[start:start + batch_size]
+            yield list(base.filter(pk__in=chunk).order_by("id").values(*fields))
+        return
+    last_id = 0
+    while True:
+        rows = list(base.filter(id__gt=last_id).order_by("id").values(*fields)[:batch_size])
+        if not rows:
+            return
+        last_id = rows[-1]["id"]
+        yield rows
+
+
+def study_strata_recompute(
+    *, study: Study, item_ids: Sequence[int] | None = None, batch_size: int = RECOMPUTE_BATCH
+) -> int:
+    """Recompute `Item.strata` for the items of the study from its current scheme.
 
     Returns the number of items whose labels changed (only those are written). Reads items in
     id-keyset batches with lengths computed in the database (large inputs are never loaded),
     so it runs in bounded memory on 100k items. Usable inside an outer atomic block (it then
     becomes a savepoint and commits with the caller).
+
+    `item_ids` limits the work to those items (e.g. the rows an ingest created or updated).
+    It is ignored when the scheme has quantile bins: their edges depend on every item, so a
+    new item can move the labels of the others.
     """
     dims = list(study.dimensions.order_by("position", "id").values("key", "kind", "source",
                                                                     "config"))
@@ -228,6 +257,9 @@ def study_strata_recompute(*, study: Study, batch_size: int = RECOMPUTE_BATCH) -
     need_metadata = any(s.startswith("metadata.") for s in sources)
     fields = ["id", "strata", *(["metadata"] if need_metadata else []), *sorted(lengths_needed)]
     base = Item.objects.filter(study=study).annotate(**_length_annotations(lengths_needed))
+    if not dims and item_ids is None:
+        # No scheme: only items still carrying old labels need a write.
+        base = base.exclude(strata={})
 
     with transaction.atomic():
         quantile_dims = [d for d in dims if dimension_needs_quantiles(d)]
@@ -246,14 +278,9 @@ def study_strata_recompute(*, study: Study, batch_size: int = RECOMPUTE_BATCH) -
             for d in quantile_dims:
                 edges[d["key"]] = quantile_edges(values[d["key"]], d["config"]["quantiles"])
         assigners = [DimensionAssigner(d, edges=edges.get(d["key"])) for d in dims]
-
         changed = 0
-        last_id = 0
-        while True:
-            rows = list(base.filter(id__gt=last_id).order_by("id").values(*fields)[:batch_size])
-            if not rows:
-                break
-            last_id = rows[-1]["id"]
+        for rows in _item_batches(base, fields, batch_size,
+                                  None if quantile_dims else item_ids):
             updates: list[tuple[int, dict[str, str]]] = []
             for row in rows:
                 strata = assign_strata(assigners, metadata=row.get("metadata"), lengths=row)
@@ -341,7 +368,7 @@ def _criteria_write(rubric: RubricVersion, criteria: list[dict[str, Any]]) -> No
 
 
 def rubric_create(
-    *, study: Study, criteria: list[dict[str, Any]], created_by: AbstractBaseUser | None,
+    *, study: Study, criteria: list[dict[str, Any]], created_by: User | None,
     notes: str = "",
 ) -> RubricVersion:
     """Create the next rubric version (v1 for a new study) holding exactly `criteria`."""
@@ -356,7 +383,7 @@ def rubric_create(
 
 
 def rubric_update(
-    *, study: Study, criteria: list[dict[str, Any]], created_by: AbstractBaseUser | None,
+    *, study: Study, criteria: list[dict[str, Any]], created_by: User | None,
     notes: str = "",
 ) -> tuple[RubricVersion, Outcome]:
     """Make `criteria` the study's rubric.
@@ -405,7 +432,7 @@ def _plan_validate(study: Study, spec: Any) -> dict[str, Any]:
 
 
 def plan_create(
-    *, study: Study, spec: Any, created_by: AbstractBaseUser | None, notes: str = ""
+    *, study: Study, spec: Any, created_by: User | None, notes: str = ""
 ) -> AnalysisPlan:
     """Create the study's first analysis plan (v1); later versions use `plan_new_version`."""
     normalised = _plan_validate(study, spec)
@@ -440,7 +467,7 @@ def plan_update(*, plan: AnalysisPlan, spec: Any, notes: str | None = None) -> A
 
 
 def plan_new_version(
-    *, study: Study, spec: Any, created_by: AbstractBaseUser | None, notes: str = ""
+    *, study: Study, spec: Any, created_by: User | None, notes: str = ""
 ) -> AnalysisPlan:
     """Save `spec` as the next plan version; earlier versions (locked or not) stay as they are."""
     normalised = _plan_validate(study, spec)
@@ -451,7 +478,7 @@ def plan_new_version(
                                            notes=notes or "", created_by=created_by)
 
 
-def plan_lock(*, plan: AnalysisPlan, user: AbstractBaseUser) -> AnalysisPlan:
+def plan_lock(*, plan: AnalysisPlan, user: User) -> AnalysisPlan:
     """Lock (pre-register) a plan, recording who and when. The spec is re-checked against the
     current rubric and strata first: a plan must not be frozen against a rubric it no longer
     matches."""
@@ -461,7 +488,7 @@ def plan_lock(*, plan: AnalysisPlan, user: AbstractBaseUser) -> AnalysisPlan:
         if plan.is_locked:
             raise Conflict(f"Plan v{plan.version} is already locked.")
         plan.locked_at = timezone.now()
-        plan.locked_by = user  # type: ignore[assignment]
+        plan.locked_by = user
         plan.save(update_fields=["locked_at", "locked_by"])
     return plan
 

@@ -9,6 +9,7 @@ defaults filled in) that the services store as they are.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -149,7 +150,7 @@ def _criterion_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
                     problems.add(join(ppath, "label"),
                                  f"{label}: point {value} needs a non-empty label")
                     continue
-                points.append({"value": int(value), "label": plabel.strip()})
+                points.append({"value": value, "label": plabel.strip()})
             values = sorted(p["value"] for p in points)
             if len(points) == len(points_raw) and values != list(range(1, len(values) + 1)):
                 bad("points", f"ordinal points must be 1..k, contiguous and each once "
@@ -211,7 +212,8 @@ def _criterion_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
         "guidance": guidance,
         "scale": scale,
         "points": points,
-        "pass_threshold": int(pass_threshold) if scale == "ordinal" else None,
+        "pass_threshold": int(pass_threshold) if scale == "ordinal" and pass_threshold is not None
+        else None,
         "pass_labels": list(pass_labels_raw or []) if scale == "categorical" else [],
         "is_hard_gate": is_hard_gate,
         "weight": float(weight),
@@ -359,7 +361,7 @@ def _dimension_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
                         or not all(_is_number(e) for e in edges)):
                     problems.add(join(cpath, "edges"),
                                  f"{label}: edges must be a non-empty list of numbers")
-                elif any(b <= a for a, b in zip(edges[:-1], edges[1:], strict=True)):
+                elif any(b <= a for a, b in itertools.pairwise(edges)):
                     problems.add(join(cpath, "edges"),
                                  f"{label}: edges must be strictly increasing (got {edges})")
                 else:
@@ -392,7 +394,7 @@ def _dimension_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
                     else:
                         config["quantiles"] = int(q)
                 elif (isinstance(q, list) and q and all(_is_number(x) and 0 < x < 1 for x in q)
-                      and all(b > a for a, b in zip(q[:-1], q[1:], strict=True))):
+                      and all(b > a for a, b in itertools.pairwise(q))):
                     config["quantiles"] = [float(x) for x in q]
                 else:
                     problems.add(join(cpath, "quantiles"),
@@ -522,10 +524,10 @@ def plan_spec_validate(spec: Any, *, context: PlanContext, path: str = "spec",
             metric = entry["metric"]
             scales, is_rate = PLAN_METRICS[metric]
             if crit.scale not in scales:
+                fitting = ", ".join(m for m, (s, _) in PLAN_METRICS.items() if crit.scale in s)
                 problems.add(join(cpath, "metric"),
                              f"metric {metric} does not apply to the {crit.scale} criterion "
-                             f"'{key}' (use one of: "
-                             f"{', '.join(m for m, (s, _) in PLAN_METRICS.items() if crit.scale in s)})")
+                             f"'{key}' (use one of: {fitting})")
                 continue
             if metric == "pass_rate" and not criterion_has_pass_reading(crit):
                 problems.add(join(cpath, "metric"),
@@ -679,7 +681,8 @@ def study_file_validate(doc: Any) -> StudyFile:
         problems.raise_if_any("The study file")
         raise AssertionError("unreachable")
     for extra in sorted(set(doc) - STUDY_FILE_SECTIONS):
-        problems.add(extra, f"unknown section (expected: {', '.join(sorted(STUDY_FILE_SECTIONS))})")
+        expected = ", ".join(sorted(STUDY_FILE_SECTIONS))
+        problems.add(extra, f"unknown section (expected: {expected})")
     raw_study = doc.get("study")
     study: dict[str, Any] = {}
     owner: str | None = None

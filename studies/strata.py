@@ -32,12 +32,14 @@ Rules (documented for users in docs/study-spec.md):
   non-empty lists/objects are true -> ``true_label`` (default "yes"); false, 0, the strings
   false/no/n/f/0 and empty lists/objects -> ``false_label`` (default "no"); anything else
   (including an unreadable string) -> "unknown".
-- **cross.** ``cross_label(a, b)`` is ``"<a>×<b>"``; ``strata_cross`` reads it from an item's
-  stored strata.
+- **cross.** ``cross_label(a, b)`` joins two labels with the multiplication sign (U+00D7),
+  e.g. "en" and "long" give "en\u00d7long"; ``strata_cross`` reads it from an item's strata.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -45,7 +47,7 @@ from typing import Any
 import numpy as np
 
 UNKNOWN = "unknown"
-CROSS_SEPARATOR = "×"
+CROSS_SEPARATOR = "\u00d7"  # the multiplication sign
 DERIVED_SOURCES = ("input_length", "context_length", "reference_length")
 METADATA_PREFIX = "metadata."
 _TRUE_STRINGS = frozenset({"true", "yes", "y", "t", "1"})
@@ -55,7 +57,7 @@ _MISSING = object()
 
 
 def cross_label(a: str, b: str) -> str:
-    """The label of the cross of two strata, e.g. ``cross_label("en", "long") == "en×long"``."""
+    """The label of the cross of two strata: "<a>" U+00D7 "<b>" (see the module docstring)."""
     return f"{a}{CROSS_SEPARATOR}{b}"
 
 
@@ -163,7 +165,7 @@ def boolean_label(value: Any, config: Mapping[str, Any]) -> str:
 def edge_labels(edges: Sequence[float]) -> list[str]:
     """Auto labels for edges: ``["< e0", "[e0, e1)", ..., ">= en"]`` (n + 2 labels)."""
     out = [f"< {format_number(edges[0])}"]
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+    for lo, hi in itertools.pairwise(edges):
         out.append(f"[{format_number(lo)}, {format_number(hi)})")
     out.append(f">= {format_number(edges[-1])}")
     return out
@@ -190,8 +192,7 @@ def numeric_label(value: Any, edges: Sequence[float], labels: Sequence[str]) -> 
     if number is None:
         return UNKNOWN
     # bisect_right: a value equal to an edge belongs to the bin starting at that edge.
-    index = int(np.searchsorted(np.asarray(edges, dtype=float), number, side="right"))
-    return labels[index]
+    return labels[bisect.bisect_right(edges, number)]
 
 
 def quantile_edges(values: Iterable[float], quantiles: int | Sequence[float]) -> list[float]:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
@@ -72,6 +73,8 @@ def _optional_url(name: str, slug: str) -> str | None:
 def home(request: HttpRequest) -> HttpResponse:
     """The studies the user belongs to, with their role in each."""
     user = request.user
+    if not isinstance(user, AbstractBaseUser):  # login_required makes this unreachable
+        raise Http404("Sign in first.")
     rows: list[dict[str, Any]]
     if getattr(user, "is_superuser", False):
         rows = [
@@ -80,7 +83,7 @@ def home(request: HttpRequest) -> HttpResponse:
         ]
     else:
         memberships = (
-            Membership.objects.filter(user_id=user.pk).select_related("study")
+            Membership.objects.filter(user__pk=user.pk).select_related("study")
             .order_by("study__name")
         )
         rows = [

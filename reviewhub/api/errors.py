@@ -19,7 +19,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 class AppError(Exception):
     """Base class of errors that services raise for the API layer to render."""
 
-    status_code = status.HTTP_400_BAD_REQUEST
+    status_code: int = status.HTTP_400_BAD_REQUEST
     code = "bad_request"
 
     def __init__(self, message: str, *, details: Any = None, code: str | None = None) -> None:

@@ -306,6 +306,12 @@ def test_page_and_network_responses_never_reveal_candidate_judges_or_other_label
     urls = [url for url, _ in s.bodies()]
     assert any("/submit/" in u for u in urls) and any("/heartbeat/" in u for u in urls)
     assert any("/skip/" in u for u in urls)
+    # Every response the page received was recorded with its body, and (positive control) the
+    # recorded bodies do hold what the page showed.
+    assert set(s.seen_urls) <= set(urls)
+    assert not [url for url, body in s.bodies() if body == b"<body unavailable>"]
+    assert any(b"Is every factual claim right" in body for _, body in s.bodies())
+    assert any(b'"ok": true' in body for url, body in s.bodies() if "/submit/" in url)
     for url, body in s.bodies():
         text = body.decode("utf-8", "replace")
         for secret in SECRETS:
@@ -329,7 +335,8 @@ def test_severity_question_appears_exactly_when_a_criterion_fails(browser_sessio
     # Binary: fail asks, pass does not.
     label("label[for='label-correct-2']").click()
     assert _severity_visible(page, "correct")
-    assert page.get_by_text("If this output reached a user, how bad would it be?").first.is_visible()
+    question = "If this output reached a user, how bad would it be?"
+    assert page.locator("#severity-correct legend").inner_text() == question
     label("label[for='label-correct-1']").click()
     assert not _severity_visible(page, "correct")
     # Ordinal: below the pass threshold (3) asks; at or above it does not.

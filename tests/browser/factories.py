@@ -99,8 +99,8 @@ def grading_study(
 ) -> GradingStudy:
     """A support-answers study: one candidate per output text, binary/ordinal/categorical
     criteria, an active plan with k annotators per output."""
-    lead = UserFactory(username=f"{slug}-lead", password=PASSWORD)
-    study = StudyFactory(
+    lead: Any = UserFactory(username=f"{slug}-lead", password=PASSWORD)
+    study: Any = StudyFactory(
         slug=slug,
         name="Support answers",
         owner=lead,
@@ -116,7 +116,7 @@ def grading_study(
         annotators.append(user)
     rubric = RubricVersionFactory(study=study, version=1)
     made: dict[str, Criterion] = {}
-    specs = {
+    specs: dict[str, dict[str, Any]] = {
         "correct": dict(
             name="Correctness", scale=Criterion.Scale.BINARY,
             guidance="Is every factual claim right for this customer? A wrong step fails.",
@@ -131,7 +131,8 @@ def grading_study(
         ),
     }
     for position, key in enumerate(criteria):
-        made[key] = CriterionFactory(rubric=rubric, key=key, position=position, **specs[key])
+        criterion: Any = CriterionFactory(rubric=rubric, key=key, position=position, **specs[key])
+        made[key] = criterion
     candidate = CandidateFactory(study=study, name=candidate_name, provider="acme-ai",
                                  model_id=f"{candidate_name}-model")
     outputs = []

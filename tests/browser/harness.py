@@ -21,6 +21,7 @@ __all__ = [
     "BrowserSession",
     "browser_session",
     "chromium",
+    "fast_password_hashing",
     "new_session",
 ]
 
@@ -107,7 +108,11 @@ class BrowserSession:
     context: Any
     page: Any
     base_url: str
+    # (url, status, body) of every response the page received.
     responses: list[tuple[str, int, bytes]] = field(default_factory=list)
+    # URLs of the responses the page itself reported (page.on("response")), to check that the
+    # route saw every one of them.
+    seen_urls: list[str] = field(default_factory=list)
     dialogs: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
@@ -147,25 +152,50 @@ def _open(browser: Any, base_url: str, viewport: dict[str, int]) -> BrowserSessi
     page = context.new_page()
     session = BrowserSession(context=context, page=page, base_url=base_url)
 
-    def on_response(response: Any) -> None:
-        # Read the body while the response is fresh: after a navigation Chromium may have
-        # dropped it. Redirects have no body.
+    def record_fetch(route: Any) -> None:
+        # Bodies of the page's own fetch() calls are captured here, before the page can
+        # navigate away: the page follows a submit with a navigation, and a response event
+        # can then have lost the body.
+        if route.request.resource_type not in ("fetch", "xhr"):
+            route.fallback()
+            return
         try:
-            body = response.body()
+            response = route.fetch(max_redirects=0)
         except Exception:
-            body = b""
+            route.abort()
+            return
+        session.responses.append((route.request.url, response.status, response.body()))
+        route.fulfill(response=response)
+
+    def on_response(response: Any) -> None:
+        session.seen_urls.append(response.url)
+        if response.request.resource_type in ("fetch", "xhr"):
+            return  # recorded by the route
+        # Documents, scripts, styles: read now, while the response is current. Redirects
+        # have no body.
+        try:
+            body = response.body() if not 300 <= response.status < 400 else b""
+        except Exception:
+            body = b"<body unavailable>"
         session.responses.append((response.url, response.status, body))
 
     def on_dialog(dialog: Any) -> None:
         session.dialogs.append(f"{dialog.type}: {dialog.message}")
         dialog.dismiss()
 
+    context.route("**/*", record_fetch)
     page.on("response", on_response)
     page.on("dialog", on_dialog)
     page.on("pageerror", lambda exc: session.page_errors.append(str(exc)))
     page.on("console", lambda msg: session.console_errors.append(msg.text)
             if msg.type == "error" else None)
     return session
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """Tests make and check many passwords; the production hasher's cost buys nothing here."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

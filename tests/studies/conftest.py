@@ -31,6 +31,8 @@ class World:
     rubric: Any
     plan: AnalysisPlan
     member: Any
+    judge: Any
+    judge_version: Any
 
 
 @pytest.fixture
@@ -49,5 +51,10 @@ def world_b(db: Any) -> World:
         study=study, version=1, spec={"criteria": {"ok": {"metric": "pass_rate",
                                                           "threshold": 0.9}}},
     )
+    from judges.models import Judge, JudgeVersion
+
+    judge = Judge.objects.create(study=study, name="judge-b", kind=Judge.Kind.IMPORTED)
+    judge_version = JudgeVersion.objects.create(judge=judge, version=1, content_hash="b" * 64)
     return World(study=study, lead=lead, item=item, candidate=candidate, output=output,
-                 rubric=rubric, plan=plan, member=viewer)
+                 rubric=rubric, plan=plan, member=viewer, judge=judge,
+                 judge_version=judge_version)

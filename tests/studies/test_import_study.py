@@ -129,7 +129,7 @@ def test_failure_after_partial_work_rolls_back(users, tmp_path):
     doc = example()
     del doc["strata"]
     path = write(tmp_path, doc)
-    with pytest.raises(CommandError, match="plan.spec.strata"):
+    with pytest.raises(CommandError, match=r"plan\.spec\.strata"):
         run(path)
     assert not Study.objects.exists() and not RubricVersion.objects.exists()
 

@@ -114,8 +114,8 @@ def test_quantile_edges_match_numpy_and_handle_ties():
 
 
 def test_cross_label():
-    assert cross_label("en", "long") == "en×long"
-    assert strata_cross({"lang": "de"}, "lang", "len") == "de×unknown"
+    assert cross_label("en", "long") == "en\u00d7long"
+    assert strata_cross({"lang": "de"}, "lang", "len") == "de\u00d7unknown"
 
 
 # --- Recompute over the database --------------------------------------------------------------
@@ -213,3 +213,18 @@ def test_dimension_validation_names_the_path(study, dims, path, fragment):
     errors = exc.value.details["errors"]
     assert any(e["path"] == path and fragment in e["message"] for e in errors), errors
     assert not study.dimensions.exists()
+
+
+@pytest.mark.django_db
+def test_recompute_limited_to_item_ids_unless_quantiles(study):
+    dimension_set(study=study, dimensions=SCHEME[:1])
+    a, b = (ItemFactory(study=study, metadata={"language": "de"}) for _ in range(2))
+    assert study_strata_recompute(study=study, item_ids=[a.pk], batch_size=1) == 1
+    assert Item.objects.get(pk=b.pk).strata == {}  # not asked for
+    assert study_strata_recompute(study=study, item_ids=[]) == 0
+    # With quantile bins every item is recomputed: new items move the edges.
+    dimension_set(study=study, dimensions=[SCHEME[3]])
+    c = ItemFactory(study=study, context="c" * 50)
+    Item.objects.filter(pk=c.pk).update(strata={})
+    assert study_strata_recompute(study=study, item_ids=[]) >= 1
+    assert Item.objects.get(pk=c.pk).strata == {"ctxq": ">= 0"}

@@ -69,7 +69,8 @@ def study_spec() -> dict[str, Any]:
             {"key": "language", "name": "Language", "kind": "categorical",
              "source": "metadata.language", "config": {"values": ["en", "de"], "other": "other"}},
             {"key": "length", "name": "Document length", "kind": "numeric_bins",
-             "source": "context_length", "config": {"edges": [0, 800], "labels": ["short", "long"]}},
+             "source": "context_length",
+             "config": {"edges": [0, 800], "labels": ["short", "long"]}},
             {"key": "noise", "name": "Input noise", "kind": "boolean",
              "source": "metadata.noisy", "config": {"true_label": "noisy", "false_label": "clean"}},
         ],
@@ -190,8 +191,11 @@ class Command(BaseCommand):
             .values_list("id", "item__external_id", "candidate__name")
         }
         rng = random.Random(23)
-        config = {"simulated": True, "description": "Simulated judge: agrees with the "
-                  "simulated truth 94% of the time in English and 68% in German."}
+        config: dict[str, Any] = {
+            "simulated": True,
+            "description": "Simulated judge: agrees with the simulated truth 94% of the time "
+                           "in English and 68% in German.",
+        }
         judge = Judge.objects.create(study=study, name=SIM_JUDGE, kind=Judge.Kind.IMPORTED,
                                      description=config["description"])
         version = JudgeVersion.objects.create(

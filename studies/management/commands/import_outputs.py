@@ -35,8 +35,8 @@ class TqdmProgress:
             self.bar = tqdm(total=self.file_size, desc=name, unit="B", unit_scale=True,
                             unit_divisor=1024, file=sys.stderr, dynamic_ncols=True)
         else:
-            self.bar = tqdm(total=total, desc=name, unit=" rows", unit_scale=True,
-                            file=sys.stderr, dynamic_ncols=True)
+            self.bar = tqdm(total=total, desc=name, unit=" rows", file=sys.stderr,
+                            dynamic_ncols=True)
 
     def advance(self, nbytes: int) -> None:
         if self.bar is not None:
