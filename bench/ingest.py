@@ -248,11 +248,12 @@ def main() -> None:
 
         # 3. List page latency
         latencies = []
-        url: str | None = "/api/studies/bench-cli/outputs?page_size=100"
-        client.get(url)  # warm-up
+        first = "/api/studies/bench-cli/outputs?page_size=100"
+        url: str | None = first
+        client.get(first)  # warm-up
         for n in range(args.list_requests):
             if url is None or n % 20 == 0:
-                url = "/api/studies/bench-cli/outputs?page_size=100"
+                url = first
             start = time.perf_counter()
             response = client.get(url)
             latencies.append((time.perf_counter() - start) * 1000)

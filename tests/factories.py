@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import factory
 from django.contrib.auth import get_user_model
 
@@ -112,7 +114,7 @@ class ComparisonFactory(factory.django.DjangoModelFactory):
 
 
 def api_token_create(
-    *, user: object, study: Study | None = None, can_write: bool = True, name: str = "test"
+    *, user: Any, study: Study | None = None, can_write: bool = True, name: str = "test"
 ) -> str:
     """Create a token for tests and return its secret."""
     secret, prefix, digest = token_generate()

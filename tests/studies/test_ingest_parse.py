@@ -31,7 +31,7 @@ class Trickle(io.RawIOBase):
         return chunk
 
 
-def records(data: bytes, fmt: str, step: int | None = None) -> list[ingest.RawRecord]:
+def records(data: bytes, fmt: ingest.Format, step: int | None = None) -> list[ingest.RawRecord]:
     stream: Any = Trickle(data, step) if step else io.BytesIO(data)
     return list(ingest.iter_records(stream, fmt, ITEMS))
 
@@ -95,8 +95,9 @@ def test_bom_is_skipped():
 def test_csv_line_numbers_follow_multiline_cells():
     doc = b'external_id,input\na,"line one\nline two"\n\nb,plain\r\nc,"x"\n'
     got = records(doc, "csv")
-    assert [(r.line, r.data["external_id"]) for r in got] == [(2, "a"), (5, "b"), (6, "c")]
-    assert got[0].data["input"] == "line one\nline two"
+    assert [(r.line, (r.data or {})["external_id"]) for r in got] == [
+        (2, "a"), (5, "b"), (6, "c")]
+    assert (got[0].data or {})["input"] == "line one\nline two"
 
 
 def test_csv_malformed_quotes_are_reported_with_the_line():

@@ -154,8 +154,8 @@ def test_csv_metadata_columns_and_json_column(lead_client, study):
 def test_items_import_recomputes_strata(lead_client, study):
     StratumDimension.objects.create(study=study, key="lang", kind="categorical",
                                     source="metadata.lang")
-    post(lead_client, "alpha", "items", ndjson(_items(2) + [{"external_id": "x",
-                                                            "input": "no lang"}]))
+    post(lead_client, "alpha", "items",
+         ndjson([*_items(2), {"external_id": "x", "input": "no lang"}]))
     strata = dict(Item.objects.filter(study=study).values_list("external_id", "strata"))
     assert strata["i1"] == {"lang": "en"}
     assert strata["i2"] == {"lang": "de"}
