@@ -53,8 +53,12 @@ def synthesise(seed: int = 1) -> dict[str, Any]:
     out_cand = np.tile(np.arange(N_CANDIDATES), N_ITEMS)
     item_stratum = rng.integers(0, N_STRATA, N_ITEMS)
     lengths = rng.integers(50, 2000, n_out)
-    scales = [("correct", "binary", 2), ("helpful", "ordinal", 5), ("tone", "categorical", 3),
-              ("safe", "binary", 2)]
+    scales = [
+        ("correct", "binary", 2),
+        ("helpful", "ordinal", 5),
+        ("tone", "categorical", 3),
+        ("safe", "binary", 2),
+    ]
     verdicts, annotations = [], []
     for ci, (_, scale, k) in enumerate(scales):
         truth = rng.integers(0, k, n_out)
@@ -68,8 +72,12 @@ def synthesise(seed: int = 1) -> dict[str, Any]:
             val = np.where(right, truth, noise)
             verdicts.append((np.arange(n_out), np.full(n_out, ci), np.full(n_out, j), val))
         sampled = rng.choice(n_out, SAMPLED_PER_CRITERION, replace=False)
-        raters = np.stack([rng.choice(N_ANNOTATORS, HUMANS_PER_OUTPUT, replace=False)
-                           for _ in range(sampled.size)])
+        raters = np.stack(
+            [
+                rng.choice(N_ANNOTATORS, HUMANS_PER_OUTPUT, replace=False)
+                for _ in range(sampled.size)
+            ]
+        )
         for slot in range(HUMANS_PER_OUTPUT):
             right = rng.random(sampled.size) < 0.8
             noise = rng.integers(0, k, sampled.size)
@@ -78,10 +86,15 @@ def synthesise(seed: int = 1) -> dict[str, Any]:
             val = np.where(right, truth[sampled], noise)
             annotations.append((sampled, np.full(sampled.size, ci), raters[:, slot], val))
     cat = lambda parts, i: np.concatenate([p[i] for p in parts])  # noqa: E731
-    return {"out_item": out_item, "out_cand": out_cand, "item_stratum": item_stratum,
-            "lengths": lengths, "scales": scales,
-            "verdicts": [cat(verdicts, i) for i in range(4)],
-            "annotations": [cat(annotations, i) for i in range(4)]}
+    return {
+        "out_item": out_item,
+        "out_cand": out_cand,
+        "item_stratum": item_stratum,
+        "lengths": lengths,
+        "scales": scales,
+        "verdicts": [cat(verdicts, i) for i in range(4)],
+        "annotations": [cat(annotations, i) for i in range(4)],
+    }
 
 
 def frames(raw: dict[str, Any]) -> Any:
@@ -90,32 +103,74 @@ def frames(raw: dict[str, Any]) -> Any:
 
     crits = {}
     for ci, (key, scale, k) in enumerate(raw["scales"]):
-        values = (("fail", "pass") if scale == "binary" else tuple(str(v) for v in range(1, k + 1))
-                  if scale == "ordinal" else ("calm", "neutral", "rude"))
-        crits[ci + 1] = CriterionInfo(id=ci + 1, key=key, name=key, scale=scale, values=values,
-                                      rubric_version=1)
-    judges = {j + 1: JudgeInfo(id=j + 1, judge=f"judge-{j}", version=1, label="", model_family="",
-                               value_type="label", kind="llm") for j in range(N_JUDGES)}
+        values = (
+            ("fail", "pass")
+            if scale == "binary"
+            else tuple(str(v) for v in range(1, k + 1))
+            if scale == "ordinal"
+            else ("calm", "neutral", "rude")
+        )
+        crits[ci + 1] = CriterionInfo(
+            id=ci + 1, key=key, name=key, scale=scale, values=values, rubric_version=1
+        )
+    judges = {
+        j + 1: JudgeInfo(
+            id=j + 1,
+            judge=f"judge-{j}",
+            version=1,
+            label="",
+            model_family="",
+            value_type="label",
+            kind="llm",
+        )
+        for j in range(N_JUDGES)
+    }
 
     def part(arrs: list[np.ndarray], is_judge: bool) -> pd.DataFrame:
         subj, ci, rater, val = arrs
         scale_of = np.array([s for _, s, _ in raw["scales"]])[ci]
         num = np.where(scale_of == "ordinal", val + 1, val).astype(np.float64)
-        return pd.DataFrame({"subject": subj * 2, "criterion": ci + 1,
-                             "rater": rater + (1 if is_judge else 1000), "num": num,
-                             "is_judge": is_judge, "continuous": False})
+        return pd.DataFrame(
+            {
+                "subject": subj * 2,
+                "criterion": ci + 1,
+                "rater": rater + (1 if is_judge else 1000),
+                "num": num,
+                "is_judge": is_judge,
+                "continuous": False,
+            }
+        )
 
-    ratings = pd.concat([part(raw["verdicts"], True), part(raw["annotations"], False)],
-                        ignore_index=True)
+    ratings = pd.concat(
+        [part(raw["verdicts"], True), part(raw["annotations"], False)], ignore_index=True
+    )
     n_out = raw["out_item"].size
-    subjects = pd.DataFrame({"item": raw["out_item"], "candidate": raw["out_cand"],
-                             "candidate_b": -1, "length": raw["lengths"].astype(float),
-                             "length_b": np.nan}, index=pd.Index(np.arange(n_out) * 2, name="subject"))
-    items = pd.DataFrame({"external_id": [f"i{i}" for i in range(N_ITEMS)],
-                          "segment": [f"s{s:02d}" for s in raw["item_stratum"]]},
-                         index=pd.Index(np.arange(N_ITEMS), name="item"))
-    return RatingData(criteria=crits, judges=judges, candidates={0: ("a", ""), 1: ("b", "")},
-                      ratings=ratings, subjects=subjects, items=items, dimensions=["segment"])
+    subjects = pd.DataFrame(
+        {
+            "item": raw["out_item"],
+            "candidate": raw["out_cand"],
+            "candidate_b": -1,
+            "length": raw["lengths"].astype(float),
+            "length_b": np.nan,
+        },
+        index=pd.Index(np.arange(n_out) * 2, name="subject"),
+    )
+    items = pd.DataFrame(
+        {
+            "external_id": [f"i{i}" for i in range(N_ITEMS)],
+            "segment": [f"s{s:02d}" for s in raw["item_stratum"]],
+        },
+        index=pd.Index(np.arange(N_ITEMS), name="item"),
+    )
+    return RatingData(
+        criteria=crits,
+        judges=judges,
+        candidates={0: ("a", ""), 1: ("b", "")},
+        ratings=ratings,
+        subjects=subjects,
+        items=items,
+        dimensions=["segment"],
+    )
 
 
 def naive(data: Any, n_cells: int, n_resamples: int) -> tuple[float, int]:
@@ -135,30 +190,30 @@ def naive(data: Any, n_cells: int, n_resamples: int) -> tuple[float, int]:
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
     done = 0
+    per_criterion = max(1, n_cells // len(data.criteria))
     for crit in list(data.criteria.values()):
+        # The same number of strata from every criterion, so the sample mixes the scales.
         block = _human_block(data, crit, p)
         r = data.ratings
         jr = r[(r["is_judge"]) & (r["criterion"] == crit.id) & (r["rater"] == 1)]
-        j = pd.Series(jr["num"].to_numpy(), index=jr["subject"].to_numpy()).reindex(
-            block.subjects).to_numpy()
-        for st in block.strata[1:]:
-            if done >= n_cells:
-                break
+        j = (
+            pd.Series(jr["num"].to_numpy(), index=jr["subject"].to_numpy())
+            .reindex(block.subjects)
+            .to_numpy()
+        )
+        for st in block.strata[1 : 1 + per_criterion]:
             idx = np.nonzero(st.mask)[0]
             humans = block.matrix[:, idx]
             humans = humans[(~np.isnan(humans)).any(axis=1)]
+            level = "ordinal" if crit.scale == "ordinal" else "nominal"
+            weights = "quadratic" if crit.scale == "ordinal" else None
             for _ in range(n_resamples):
                 pick = rng.integers(0, idx.size, idx.size)
-                krippendorff.alpha(reliability_data=humans[:, pick],
-                                   level_of_measurement="ordinal" if crit.scale == "ordinal"
-                                   else "nominal")
-                cohen_kappa_score(block.rounded[idx][pick], j[idx][pick],
-                                  weights="quadratic" if crit.scale == "ordinal" else None)
+                krippendorff.alpha(reliability_data=humans[:, pick], level_of_measurement=level)
+                cohen_kappa_score(block.rounded[idx][pick], j[idx][pick], weights=weights)
                 if crit.scale == "ordinal":
                     stats.spearmanr(j[idx][pick], block.consensus[idx][pick])
             done += 1
-        if done >= n_cells:
-            break
     return time.perf_counter() - t0, done
 
 
@@ -192,32 +247,68 @@ def db_load(raw: dict[str, Any]) -> dict[str, float]:
         rubric = RubricVersion.objects.create(study=study, version=1)
         crit_ids = []
         for pos, (key, scale, k) in enumerate(raw["scales"]):
-            points = ([{"value": v, "label": str(v)} for v in range(1, k + 1)] if scale == "ordinal"
-                      else [{"value": x, "label": x} for x in ("calm", "neutral", "rude")]
-                      if scale == "categorical" else [])
-            crit_ids.append(Criterion.objects.create(rubric=rubric, key=key, name=key, scale=scale,
-                                                     points=points, position=pos).pk)
-        Item.objects.bulk_create([Item(study=study, external_id=f"i{i}", input=f"q{i}",
-                                       strata={"segment": f"s{s:02d}"})
-                                  for i, s in enumerate(raw["item_stratum"])], batch_size=5000)
+            points = (
+                [{"value": v, "label": str(v)} for v in range(1, k + 1)]
+                if scale == "ordinal"
+                else [{"value": x, "label": x} for x in ("calm", "neutral", "rude")]
+                if scale == "categorical"
+                else []
+            )
+            crit_ids.append(
+                Criterion.objects.create(
+                    rubric=rubric, key=key, name=key, scale=scale, points=points, position=pos
+                ).pk
+            )
+        Item.objects.bulk_create(
+            [
+                Item(
+                    study=study, external_id=f"i{i}", input=f"q{i}", strata={"segment": f"s{s:02d}"}
+                )
+                for i, s in enumerate(raw["item_stratum"])
+            ],
+            batch_size=5000,
+        )
         item_ids = dict(Item.objects.filter(study=study).values_list("external_id", "id"))
-        cands = [Candidate.objects.create(study=study, name=f"m{c}").pk for c in range(N_CANDIDATES)]
-        _bulk_insert(Output, [{"study_id": study.pk, "candidate_id": cands[c],
-                               "item_id": item_ids[f"i{i}"], "text": "x" * int(n)}
-                              for i, c, n in zip(raw["out_item"], raw["out_cand"], raw["lengths"],
-                                                 strict=True)])
-        out_ids = {(i, c): oid for oid, i, c in Output.objects.filter(study=study).values_list(
-            "id", "item_id", "candidate_id")}
-        out_of = np.array([out_ids[(item_ids[f"i{i}"], cands[c])]
-                           for i, c in zip(raw["out_item"], raw["out_cand"], strict=True)])
+        cands = [
+            Candidate.objects.create(study=study, name=f"m{c}").pk for c in range(N_CANDIDATES)
+        ]
+        _bulk_insert(
+            Output,
+            [
+                {
+                    "study_id": study.pk,
+                    "candidate_id": cands[c],
+                    "item_id": item_ids[f"i{i}"],
+                    "text": "x" * int(n),
+                }
+                for i, c, n in zip(raw["out_item"], raw["out_cand"], raw["lengths"], strict=True)
+            ],
+        )
+        out_ids = {
+            (i, c): oid
+            for oid, i, c in Output.objects.filter(study=study).values_list(
+                "id", "item_id", "candidate_id"
+            )
+        }
+        out_of = np.array(
+            [
+                out_ids[(item_ids[f"i{i}"], cands[c])]
+                for i, c in zip(raw["out_item"], raw["out_cand"], strict=True)
+            ]
+        )
         jvs = []
         for j in range(N_JUDGES):
             judge = Judge.objects.create(study=study, name=f"judge-{j}", kind="llm")
-            jvs.append(JudgeVersion.objects.create(judge=judge, version=1, content_hash=f"{j}" * 8).pk)
+            jvs.append(
+                JudgeVersion.objects.create(judge=judge, version=1, content_hash=f"{j}" * 8).pk
+            )
         unusable = make_password(None)
-        users = [User.objects.create(username=f"bench-ann-{a}", is_active=False, password=unusable).pk
-                 if not User.objects.filter(username=f"bench-ann-{a}").exists()
-                 else User.objects.get(username=f"bench-ann-{a}").pk for a in range(N_ANNOTATORS)]
+        users = [
+            User.objects.create(username=f"bench-ann-{a}", is_active=False, password=unusable).pk
+            if not User.objects.filter(username=f"bench-ann-{a}").exists()
+            else User.objects.get(username=f"bench-ann-{a}").pk
+            for a in range(N_ANNOTATORS)
+        ]
 
         def value(ci: int, v: int) -> tuple[str, float | None]:
             scale = raw["scales"][ci][1]
@@ -228,17 +319,39 @@ def db_load(raw: dict[str, Any]) -> dict[str, float]:
             return ("calm", "neutral", "rude")[v], None
 
         subj, ci, rater, val = raw["verdicts"]
-        _bulk_insert(Verdict, [{"judge_version_id": jvs[r], "criterion_id": crit_ids[c],
-                                "output_id": int(out_of[s]), "value": value(c, v)[0],
-                                "value_num": value(c, v)[1], "is_scored": True}
-                               for s, c, r, v in zip(subj, ci, rater, val, strict=True)])
+        _bulk_insert(
+            Verdict,
+            [
+                {
+                    "judge_version_id": jvs[r],
+                    "criterion_id": crit_ids[c],
+                    "output_id": int(out_of[s]),
+                    "value": value(c, v)[0],
+                    "value_num": value(c, v)[1],
+                    "is_scored": True,
+                }
+                for s, c, r, v in zip(subj, ci, rater, val, strict=True)
+            ],
+        )
         subj, ci, rater, val = raw["annotations"]
-        _bulk_insert(Annotation, [{"annotator_id": users[r], "criterion_id": crit_ids[c],
-                                   "output_id": int(out_of[s]), "value": value(c, v)[0],
-                                   "value_num": value(c, v)[1], "source": "import"}
-                                  for s, c, r, v in zip(subj, ci, rater, val, strict=True)])
+        _bulk_insert(
+            Annotation,
+            [
+                {
+                    "annotator_id": users[r],
+                    "criterion_id": crit_ids[c],
+                    "output_id": int(out_of[s]),
+                    "value": value(c, v)[0],
+                    "value_num": value(c, v)[1],
+                    "source": "import",
+                }
+                for s, c, r, v in zip(subj, ci, rater, val, strict=True)
+            ],
+        )
     with connection.cursor() as cur:
-        cur.execute("ANALYZE judges_verdict; ANALYZE annotations_annotation; ANALYZE studies_output")
+        cur.execute(
+            "ANALYZE judges_verdict; ANALYZE annotations_annotation; ANALYZE studies_output"
+        )
     t_write = time.perf_counter() - t_write
     connection.close()
     t0 = time.perf_counter()
@@ -247,8 +360,13 @@ def db_load(raw: dict[str, Any]) -> dict[str, float]:
     t0 = time.perf_counter()
     input_fingerprint(data)
     t_fp = time.perf_counter() - t0
-    return {"write_s": t_write, "load_s": t_load, "fingerprint_s": t_fp,
-            "rows": float(len(data.ratings)), "data": data}  # type: ignore[dict-item]
+    return {
+        "write_s": t_write,
+        "load_s": t_load,
+        "fingerprint_s": t_fp,
+        "rows": float(len(data.ratings)),
+        "data": data,
+    }  # type: ignore[dict-item]
 
 
 def main() -> None:
@@ -266,34 +384,47 @@ def main() -> None:
     t0 = time.perf_counter()
     raw = synthesise()
     data = frames(raw)
-    print(f"synthesised {int(data.ratings['is_judge'].sum()):,} verdicts and "
-          f"{int((~data.ratings['is_judge']).sum()):,} annotations in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"synthesised {int(data.ratings['is_judge'].sum()):,} verdicts and "
+        f"{int((~data.ratings['is_judge']).sum()):,} annotations "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
     params = params_validate({"n_resamples": B, "seed": 1})
     t0 = time.perf_counter()
     result = compute_report(data, params)
     t_mem = time.perf_counter() - t0
     n_cells = len(result["cells"])
-    print(f"in-memory report: {n_cells} cells x {B} resamples in {t_mem:.2f} s; "
-          f"peak RSS so far {rss_mb():.0f} MB")
+    print(
+        f"in-memory report: {n_cells} cells x {B} resamples in {t_mem:.2f} s; "
+        f"peak RSS so far {rss_mb():.0f} MB"
+    )
     t_db = None
     if args.db:
         info = db_load(raw)
-        print(f"PostgreSQL: wrote the study in {info['write_s']:.1f} s (untimed setup); "
-              f"load {info['rows']:,.0f} ratings in {info['load_s']:.2f} s; "
-              f"fingerprint {info['fingerprint_s']:.2f} s")
+        print(
+            f"PostgreSQL: wrote the study in {info['write_s']:.1f} s (untimed setup); "
+            f"load {info['rows']:,.0f} ratings in {info['load_s']:.2f} s; "
+            f"fingerprint {info['fingerprint_s']:.2f} s"
+        )
         t0 = time.perf_counter()
         compute_report(info["data"], params)  # type: ignore[arg-type]
         t_c = time.perf_counter() - t0
         t_db = info["load_s"] + info["fingerprint_s"] + t_c
-        print(f"end to end from PostgreSQL (load + fingerprint + compute): {t_db:.2f} s; "
-              f"peak RSS {rss_mb():.0f} MB")
+        print(
+            f"end to end from PostgreSQL (load + fingerprint + compute): {t_db:.2f} s; "
+            f"peak RSS {rss_mb():.0f} MB"
+        )
     secs, done = naive(data, args.naive_cells, args.naive_resamples)
     per_cell = secs / max(done, 1) * (B / args.naive_resamples)
     naive_total = per_cell * n_cells
-    print(f"naive: {done} cells x {args.naive_resamples} resamples in {secs:.1f} s -> "
-          f"{per_cell:.2f} s per cell, extrapolated linearly to {n_cells} cells: {naive_total:.0f} s")
-    print(f"speed-up vs naive (in-memory report, which computes more coefficients): "
-          f"{naive_total / t_mem:.0f}x")
+    print(
+        f"naive: {done} cells x {args.naive_resamples} resamples in {secs:.1f} s -> "
+        f"{per_cell:.2f} s per cell, extrapolated linearly to {n_cells} cells: {naive_total:.0f} s"
+    )
+    print(
+        f"speed-up vs naive (in-memory report, which computes more coefficients): "
+        f"{naive_total / t_mem:.0f}x"
+    )
     if t_db is not None:
         print(f"speed-up vs naive (end to end from PostgreSQL): {naive_total / t_db:.0f}x")
     print(f"peak RSS {rss_mb():.0f} MB")

@@ -86,42 +86,74 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
     need(is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
-    need(is_int(p["n_resamples"]) and 100 <= p["n_resamples"] <= 20000, "n_resamples",
-         "an integer from 100 to 20000")
+    need(
+        is_int(p["n_resamples"]) and 100 <= p["n_resamples"] <= 20000,
+        "n_resamples",
+        "an integer from 100 to 20000",
+    )
     need(p["ci"] in ("bca", "percentile"), "ci", "'bca' or 'percentile'")
     need(is_num(p["level"]) and 0.5 <= p["level"] < 1, "level", "a number in [0.5, 1)")
     need(is_int(p["min_items"]) and 2 <= p["min_items"] <= 100000, "min_items", "an integer >= 2")
-    need(p["annotator_type"] in EPSILON_BY_ANNOTATOR_TYPE, "annotator_type",
-         "one of " + ", ".join(EPSILON_BY_ANNOTATOR_TYPE))
-    need(p["epsilon"] is None or (is_num(p["epsilon"]) and 0 <= p["epsilon"] < 1), "epsilon",
-         "null or a number in [0, 1)")
+    need(
+        p["annotator_type"] in EPSILON_BY_ANNOTATOR_TYPE,
+        "annotator_type",
+        "one of " + ", ".join(EPSILON_BY_ANNOTATOR_TYPE),
+    )
+    need(
+        p["epsilon"] is None or (is_num(p["epsilon"]) and 0 <= p["epsilon"] < 1),
+        "epsilon",
+        "null or a number in [0, 1)",
+    )
     need(is_num(p["q"]) and 0 < p["q"] < 1, "q", "a number in (0, 1)")
     need(is_num(p["margin"]) and 0 <= p["margin"] <= 1, "margin", "a number in [0, 1]")
-    need(is_int(p["min_alt_annotators"]) and p["min_alt_annotators"] >= 2, "min_alt_annotators",
-         "an integer >= 2")
-    need(is_int(p["min_pair_items"]) and p["min_pair_items"] >= 2, "min_pair_items",
-         "an integer >= 2")
+    need(
+        is_int(p["min_alt_annotators"]) and p["min_alt_annotators"] >= 2,
+        "min_alt_annotators",
+        "an integer >= 2",
+    )
+    need(
+        is_int(p["min_pair_items"]) and p["min_pair_items"] >= 2,
+        "min_pair_items",
+        "an integer >= 2",
+    )
     need(isinstance(p["system_level"], bool), "system_level", "true or false")
-    need(is_num(p["disagreement_gap"]) and p["disagreement_gap"] > 0, "disagreement_gap",
-         "a positive number")
-    need(is_int(p["max_examples"]) and 0 <= p["max_examples"] <= 10000, "max_examples",
-         "an integer from 0 to 10000")
+    need(
+        is_num(p["disagreement_gap"]) and p["disagreement_gap"] > 0,
+        "disagreement_gap",
+        "a positive number",
+    )
+    need(
+        is_int(p["max_examples"]) and 0 <= p["max_examples"] <= 10000,
+        "max_examples",
+        "an integer from 0 to 10000",
+    )
     crosses = p["crosses"]
     ok_crosses = isinstance(crosses, list) and all(
-        isinstance(c, (list, tuple)) and len(c) == 2 and all(isinstance(x, str) for x in c)
-        and c[0] != c[1] for c in crosses)
+        isinstance(c, (list, tuple))
+        and len(c) == 2
+        and all(isinstance(x, str) for x in c)
+        and c[0] != c[1]
+        for c in crosses
+    )
     need(ok_crosses, "crosses", "a list of [dimension, dimension] pairs")
     for key in ("strata", "criteria", "candidates"):
         v = p[key]
-        need(v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)), key,
-             "null or a list of strings")
+        need(
+            v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+            key,
+            "null or a list of strings",
+        )
     v = p["judges"]
-    need(v is None or (isinstance(v, list) and all(is_int(x) for x in v)), "judges",
-         "null or a list of judge version ids")
+    need(
+        v is None or (isinstance(v, list) and all(is_int(x) for x in v)),
+        "judges",
+        "null or a list of judge version ids",
+    )
     if errors:
         raise ValidationFailed(
             f"The report parameters did not validate: {errors[0]['path']}: {errors[0]['message']}",
-            details={"errors": errors})
+            details={"errors": errors},
+        )
     p["crosses"] = [list(c) for c in p["crosses"]]
     if p["epsilon"] is None:
         p["epsilon"] = EPSILON_BY_ANNOTATOR_TYPE[p["annotator_type"]]
@@ -173,12 +205,22 @@ def _num(x: Any) -> float | None:
 def est_dict(e: Any) -> dict[str, Any]:
     """A result dataclass as JSON: value, interval, n, method, warnings (NaN -> null)."""
     if e is None:
-        return {"value": None, "ci_low": None, "ci_high": None, "n": 0, "method": "",
-                "warnings": []}
-    out = {"value": _num(e.value), "ci_low": _num(getattr(e, "ci_low", None)),
-           "ci_high": _num(getattr(e, "ci_high", None)), "n": int(getattr(e, "n_items", 0) or 0),
-           "method": str(getattr(e, "method", "")),
-           "warnings": list(getattr(e, "warnings", ()) or ())}
+        return {
+            "value": None,
+            "ci_low": None,
+            "ci_high": None,
+            "n": 0,
+            "method": "",
+            "warnings": [],
+        }
+    out = {
+        "value": _num(e.value),
+        "ci_low": _num(getattr(e, "ci_low", None)),
+        "ci_high": _num(getattr(e, "ci_high", None)),
+        "n": int(getattr(e, "n_items", 0) or 0),
+        "method": str(getattr(e, "method", "")),
+        "warnings": list(getattr(e, "warnings", ()) or ()),
+    }
     p = getattr(e, "p_value", None)
     if p is not None:
         out["p_value"] = _num(p)
@@ -250,7 +292,9 @@ def _numeric_reading(crit: CriterionInfo, codes: FloatArray) -> FloatArray | Non
     return None
 
 
-def _strata_for(data: RatingData, items: npt.NDArray[np.int64], p: Mapping[str, Any]) -> list[_Stratum]:
+def _strata_for(
+    data: RatingData, items: npt.NDArray[np.int64], p: Mapping[str, Any]
+) -> list[_Stratum]:
     n = items.size
     out = [_Stratum("", "overall", np.ones(n, dtype=bool))]
     dims = [d for d in data.dimensions if p["strata"] is None or d in p["strata"]]
@@ -266,8 +310,9 @@ def _strata_for(data: RatingData, items: npt.NDArray[np.int64], p: Mapping[str, 
     for a, b in p["crosses"]:
         if a not in labels or b not in labels:
             continue
-        crossed = np.array([cross_label(x, y) for x, y in zip(labels[a], labels[b], strict=True)],
-                           dtype=object)
+        crossed = np.array(
+            [cross_label(x, y) for x, y in zip(labels[a], labels[b], strict=True)], dtype=object
+        )
         for lab in sorted(pd.unique(crossed)):
             out.append(_Stratum(cross_label(a, b), str(lab), crossed == lab))
     return out
@@ -281,15 +326,18 @@ def _human_block(data: RatingData, crit: CriterionInfo, p: Mapping[str, Any]) ->
     subjects = np.unique(h["subject"].to_numpy())
     humans = np.unique(h["rater"].to_numpy())
     matrix = np.full((humans.size, subjects.size), np.nan)
-    matrix[np.searchsorted(humans, h["rater"].to_numpy()),
-           np.searchsorted(subjects, h["subject"].to_numpy())] = h["num"].to_numpy()
+    matrix[
+        np.searchsorted(humans, h["rater"].to_numpy()),
+        np.searchsorted(subjects, h["subject"].to_numpy()),
+    ] = h["num"].to_numpy()
     cats = _categories(crit)
     if crit.scale == "ordinal":
         consensus = np.asarray(es.mean_consensus(matrix).labels, dtype=np.float64)
         rounded = np.floor(consensus + 0.5)
     else:
-        consensus = np.asarray(es.majority_vote(matrix, tie_break="first", categories=cats).labels,
-                               dtype=np.float64)
+        consensus = np.asarray(
+            es.majority_vote(matrix, tie_break="first", categories=cats).labels, dtype=np.float64
+        )
         rounded = consensus
     num = _numeric_reading(crit, matrix)
     if num is not None:
@@ -298,9 +346,16 @@ def _human_block(data: RatingData, crit: CriterionInfo, p: Mapping[str, Any]) ->
     else:
         human_num_mean = np.full(subjects.size, np.nan)
     items = data.subjects.loc[subjects, "item"].to_numpy(dtype=np.int64)
-    return _HumanBlock(subjects=subjects, humans=humans, matrix=matrix, consensus=consensus,
-                       rounded=rounded, human_num_mean=human_num_mean, items=items,
-                       strata=_strata_for(data, items, p))
+    return _HumanBlock(
+        subjects=subjects,
+        humans=humans,
+        matrix=matrix,
+        consensus=consensus,
+        rounded=rounded,
+        human_num_mean=human_num_mean,
+        items=items,
+        strata=_strata_for(data, items, p),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,8 +363,14 @@ def _human_block(data: RatingData, crit: CriterionInfo, p: Mapping[str, Any]) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def _ceiling(crit: CriterionInfo, block: _HumanBlock, idx: npt.NDArray[np.int64],
-             p: Mapping[str, Any], stratum: _Stratum, cache: dict[bytes, dict[str, Any]]) -> dict[str, Any]:
+def _ceiling(
+    crit: CriterionInfo,
+    block: _HumanBlock,
+    idx: npt.NDArray[np.int64],
+    p: Mapping[str, Any],
+    stratum: _Stratum,
+    cache: dict[bytes, dict[str, Any]],
+) -> dict[str, Any]:
     """Human-human agreement on the given subjects: alpha (clustered CI) and mean pairwise kappa.
 
     Cached by the subject set: judges that cover the same subjects share one computation (and
@@ -322,8 +383,13 @@ def _ceiling(crit: CriterionInfo, block: _HumanBlock, idx: npt.NDArray[np.int64]
     return cache[key]
 
 
-def _ceiling_compute(crit: CriterionInfo, block: _HumanBlock, idx: npt.NDArray[np.int64],
-                     p: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+def _ceiling_compute(
+    crit: CriterionInfo,
+    block: _HumanBlock,
+    idx: npt.NDArray[np.int64],
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> dict[str, Any]:
     sub = block.matrix[:, idx]
     active = (~np.isnan(sub)).any(axis=1)
     sub = sub[active]
@@ -332,34 +398,53 @@ def _ceiling_compute(crit: CriterionInfo, block: _HumanBlock, idx: npt.NDArray[n
     level = "ordinal" if crit.scale == "ordinal" else "nominal"
     pairable = (~np.isnan(sub)).sum(axis=0) >= 2
     out: dict[str, Any] = {
-        "n_subjects": int(pairable.sum()), "n_items": int(np.unique(items[pairable]).size),
-        "n_humans": int(sub.shape[0]), "n_ratings": int((~np.isnan(sub[:, pairable])).sum()),
+        "n_subjects": int(pairable.sum()),
+        "n_items": int(np.unique(items[pairable]).size),
+        "n_humans": int(sub.shape[0]),
+        "n_ratings": int((~np.isnan(sub[:, pairable])).sum()),
         "level": level,
     }
     if pairable.sum() < 2:
-        out.update(alpha=est_dict(None), pairwise_kappa=None, n_pairs=0, point=None,
-                   point_metric=None)
+        out.update(
+            alpha=est_dict(None), pairwise_kappa=None, n_pairs=0, point=None, point_metric=None
+        )
         return out
     with warnings.catch_warnings():
         # krippendorff warns (0/0) when a stratum has one value only; the NaN is reported.
         warnings.simplefilter("ignore", RuntimeWarning)
-        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=cats)
-    interval = cl.alpha_clustered(sub, items, level_of_measurement=level, value_domain=cats,
-                                  rng=rng, n_resamples=p["n_resamples"], ci=p["ci"],
-                                  level=p["level"], min_items=p["min_items"])
+        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=cats)  # type: ignore[arg-type]
+    interval = cl.alpha_clustered(
+        sub,
+        items,
+        level_of_measurement=level,
+        value_domain=cats,
+        rng=rng,
+        n_resamples=p["n_resamples"],
+        ci=p["ci"],
+        level=p["level"],
+        min_items=p["min_items"],
+    )
     out["alpha"] = with_interval(point, interval)
-    codes = sub if crit.scale != "ordinal" else np.searchsorted(np.asarray(cats), sub).astype(
-        np.float64)
+    codes = (
+        sub
+        if crit.scale != "ordinal"
+        else np.searchsorted(np.asarray(cats), sub).astype(np.float64)
+    )
     if crit.scale == "ordinal":
         codes[np.isnan(sub)] = np.nan
     pairs: list[tuple[int, int, float, int]] = []
-    kappa, n_pairs = cl.mean_pairwise_kappa(codes, len(cats),
-                                            "quadratic" if crit.scale == "ordinal" else None,
-                                            p["min_pair_items"], pairs_out=pairs)
+    kappa, n_pairs = cl.mean_pairwise_kappa(
+        codes,
+        len(cats),
+        "quadratic" if crit.scale == "ordinal" else None,
+        p["min_pair_items"],
+        pairs_out=pairs,
+    )
     if len(pairs) <= MAX_LISTED_PAIRS:
         ids = block.humans[active]
-        out["pairs"] = [{"a": int(ids[a]), "b": int(ids[b]), "kappa": _num(k), "n": m}
-                        for a, b, k, m in pairs]
+        out["pairs"] = [
+            {"a": int(ids[a]), "b": int(ids[b]), "kappa": _num(k), "n": m} for a, b, k, m in pairs
+        ]
     out["pairwise_kappa"] = kappa
     out["pairwise_kappa_weights"] = "quadratic" if crit.scale == "ordinal" else "none"
     out["n_pairs"] = n_pairs
@@ -373,42 +458,70 @@ def _ceiling_compute(crit: CriterionInfo, block: _HumanBlock, idx: npt.NDArray[n
 # ---------------------------------------------------------------------------------------------
 
 
-def _nominal_metrics(crit: CriterionInfo, j: FloatArray, h: FloatArray, items: npt.NDArray[np.int64],
-                     p: Mapping[str, Any], rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, Any]]:
+def _nominal_metrics(
+    crit: CriterionInfo,
+    j: FloatArray,
+    h: FloatArray,
+    items: npt.NDArray[np.int64],
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     cats = _categories(crit)
     c = len(cats)
-    boot = dict(rng=rng, n_resamples=p["n_resamples"], ci=p["ci"], level=p["level"],
-                min_items=p["min_items"], n_subjects=int(j.size))
-    cells = (h.astype(np.int64) * c + j.astype(np.int64))
+    boot = dict(
+        rng=rng,
+        n_resamples=p["n_resamples"],
+        ci=p["ci"],
+        level=p["level"],
+        min_items=p["min_items"],
+        n_subjects=int(j.size),
+    )
+    cells = h.astype(np.int64) * c + j.astype(np.int64)
     per_item = cl.one_hot_cells(cells, c * c, items)
     enough = j.size >= 2
     report = es.classification_report(h, j, labels=cats, level=p["level"])
 
     def iv(fn: cl.StatFn, name: str) -> es.Estimate | None:
-        return cl.bootstrap(per_item, fn, method=name, **boot) if enough else None  # type: ignore[arg-type]
+        return cl.bootstrap(per_item, fn, method=name, **boot) if enough else None
 
     m: dict[str, Any] = {}
     acc = es.accuracy(h, j, level=p["level"])
     m["accuracy"] = with_interval(acc, iv(cl.accuracy_fn(c), "accuracy"))
-    m["kappa"] = with_interval(es.cohen_kappa(h, j, categories=cats), iv(cl.kappa_fn(c, None), "cohen_kappa"))
+    m["kappa"] = with_interval(
+        es.cohen_kappa(h, j, categories=cats), iv(cl.kappa_fn(c, None), "cohen_kappa")
+    )
     m["gwet_ac1"] = with_interval(es.gwet_ac1(h, j, categories=cats), iv(cl.ac1_fn(c), "gwet_ac1"))
     f1 = es.Estimate(value=report.macro_f1, n_items=report.n_items, method="macro_f1")
     m["macro_f1"] = with_interval(f1, iv(cl.macro_f1_fn(c), "macro_f1"))
-    m["macro_precision"] = est_dict(es.Estimate(value=report.macro_precision, n_items=report.n_items,
-                                                method="macro_precision"))
-    m["macro_recall"] = est_dict(es.Estimate(value=report.macro_recall, n_items=report.n_items,
-                                             method="macro_recall"))
+    m["macro_precision"] = est_dict(
+        es.Estimate(value=report.macro_precision, n_items=report.n_items, method="macro_precision")
+    )
+    m["macro_recall"] = est_dict(
+        es.Estimate(value=report.macro_recall, n_items=report.n_items, method="macro_recall")
+    )
     if crit.scale == "pairwise":
         no_ties = es.pairwise_agreement(j, h, ties="drop", tie_label=0.0, level=p["level"])
         m["agreement_without_ties"] = with_interval(
-            no_ties, iv(cl.agreement_without_ties_fn(c, 0), "pairwise_agreement[ties=drop]"))
+            no_ties, iv(cl.agreement_without_ties_fn(c, 0), "pairwise_agreement[ties=drop]")
+        )
         m["agreement_with_ties"] = m["accuracy"]
-    confusion = {"labels": _labels(crit), "matrix": report.confusion.matrix.astype(int).tolist(),
-                 "rows": "human majority", "columns": "judge",
-                 "per_class": [{"label": lab, "precision": pr, "recall": rc, "f1": f, "support": s}
-                               for lab, pr, rc, f, s in zip(_labels(crit), report.precision,
-                                                            report.recall, report.f1, report.support,
-                                                            strict=True)]}
+    confusion = {
+        "labels": _labels(crit),
+        "matrix": report.confusion.matrix.astype(int).tolist(),
+        "rows": "human majority",
+        "columns": "judge",
+        "per_class": [
+            {"label": lab, "precision": pr, "recall": rc, "f1": f, "support": s}
+            for lab, pr, rc, f, s in zip(
+                _labels(crit),
+                report.precision,
+                report.recall,
+                report.f1,
+                report.support,
+                strict=True,
+            )
+        ],
+    }
     return m, confusion
 
 
@@ -416,31 +529,46 @@ def _table_ok(x: FloatArray, y: FloatArray) -> bool:
     return np.unique(x).size * np.unique(y).size <= 1024
 
 
-def _corr_interval(x: FloatArray, y: FloatArray, items: npt.NDArray[np.int64], method: str,
-                   p: Mapping[str, Any], rng: np.random.Generator) -> es.Estimate | None:
+def _corr_interval(
+    x: FloatArray,
+    y: FloatArray,
+    items: npt.NDArray[np.int64],
+    method: str,
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> es.Estimate | None:
     """Clustered interval for a correlation: contingency tables or moments when they fit,
     otherwise evalstats' generic loop bootstrap over items (padded per-item arrays)."""
     if x.size < 3:
         return None
-    boot = dict(rng=rng, n_resamples=p["n_resamples"], ci=p["ci"], level=p["level"],
-                min_items=p["min_items"], n_subjects=int(x.size))
+    boot = dict(
+        rng=rng,
+        n_resamples=p["n_resamples"],
+        ci=p["ci"],
+        level=p["level"],
+        min_items=p["min_items"],
+        n_subjects=int(x.size),
+    )
     name = "kendall_tau_b" if method == "kendall" else method
     if method == "pearson":
         stats = np.column_stack([np.ones_like(x), x, y, x * x, y * y, x * y])
-        return cl.bootstrap(cl.item_sums(stats, items), cl.kernels.pearson_from_sums,
-                            method=name, **boot)  # type: ignore[arg-type]
+        return cl.bootstrap(
+            cl.item_sums(stats, items), cl.kernels.pearson_from_sums, method=name, **boot
+        )
     if _table_ok(x, y):
         ux, cx = np.unique(x, return_inverse=True)
         uy, cy = np.unique(y, return_inverse=True)
         kx, ky = ux.size, uy.size
-        table_fn = (cl.kernels.spearman_from_table if method == "spearman"
-                    else cl.kernels.kendall_tau_b_from_table)
+        table_fn = (
+            cl.kernels.spearman_from_table
+            if method == "spearman"
+            else cl.kernels.kendall_tau_b_from_table
+        )
 
         def fn(s: FloatArray) -> FloatArray:
             return table_fn(s.reshape(*s.shape[:-1], kx, ky))
 
-        return cl.bootstrap(cl.one_hot_cells(cx * ky + cy, kx * ky, items), fn, method=name,
-                            **boot)  # type: ignore[arg-type]
+        return cl.bootstrap(cl.one_hot_cells(cx * ky + cy, kx * ky, items), fn, method=name, **boot)
     # Continuous scores on both sides: pad each item's subjects into a row and let evalstats'
     # loop bootstrap resample rows (items). Percentile only: BCa would add n jackknife calls.
     uniq, inverse = np.unique(items, return_inverse=True)
@@ -460,19 +588,42 @@ def _corr_interval(x: FloatArray, y: FloatArray, items: npt.NDArray[np.int64], m
         keep = ~np.isnan(fx)
         return es.correlation(fx[keep], fy[keep], method=method).value  # type: ignore[arg-type]
 
-    est = es.bootstrap_items(stat, px, py, n_resamples=p["n_resamples"], rng=rng, ci="percentile",
-                             level=p["level"], min_items=p["min_items"], method=name)
-    return es.Estimate(**{**est.__dict__, "method": est.method.replace("items resampled",
-                                                                       "clustered by item")})
+    est = es.bootstrap_items(
+        stat,
+        px,
+        py,
+        n_resamples=p["n_resamples"],
+        rng=rng,
+        ci="percentile",
+        level=p["level"],
+        min_items=p["min_items"],
+        method=name,
+    )
+    return es.Estimate(
+        **{**est.__dict__, "method": est.method.replace("items resampled", "clustered by item")}
+    )
 
 
-def _ordinal_metrics(crit: CriterionInfo, j: FloatArray, h_mean: FloatArray, h_round: FloatArray,
-                     items: npt.NDArray[np.int64], continuous: bool, p: Mapping[str, Any],
-                     rng: np.random.Generator) -> dict[str, Any]:
+def _ordinal_metrics(
+    crit: CriterionInfo,
+    j: FloatArray,
+    h_mean: FloatArray,
+    h_round: FloatArray,
+    items: npt.NDArray[np.int64],
+    continuous: bool,
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> dict[str, Any]:
     cats = _categories(crit)
     n = j.size
-    boot = dict(rng=rng, n_resamples=p["n_resamples"], ci=p["ci"], level=p["level"],
-                min_items=p["min_items"], n_subjects=int(n))
+    boot = dict(
+        rng=rng,
+        n_resamples=p["n_resamples"],
+        ci=p["ci"],
+        level=p["level"],
+        min_items=p["min_items"],
+        n_subjects=int(n),
+    )
     enough = n >= 2
     m: dict[str, Any] = {}
     if not continuous:
@@ -480,32 +631,60 @@ def _ordinal_metrics(crit: CriterionInfo, j: FloatArray, h_mean: FloatArray, h_r
         jc = np.searchsorted(np.asarray(cats), j)
         hc = np.searchsorted(np.asarray(cats), h_round)
         per_item = cl.one_hot_cells(hc * c + jc, c * c, items)
-        qwk_iv = cl.bootstrap(per_item, cl.kappa_fn(c, "quadratic"), method="cohen_kappa[quadratic]",
-                              **boot) if enough else None  # type: ignore[arg-type]
-        m["qwk"] = with_interval(es.cohen_kappa(h_round, j, categories=cats, weights="quadratic"),
-                                 qwk_iv)
+        qwk_iv = (
+            cl.bootstrap(
+                per_item, cl.kappa_fn(c, "quadratic"), method="cohen_kappa[quadratic]", **boot
+            )
+            if enough
+            else None
+        )
+        m["qwk"] = with_interval(
+            es.cohen_kappa(h_round, j, categories=cats, weights="quadratic"), qwk_iv
+        )
         pair = np.vstack([j, h_round])
-        alpha_iv = cl.alpha_clustered(pair, items, level_of_measurement="ordinal", value_domain=cats,
-                                      rng=rng, n_resamples=p["n_resamples"], ci=p["ci"],
-                                      level=p["level"], min_items=p["min_items"]) if enough else None
+        alpha_iv = (
+            cl.alpha_clustered(
+                pair,
+                items,
+                level_of_measurement="ordinal",
+                value_domain=cats,
+                rng=rng,
+                n_resamples=p["n_resamples"],
+                ci=p["ci"],
+                level=p["level"],
+                min_items=p["min_items"],
+            )
+            if enough
+            else None
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             alpha_point = es.krippendorff_alpha(pair, level="ordinal", value_domain=cats)
         m["alpha_ordinal"] = with_interval(alpha_point, alpha_iv)
     for method in ("spearman", "kendall", "pearson"):
-        point = es.correlation(j, h_mean, method=method)  # type: ignore[arg-type]
+        point = es.correlation(j, h_mean, method=method)
         iv = _corr_interval(j, h_mean, items, method, p, rng) if np.isfinite(point.value) else None
         m[method] = with_interval(point, iv)
     d = j - h_mean
     stats = np.column_stack([np.ones(n), np.abs(d)])
-    m["mae"] = with_interval(es.mean_absolute_error(j, h_mean),
-                             cl.bootstrap(cl.item_sums(stats, items), cl.ratio_fn, method="mae", **boot)
-                             if enough else None)  # type: ignore[arg-type]
+    m["mae"] = with_interval(
+        es.mean_absolute_error(j, h_mean),
+        cl.bootstrap(cl.item_sums(stats, items), cl.ratio_fn, method="mae", **boot)
+        if enough
+        else None,
+    )
     stats = np.column_stack([np.ones(n), d])
-    m["signed_bias"] = with_interval(es.signed_bias(j, h_mean, level=p["level"]),
-                                     cl.bootstrap(cl.item_sums(stats, items), cl.ratio_fn,
-                                                  method="signed_bias(judge - human mean)", **boot)
-                                     if enough else None)  # type: ignore[arg-type]
+    m["signed_bias"] = with_interval(
+        es.signed_bias(j, h_mean, level=p["level"]),
+        cl.bootstrap(
+            cl.item_sums(stats, items),
+            cl.ratio_fn,
+            method="signed_bias(judge - human mean)",
+            **boot,
+        )
+        if enough
+        else None,
+    )
     return m
 
 
@@ -515,45 +694,93 @@ def _primary_metric(crit: CriterionInfo, continuous: bool) -> str:
     return "qwk" if crit.scale == "ordinal" else "kappa"
 
 
-def _alt_test(crit: CriterionInfo, j: FloatArray, sub: FloatArray, p: Mapping[str, Any]) -> dict[str, Any]:
+def _alt_test(
+    crit: CriterionInfo, j: FloatArray, sub: FloatArray, p: Mapping[str, Any]
+) -> dict[str, Any]:
     active = (~np.isnan(sub)).any(axis=1)
-    res = es.alt_test(j, sub[active], epsilon=p["epsilon"],
-                      alignment="neg_abs" if crit.scale == "ordinal" else "accuracy",
-                      q=p["q"], min_items=p["min_items"], min_annotators=p["min_alt_annotators"])
+    res = es.alt_test(
+        j,
+        sub[active],
+        epsilon=p["epsilon"],
+        alignment="neg_abs" if crit.scale == "ordinal" else "accuracy",
+        q=p["q"],
+        min_items=p["min_items"],
+        min_annotators=p["min_alt_annotators"],
+    )
     return {
-        "winning_rate": _num(res.value), "passed": bool(res.passed),
-        "advantage_probability": _num(res.advantage_probability), "epsilon": res.epsilon,
-        "q": res.q, "alignment": res.alignment, "n_tested": len(res.annotators),
-        "n_skipped": len(res.skipped_annotators), "method": res.method,
+        "winning_rate": _num(res.value),
+        "passed": bool(res.passed),
+        "advantage_probability": _num(res.advantage_probability),
+        "epsilon": res.epsilon,
+        "q": res.q,
+        "alignment": res.alignment,
+        "n_tested": len(res.annotators),
+        "n_skipped": len(res.skipped_annotators),
+        "method": res.method,
         "warnings": list(res.warnings),
-        "annotators": [{"rho_judge": _num(a.rho_judge), "rho_human": _num(a.rho_human),
-                        "n_items": a.n_items, "p_value": _num(a.p_value),
-                        "p_adjusted": _num(a.p_adjusted), "rejected": a.rejected}
-                       for a in res.annotators],
+        "annotators": [
+            {
+                "rho_judge": _num(a.rho_judge),
+                "rho_human": _num(a.rho_human),
+                "n_items": a.n_items,
+                "p_value": _num(a.p_value),
+                "p_adjusted": _num(a.p_adjusted),
+                "rejected": a.rejected,
+            }
+            for a in res.annotators
+        ],
     }
 
 
-def _verdict(n: int, primary: dict[str, Any], ceiling: dict[str, Any], alt: dict[str, Any] | None,
-             continuous: bool, p: Mapping[str, Any]) -> tuple[str, str, str]:
+def _verdict(
+    n: int,
+    primary: dict[str, Any],
+    ceiling: dict[str, Any],
+    alt: dict[str, Any] | None,
+    continuous: bool,
+    p: Mapping[str, Any],
+) -> tuple[str, str, str]:
     """(verdict, basis, reason) by the rule of `rule_text`."""
     if n < p["min_items"]:
-        return TOO_FEW, "min_items", f"{n} subjects with judge and human labels (< {p['min_items']})"
+        return (
+            TOO_FEW,
+            "min_items",
+            f"{n} subjects with judge and human labels (< {p['min_items']})",
+        )
     if alt is not None and alt["n_tested"] >= p["min_alt_annotators"]:
         rate = alt["winning_rate"] or 0.0
         verdict = TRUSTWORTHY if alt["passed"] else NOT_TRUSTWORTHY
-        return verdict, "alt_test", (f"alternative annotator test: winning rate {rate:.2f} over "
-                                     f"{alt['n_tested']} annotators (needs >= 0.5), epsilon "
-                                     f"{alt['epsilon']:g}")
+        return (
+            verdict,
+            "alt_test",
+            (
+                f"alternative annotator test: winning rate {rate:.2f} over "
+                f"{alt['n_tested']} annotators (needs >= 0.5), epsilon "
+                f"{alt['epsilon']:g}"
+            ),
+        )
     if continuous:
-        return TOO_FEW, "none", ("continuous scores need the alternative annotator test, and too "
-                                 "few annotators share enough subjects with the judge")
+        return (
+            TOO_FEW,
+            "none",
+            (
+                "continuous scores need the alternative annotator test, and too "
+                "few annotators share enough subjects with the judge"
+            ),
+        )
     ceil = ceiling.get("point")
     low = primary.get("ci_low")
     if ceil is None or low is None:
         return TOO_FEW, "none", "no human-human overlap on these subjects to set a ceiling"
     verdict = TRUSTWORTHY if low >= ceil - p["margin"] else NOT_TRUSTWORTHY
-    return verdict, "ceiling", (f"interval lower bound {low:.3f} vs ceiling {ceil:.3f} "
-                                f"({ceiling['point_metric']}) - margin {p['margin']:g}")
+    return (
+        verdict,
+        "ceiling",
+        (
+            f"interval lower bound {low:.3f} vs ceiling {ceil:.3f} "
+            f"({ceiling['point_metric']}) - margin {p['margin']:g}"
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -561,16 +788,28 @@ def _verdict(n: int, primary: dict[str, Any], ceiling: dict[str, Any], alt: dict
 # ---------------------------------------------------------------------------------------------
 
 
-def _bias(data: RatingData, crit: CriterionInfo, jv: JudgeInfo, block: _HumanBlock,
-          idx: npt.NDArray[np.int64], j: FloatArray, p: Mapping[str, Any],
-          rng: np.random.Generator) -> list[dict[str, Any]]:
+def _bias(
+    data: RatingData,
+    crit: CriterionInfo,
+    jv: JudgeInfo,
+    block: _HumanBlock,
+    idx: npt.NDArray[np.int64],
+    j: FloatArray,
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     subj = data.subjects.loc[block.subjects[idx]]
     h_major = block.consensus[idx]
     h_num = block.human_num_mean[idx]
     base = {"judge_version": jv.id, "criterion": crit.id}
-    boot = dict(n_resamples=p["n_resamples"], rng=rng, ci=p["ci"], level=p["level"],
-                min_items=p["min_items"])
+    boot = dict(
+        n_resamples=p["n_resamples"],
+        rng=rng,
+        ci=p["ci"],
+        level=p["level"],
+        min_items=p["min_items"],
+    )
 
     def add(audit: str, est: Any, note: str, **extra: Any) -> None:
         out.append({**base, "audit": audit, **est_dict(est), "note": note, **extra})
@@ -581,35 +820,57 @@ def _bias(data: RatingData, crit: CriterionInfo, jv: JudgeInfo, block: _HumanBlo
             sel = o[(o["criterion"] == crit.id) & (o["rater"] == jv.id)]
             if len(sel):
                 pb = es.position_bias(sel["ab"].to_numpy(), sel["ba"].to_numpy(), level=p["level"])
-                add("position: flip rate", pb, "share of pairs whose verdict changes when the "
-                    "order is swapped", strict_flip_rate=_num(pb.strict_flip_rate))
-                add("position: first-slot preference", pb.first_slot,
-                    "share of decisive verdicts for the output shown first (0.5 = none)")
+                add(
+                    "position: flip rate",
+                    pb,
+                    "share of pairs whose verdict changes when the order is swapped",
+                    strict_flip_rate=_num(pb.strict_flip_rate),
+                )
+                add(
+                    "position: first-slot preference",
+                    pb.first_slot,
+                    "share of decisive verdicts for the output shown first (0.5 = none)",
+                )
         len_a = subj["length"].to_numpy(dtype=np.float64)
         len_b = subj["length_b"].to_numpy(dtype=np.float64)
         if np.isfinite(len_a).any():
-            lt = es.longer_preference_among_ties(j, h_major, len_a, len_b, tie_label=0.0,
-                                                 first=1.0, second=2.0, level=p["level"])
-            add("length: longer preferred among human ties", lt,
-                "share of decisive judge verdicts for the longer output where humans saw a tie")
+            lt = es.longer_preference_among_ties(
+                j, h_major, len_a, len_b, tie_label=0.0, first=1.0, second=2.0, level=p["level"]
+            )
+            add(
+                "length: longer preferred among human ties",
+                lt,
+                "share of decisive judge verdicts for the longer output where humans saw a tie",
+            )
             j_num = _numeric_reading(crit, j)
             if j.size >= 3 and j_num is not None:
                 diff, binned = cl.coarsen(len_a - len_b, j_num - h_num)
-                lb = es.length_bias(diff, j_num, h_num, **boot)  # type: ignore[arg-type]
-                add("length: residual vs length difference", lb,
+                lb = es.length_bias(diff, j_num, h_num, **boot)
+                add(
+                    "length: residual vs length difference",
+                    lb,
                     "Spearman of (judge - human preference for A) with len(A) - len(B)"
-                    + (" (in 20 quantile bins)" if binned else ""))
+                    + (" (in 20 quantile bins)" if binned else ""),
+                )
         if jv.model_family:
             fam = {cid: f for cid, (_, f) in data.candidates.items()}
             fa = subj["candidate"].map(fam).fillna("").to_numpy(dtype=object)
             fb = subj["candidate_b"].map(fam).fillna("").to_numpy(dtype=object)
-            same = np.where((fa == jv.model_family) & (fb != jv.model_family), 1.0,
-                            np.where((fb == jv.model_family) & (fa != jv.model_family), 2.0, 0.0))
+            same = np.where(
+                (fa == jv.model_family) & (fb != jv.model_family),
+                1.0,
+                np.where((fb == jv.model_family) & (fa != jv.model_family), 2.0, 0.0),
+            )
             if (same > 0).any():
-                sp = es.self_preference(j, h_major, same, tie_label=0.0, first=1.0, second=2.0,
-                                        **boot)  # type: ignore[arg-type]
-                add("self-preference", sp, f"judge minus human win rate of '{jv.model_family}' "
-                    "outputs", n_pairs=int((same > 0).sum()))
+                sp = es.self_preference(
+                    j, h_major, same, tie_label=0.0, first=1.0, second=2.0, **boot
+                )
+                add(
+                    "self-preference",
+                    sp,
+                    f"judge minus human win rate of '{jv.model_family}' outputs",
+                    n_pairs=int((same > 0).sum()),
+                )
         return out
     j_num = _numeric_reading(crit, j) if jv.value_type != "continuous" else j
     if j_num is None:
@@ -617,28 +878,47 @@ def _bias(data: RatingData, crit: CriterionInfo, jv: JudgeInfo, block: _HumanBlo
     length = subj["length"].to_numpy(dtype=np.float64)
     if j.size >= 3 and np.isfinite(length).all():
         length, binned = cl.coarsen(length, j_num - h_num)
-        lb = es.length_bias(length, j_num, h_num, **boot)  # type: ignore[arg-type]
-        add("length: residual vs length", lb,
+        lb = es.length_bias(length, j_num, h_num, **boot)
+        add(
+            "length: residual vs length",
+            lb,
             "Spearman of (judge - human mean) with the output length in characters"
-            + (" (in 20 quantile bins)" if binned else ""))
+            + (" (in 20 quantile bins)" if binned else ""),
+        )
     if jv.model_family:
         fam = {cid: f for cid, (_, f) in data.candidates.items()}
         same = subj["candidate"].map(fam).fillna("").to_numpy(dtype=object) == jv.model_family
         if same.any() and (~same).any():
             res = j_num - h_num
-            stats = np.column_stack([same, np.where(same, res, 0.0), ~same,
-                                     np.where(~same, res, 0.0)]).astype(np.float64)
-            est = cl.bootstrap(cl.item_sums(stats, block.items[idx]), cl.diff_of_means_fn,
-                               method="self_preference(mean residual own family - others)",
-                               n_subjects=int(j.size), **boot)  # type: ignore[arg-type]
-            add("self-preference", est, f"mean (judge - human) on '{jv.model_family}' outputs "
-                "minus on the others", n_pairs=int(same.sum()))
+            stats = np.column_stack(
+                [same, np.where(same, res, 0.0), ~same, np.where(~same, res, 0.0)]
+            ).astype(np.float64)
+            est = cl.bootstrap(
+                cl.item_sums(stats, block.items[idx]),
+                cl.diff_of_means_fn,
+                method="self_preference(mean residual own family - others)",
+                n_subjects=int(j.size),
+                **boot,
+            )
+            add(
+                "self-preference",
+                est,
+                f"mean (judge - human) on '{jv.model_family}' outputs minus on the others",
+                n_pairs=int(same.sum()),
+            )
     return out
 
 
-def _system_level(data: RatingData, crit: CriterionInfo, jv: JudgeInfo, block: _HumanBlock,
-                  idx: npt.NDArray[np.int64], j: FloatArray, p: Mapping[str, Any],
-                  rng: np.random.Generator) -> dict[str, Any] | None:
+def _system_level(
+    data: RatingData,
+    crit: CriterionInfo,
+    jv: JudgeInfo,
+    block: _HumanBlock,
+    idx: npt.NDArray[np.int64],
+    j: FloatArray,
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> dict[str, Any] | None:
     """Correlation of candidate means (judge vs human mean), items resampled for the interval."""
     h = block.consensus[idx] if crit.scale == "ordinal" else block.human_num_mean[idx]
     jn = j if jv.value_type == "continuous" else _numeric_reading(crit, j)
@@ -663,22 +943,39 @@ def _system_level(data: RatingData, crit: CriterionInfo, jv: JudgeInfo, block: _
     with np.errstate(invalid="ignore", divide="ignore"):
         bj = (w @ sj) / (w @ cnt)
         bh = (w @ sh) / (w @ cnt)
-    out: dict[str, Any] = {"judge_version": jv.id, "criterion": crit.id, "n_candidates": m,
-                           "n_items": int(uitem.size), "n_subjects": int(idx.size),
-                           "candidates": [{"name": data.candidates[int(c)][0], "judge_mean": _num(a),
-                                           "human_mean": _num(b)}
-                                          for c, a, b in zip(ucand, mj, mh, strict=True)]}
+    out: dict[str, Any] = {
+        "judge_version": jv.id,
+        "criterion": crit.id,
+        "n_candidates": m,
+        "n_items": int(uitem.size),
+        "n_subjects": int(idx.size),
+        "candidates": [
+            {"name": data.candidates[int(c)][0], "judge_mean": _num(a), "human_mean": _num(b)}
+            for c, a, b in zip(ucand, mj, mh, strict=True)
+        ],
+    }
     for method in ("kendall", "spearman", "pearson"):
-        point = es.correlation(mj, mh, method=method)  # type: ignore[arg-type]
+        point = es.correlation(mj, mh, method=method)
         lo, hi = cl.percentile(cl.rank_corr_rows(bj, bh, method), p["level"])
-        out[method] = {**est_dict(point), "ci_low": lo, "ci_high": hi,
-                       "method": f"{point.method} over {m} candidate means; interval: percentile "
-                                 f"bootstrap (B={p['n_resamples']}, items resampled)"}
+        out[method] = {
+            **est_dict(point),
+            "ci_low": lo,
+            "ci_high": hi,
+            "method": f"{point.method} over {m} candidate means; interval: percentile "
+            f"bootstrap (B={p['n_resamples']}, items resampled)",
+        }
     return out
 
 
-def _examples(data: RatingData, crit: CriterionInfo, jv: JudgeInfo, block: _HumanBlock,
-              idx: npt.NDArray[np.int64], j: FloatArray, p: Mapping[str, Any]) -> dict[str, Any]:
+def _examples(
+    data: RatingData,
+    crit: CriterionInfo,
+    jv: JudgeInfo,
+    block: _HumanBlock,
+    idx: npt.NDArray[np.int64],
+    j: FloatArray,
+    p: Mapping[str, Any],
+) -> dict[str, Any]:
     continuous = jv.value_type == "continuous"
     if crit.scale == "ordinal":
         gap = np.abs(j - block.consensus[idx])
@@ -693,18 +990,32 @@ def _examples(data: RatingData, crit: CriterionInfo, jv: JudgeInfo, block: _Huma
     for i in picked:
         s = int(block.subjects[idx][i])
         hv = block.consensus[idx][i]
-        rows.append({
-            "subject": s, "item": str(ext.get(int(block.items[idx][i]), "")),
-            "judge": value_text(crit.scale, crit.values, float(j[i]), continuous)
-            if crit.scale != "categorical" else crit.values[int(j[i])],
-            "human": (f"{hv:.2f}" if crit.scale == "ordinal"
-                      else value_text(crit.scale, crit.values, float(hv), False)),
-        })
-    return {"judge_version": jv.id, "criterion": crit.id, "n_disagreements": int(dis.sum()),
-            "n_subjects": int(idx.size),
-            "rule": ("|judge - human mean| >= " + f"{p['disagreement_gap']:g}"
-                     if crit.scale == "ordinal" else "judge != human majority"),
-            "examples": rows}
+        rows.append(
+            {
+                "subject": s,
+                "item": str(ext.get(int(block.items[idx][i]), "")),
+                "judge": value_text(crit.scale, crit.values, float(j[i]), continuous)
+                if crit.scale != "categorical"
+                else crit.values[int(j[i])],
+                "human": (
+                    f"{hv:.2f}"
+                    if crit.scale == "ordinal"
+                    else value_text(crit.scale, crit.values, float(hv), False)
+                ),
+            }
+        )
+    return {
+        "judge_version": jv.id,
+        "criterion": crit.id,
+        "n_disagreements": int(dis.sum()),
+        "n_subjects": int(idx.size),
+        "rule": (
+            "|judge - human mean| >= " + f"{p['disagreement_gap']:g}"
+            if crit.scale == "ordinal"
+            else "judge != human majority"
+        ),
+        "examples": rows,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -738,15 +1049,41 @@ def compute_report(data: RatingData, params: Mapping[str, Any]) -> dict[str, Any
     """The full agreement report for loaded rating data (see the module docstring)."""
     p = dict(params)
     result: dict[str, Any] = {
-        "version": RESULT_VERSION, "rule": rule_text(p), "params": p,
-        "criteria": [{"id": c.id, "key": c.key, "name": c.name, "scale": c.scale,
-                      "values": list(c.values), "rubric_version": c.rubric_version}
-                     for c in data.criteria.values()],
-        "judges": [{"id": j.id, "judge": j.judge, "version": j.version, "label": j.label,
-                    "display": j.display, "model_family": j.model_family,
-                    "value_type": j.value_type, "kind": j.kind} for j in data.judges.values()],
-        "strata": [], "cells": [], "confusion": [], "bias": [], "ceiling": [], "system": [],
-        "disagreements": [], "warnings": [],
+        "version": RESULT_VERSION,
+        "rule": rule_text(p),
+        "params": p,
+        "criteria": [
+            {
+                "id": c.id,
+                "key": c.key,
+                "name": c.name,
+                "scale": c.scale,
+                "values": list(c.values),
+                "rubric_version": c.rubric_version,
+            }
+            for c in data.criteria.values()
+        ],
+        "judges": [
+            {
+                "id": j.id,
+                "judge": j.judge,
+                "version": j.version,
+                "label": j.label,
+                "display": j.display,
+                "model_family": j.model_family,
+                "value_type": j.value_type,
+                "kind": j.kind,
+            }
+            for j in data.judges.values()
+        ],
+        "strata": [],
+        "cells": [],
+        "confusion": [],
+        "bias": [],
+        "ceiling": [],
+        "system": [],
+        "disagreements": [],
+        "warnings": [],
     }
     seen_strata: dict[tuple[str, str], None] = {}
     r = data.ratings
@@ -757,15 +1094,18 @@ def compute_report(data: RatingData, params: Mapping[str, Any]) -> dict[str, Any
         crit_judges = judge_rows[judge_rows["criterion"].to_numpy() == crit.id]
         if block is None:
             if len(crit_judges):
-                result["warnings"].append(f"criterion '{crit.key}': judge verdicts but no human "
-                                          "labels; nothing to compare")
+                result["warnings"].append(
+                    f"criterion '{crit.key}': judge verdicts but no human "
+                    "labels; nothing to compare"
+                )
             continue
         for st in block.strata:
             seen_strata.setdefault((st.dimension, st.label), None)
             idx = np.nonzero(st.mask)[0]
             ceil = _ceiling(crit, block, idx, p, st, ceiling_cache)
-            result["ceiling"].append({"criterion": crit.id, "judge_version": None,
-                                      **st.as_dict(), **ceil})
+            result["ceiling"].append(
+                {"criterion": crit.id, "judge_version": None, **st.as_dict(), **ceil}
+            )
         for jv_id in sorted(pd.unique(crit_judges["rater"])):
             jv = data.judges[int(jv_id)]
             jr = crit_judges[crit_judges["rater"].to_numpy() == jv_id]
@@ -784,29 +1124,46 @@ def compute_report(data: RatingData, params: Mapping[str, Any]) -> dict[str, Any
                 j = j_all[idx]
                 items = block.items[idx]
                 if crit.scale == "ordinal":
-                    metrics = _ordinal_metrics(crit, j, block.consensus[idx], block.rounded[idx],
-                                               items, continuous, p, rng)
+                    metrics = _ordinal_metrics(
+                        crit, j, block.consensus[idx], block.rounded[idx], items, continuous, p, rng
+                    )
                     confusion = None
                 else:
-                    metrics, confusion = _nominal_metrics(crit, j, block.consensus[idx], items, p,
-                                                          rng)
+                    metrics, confusion = _nominal_metrics(
+                        crit, j, block.consensus[idx], items, p, rng
+                    )
                 ceil = _ceiling(crit, block, idx, p, st, ceiling_cache)
                 sub = block.matrix[:, idx]
                 multi = int(((~np.isnan(sub)).sum(axis=0) >= 2).sum())
-                alt = _alt_test(crit, j, sub, p) if multi >= 2 and idx.size >= p["min_items"] else None
-                verdict, basis, reason = _verdict(int(idx.size), metrics.get(primary_name, {}), ceil,
-                                                  alt, continuous, p)
-                result["cells"].append({
-                    "judge_version": jv.id, "criterion": crit.id, **st.as_dict(),
-                    "n_subjects": int(idx.size), "n_items": int(np.unique(items).size),
-                    "n_humans": int((~np.isnan(sub)).any(axis=1).sum()),
-                    "primary_metric": primary_name, "metrics": metrics, "ceiling": ceil,
-                    "alt_test": alt, "verdict": verdict, "verdict_basis": basis,
-                    "verdict_reason": reason,
-                })
+                alt = (
+                    _alt_test(crit, j, sub, p)
+                    if multi >= 2 and idx.size >= p["min_items"]
+                    else None
+                )
+                verdict, basis, reason = _verdict(
+                    int(idx.size), metrics.get(primary_name, {}), ceil, alt, continuous, p
+                )
+                result["cells"].append(
+                    {
+                        "judge_version": jv.id,
+                        "criterion": crit.id,
+                        **st.as_dict(),
+                        "n_subjects": int(idx.size),
+                        "n_items": int(np.unique(items).size),
+                        "n_humans": int((~np.isnan(sub)).any(axis=1).sum()),
+                        "primary_metric": primary_name,
+                        "metrics": metrics,
+                        "ceiling": ceil,
+                        "alt_test": alt,
+                        "verdict": verdict,
+                        "verdict_basis": basis,
+                        "verdict_reason": reason,
+                    }
+                )
                 if confusion is not None:
-                    result["confusion"].append({"judge_version": jv.id, "criterion": crit.id,
-                                                **st.as_dict(), **confusion})
+                    result["confusion"].append(
+                        {"judge_version": jv.id, "criterion": crit.id, **st.as_dict(), **confusion}
+                    )
             idx = np.nonzero(both)[0]
             if idx.size == 0:
                 continue
@@ -816,8 +1173,16 @@ def compute_report(data: RatingData, params: Mapping[str, Any]) -> dict[str, Any
                 rng = _cell_rng(p["seed"], "system", jv.id, crit.id)
                 sysl = _system_level(data, crit, jv, block, idx, j_all[idx], p, rng)
                 if sysl is not None:
-                    per_subject = next((c for c in result["cells"] if c["judge_version"] == jv.id
-                                        and c["criterion"] == crit.id and c["dimension"] == ""), None)
+                    per_subject = next(
+                        (
+                            c
+                            for c in result["cells"]
+                            if c["judge_version"] == jv.id
+                            and c["criterion"] == crit.id
+                            and c["dimension"] == ""
+                        ),
+                        None,
+                    )
                     if per_subject is not None:
                         sysl["per_subject_kendall"] = per_subject["metrics"].get("kendall")
                     result["system"].append(sysl)
@@ -826,12 +1191,16 @@ def compute_report(data: RatingData, params: Mapping[str, Any]) -> dict[str, Any
     return result
 
 
-def cells_for(result: Mapping[str, Any], *, criterion: int | None = None,
-              judge_version: int | None = None) -> list[dict[str, Any]]:
+def cells_for(
+    result: Mapping[str, Any], *, criterion: int | None = None, judge_version: int | None = None
+) -> list[dict[str, Any]]:
     """Cells of a stored result filtered by criterion and/or judge version."""
-    return [c for c in result.get("cells", [])
-            if (criterion is None or c["criterion"] == criterion)
-            and (judge_version is None or c["judge_version"] == judge_version)]
+    return [
+        c
+        for c in result.get("cells", [])
+        if (criterion is None or c["criterion"] == criterion)
+        and (judge_version is None or c["judge_version"] == judge_version)
+    ]
 
 
 def lookup(result: Mapping[str, Any], kind: str) -> dict[int, dict[str, Any]]:

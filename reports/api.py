@@ -24,9 +24,13 @@ from .models import AgreementReport
 def study_for_reports(request: Request, slug: str, *, write: bool = False) -> Study:
     """Leads create, leads and viewers read. Annotators grade blind, so they may not see judge
     figures or disagreeing examples even though their role ranks above viewers."""
-    study, role = study_get_for_actor(user=request.user, slug=slug, token=request.auth,
-                                      write=write,
-                                      min_role=Membership.Role.LEAD if write else Membership.Role.VIEWER)
+    study, role = study_get_for_actor(
+        user=request.user,
+        slug=slug,
+        token=request.auth,
+        write=write,
+        min_role=Membership.Role.LEAD if write else Membership.Role.VIEWER,
+    )
     if role == Membership.Role.ANNOTATOR:
         raise Forbidden("Agreement reports are for leads and viewers; annotators grade blind.")
     return study
@@ -43,8 +47,18 @@ class ReportSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AgreementReport
-        fields = ["id", "status", "params", "plan_version", "input_fingerprint", "error",
-                  "created_at", "started_at", "computed_at", "url"]
+        fields = [
+            "id",
+            "status",
+            "params",
+            "plan_version",
+            "input_fingerprint",
+            "error",
+            "created_at",
+            "started_at",
+            "computed_at",
+            "url",
+        ]
 
     def get_plan_version(self, obj: AgreementReport) -> int | None:
         return obj.plan.version if obj.plan_id and obj.plan else None
@@ -79,8 +93,12 @@ class ReportListCreateView(APIView):
             plan = AnalysisPlan.objects.filter(study=study, version=version).first()
             if plan is None:
                 raise NotFound(f"Analysis plan version {version} not found.")
-        report = services.report_build(study=study, params=ser.validated_data.get("params") or {},
-                                       plan=plan, created_by=request.user)
+        report = services.report_build(
+            study=study,
+            params=ser.validated_data.get("params") or {},
+            plan=plan,
+            created_by=request.user,
+        )
         report.study = study
         return Response(ReportSerializer(report).data, status=status.HTTP_202_ACCEPTED)
 
@@ -101,16 +119,23 @@ class ReportExportView(APIView):
         study = study_for_reports(request, slug)
         table = request.query_params.get("table", "cells")
         if table not in TABLES:
-            raise ValidationFailed(f"table must be one of {', '.join(TABLES)}",
-                                   details={"errors": [{"path": "table", "message": "unknown table"}]})
+            raise ValidationFailed(
+                f"table must be one of {', '.join(TABLES)}",
+                details={"errors": [{"path": "table", "message": "unknown table"}]},
+            )
         report = selectors.report_get(study=study, report_id=report_id)
         if report is None:
             raise NotFound(f"Agreement report {report_id} not found.")
         if report.status != AgreementReport.Status.DONE or not report.result:
             from reviewhub.api.errors import Conflict
 
-            raise Conflict(f"Report {report_id} is {report.status}; exports need a finished report.")
-        response = HttpResponse(table_csv(report.result, table), content_type="text/csv; charset=utf-8")
+            raise Conflict(
+                f"Report {report_id} is {report.status}; exports need a finished report."
+            )
+        response = HttpResponse(
+            table_csv(report.result, table), content_type="text/csv; charset=utf-8"
+        )
         response["Content-Disposition"] = (
-            f'attachment; filename="{study.slug}-report-{report.pk}-{table}.csv"')
+            f'attachment; filename="{study.slug}-report-{report.pk}-{table}.csv"'
+        )
         return response

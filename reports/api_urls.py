@@ -3,10 +3,19 @@ from django.urls import path
 from . import api
 
 urlpatterns = [
-    path("studies/<slug:slug>/reports/agreement/", api.ReportListCreateView.as_view(),
-         name="reports-api-list"),
-    path("studies/<slug:slug>/reports/agreement/<int:report_id>/", api.ReportDetailView.as_view(),
-         name="reports-api-detail"),
-    path("studies/<slug:slug>/reports/agreement/<int:report_id>/export.csv",
-         api.ReportExportView.as_view(), name="reports-api-export"),
+    path(
+        "studies/<slug:slug>/reports/agreement/",
+        api.ReportListCreateView.as_view(),
+        name="reports-api-list",
+    ),
+    path(
+        "studies/<slug:slug>/reports/agreement/<int:report_id>/",
+        api.ReportDetailView.as_view(),
+        name="reports-api-detail",
+    ),
+    path(
+        "studies/<slug:slug>/reports/agreement/<int:report_id>/export.csv",
+        api.ReportExportView.as_view(),
+        name="reports-api-export",
+    ),
 ]

@@ -32,15 +32,18 @@ def _svg(fig: Any) -> bytes:
 
 
 def _fmt(v: Any) -> str:
-    return "–" if v is None else f"{v:.2f}"
+    return "-" if v is None else f"{v:.2f}"
 
 
 def heatmap_data(result: Mapping[str, Any], criterion: int) -> dict[str, Any]:
     """Rows (strata), columns (judge versions), the cells and the human ceiling per row."""
     judges = lookup(result, "judges")
     cells = [c for c in result.get("cells", []) if c["criterion"] == criterion]
-    ceilings = {(c["dimension"], c["label"]): c for c in result.get("ceiling", [])
-                if c["criterion"] == criterion}
+    ceilings = {
+        (c["dimension"], c["label"]): c
+        for c in result.get("ceiling", [])
+        if c["criterion"] == criterion
+    }
     jids = sorted({c["judge_version"] for c in cells}, key=lambda j: judges[j]["display"])
     rows: list[tuple[str, str]] = []
     for c in cells:
@@ -48,8 +51,14 @@ def heatmap_data(result: Mapping[str, Any], criterion: int) -> dict[str, Any]:
         if key not in rows:
             rows.append(key)
     by = {(c["dimension"], c["label"], c["judge_version"]): c for c in cells}
-    return {"rows": rows[:MAX_ROWS], "truncated": max(0, len(rows) - MAX_ROWS), "judges": jids,
-            "names": [judges[j]["display"] for j in jids], "cells": by, "ceilings": ceilings}
+    return {
+        "rows": rows[:MAX_ROWS],
+        "truncated": max(0, len(rows) - MAX_ROWS),
+        "judges": jids,
+        "names": [judges[j]["display"] for j in jids],
+        "cells": by,
+        "ceilings": ceilings,
+    }
 
 
 def heatmap_svg(result: Mapping[str, Any], criterion: int) -> bytes:
@@ -68,9 +77,11 @@ def heatmap_svg(result: Mapping[str, Any], criterion: int) -> bytes:
             m = c["metrics"].get(c["primary_metric"], {})
             if m.get("value") is not None:
                 values[r, k] = m["value"]
-            texts[r][k] = (f"{_fmt(m.get('value'))} [{_fmt(m.get('ci_low'))}, "
-                           f"{_fmt(m.get('ci_high'))}]\n{_MARK.get(c['verdict'], c['verdict'])}"
-                           f" (n={c['n_subjects']})")
+            texts[r][k] = (
+                f"{_fmt(m.get('value'))} [{_fmt(m.get('ci_low'))}, "
+                f"{_fmt(m.get('ci_high'))}]\n{_MARK.get(c['verdict'], c['verdict'])}"
+                f" (n={c['n_subjects']})"
+            )
         ceil = d["ceilings"].get((dim, lab))
         if ceil is not None and ceil.get("point") is not None:
             values[r, -1] = ceil["point"]
@@ -81,18 +92,26 @@ def heatmap_svg(result: Mapping[str, Any], criterion: int) -> bytes:
         for k in range(n_cols):
             if texts[r][k]:
                 ax.text(k, r, texts[r][k], ha="center", va="center", fontsize=7)
-    ax.set_xticks(range(n_cols), [*d["names"], "humans (ceiling)"], rotation=20, ha="right",
-                  fontsize=8)
-    ax.set_yticks(range(n_rows), [lab if not dim else f"{dim}: {lab}" for dim, lab in rows] or [""],
-                  fontsize=8)
+    ax.set_xticks(
+        range(n_cols), [*d["names"], "humans (ceiling)"], rotation=20, ha="right", fontsize=8
+    )
+    ax.set_yticks(
+        range(n_rows),
+        [lab if not dim else f"{dim}: {lab}" for dim, lab in rows] or [""],
+        fontsize=8,
+    )
     ax.axvline(n_cols - 1.5, color="black", linewidth=1.5)
-    ax.set_title("Primary agreement with the human consensus per stratum (interval, verdict)",
-                 fontsize=9)
+    ax.set_title(
+        "Primary agreement with the human consensus per stratum (interval, verdict)", fontsize=9
+    )
     return _svg(fig)
 
 
-_REFERENCE = {"position: flip rate": 0.0, "position: first-slot preference": 0.5,
-              "length: longer preferred among human ties": 0.5}
+_REFERENCE = {
+    "position: flip rate": 0.0,
+    "position: first-slot preference": 0.5,
+    "length: longer preferred among human ties": 0.5,
+}
 
 
 def bias_svg(result: Mapping[str, Any]) -> bytes:
@@ -108,8 +127,11 @@ def bias_svg(result: Mapping[str, Any]) -> bytes:
             ax.plot([lo, hi], [i, i], "-", color="tab:blue")
         ref = _REFERENCE.get(b["audit"], 0.0)
         ax.plot([ref], [i], "|", color="black", markersize=14)
-    labels = [f"{judges.get(b['judge_version'], {}).get('display', '?')} · "
-              f"{crits.get(b['criterion'], {}).get('key', '?')} · {b['audit']}" for b in rows]
+    labels = [
+        f"{judges.get(b['judge_version'], {}).get('display', '?')} · "
+        f"{crits.get(b['criterion'], {}).get('key', '?')} · {b['audit']}"
+        for b in rows
+    ]
     ax.set_yticks(range(len(rows)), labels or [""], fontsize=7)
     ax.invert_yaxis()
     ax.set_title("Bias audits: estimate with interval; black tick = no bias", fontsize=9)

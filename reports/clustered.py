@@ -110,8 +110,9 @@ def agreement_without_ties_fn(c: int, tie: int) -> StatFn:
     def fn(s: FloatArray) -> FloatArray:
         m = s.reshape(*s.shape[:-1], c, c)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.asarray((m * diag).sum(axis=(-2, -1)) / (m * keep).sum(axis=(-2, -1)),
-                              dtype=np.float64)
+            return np.asarray(
+                (m * diag).sum(axis=(-2, -1)) / (m * keep).sum(axis=(-2, -1)), dtype=np.float64
+            )
 
     return fn
 
@@ -128,21 +129,48 @@ def diff_of_means_fn(s: FloatArray) -> FloatArray:
 
 
 def bootstrap(
-    item_stats: FloatArray, fn: StatFn, *, rng: np.random.Generator, n_resamples: int, ci: str,
-    level: float, min_items: int, method: str, n_subjects: int,
+    item_stats: FloatArray,
+    fn: StatFn,
+    *,
+    rng: np.random.Generator,
+    n_resamples: int,
+    ci: str,
+    level: float,
+    min_items: int,
+    method: str,
+    n_subjects: int,
 ) -> es.Estimate:
     """evalstats' vectorised engine over per-item statistics, labelled as item-clustered."""
-    est = es.bootstrap_from_item_stats(item_stats, fn, n_resamples=n_resamples, rng=rng,
-                                       ci=ci,  # type: ignore[arg-type]
-                                       level=level, min_items=min_items, method=method)
-    return es.Estimate(**{**est.__dict__, "n_ratings": n_subjects,
-                          "method": est.method.replace("items resampled",
-                                                       "clustered by item")})
+    est = es.bootstrap_from_item_stats(
+        item_stats,
+        fn,
+        n_resamples=n_resamples,
+        rng=rng,
+        ci=ci,  # type: ignore[arg-type]
+        level=level,
+        min_items=min_items,
+        method=method,
+    )
+    return es.Estimate(
+        **{
+            **est.__dict__,
+            "n_ratings": n_subjects,
+            "method": est.method.replace("items resampled", "clustered by item"),
+        }
+    )
 
 
 def alpha_clustered(
-    data: FloatArray, items: IntArray, *, level_of_measurement: str, value_domain: list[float] | None,
-    rng: np.random.Generator, n_resamples: int, ci: str, level: float, min_items: int,
+    data: FloatArray,
+    items: IntArray,
+    *,
+    level_of_measurement: str,
+    value_domain: list[float] | None,
+    rng: np.random.Generator,
+    n_resamples: int,
+    ci: str,
+    level: float,
+    min_items: int,
 ) -> es.Estimate | None:
     """Krippendorff's alpha interval with units (subjects) clustered by item.
 
@@ -154,14 +182,24 @@ def alpha_clustered(
         return None
     stats, fn = alpha_item_stats(data[:, pairable], level_of_measurement, value_domain)
     per_item = item_sums(np.asarray(stats, dtype=np.float64), items[pairable])
-    return bootstrap(per_item, fn,  # type: ignore[arg-type]
-                     rng=rng, n_resamples=n_resamples, ci=ci, level=level, min_items=min_items,
-                     method=f"krippendorff_alpha[{level_of_measurement}]",
-                     n_subjects=int(pairable.sum()))
+    return bootstrap(
+        per_item,
+        fn,
+        rng=rng,
+        n_resamples=n_resamples,
+        ci=ci,
+        level=level,
+        min_items=min_items,
+        method=f"krippendorff_alpha[{level_of_measurement}]",
+        n_subjects=int(pairable.sum()),
+    )
 
 
 def mean_pairwise_kappa(
-    codes: FloatArray, n_categories: int, weights: str | None, min_shared: int,
+    codes: FloatArray,
+    n_categories: int,
+    weights: str | None,
+    min_shared: int,
     pairs_out: list[tuple[int, int, float, int]] | None = None,
 ) -> tuple[float | None, int]:
     """Mean Cohen's kappa over rater pairs sharing at least `min_shared` subjects.
@@ -185,7 +223,9 @@ def mean_pairwise_kappa(
     use = shared >= max(2, min_shared)
     if not use.any():
         return None, 0
-    kappas = kernels.kappa_from_confusion(pair_conf[use], kernels.weight_matrix(n_categories, weights))
+    kappas = kernels.kappa_from_confusion(
+        pair_conf[use], kernels.weight_matrix(n_categories, weights)
+    )
     if pairs_out is not None:
         for a, b, k, m in zip(iu[use], ju[use], kappas, shared[use], strict=True):
             pairs_out.append((int(a), int(b), float(k), int(m)))
@@ -206,8 +246,10 @@ def rank_corr_rows(x: FloatArray, y: FloatArray, method: str) -> FloatArray:
         sx = np.sign(x[:, iu] - x[:, ju])
         sy = np.sign(y[:, iu] - y[:, ju])
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.asarray((sx * sy).sum(axis=1) / np.sqrt((sx**2).sum(axis=1) * (sy**2).sum(axis=1)),
-                              dtype=np.float64)
+            return np.asarray(
+                (sx * sy).sum(axis=1) / np.sqrt((sx**2).sum(axis=1) * (sy**2).sum(axis=1)),
+                dtype=np.float64,
+            )
     from scipy.stats import rankdata
 
     rx = rankdata(x, axis=1)
@@ -217,11 +259,15 @@ def rank_corr_rows(x: FloatArray, y: FloatArray, method: str) -> FloatArray:
     dx = x - x.mean(axis=1, keepdims=True)
     dy = y - y.mean(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.asarray((dx * dy).sum(axis=1) / np.sqrt((dx**2).sum(axis=1) * (dy**2).sum(axis=1)),
-                          dtype=np.float64)
+        return np.asarray(
+            (dx * dy).sum(axis=1) / np.sqrt((dx**2).sum(axis=1) * (dy**2).sum(axis=1)),
+            dtype=np.float64,
+        )
 
 
-def coarsen(x: FloatArray, other: FloatArray, max_cells: int = 1024, bins: int = 20) -> tuple[FloatArray, bool]:
+def coarsen(
+    x: FloatArray, other: FloatArray, max_cells: int = 1024, bins: int = 20
+) -> tuple[FloatArray, bool]:
     """Quantile bins of `x` when (distinct x) x (distinct other) is too large for the table route.
 
     Spearman on quantile bins keeps the ranking of `x` (ties within a bin) and lets evalstats

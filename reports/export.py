@@ -23,7 +23,9 @@ def _safe(value: Any) -> Any:
     return value
 
 
-def _names(result: Mapping[str, Any]) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+def _names(
+    result: Mapping[str, Any],
+) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
     return lookup(result, "judges"), lookup(result, "criteria")
 
 
@@ -38,71 +40,196 @@ def table_rows(result: Mapping[str, Any], table: str) -> tuple[list[str], Iterab
         return crits[int(cid)]["key"] if int(cid) in crits else str(cid)
 
     if table == "cells":
-        header = ["judge", "judge_version_id", "criterion", "dimension", "stratum", "n_subjects",
-                  "n_items", "n_humans", "metric", "value", "ci_low", "ci_high", "primary",
-                  "ceiling", "ceiling_metric", "verdict", "verdict_basis", "verdict_reason"]
+        header = [
+            "judge",
+            "judge_version_id",
+            "criterion",
+            "dimension",
+            "stratum",
+            "n_subjects",
+            "n_items",
+            "n_humans",
+            "metric",
+            "value",
+            "ci_low",
+            "ci_high",
+            "primary",
+            "ceiling",
+            "ceiling_metric",
+            "verdict",
+            "verdict_basis",
+            "verdict_reason",
+        ]
 
         def cells() -> Iterable[list[Any]]:
             for c in result.get("cells", []):
                 for name, m in c["metrics"].items():
-                    yield [jname(c["judge_version"]), c["judge_version"], ckey(c["criterion"]),
-                           c["dimension"], c["label"], c["n_subjects"], c["n_items"],
-                           c["n_humans"], name, m.get("value"), m.get("ci_low"), m.get("ci_high"),
-                           name == c["primary_metric"], c["ceiling"].get("point"),
-                           c["ceiling"].get("point_metric"), c["verdict"], c["verdict_basis"],
-                           c["verdict_reason"]]
+                    yield [
+                        jname(c["judge_version"]),
+                        c["judge_version"],
+                        ckey(c["criterion"]),
+                        c["dimension"],
+                        c["label"],
+                        c["n_subjects"],
+                        c["n_items"],
+                        c["n_humans"],
+                        name,
+                        m.get("value"),
+                        m.get("ci_low"),
+                        m.get("ci_high"),
+                        name == c["primary_metric"],
+                        c["ceiling"].get("point"),
+                        c["ceiling"].get("point_metric"),
+                        c["verdict"],
+                        c["verdict_basis"],
+                        c["verdict_reason"],
+                    ]
 
         return header, cells()
     if table == "confusion":
-        header = ["judge", "judge_version_id", "criterion", "dimension", "stratum",
-                  "human_majority", "judge_label", "count"]
+        header = [
+            "judge",
+            "judge_version_id",
+            "criterion",
+            "dimension",
+            "stratum",
+            "human_majority",
+            "judge_label",
+            "count",
+        ]
 
         def conf() -> Iterable[list[Any]]:
             for c in result.get("confusion", []):
                 for i, row in enumerate(c["matrix"]):
                     for k, n in enumerate(row):
-                        yield [jname(c["judge_version"]), c["judge_version"], ckey(c["criterion"]),
-                               c["dimension"], c["label"], c["labels"][i], c["labels"][k], n]
+                        yield [
+                            jname(c["judge_version"]),
+                            c["judge_version"],
+                            ckey(c["criterion"]),
+                            c["dimension"],
+                            c["label"],
+                            c["labels"][i],
+                            c["labels"][k],
+                            n,
+                        ]
 
         return header, conf()
     if table == "bias":
-        header = ["judge", "judge_version_id", "criterion", "audit", "value", "ci_low", "ci_high",
-                  "n", "p_value", "method", "note"]
-        return header, ([jname(b["judge_version"]), b["judge_version"], ckey(b["criterion"]),
-                         b["audit"], b.get("value"), b.get("ci_low"), b.get("ci_high"), b.get("n"),
-                         b.get("p_value"), b.get("method"), b.get("note")]
-                        for b in result.get("bias", []))
+        header = [
+            "judge",
+            "judge_version_id",
+            "criterion",
+            "audit",
+            "value",
+            "ci_low",
+            "ci_high",
+            "n",
+            "p_value",
+            "method",
+            "note",
+        ]
+        return header, (
+            [
+                jname(b["judge_version"]),
+                b["judge_version"],
+                ckey(b["criterion"]),
+                b["audit"],
+                b.get("value"),
+                b.get("ci_low"),
+                b.get("ci_high"),
+                b.get("n"),
+                b.get("p_value"),
+                b.get("method"),
+                b.get("note"),
+            ]
+            for b in result.get("bias", [])
+        )
     if table == "ceiling":
-        header = ["criterion", "judge", "judge_version_id", "dimension", "stratum", "n_subjects",
-                  "n_items", "n_humans", "n_ratings", "alpha_level", "alpha", "alpha_ci_low",
-                  "alpha_ci_high", "mean_pairwise_kappa", "kappa_weights", "n_pairs"]
+        header = [
+            "criterion",
+            "judge",
+            "judge_version_id",
+            "dimension",
+            "stratum",
+            "n_subjects",
+            "n_items",
+            "n_humans",
+            "n_ratings",
+            "alpha_level",
+            "alpha",
+            "alpha_ci_low",
+            "alpha_ci_high",
+            "mean_pairwise_kappa",
+            "kappa_weights",
+            "n_pairs",
+        ]
 
         def ceil() -> Iterable[list[Any]]:
             rows = [(None, c) for c in result.get("ceiling", [])] + [
-                (c["judge_version"], {**c["ceiling"], "criterion": c["criterion"],
-                                      "dimension": c["dimension"], "label": c["label"]})
-                for c in result.get("cells", [])]
+                (
+                    c["judge_version"],
+                    {
+                        **c["ceiling"],
+                        "criterion": c["criterion"],
+                        "dimension": c["dimension"],
+                        "label": c["label"],
+                    },
+                )
+                for c in result.get("cells", [])
+            ]
             for jid, c in rows:
                 a = c.get("alpha") or {}
-                yield [ckey(c["criterion"]), jname(jid) if jid else "(all human-rated subjects)",
-                       jid, c["dimension"], c["label"], c.get("n_subjects"), c.get("n_items"),
-                       c.get("n_humans"), c.get("n_ratings"), c.get("level"), a.get("value"),
-                       a.get("ci_low"), a.get("ci_high"), c.get("pairwise_kappa"),
-                       c.get("pairwise_kappa_weights"), c.get("n_pairs")]
+                yield [
+                    ckey(c["criterion"]),
+                    jname(jid) if jid else "(all human-rated subjects)",
+                    jid,
+                    c["dimension"],
+                    c["label"],
+                    c.get("n_subjects"),
+                    c.get("n_items"),
+                    c.get("n_humans"),
+                    c.get("n_ratings"),
+                    c.get("level"),
+                    a.get("value"),
+                    a.get("ci_low"),
+                    a.get("ci_high"),
+                    c.get("pairwise_kappa"),
+                    c.get("pairwise_kappa_weights"),
+                    c.get("n_pairs"),
+                ]
 
         return header, ceil()
     if table == "system":
-        header = ["judge", "judge_version_id", "criterion", "method", "value", "ci_low", "ci_high",
-                  "n_candidates", "n_items", "per_subject_kendall"]
+        header = [
+            "judge",
+            "judge_version_id",
+            "criterion",
+            "method",
+            "value",
+            "ci_low",
+            "ci_high",
+            "n_candidates",
+            "n_items",
+            "per_subject_kendall",
+        ]
 
         def system() -> Iterable[list[Any]]:
             for s in result.get("system", []):
                 per = (s.get("per_subject_kendall") or {}).get("value")
                 for method in ("kendall", "spearman", "pearson"):
                     m = s[method]
-                    yield [jname(s["judge_version"]), s["judge_version"], ckey(s["criterion"]),
-                           method, m.get("value"), m.get("ci_low"), m.get("ci_high"),
-                           s["n_candidates"], s["n_items"], per]
+                    yield [
+                        jname(s["judge_version"]),
+                        s["judge_version"],
+                        ckey(s["criterion"]),
+                        method,
+                        m.get("value"),
+                        m.get("ci_low"),
+                        m.get("ci_high"),
+                        s["n_candidates"],
+                        s["n_items"],
+                        per,
+                    ]
 
         return header, system()
     raise ValueError(f"unknown table {table!r}")

@@ -89,21 +89,32 @@ def _frame(rows: list[tuple[Any, ...]], names: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame({n: np.asarray(c) for n, c in zip(names, cols, strict=True)})
 
 
-def _ratings(qs: QuerySet[Any], rater_field: str, crits: dict[int, CriterionInfo], is_judge: bool,
-             continuous: set[int]) -> pd.DataFrame:
+def _ratings(
+    qs: QuerySet[Any],
+    rater_field: str,
+    crits: dict[int, CriterionInfo],
+    is_judge: bool,
+    continuous: set[int],
+) -> pd.DataFrame:
     """Ratings of one model as codes; categorical values are read as text, the rest as numbers."""
     parts: list[pd.DataFrame] = []
     nominal_text = [c.id for c in crits.values() if c.scale == "categorical"]
     numeric = [c.id for c in crits.values() if c.scale != "categorical"]
     base = qs.annotate(subject=_subject_expr())
     if numeric:
-        rows = list(base.filter(criterion_id__in=numeric).values_list(
-            "subject", "criterion_id", rater_field, "value_num"))
+        rows = list(
+            base.filter(criterion_id__in=numeric).values_list(
+                "subject", "criterion_id", rater_field, "value_num"
+            )
+        )
         df = _frame(rows, ["subject", "criterion", "rater", "num"])
         parts.append(df)
     if nominal_text:
-        rows = list(base.filter(criterion_id__in=nominal_text).values_list(
-            "subject", "criterion_id", rater_field, "value"))
+        rows = list(
+            base.filter(criterion_id__in=nominal_text).values_list(
+                "subject", "criterion_id", rater_field, "value"
+            )
+        )
         df = _frame(rows, ["subject", "criterion", "rater", "value"])
         codes = np.full(len(df), np.nan)
         texts = df["value"].astype(object).to_numpy() if len(df) else np.array([], dtype=object)
@@ -147,59 +158,79 @@ def rating_data_load(
     if criterion_keys:
         crit_qs = crit_qs.filter(key__in=list(criterion_keys))
     crits = {
-        c.pk: CriterionInfo(id=c.pk, key=c.key, name=c.name, scale=c.scale,
-                            values=tuple(criterion_allowed_values(c)),
-                            rubric_version=c.rubric.version)
+        c.pk: CriterionInfo(
+            id=c.pk,
+            key=c.key,
+            name=c.name,
+            scale=c.scale,
+            values=tuple(criterion_allowed_values(c)),
+            rubric_version=c.rubric.version,
+        )
         for c in crit_qs.order_by("rubric__version", "position", "id")
     }
     jv_qs = JudgeVersion.objects.filter(judge__study=study).select_related("judge")
     if judge_version_ids:
         jv_qs = jv_qs.filter(pk__in=list(judge_version_ids))
     judges = {
-        v.pk: JudgeInfo(id=v.pk, judge=v.judge.name, version=v.version,
-                        label=str((v.config or {}).get("label", "")) if v.judge.kind == "imported"
-                        else "", model_family=v.model_family,
-                        value_type=str((v.config or {}).get("value_type", "label")),
-                        kind=v.judge.kind)
+        v.pk: JudgeInfo(
+            id=v.pk,
+            judge=v.judge.name,
+            version=v.version,
+            label=str((v.config or {}).get("label", "")) if v.judge.kind == "imported" else "",
+            model_family=v.model_family,
+            value_type=str((v.config or {}).get("value_type", "label")),
+            kind=v.judge.kind,
+        )
         for v in jv_qs.order_by("judge__name", "version")
     }
     continuous = {j.id for j in judges.values() if j.value_type == "continuous"}
     candidates = {c.pk: (c.name, c.model_family) for c in Candidate.objects.filter(study=study)}
 
-    verdict_qs = Verdict.objects.filter(criterion_id__in=list(crits), is_scored=True,
-                                        judge_version_id__in=list(judges))
+    verdict_qs = Verdict.objects.filter(
+        criterion_id__in=list(crits), is_scored=True, judge_version_id__in=list(judges)
+    )
     ann_qs = Annotation.objects.filter(criterion_id__in=list(crits))
     verdicts = _ratings(verdict_qs, "judge_version_id", crits, True, continuous)
     annotations = _ratings(ann_qs, "annotator_id", crits, False, set())
     ratings = pd.concat([verdicts, annotations], ignore_index=True)
     ratings = ratings[ratings["num"].notna()].reset_index(drop=True)
 
-    out_rows = list(Output.objects.filter(study=study).values_list(
-        "id", "item_id", "candidate_id", Length("text")))
+    out_rows = list(
+        Output.objects.filter(study=study).values_list(
+            "id", "item_id", "candidate_id", Length("text")
+        )
+    )
     outs = _frame(out_rows, ["id", "item", "candidate", "length"])
-    subjects_o = pd.DataFrame({
-        "subject": outs["id"].to_numpy(dtype="int64") * 2,
-        "item": outs["item"].to_numpy(dtype="int64"),
-        "candidate": outs["candidate"].to_numpy(dtype="int64"),
-        "candidate_b": np.full(len(outs), -1, dtype="int64"),
-        "length": outs["length"].to_numpy(dtype="float64"),
-        "length_b": np.full(len(outs), np.nan),
-    })
-    cmp_rows = list(Comparison.objects.filter(study=study).values_list(
-        "id", "item_id", "output_a_id", "output_b_id"))
+    subjects_o = pd.DataFrame(
+        {
+            "subject": outs["id"].to_numpy(dtype="int64") * 2,
+            "item": outs["item"].to_numpy(dtype="int64"),
+            "candidate": outs["candidate"].to_numpy(dtype="int64"),
+            "candidate_b": np.full(len(outs), -1, dtype="int64"),
+            "length": outs["length"].to_numpy(dtype="float64"),
+            "length_b": np.full(len(outs), np.nan),
+        }
+    )
+    cmp_rows = list(
+        Comparison.objects.filter(study=study).values_list(
+            "id", "item_id", "output_a_id", "output_b_id"
+        )
+    )
     cmps = _frame(cmp_rows, ["id", "item", "a", "b"])
     by_output = outs.set_index("id") if len(outs) else outs
     if len(cmps):
         a = by_output.loc[cmps["a"].to_numpy()]
         b = by_output.loc[cmps["b"].to_numpy()]
-        subjects_c = pd.DataFrame({
-            "subject": cmps["id"].to_numpy(dtype="int64") * 2 + 1,
-            "item": cmps["item"].to_numpy(dtype="int64"),
-            "candidate": a["candidate"].to_numpy(dtype="int64"),
-            "candidate_b": b["candidate"].to_numpy(dtype="int64"),
-            "length": a["length"].to_numpy(dtype="float64"),
-            "length_b": b["length"].to_numpy(dtype="float64"),
-        })
+        subjects_c = pd.DataFrame(
+            {
+                "subject": cmps["id"].to_numpy(dtype="int64") * 2 + 1,
+                "item": cmps["item"].to_numpy(dtype="int64"),
+                "candidate": a["candidate"].to_numpy(dtype="int64"),
+                "candidate_b": b["candidate"].to_numpy(dtype="int64"),
+                "length": a["length"].to_numpy(dtype="float64"),
+                "length_b": b["length"].to_numpy(dtype="float64"),
+            }
+        )
         subjects = pd.concat([subjects_o, subjects_c], ignore_index=True)
     else:
         subjects = subjects_o
@@ -207,26 +238,41 @@ def rating_data_load(
     if candidate_names:
         keep_ids = {cid for cid, (name, _) in candidates.items() if name in set(candidate_names)}
         ok = subjects["candidate"].isin(keep_ids) & (
-            (subjects["candidate_b"] < 0) | subjects["candidate_b"].isin(keep_ids))
+            (subjects["candidate_b"] < 0) | subjects["candidate_b"].isin(keep_ids)
+        )
         subjects = subjects[ok]
         ratings = ratings[ratings["subject"].isin(subjects.index)].reset_index(drop=True)
 
     item_rows = list(Item.objects.filter(study=study).values_list("id", "external_id", "strata"))
-    dim_order = list(StratumDimension.objects.filter(study=study).order_by("position", "id")
-                     .values_list("key", flat=True))
+    dim_order = list(
+        StratumDimension.objects.filter(study=study)
+        .order_by("position", "id")
+        .values_list("key", flat=True)
+    )
     seen_dims: dict[str, None] = {d: None for d in dim_order}
     for _, _, strata in item_rows:
-        for d in (strata or {}):
+        for d in strata or {}:
             seen_dims.setdefault(str(d), None)
     dimensions = list(seen_dims)
-    items = pd.DataFrame({
-        "external_id": [r[1] for r in item_rows],
-        **{d: [str((r[2] or {}).get(d, "unknown")) for r in item_rows] for d in dimensions},
-    }, index=pd.Index([r[0] for r in item_rows], dtype="int64", name="item"))
+    items = pd.DataFrame(
+        {
+            "external_id": [r[1] for r in item_rows],
+            **{d: [str((r[2] or {}).get(d, "unknown")) for r in item_rows] for d in dimensions},
+        },
+        index=pd.Index([r[0] for r in item_rows], dtype="int64", name="item"),
+    )
 
     orders = _orders_load(crits, judges)
-    return RatingData(criteria=crits, judges=judges, candidates=candidates, ratings=ratings,
-                      subjects=subjects, items=items, dimensions=dimensions, orders=orders)
+    return RatingData(
+        criteria=crits,
+        judges=judges,
+        candidates=candidates,
+        ratings=ratings,
+        subjects=subjects,
+        items=items,
+        dimensions=dimensions,
+        orders=orders,
+    )
 
 
 def _orders_load(crits: dict[int, CriterionInfo], judges: dict[int, JudgeInfo]) -> pd.DataFrame:
@@ -237,9 +283,11 @@ def _orders_load(crits: dict[int, CriterionInfo], judges: dict[int, JudgeInfo]) 
         return _frame([], cols)
     rows = []
     for jv, cid, comp, details in Verdict.objects.filter(
-            criterion_id__in=pair_ids, judge_version_id__in=list(judges), is_scored=True,
-            comparison_id__isnull=False).values_list(
-            "judge_version_id", "criterion_id", "comparison_id", "details"):
+        criterion_id__in=pair_ids,
+        judge_version_id__in=list(judges),
+        is_scored=True,
+        comparison_id__isnull=False,
+    ).values_list("judge_version_id", "criterion_id", "comparison_id", "details"):
         orders = (details or {}).get("orders") or {}
         if "ab" in orders and "ba" in orders:
             ab, ba = PAIRWISE_CODE.get(orders["ab"]), PAIRWISE_CODE.get(orders["ba"])
@@ -276,14 +324,25 @@ def subjects_describe(*, study: Study, subjects: Sequence[int]) -> dict[int, dic
     cmp_ids = [s // 2 for s in subjects if s % 2 == 1]
     result: dict[int, dict[str, Any]] = {}
     for oid, ext, inp, cand, text in Output.objects.filter(study=study, pk__in=out_ids).values_list(
-            "id", "item__external_id", "item__input", "candidate__name", "text"):
+        "id", "item__external_id", "item__input", "candidate__name", "text"
+    ):
         result[oid * 2] = {"item": ext, "input": inp, "outputs": [(cand, text)]}
     for cid, ext, inp, ca, ta, cb, tb in Comparison.objects.filter(
-            study=study, pk__in=cmp_ids).values_list(
-            "id", "item__external_id", "item__input", "output_a__candidate__name",
-            "output_a__text", "output_b__candidate__name", "output_b__text"):
-        result[cid * 2 + 1] = {"item": ext, "input": inp, "outputs": [(f"A: {ca}", ta),
-                                                                      (f"B: {cb}", tb)]}
+        study=study, pk__in=cmp_ids
+    ).values_list(
+        "id",
+        "item__external_id",
+        "item__input",
+        "output_a__candidate__name",
+        "output_a__text",
+        "output_b__candidate__name",
+        "output_b__text",
+    ):
+        result[cid * 2 + 1] = {
+            "item": ext,
+            "input": inp,
+            "outputs": [(f"A: {ca}", ta), (f"B: {cb}", tb)],
+        }
     return result
 
 

@@ -55,17 +55,23 @@ def report_build(
     if plan is not None and plan.study_id != study.pk:
         raise NotFound("Analysis plan not found in this study.")
     if plan is None:
-        plan = (AnalysisPlan.objects.filter(study=study, locked_at__isnull=False)
-                .order_by("-version").first())
+        plan = (
+            AnalysisPlan.objects.filter(study=study, locked_at__isnull=False)
+            .order_by("-version")
+            .first()
+        )
     if params is not None and not isinstance(params, dict):
-        raise ValidationFailed("params must be an object", details={"errors": [
-            {"path": "params", "message": "must be an object"}]})
+        raise ValidationFailed(
+            "params must be an object",
+            details={"errors": [{"path": "params", "message": "must be an object"}]},
+        )
     resolved = params_validate(_plan_defaults(dict(params or {}), plan))
     from .celery_tasks import agreement_report_compute
 
     with transaction.atomic():
-        report = AgreementReport.objects.create(study=study, plan=plan, params=resolved,
-                                                created_by=created_by)
+        report = AgreementReport.objects.create(
+            study=study, plan=plan, params=resolved, created_by=created_by
+        )
         transaction.on_commit(lambda: agreement_report_compute.delay(report.pk))
     return report
 
@@ -89,9 +95,12 @@ def report_compute(*, report_id: int) -> AgreementReport:
         report = AgreementReport.objects.select_for_update().filter(pk=report_id).first()
         if report is None:
             raise NotFound(f"Agreement report {report_id} not found.")
-        stale = (report.status == AgreementReport.Status.RUNNING and report.started_at is not None
-                 and (timezone.now() - report.started_at).total_seconds()
-                 > settings.REVIEWHUB_REPORT_STALE_S)
+        stale = (
+            report.status == AgreementReport.Status.RUNNING
+            and report.started_at is not None
+            and (timezone.now() - report.started_at).total_seconds()
+            > settings.REVIEWHUB_REPORT_STALE_S
+        )
         if report.status != AgreementReport.Status.PENDING and not stale:
             return report
         report.status = AgreementReport.Status.RUNNING
@@ -99,24 +108,33 @@ def report_compute(*, report_id: int) -> AgreementReport:
         report.save(update_fields=["status", "started_at"])
     try:
         p = report.params
-        data = rating_data_load(study=report.study, criterion_keys=p.get("criteria"),
-                                judge_version_ids=p.get("judges"),
-                                candidate_names=p.get("candidates"))
+        data = rating_data_load(
+            study=report.study,
+            criterion_keys=p.get("criteria"),
+            judge_version_ids=p.get("judges"),
+            candidate_names=p.get("candidates"),
+        )
         fingerprint = input_fingerprint(data)
         result = compute_report(data, p)
-        result["plan_version"] = report.plan.version if report.plan_id else None
+        result["plan_version"] = report.plan.version if report.plan is not None else None
         result["fingerprint"] = fingerprint
         result = _json_safe(result)
     except Exception as exc:
         logger.exception("agreement report %s failed", report_id)
         AgreementReport.objects.filter(pk=report_id, status=AgreementReport.Status.RUNNING).update(
-            status=AgreementReport.Status.FAILED, error=f"{type(exc).__name__}: {exc}",
-            computed_at=timezone.now())
+            status=AgreementReport.Status.FAILED,
+            error=f"{type(exc).__name__}: {exc}",
+            computed_at=timezone.now(),
+        )
         report.refresh_from_db()
         return report
     AgreementReport.objects.filter(pk=report_id, status=AgreementReport.Status.RUNNING).update(
-        status=AgreementReport.Status.DONE, result=result, input_fingerprint=fingerprint,
-        error="", computed_at=timezone.now())
+        status=AgreementReport.Status.DONE,
+        result=result,
+        input_fingerprint=fingerprint,
+        error="",
+        computed_at=timezone.now(),
+    )
     report.refresh_from_db()
     return report
 
@@ -127,8 +145,8 @@ def report_retry(*, report: AgreementReport) -> AgreementReport:
 
     with transaction.atomic():
         updated = AgreementReport.objects.filter(
-            pk=report.pk, status=AgreementReport.Status.FAILED).update(
-            status=AgreementReport.Status.PENDING, error="")
+            pk=report.pk, status=AgreementReport.Status.FAILED
+        ).update(status=AgreementReport.Status.PENDING, error="")
         if updated:
             transaction.on_commit(lambda: agreement_report_compute.delay(report.pk))
     report.refresh_from_db()

@@ -72,21 +72,34 @@ def reports_list(request: HttpRequest, slug: str) -> HttpResponse:
     error = None
     if request.method == "POST":
         try:
-            report = services.report_build(study=study, params=_form_params(request.POST),
-                                           created_by=request.user)
+            report = services.report_build(
+                study=study, params=_form_params(request.POST), created_by=request.user
+            )
         except AppError as exc:
             error = exc.message
         else:
-            return HttpResponseRedirect(reverse("reports-audit", kwargs={"slug": slug,
-                                                                          "report_id": report.pk}))
+            return HttpResponseRedirect(
+                reverse("reports-audit", kwargs={"slug": slug, "report_id": report.pk})
+            )
     reports = selectors.reports_for_study(study=study)[:100]
-    return render(request, "reports/list.html", {
-        "study": study, "study_role": "lead", "reports": reports, "error": error,
-        "defaults": DEFAULT_PARAMS, "dimensions": list(study.dimensions.values_list("key", flat=True)),
-    }, status=400 if error else 200)
+    return render(
+        request,
+        "reports/list.html",
+        {
+            "study": study,
+            "study_role": "lead",
+            "reports": reports,
+            "error": error,
+            "defaults": DEFAULT_PARAMS,
+            "dimensions": list(study.dimensions.values_list("key", flat=True)),
+        },
+        status=400 if error else 200,
+    )
 
 
-def _audit_sections(result: dict[str, Any], study: Study, report: AgreementReport) -> list[dict[str, Any]]:
+def _audit_sections(
+    result: dict[str, Any], study: Study, report: AgreementReport
+) -> list[dict[str, Any]]:
     judges = lookup(result, "judges")
     sections = []
     for crit in result.get("criteria", []):
@@ -100,35 +113,75 @@ def _audit_sections(result: dict[str, Any], study: Study, report: AgreementRepor
             cells = []
             for jid in hm["judges"]:
                 c = hm["cells"].get((dim, lab, jid))
-                cells.append(None if c is None else {
-                    "m": c["metrics"].get(c["primary_metric"], {}), "verdict": c["verdict"],
-                    "n": c["n_subjects"], "reason": c["verdict_reason"],
-                    "metric": c["primary_metric"]})
-            table.append({"dimension": dim, "label": lab, "cells": cells,
-                          "ceiling": hm["ceilings"].get((dim, lab))})
-        overall = [c for c in result.get("cells", []) if c["criterion"] == cid and c["dimension"] == ""]
-        confusion = [{"judge": judges[c["judge_version"]]["display"], **c}
-                     for c in result.get("confusion", []) if c["criterion"] == cid
-                     and c["dimension"] == ""]
+                cells.append(
+                    None
+                    if c is None
+                    else {
+                        "m": c["metrics"].get(c["primary_metric"], {}),
+                        "verdict": c["verdict"],
+                        "n": c["n_subjects"],
+                        "reason": c["verdict_reason"],
+                        "metric": c["primary_metric"],
+                    }
+                )
+            table.append(
+                {
+                    "dimension": dim,
+                    "label": lab,
+                    "cells": cells,
+                    "ceiling": hm["ceilings"].get((dim, lab)),
+                }
+            )
+        overall = [
+            c for c in result.get("cells", []) if c["criterion"] == cid and c["dimension"] == ""
+        ]
+        confusion = [
+            {"judge": judges[c["judge_version"]]["display"], **c}
+            for c in result.get("confusion", [])
+            if c["criterion"] == cid and c["dimension"] == ""
+        ]
         for c in confusion:
             c["rows_zipped"] = list(zip(c["labels"], c["matrix"], strict=True))
-        examples = [{"judge": judges[d["judge_version"]]["display"], **d,
-                     "url": reverse("reports-disagreements", kwargs={
-                         "slug": study.slug, "report_id": report.pk})
-                     + f"?judge={d['judge_version']}&criterion={cid}"}
-                    for d in result.get("disagreements", []) if d["criterion"] == cid]
-        system = [{"judge": judges[s["judge_version"]]["display"], **s}
-                  for s in result.get("system", []) if s["criterion"] == cid]
-        sections.append({
-            "criterion": crit, "judges": [judges[j]["display"] for j in hm["judges"]],
-            "table": table, "truncated": hm["truncated"],
-            "overall": [{"judge": judges[c["judge_version"]]["display"], **c,
-                         "metric_items": sorted(c["metrics"].items())} for c in overall],
-            "confusion": confusion, "examples": examples, "system": system,
-            "heatmap_url": reverse("reports-heatmap", kwargs={"slug": study.slug,
-                                                              "report_id": report.pk})
-            + f"?criterion={cid}",
-        })
+        examples = [
+            {
+                "judge": judges[d["judge_version"]]["display"],
+                **d,
+                "url": reverse(
+                    "reports-disagreements", kwargs={"slug": study.slug, "report_id": report.pk}
+                )
+                + f"?judge={d['judge_version']}&criterion={cid}",
+            }
+            for d in result.get("disagreements", [])
+            if d["criterion"] == cid
+        ]
+        system = [
+            {"judge": judges[s["judge_version"]]["display"], **s}
+            for s in result.get("system", [])
+            if s["criterion"] == cid
+        ]
+        sections.append(
+            {
+                "criterion": crit,
+                "judges": [judges[j]["display"] for j in hm["judges"]],
+                "table": table,
+                "truncated": hm["truncated"],
+                "overall": [
+                    {
+                        "judge": judges[c["judge_version"]]["display"],
+                        **c,
+                        "metric_items": sorted(c["metrics"].items()),
+                    }
+                    for c in overall
+                ],
+                "confusion": confusion,
+                "examples": examples,
+                "system": system,
+                "heatmap_url": reverse(
+                    "reports-heatmap", kwargs={"slug": study.slug, "report_id": report.pk}
+                )
+                + f"?criterion={cid}",
+            }
+        )
     return sections
 
 
@@ -139,18 +192,32 @@ def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpRespons
     result = report.result or {}
     judges = lookup(result, "judges")
     crits = lookup(result, "criteria")
-    bias = [{"judge": judges.get(b["judge_version"], {}).get("display", "?"),
-             "criterion": crits.get(b["criterion"], {}).get("key", "?"), **b}
-            for b in result.get("bias", [])]
+    bias = [
+        {
+            "judge": judges.get(b["judge_version"], {}).get("display", "?"),
+            "criterion": crits.get(b["criterion"], {}).get("key", "?"),
+            **b,
+        }
+        for b in result.get("bias", [])
+    ]
     export = reverse("reports-api-export", kwargs={"slug": slug, "report_id": report.pk})
-    return render(request, "reports/audit.html", {
-        "study": study, "study_role": "lead", "report": report, "result": result,
-        "sections": _audit_sections(result, study, report) if result else [],
-        "bias": bias, "csv_links": [(t, f"{export}?table={t}") for t in TABLES],
-        "bias_url": reverse("reports-bias", kwargs={"slug": slug, "report_id": report.pk}),
-        "params_json": json.dumps(report.params, indent=1, sort_keys=True),
-        "refresh": report.status in (AgreementReport.Status.PENDING, AgreementReport.Status.RUNNING),
-    })
+    return render(
+        request,
+        "reports/audit.html",
+        {
+            "study": study,
+            "study_role": "lead",
+            "report": report,
+            "result": result,
+            "sections": _audit_sections(result, study, report) if result else [],
+            "bias": bias,
+            "csv_links": [(t, f"{export}?table={t}") for t in TABLES],
+            "bias_url": reverse("reports-bias", kwargs={"slug": slug, "report_id": report.pk}),
+            "params_json": json.dumps(report.params, indent=1, sort_keys=True),
+            "refresh": report.status
+            in (AgreementReport.Status.PENDING, AgreementReport.Status.RUNNING),
+        },
+    )
 
 
 def _svg_response(content: bytes) -> HttpResponse:
@@ -191,16 +258,31 @@ def report_disagreements(request: HttpRequest, slug: str, report_id: int) -> Htt
         jid, cid = int(request.GET.get("judge", "")), int(request.GET.get("criterion", ""))
     except ValueError as exc:
         raise Http404("judge and criterion must be ids") from exc
-    entry = next((d for d in result.get("disagreements", [])
-                  if d["judge_version"] == jid and d["criterion"] == cid), None)
+    entry = next(
+        (
+            d
+            for d in result.get("disagreements", [])
+            if d["judge_version"] == jid and d["criterion"] == cid
+        ),
+        None,
+    )
     if entry is None:
         raise Http404("No such judge and criterion in this report")
     page = Paginator(entry["examples"], 25).get_page(request.GET.get("page"))
     texts = selectors.subjects_describe(study=study, subjects=[e["subject"] for e in page])
     rows = [{**e, **texts.get(e["subject"], {"input": "", "outputs": []})} for e in page]
-    return render(request, "reports/disagreements.html", {
-        "study": study, "study_role": "lead", "report": report, "entry": entry, "page": page,
-        "rows": rows, "judge": lookup(result, "judges").get(jid, {}),
-        "criterion": lookup(result, "criteria").get(cid, {}),
-        "audit_url": reverse("reports-audit", kwargs={"slug": slug, "report_id": report.pk}),
-    })
+    return render(
+        request,
+        "reports/disagreements.html",
+        {
+            "study": study,
+            "study_role": "lead",
+            "report": report,
+            "entry": entry,
+            "page": page,
+            "rows": rows,
+            "judge": lookup(result, "judges").get(jid, {}),
+            "criterion": lookup(result, "criteria").get(cid, {}),
+            "audit_url": reverse("reports-audit", kwargs={"slug": slug, "report_id": report.pk}),
+        },
+    )

@@ -36,8 +36,11 @@ __all__ = [
 ]
 
 
-def dataset_import(*, study: Study, name: str, data_dir: Path, created_by: Any = None) -> ImportSummary:
+def dataset_import(
+    *, study: Study, name: str, data_dir: Path, created_by: Any = None
+) -> ImportSummary:
     """Convert a public data set to generic rows and import them with `ratings_import`."""
     ds = dataset_rows(name, Path(data_dir))
-    return ratings_import(study=study, rows=ds.rows, scales=ds.scales, families=ds.families,
-                          created_by=created_by)
+    return ratings_import(
+        study=study, rows=ds.rows, scales=ds.scales, families=ds.families, created_by=created_by
+    )

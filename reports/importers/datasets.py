@@ -66,10 +66,14 @@ def pandalm_rows(data_dir: Path) -> DatasetRows:
     base = data_dir / "pandalm"
     items = _load_json(base / "testset-v1.json")
     judges = {
-        "gpt-3.5-turbo": {str(r["idx"]): r["gpt_result"]
-                          for r in _load_json(base / "gpt-3.5-turbo-testset-v1.json")},
-        "pandalm-7b": {str(r["idx"]): r["pandalm_result"]
-                       for r in _load_json(base / "pandalm-7b-testset-v1.json")},
+        "gpt-3.5-turbo": {
+            str(r["idx"]): r["gpt_result"]
+            for r in _load_json(base / "gpt-3.5-turbo-testset-v1.json")
+        },
+        "pandalm-7b": {
+            str(r["idx"]): r["pandalm_result"]
+            for r in _load_json(base / "pandalm-7b-testset-v1.json")
+        },
     }
     rows: list[Row] = []
     for n, rec in enumerate(items, start=1):
@@ -81,22 +85,46 @@ def pandalm_rows(data_dir: Path) -> DatasetRows:
             "item_id": idx,
             "item_input": instruction + (f"\n\n{extra}" if extra else ""),
             "stratum.motivation_app": rec["motivation_app"],
-            "output_a": f"{idx}/{cand_a}", "output_b": f"{idx}/{cand_b}",
-            "candidate_a": cand_a, "candidate_b": cand_b,
-            "output_a_text": rec["response1"], "output_b_text": rec["response2"],
-            "order": "ab", "criterion": "preference",
+            "output_a": f"{idx}/{cand_a}",
+            "output_b": f"{idx}/{cand_b}",
+            "candidate_a": cand_a,
+            "candidate_b": cand_b,
+            "output_a_text": rec["response1"],
+            "output_b_text": rec["response2"],
+            "order": "ab",
+            "criterion": "preference",
         }
         for k in (1, 2, 3):
             label = _PANDALM_HUMAN.get(str(rec[f"annotator{k}"]).strip())
-            rows.append((n, {**common, "rater_id": f"annotator{k}", "rater_kind": "human",
-                             "value": label if label is not None else str(rec[f"annotator{k}"])}))
+            rows.append(
+                (
+                    n,
+                    {
+                        **common,
+                        "rater_id": f"annotator{k}",
+                        "rater_kind": "human",
+                        "value": label if label is not None else str(rec[f"annotator{k}"]),
+                    },
+                )
+            )
         for judge, results in judges.items():
             if idx in results:
-                rows.append((n, {**common, "rater_id": judge, "rater_kind": "judge",
-                                 "judge_version": "testset-v1",
-                                 "value": pandalm_judge_label(results[idx])}))
+                rows.append(
+                    (
+                        n,
+                        {
+                            **common,
+                            "rater_id": judge,
+                            "rater_kind": "judge",
+                            "judge_version": "testset-v1",
+                            "value": pandalm_judge_label(results[idx]),
+                        },
+                    )
+                )
     return DatasetRows(
-        name="pandalm", rows=rows, scales={"preference": ScaleSpec("pairwise")},
+        name="pandalm",
+        rows=rows,
+        scales={"preference": ScaleSpec("pairwise")},
         # PandaLM-7B is fine-tuned from LLaMA-7B, one of the candidates: a real self-preference
         # case. gpt-3.5-turbo has no candidate of its family here.
         families={"pandalm-7b": "llama", "llama-7b": "llama", "gpt-3.5-turbo": "gpt"},
@@ -131,8 +159,9 @@ def judge_bench_rows(data_dir: Path, dataset: str) -> DatasetRows:
     """
     key = dataset.replace("_", "-")
     if key not in JUDGE_BENCH_FILES:
-        raise DatasetError(f"unknown JUDGE-BENCH data set {dataset!r} "
-                           f"(one of {', '.join(JUDGE_BENCH_FILES)})")
+        raise DatasetError(
+            f"unknown JUDGE-BENCH data set {dataset!r} (one of {', '.join(JUDGE_BENCH_FILES)})"
+        )
     doc = _load_json(data_dir / "judge-bench" / JUDGE_BENCH_FILES[key])
     scales: dict[str, ScaleSpec] = {}
     metrics: dict[str, str] = {}
@@ -162,23 +191,51 @@ def judge_bench_rows(data_dir: Path, dataset: str) -> DatasetRows:
             for k, score in enumerate(scores, start=1):
                 if score is None:
                     continue
-                rows.append((n, {"item_id": item, "item_input": text, "output_id": item,
-                                 "rater_id": f"pos{k}", "rater_kind": "human",
-                                 "criterion": ck, "value": score}))
-    return DatasetRows(name=f"judge-bench:{key}", rows=rows, scales=scales,
-                       description=f"JUDGE-BENCH {doc.get('dataset', key)}")
+                rows.append(
+                    (
+                        n,
+                        {
+                            "item_id": item,
+                            "item_input": text,
+                            "output_id": item,
+                            "rater_id": f"pos{k}",
+                            "rater_kind": "human",
+                            "criterion": ck,
+                            "value": score,
+                        },
+                    )
+                )
+    return DatasetRows(
+        name=f"judge-bench:{key}",
+        rows=rows,
+        scales=scales,
+        description=f"JUDGE-BENCH {doc.get('dataset', key)}",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # HANNA
 # ---------------------------------------------------------------------------------------------
 
-HANNA_CRITERIA = {"RE": "Relevance", "CH": "Coherence", "EM": "Empathy", "SU": "Surprise",
-                  "EG": "Engagement", "CX": "Complexity"}
+HANNA_CRITERIA = {
+    "RE": "Relevance",
+    "CH": "Coherence",
+    "EM": "Empathy",
+    "SU": "Surprise",
+    "EG": "Engagement",
+    "CX": "Complexity",
+}
 HANNA_LLMS = ("Beluga-13B", "Llama-13B", "Mistral-7B", "ChatGPT", "OrcaPlatypus")
-_HANNA_FAMILIES = {"ChatGPT": "gpt", "GPT": "gpt", "GPT-2": "gpt", "GPT-2 (tag)": "gpt",
-                   "Llama-13B": "llama", "Beluga-13B": "llama", "OrcaPlatypus": "llama",
-                   "Mistral-7B": "mistral"}
+_HANNA_FAMILIES = {
+    "ChatGPT": "gpt",
+    "GPT": "gpt",
+    "GPT-2": "gpt",
+    "GPT-2 (tag)": "gpt",
+    "Llama-13B": "llama",
+    "Beluga-13B": "llama",
+    "OrcaPlatypus": "llama",
+    "Mistral-7B": "mistral",
+}
 
 
 def hanna_rows(data_dir: Path, *, prompts: tuple[int, ...] = (1, 2, 3, 4)) -> DatasetRows:
@@ -204,7 +261,9 @@ def hanna_rows(data_dir: Path, *, prompts: tuple[int, ...] = (1, 2, 3, 4)) -> Da
         source = rec["Model"]
         parsed: dict[str, list[Any]] = {}
 
-        def col(name: str, _rec: Mapping[str, str] = rec, _parsed: dict[str, list[Any]] = parsed) -> list[Any]:
+        def col(
+            name: str, _rec: Mapping[str, str] = rec, _parsed: dict[str, list[Any]] = parsed
+        ) -> list[Any]:
             if name not in _parsed:
                 _parsed[name] = json.loads(_rec[name])
             return _parsed[name]
@@ -212,28 +271,63 @@ def hanna_rows(data_dir: Path, *, prompts: tuple[int, ...] = (1, 2, 3, 4)) -> Da
         n_stories = len(col("Relevance"))
         for i in range(n_stories):
             line += 1
-            base = {"item_id": f"prompt-{i + 1:02d}", "output_id": f"{source}/{i + 1:02d}",
-                    "candidate": source}
+            base = {
+                "item_id": f"prompt-{i + 1:02d}",
+                "output_id": f"{source}/{i + 1:02d}",
+                "candidate": source,
+            }
             for xx, crit in HANNA_CRITERIA.items():
                 ck = crit.lower()
                 for k in (1, 2, 3):
-                    rows.append((line, {**base, "rater_id": f"human-{k}", "rater_kind": "human",
-                                        "criterion": ck, "value": col(f"Human {k} {xx}")[i]}))
+                    rows.append(
+                        (
+                            line,
+                            {
+                                **base,
+                                "rater_id": f"human-{k}",
+                                "rater_kind": "human",
+                                "criterion": ck,
+                                "value": col(f"Human {k} {xx}")[i],
+                            },
+                        )
+                    )
                 for llm in HANNA_LLMS:
                     for p in prompts:
                         name = f"{llm} {xx} {p}"
                         if name not in rec:
                             continue
-                        rows.append((line, {**base, "rater_id": llm, "rater_kind": "judge",
-                                            "judge_version": f"prompt-{p}",
-                                            "value_type": "continuous", "criterion": ck,
-                                            "value": col(name)[i]}))
+                        rows.append(
+                            (
+                                line,
+                                {
+                                    **base,
+                                    "rater_id": llm,
+                                    "rater_kind": "judge",
+                                    "judge_version": f"prompt-{p}",
+                                    "value_type": "continuous",
+                                    "criterion": ck,
+                                    "value": col(name)[i],
+                                },
+                            )
+                        )
             if bleu_col is not None:
-                rows.append((line, {**base, "rater_id": "BLEU", "rater_kind": "judge",
-                                    "judge_version": "metric", "value_type": "continuous",
-                                    "criterion": "relevance", "value": col(bleu_col)[i]}))
+                rows.append(
+                    (
+                        line,
+                        {
+                            **base,
+                            "rater_id": "BLEU",
+                            "rater_kind": "judge",
+                            "judge_version": "metric",
+                            "value_type": "continuous",
+                            "criterion": "relevance",
+                            "value": col(bleu_col)[i],
+                        },
+                    )
+                )
     return DatasetRows(
-        name="hanna", rows=rows,
+        name="hanna",
+        rows=rows,
         scales={c.lower(): scale_parse("ordinal:1-5") for c in HANNA_CRITERIA.values()},
         families=dict(_HANNA_FAMILIES),
         description="HANNA with LLM ratings (dig-team/hanna-benchmark-asg, MIT)",

@@ -48,16 +48,43 @@ BATCH = 5000
 DEFAULT_CANDIDATE = "imported"
 DEFAULT_JUDGE_VERSION = "imported"
 SCALES = ("binary", "ordinal", "pairwise", "categorical")
-_BINARY_ALIASES = {"pass": "pass", "fail": "fail", "true": "pass", "false": "fail", "1": "pass",
-                   "0": "fail", "yes": "pass", "no": "fail"}
+_BINARY_ALIASES = {
+    "pass": "pass",
+    "fail": "fail",
+    "true": "pass",
+    "false": "fail",
+    "1": "pass",
+    "0": "fail",
+    "yes": "pass",
+    "no": "fail",
+}
 _PAIRWISE_ALIASES = {"a": "A", "b": "B", "tie": "tie"}
 _SWAP = {"A": "B", "B": "A", "tie": "tie"}
-_KNOWN_FIELDS = frozenset({
-    "item_id", "item_input", "output_id", "candidate", "output_text", "output_a", "output_b",
-    "candidate_a", "candidate_b", "output_a_text", "output_b_text", "order", "rater_id",
-    "rater_kind", "judge_version", "value_type", "criterion", "value", "severity", "stratum",
-    "meta",
-})
+_KNOWN_FIELDS = frozenset(
+    {
+        "item_id",
+        "item_input",
+        "output_id",
+        "candidate",
+        "output_text",
+        "output_a",
+        "output_b",
+        "candidate_a",
+        "candidate_b",
+        "output_a_text",
+        "output_b_text",
+        "order",
+        "rater_id",
+        "rater_kind",
+        "judge_version",
+        "value_type",
+        "criterion",
+        "value",
+        "severity",
+        "stratum",
+        "meta",
+    }
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,7 +108,9 @@ def _detect_format(name: str, head: str) -> str:
     return "jsonl" if head.lstrip().startswith("{") else "csv"
 
 
-def ratings_read(source: str | Path | IO[str], *, fmt: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+def ratings_read(
+    source: str | Path | IO[str], *, fmt: str | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line, row) from a CSV (header row: line 1) or JSON Lines file.
 
     CSV cells are strings ("" = absent). JSON Lines rows may also give ``"stratum": {dim: label}``
@@ -90,10 +119,10 @@ def ratings_read(source: str | Path | IO[str], *, fmt: str | None = None) -> Ite
     """
     if isinstance(source, (str, Path)):
         path = Path(source)
-        with path.open(encoding="utf-8", newline="") as fh:
-            yield from ratings_read(fh, fmt=fmt or _detect_format(path.name, ""))
+        with path.open(encoding="utf-8", newline="") as opened:
+            yield from ratings_read(opened, fmt=fmt or _detect_format(path.name, ""))
         return
-    fh = source
+    fh: IO[str] = source
     if fmt is None:
         text = fh.read()
         fmt = _detect_format("", text)
@@ -258,9 +287,14 @@ class ImportSummary:
         target[model] = target.get(model, 0) + n
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "created": self.created, "updated": self.updated,
-                "unchanged": self.unchanged, "criteria_created": self.criteria_created,
-                "notes": self.notes}
+        return {
+            "rows": self.rows,
+            "created": self.created,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "criteria_created": self.criteria_created,
+            "notes": self.notes,
+        }
 
 
 class _Problems:
@@ -279,9 +313,13 @@ class _Problems:
         raise ValidationFailed(
             f"The ratings did not validate: line {first['line']}: {first['field']}: "
             f"{first['message']}{suffix}",
-            details={"errors": [f"line {p['line']}: {p['field']}: {p['message']}"
-                                for p in self.items[:MAX_ERRORS]],
-                     "error_count": len(self.items)},
+            details={
+                "errors": [
+                    f"line {p['line']}: {p['field']}: {p['message']}"
+                    for p in self.items[:MAX_ERRORS]
+                ],
+                "error_count": len(self.items),
+            },
         )
 
 
@@ -303,9 +341,9 @@ def _strata_and_meta(row: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, 
     meta: dict[str, Any] = {}
     for key, value in row.items():
         if key.startswith("stratum.") and value not in (None, ""):
-            strata[key[len("stratum."):]] = str(value)
+            strata[key[len("stratum.") :]] = str(value)
         elif key.startswith("meta.") and value not in (None, ""):
-            meta[key[len("meta."):]] = value
+            meta[key[len("meta.") :]] = value
     if isinstance(row.get("stratum"), dict):
         strata.update({str(k): str(v) for k, v in row["stratum"].items() if v not in (None, "")})
     if isinstance(row.get("meta"), dict):
@@ -327,7 +365,12 @@ class _Plan:
 
 
 def _slug_ok(key: str) -> bool:
-    return bool(key) and len(key) <= 60 and all(c.isalnum() or c in "-_" for c in key) and key.isascii()
+    return (
+        bool(key)
+        and len(key) <= 60
+        and all(c.isalnum() or c in "-_" for c in key)
+        and key.isascii()
+    )
 
 
 def ratings_validate(
@@ -357,9 +400,21 @@ def ratings_validate(
     try:
         for line, row in rows:
             n_rows += 1
-            _validate_row(line, row, problems, ratings, items, item_first_line, outputs,
-                          output_ids, values_by_criterion, pairwise_criteria, single_criteria,
-                          judge_value_types, pair_orientation)
+            _validate_row(
+                line,
+                row,
+                problems,
+                ratings,
+                items,
+                item_first_line,
+                outputs,
+                output_ids,
+                values_by_criterion,
+                pairwise_criteria,
+                single_criteria,
+                judge_value_types,
+                pair_orientation,
+            )
     except ReadError as exc:
         problems.add(exc.line, exc.message.split(":", 1)[0], exc.message.split(":", 1)[-1].strip())
     if n_rows == 0 and not problems.items:
@@ -380,27 +435,44 @@ def ratings_validate(
             crit = existing[key]
             criteria[key] = _CriterionView(key, crit.scale, criterion_allowed_values(crit), crit)
             if key in scales and scales[key].scale != crit.scale:
-                problems.add(line, "criterion", f"'{key}' exists as {crit.scale}; --scale says "
-                             f"{scales[key].scale}")
+                problems.add(
+                    line,
+                    "criterion",
+                    f"'{key}' exists as {crit.scale}; --scale says {scales[key].scale}",
+                )
             continue
         if not _slug_ok(key):
-            problems.add(line, "criterion", f"'{key}' is not a valid criterion key (letters, "
-                         "digits, - and _; at most 60 characters)")
+            problems.add(
+                line,
+                "criterion",
+                f"'{key}' is not a valid criterion key (letters, "
+                "digits, - and _; at most 60 characters)",
+            )
             continue
         spec = scales.get(key) or _infer_scale(values_by_criterion[key], key in pairwise_criteria)
         if spec.scale == "categorical" and len(spec.points) < 2:
-            problems.add(line, "criterion", f"cannot infer the scale of '{key}' from its values; "
-                         "give it explicitly (--scale KEY=ordinal:1-5, ...)")
+            problems.add(
+                line,
+                "criterion",
+                f"cannot infer the scale of '{key}' from its values; "
+                "give it explicitly (--scale KEY=ordinal:1-5, ...)",
+            )
             continue
         new_criteria[key] = spec
-        values = list(PAIRWISE_VALUES) if spec.scale == "pairwise" else (
-            ["pass", "fail"] if spec.scale == "binary" else list(spec.points))
+        values = (
+            list(PAIRWISE_VALUES)
+            if spec.scale == "pairwise"
+            else (["pass", "fail"] if spec.scale == "binary" else list(spec.points))
+        )
         criteria[key] = _CriterionView(key, spec.scale, values, None)
     for key, view in criteria.items():
         if (view.scale == "pairwise") != (key in pairwise_criteria):
-            problems.add(first_line[key], "criterion",
-                         f"'{key}' is {view.scale} but the rows are "
-                         f"{'pairwise' if key in pairwise_criteria else 'single-output'}")
+            problems.add(
+                first_line[key],
+                "criterion",
+                f"'{key}' is {view.scale} but the rows are "
+                f"{'pairwise' if key in pairwise_criteria else 'single-output'}",
+            )
     problems.raise_if_any()
 
     seen: dict[tuple[Any, ...], tuple[int, str]] = {}
@@ -409,24 +481,50 @@ def ratings_validate(
         continuous = r.value_type == "continuous"
         if continuous:
             if view.scale != "ordinal":
-                problems.add(r.line, "value_type", "continuous scores are only allowed on "
-                             f"ordinal criteria ('{r.criterion}' is {view.scale})")
+                problems.add(
+                    r.line,
+                    "value_type",
+                    "continuous scores are only allowed on "
+                    f"ordinal criteria ('{r.criterion}' is {view.scale})",
+                )
             elif _as_number(r.raw_value) is None:
                 problems.add(r.line, "value", f"{r.raw_value!r} is not a finite number")
         elif view.canonical(r.raw_value) is None:
-            problems.add(r.line, "value", f"{r.raw_value!r} is not a value of the {view.scale} "
-                         f"criterion '{r.criterion}' (allowed: {', '.join(view.values)})")
+            problems.add(
+                r.line,
+                "value",
+                f"{r.raw_value!r} is not a value of the {view.scale} "
+                f"criterion '{r.criterion}' (allowed: {', '.join(view.values)})",
+            )
         subject = r.output if r.output is not None else r.pair
-        key = (r.kind, r.rater, r.judge_version, r.criterion, subject, r.order if r.kind == "judge" else "")
-        if key in seen:
-            problems.add(r.line, "rater_id", f"duplicate rating of this subject for criterion "
-                         f"'{r.criterion}' by '{r.rater}' (first on line {seen[key][0]})")
+        dedupe = (
+            r.kind,
+            r.rater,
+            r.judge_version,
+            r.criterion,
+            subject,
+            r.order if r.kind == "judge" else "",
+        )
+        if dedupe in seen:
+            problems.add(
+                r.line,
+                "rater_id",
+                f"duplicate rating of this subject for criterion "
+                f"'{r.criterion}' by '{r.rater}' (first on line {seen[dedupe][0]})",
+            )
         else:
-            seen[key] = (r.line, r.raw_value)
+            seen[dedupe] = (r.line, r.raw_value)
     problems.raise_if_any()
     pairs = list({r.pair: None for r in ratings if r.pair is not None})
-    return _Plan(ratings=ratings, criteria=criteria, new_criteria=new_criteria, items=items,
-                 outputs=outputs, pairs=pairs, judge_value_types=judge_value_types)
+    return _Plan(
+        ratings=ratings,
+        criteria=criteria,
+        new_criteria=new_criteria,
+        items=items,
+        outputs=outputs,
+        pairs=pairs,
+        judge_value_types=judge_value_types,
+    )
 
 
 def _validate_row(
@@ -456,8 +554,13 @@ def _validate_row(
     kind = _text(row, "rater_kind").lower()
     criterion = _text(row, "criterion")
     value = _text(row, "value")
-    for name, val in (("item_id", item), ("rater_id", rater), ("rater_kind", kind),
-                      ("criterion", criterion), ("value", value)):
+    for name, val in (
+        ("item_id", item),
+        ("rater_id", rater),
+        ("rater_kind", kind),
+        ("criterion", criterion),
+        ("value", value),
+    ):
         if not val:
             problems.add(line, name, "required")
     if len(item) > 200:
@@ -479,8 +582,11 @@ def _validate_row(
             problems.add(line, "rater_id", "judge names are at most 200 characters")
         prev = judge_value_types.setdefault((rater, judge_version), value_type)
         if prev != value_type:
-            problems.add(line, "value_type", f"judge '{rater}' version '{judge_version}' mixes "
-                         "label and continuous values")
+            problems.add(
+                line,
+                "value_type",
+                f"judge '{rater}' version '{judge_version}' mixes label and continuous values",
+            )
     severity: int | None = None
     sev_text = _text(row, "severity")
     if sev_text:
@@ -505,17 +611,29 @@ def _validate_row(
         else:
             for dim, label in strata.items():
                 if entry["strata"].setdefault(dim, label) != label:
-                    problems.add(line, f"stratum.{dim}", f"item '{item}' is '{entry['strata'][dim]}'"
-                                 f" on line {item_first_line[item]} but '{label}' here")
+                    problems.add(
+                        line,
+                        f"stratum.{dim}",
+                        f"item '{item}' is '{entry['strata'][dim]}'"
+                        f" on line {item_first_line[item]} but '{label}' here",
+                    )
             for k, v in meta.items():
                 entry["meta"].setdefault(k, v)
             if item_input and not entry["input"]:
                 entry["input"] = item_input
 
     pairwise = bool(_text(row, "output_a") or _text(row, "output_b"))
-    rating = _Rating(line=line, kind=kind, rater=rater, judge_version=judge_version,
-                     value_type=value_type, criterion=criterion, raw_value=value,
-                     severity=severity, item=item)
+    rating = _Rating(
+        line=line,
+        kind=kind,
+        rater=rater,
+        judge_version=judge_version,
+        value_type=value_type,
+        criterion=criterion,
+        raw_value=value,
+        severity=severity,
+        item=item,
+    )
 
     def register_output(out_id: str, candidate: str, text: str, fld: str) -> tuple[str, str]:
         key = (item, candidate)
@@ -523,13 +641,21 @@ def _validate_row(
             problems.add(line, fld, "candidate names are at most 200 characters")
         known = output_ids.get(out_id)
         if known is not None and known != key:
-            problems.add(line, fld, f"output '{out_id}' was item '{known[0]}' / candidate "
-                         f"'{known[1]}' earlier in the file")
+            problems.add(
+                line,
+                fld,
+                f"output '{out_id}' was item '{known[0]}' / candidate "
+                f"'{known[1]}' earlier in the file",
+            )
         output_ids.setdefault(out_id, key)
         entry = outputs.setdefault(key, {"text": "", "output_id": out_id})
         if entry["output_id"] != out_id:
-            problems.add(line, fld, f"item '{item}' already has output '{entry['output_id']}' of "
-                         f"candidate '{candidate}' (one output per item and candidate)")
+            problems.add(
+                line,
+                fld,
+                f"item '{item}' already has output '{entry['output_id']}' of "
+                f"candidate '{candidate}' (one output per item and candidate)",
+            )
         if text and not entry["text"]:
             entry["text"] = text
         return key
@@ -538,19 +664,25 @@ def _validate_row(
         pairwise_criteria.add(criterion)
         out_a, out_b = _text(row, "output_a"), _text(row, "output_b")
         cand_a, cand_b = _text(row, "candidate_a"), _text(row, "candidate_b")
-        for name, val in (("output_a", out_a), ("output_b", out_b), ("candidate_a", cand_a),
-                          ("candidate_b", cand_b)):
+        for name, val in (
+            ("output_a", out_a),
+            ("output_b", out_b),
+            ("candidate_a", cand_a),
+            ("candidate_b", cand_b),
+        ):
             if not val:
                 problems.add(line, name, "required for a pairwise rating")
         if out_a and out_a == out_b:
             problems.add(line, "output_b", "a comparison needs two different outputs")
         if cand_a and cand_a == cand_b:
-            problems.add(line, "candidate_b", "the two outputs of an item come from different "
-                         "candidates")
+            problems.add(
+                line, "candidate_b", "the two outputs of an item come from different candidates"
+            )
         order = _text(row, "order").lower() or "ab"
         if order not in ("ab", "ba"):
-            problems.add(line, "order", f"must be 'ab' or 'ba' (the order the rater saw them), got"
-                         f" {order!r}")
+            problems.add(
+                line, "order", f"must be 'ab' or 'ba' (the order the rater saw them), got {order!r}"
+            )
         if _text(row, "output_id"):
             problems.add(line, "output_id", "give either output_id or output_a/output_b")
         if len(problems.items) == start:
@@ -572,8 +704,9 @@ def _validate_row(
             problems.add(line, "order", "only pairwise ratings have an order")
         candidate = _text(row, "candidate") or DEFAULT_CANDIDATE
         if len(problems.items) == start:
-            rating.output = register_output(out_id, candidate, _text(row, "output_text"),
-                                            "output_id")
+            rating.output = register_output(
+                out_id, candidate, _text(row, "output_text"), "output_id"
+            )
     if len(problems.items) == start:
         ratings.append(rating)
         if value_type != "continuous":
@@ -609,7 +742,7 @@ def importer_username(study: Study, rater_id: str) -> str:
     if len(name) <= 150:
         return name
     digest = hashlib.sha256(rater_id.encode()).hexdigest()[:16]
-    return f"{study.slug}:{rater_id[:150 - len(study.slug) - 18]}~{digest}"
+    return f"{study.slug}:{rater_id[: 150 - len(study.slug) - 18]}~{digest}"
 
 
 def ratings_import(
@@ -637,32 +770,46 @@ def ratings_import(
         comparison_of = _write_comparisons(study, plan, item_ids, output_ids, summary)
         user_ids = _write_humans(study, plan, summary)
         version_ids = _write_judges(study, plan, families, created_by, summary)
-        _write_ratings(plan, crit_by_key, output_ids, comparison_of, user_ids, version_ids,
-                       summary)
+        _write_ratings(plan, crit_by_key, output_ids, comparison_of, user_ids, version_ids, summary)
     return summary
 
 
-def _write_criteria(study: Study, plan: _Plan, summary: ImportSummary, created_by: Any) -> dict[str, Criterion]:
+def _write_criteria(
+    study: Study, plan: _Plan, summary: ImportSummary, created_by: Any
+) -> dict[str, Criterion]:
     out = {k: v.existing for k, v in plan.criteria.items() if v.existing is not None}
     if plan.new_criteria:
         rubric = study.rubric_versions.order_by("-version").first()
         if rubric is None:
-            rubric = RubricVersion.objects.create(study=study, version=1, created_by=created_by,
-                                                  notes="created by the ratings importer")
+            rubric = RubricVersion.objects.create(
+                study=study,
+                version=1,
+                created_by=created_by,
+                notes="created by the ratings importer",
+            )
         pos = (Criterion.objects.filter(rubric=rubric).aggregate(m=Max("position"))["m"] or 0) + 1
         for i, (key, spec) in enumerate(plan.new_criteria.items()):
-            out[key] = Criterion.objects.create(rubric=rubric, key=key, name=key, scale=spec.scale,
-                                                points=spec.as_points(), position=pos + i)
+            out[key] = Criterion.objects.create(
+                rubric=rubric,
+                key=key,
+                name=key,
+                scale=spec.scale,
+                points=spec.as_points(),
+                position=pos + i,
+            )
             summary.criteria_created.append(key)
-            summary.notes.append(f"criterion '{key}' created in rubric v{rubric.version} as "
-                                 f"{spec.describe()}")
+            summary.notes.append(
+                f"criterion '{key}' created in rubric v{rubric.version} as {spec.describe()}"
+            )
             summary.bump("created", "criterion")
     return out
 
 
 def _write_items(study: Study, plan: _Plan, summary: ImportSummary) -> dict[str, int]:
-    existing = {it.external_id: it for it in
-                Item.objects.filter(study=study, external_id__in=list(plan.items))}
+    existing = {
+        it.external_id: it
+        for it in Item.objects.filter(study=study, external_id__in=list(plan.items))
+    }
     new: list[Item] = []
     changed: list[Item] = []
     dims: dict[str, None] = {}
@@ -672,8 +819,15 @@ def _write_items(study: Study, plan: _Plan, summary: ImportSummary) -> dict[str,
         meta = {**spec["meta"], **spec["strata"]}
         it = existing.get(ext)
         if it is None:
-            new.append(Item(study=study, external_id=ext, input=spec["input"], metadata=meta,
-                            strata=dict(spec["strata"])))
+            new.append(
+                Item(
+                    study=study,
+                    external_id=ext,
+                    input=spec["input"],
+                    metadata=meta,
+                    strata=dict(spec["strata"]),
+                )
+            )
             continue
         merged_meta = {**(it.metadata or {}), **meta}
         merged_strata = {**(it.strata or {}), **spec["strata"]}
@@ -692,18 +846,33 @@ def _write_items(study: Study, plan: _Plan, summary: ImportSummary) -> dict[str,
     have = set(StratumDimension.objects.filter(study=study).values_list("key", flat=True))
     pos = StratumDimension.objects.filter(study=study).aggregate(m=Max("position"))["m"] or 0
     for i, dim in enumerate(d for d in dims if d not in have):
-        StratumDimension.objects.create(study=study, key=dim, name=dim, kind="categorical",
-                                        source=f"metadata.{dim}", config={}, position=pos + 1 + i)
+        StratumDimension.objects.create(
+            study=study,
+            key=dim,
+            name=dim,
+            kind="categorical",
+            source=f"metadata.{dim}",
+            config={},
+            position=pos + 1 + i,
+        )
         summary.bump("created", "stratum_dimension")
-    return dict(Item.objects.filter(study=study, external_id__in=list(plan.items))
-                .values_list("external_id", "id"))
+    return dict(
+        Item.objects.filter(study=study, external_id__in=list(plan.items)).values_list(
+            "external_id", "id"
+        )
+    )
 
 
-def _write_candidates(study: Study, plan: _Plan, families: Mapping[str, str], summary: ImportSummary) -> dict[str, int]:
+def _write_candidates(
+    study: Study, plan: _Plan, families: Mapping[str, str], summary: ImportSummary
+) -> dict[str, int]:
     names = {cand for (_, cand) in plan.outputs}
     existing = {c.name: c for c in Candidate.objects.filter(study=study, name__in=names)}
-    new = [Candidate(study=study, name=n, model_id=n, model_family=families.get(n, ""))
-           for n in sorted(names) if n not in existing]
+    new = [
+        Candidate(study=study, name=n, model_id=n, model_family=families.get(n, ""))
+        for n in sorted(names)
+        if n not in existing
+    ]
     Candidate.objects.bulk_create(new)
     summary.bump("created", "candidate", len(new))
     for name, cand in existing.items():
@@ -716,13 +885,19 @@ def _write_candidates(study: Study, plan: _Plan, families: Mapping[str, str], su
 
 
 def _write_outputs(
-    study: Study, plan: _Plan, item_ids: Mapping[str, int], cand_ids: Mapping[str, int],
+    study: Study,
+    plan: _Plan,
+    item_ids: Mapping[str, int],
+    cand_ids: Mapping[str, int],
     summary: ImportSummary,
 ) -> dict[tuple[str, str], int]:
     existing: dict[tuple[int, int], Output] = {
         (o.item_id, o.candidate_id): o
-        for o in Output.objects.filter(study=study, item_id__in=list(item_ids.values()),
-                                       candidate_id__in=list(cand_ids.values()))
+        for o in Output.objects.filter(
+            study=study,
+            item_id__in=list(item_ids.values()),
+            candidate_id__in=list(cand_ids.values()),
+        )
     }
     new: list[Output] = []
     changed: list[Output] = []
@@ -730,8 +905,15 @@ def _write_outputs(
         key = (item_ids[item], cand_ids[cand])
         out = existing.get(key)
         if out is None:
-            new.append(Output(study=study, item_id=key[0], candidate_id=key[1], text=spec["text"],
-                              metadata={"import_output_id": spec["output_id"]}))
+            new.append(
+                Output(
+                    study=study,
+                    item_id=key[0],
+                    candidate_id=key[1],
+                    text=spec["text"],
+                    metadata={"import_output_id": spec["output_id"]},
+                )
+            )
         elif spec["text"] and out.text != spec["text"]:
             out.text = spec["text"]
             changed.append(out)
@@ -740,23 +922,33 @@ def _write_outputs(
     summary.bump("created", "output", len(new))
     summary.bump("updated", "output", len(changed))
     ids = {
-        (i, c): oid for oid, i, c in Output.objects.filter(
-            study=study, item_id__in=list(item_ids.values()),
-            candidate_id__in=list(cand_ids.values())).values_list("id", "item_id", "candidate_id")
+        (i, c): oid
+        for oid, i, c in Output.objects.filter(
+            study=study,
+            item_id__in=list(item_ids.values()),
+            candidate_id__in=list(cand_ids.values()),
+        ).values_list("id", "item_id", "candidate_id")
     }
     return {(item, cand): ids[(item_ids[item], cand_ids[cand])] for (item, cand) in plan.outputs}
 
 
 def _write_comparisons(
-    study: Study, plan: _Plan, item_ids: Mapping[str, int],
-    output_ids: Mapping[tuple[str, str], int], summary: ImportSummary,
+    study: Study,
+    plan: _Plan,
+    item_ids: Mapping[str, int],
+    output_ids: Mapping[tuple[str, str], int],
+    summary: ImportSummary,
 ) -> dict[tuple[tuple[str, str], tuple[str, str]], tuple[int, bool]]:
     """Comparison id per pair as written in the file, and whether it is stored reversed."""
     if not plan.pairs:
         return {}
     out_ids = {output_ids[k] for pair in plan.pairs for k in pair}
-    existing = {(a, b): cid for cid, a, b in Comparison.objects.filter(
-        study=study, output_a_id__in=out_ids).values_list("id", "output_a_id", "output_b_id")}
+    existing = {
+        (a, b): cid
+        for cid, a, b in Comparison.objects.filter(
+            study=study, output_a_id__in=out_ids
+        ).values_list("id", "output_a_id", "output_b_id")
+    }
     new: list[Comparison] = []
     planned: set[tuple[int, int]] = set()
     for pair in plan.pairs:
@@ -764,12 +956,17 @@ def _write_comparisons(
         if (a, b) in existing or (b, a) in existing or (b, a) in planned or (a, b) in planned:
             continue
         planned.add((a, b))
-        new.append(Comparison(study=study, item_id=item_ids[pair[0][0]], output_a_id=a,
-                              output_b_id=b))
+        new.append(
+            Comparison(study=study, item_id=item_ids[pair[0][0]], output_a_id=a, output_b_id=b)
+        )
     Comparison.objects.bulk_create(new, batch_size=BATCH)
     summary.bump("created", "comparison", len(new))
-    existing = {(a, b): cid for cid, a, b in Comparison.objects.filter(
-        study=study, output_a_id__in=out_ids).values_list("id", "output_a_id", "output_b_id")}
+    existing = {
+        (a, b): cid
+        for cid, a, b in Comparison.objects.filter(
+            study=study, output_a_id__in=out_ids
+        ).values_list("id", "output_a_id", "output_b_id")
+    }
     result: dict[tuple[tuple[str, str], tuple[str, str]], tuple[int, bool]] = {}
     for pair in plan.pairs:
         a, b = output_ids[pair[0]], output_ids[pair[1]]
@@ -781,18 +978,28 @@ def _write_humans(study: Study, plan: _Plan, summary: ImportSummary) -> dict[str
     User = get_user_model()
     raters = list({r.rater: None for r in plan.ratings if r.kind == "human"})
     names = {r: importer_username(study, r) for r in raters}
-    existing = dict(User.objects.filter(username__in=list(names.values()))
-                    .values_list("username", "id"))
+    existing = dict(
+        User.objects.filter(username__in=list(names.values())).values_list("username", "id")
+    )
     unusable = make_password(None)
-    new = [User(username=names[r], is_active=False, password=unusable)
-           for r in raters if names[r] not in existing]
+    new = [
+        User(username=names[r], is_active=False, password=unusable)
+        for r in raters
+        if names[r] not in existing
+    ]
     User.objects.bulk_create(new, batch_size=BATCH)
     summary.bump("created", "user", len(new))
     ids = dict(User.objects.filter(username__in=list(names.values())).values_list("username", "id"))
-    members = set(Membership.objects.filter(study=study, user_id__in=list(ids.values()))
-                  .values_list("user_id", flat=True))
-    new_members = [Membership(study=study, user_id=uid, role=Membership.Role.ANNOTATOR)
-                   for uid in ids.values() if uid not in members]
+    members = set(
+        Membership.objects.filter(study=study, user_id__in=list(ids.values())).values_list(
+            "user_id", flat=True
+        )
+    )
+    new_members = [
+        Membership(study=study, user_id=uid, role=Membership.Role.ANNOTATOR)
+        for uid in ids.values()
+        if uid not in members
+    ]
     Membership.objects.bulk_create(new_members, batch_size=BATCH)
     summary.bump("created", "membership", len(new_members))
     return {r: ids[names[r]] for r in raters}
@@ -804,30 +1011,45 @@ def _version_hash(label: str, value_type: str) -> str:
 
 
 def _write_judges(
-    study: Study, plan: _Plan, families: Mapping[str, str], created_by: Any, summary: ImportSummary,
+    study: Study,
+    plan: _Plan,
+    families: Mapping[str, str],
+    created_by: Any,
+    summary: ImportSummary,
 ) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
     for (name, label), value_type in plan.judge_value_types.items():
         judge = Judge.objects.filter(study=study, name=name).first()
         if judge is None:
-            judge = Judge.objects.create(study=study, name=name, kind=Judge.Kind.IMPORTED,
-                                         description="Ratings imported from a file",
-                                         created_by=created_by)
+            judge = Judge.objects.create(
+                study=study,
+                name=name,
+                kind=Judge.Kind.IMPORTED,
+                description="Ratings imported from a file",
+                created_by=created_by,
+            )
             summary.bump("created", "judge")
         elif judge.kind != Judge.Kind.IMPORTED:
             raise ValidationFailed(
                 f"The ratings did not validate: rater_id: '{name}' is an existing {judge.kind} "
                 "judge; imported ratings need their own judge name",
-                details={"errors": [f"rater_id: '{name}' is an existing {judge.kind} judge"],
-                         "error_count": 1})
+                details={
+                    "errors": [f"rater_id: '{name}' is an existing {judge.kind} judge"],
+                    "error_count": 1,
+                },
+            )
         digest = _version_hash(label, value_type)
         version = JudgeVersion.objects.filter(judge=judge, content_hash=digest).first()
         family = families.get(name, "")
         if version is None:
             number = (judge.versions.aggregate(m=Max("version"))["m"] or 0) + 1
             version = JudgeVersion.objects.create(
-                judge=judge, version=number, content_hash=digest, model_family=family,
-                config={"imported": True, "label": label, "value_type": value_type})
+                judge=judge,
+                version=number,
+                content_hash=digest,
+                model_family=family,
+                config={"imported": True, "label": label, "value_type": value_type},
+            )
             summary.bump("created", "judge_version")
         elif family and version.model_family != family:
             version.model_family = family
@@ -864,11 +1086,15 @@ def _write_ratings(
             subject = ("output", output_ids[r.output])
         if r.kind == "human":
             ann[(user_ids[r.rater], crit.pk, *subject)] = {
-                "value": value, "value_num": _value_num(view.scale, value, False),
-                "severity": r.severity}
+                "value": value,
+                "value_num": _value_num(view.scale, value, False),
+                "severity": r.severity,
+            }
         else:
             key = (version_ids[(r.rater, r.judge_version)], crit.pk, *subject)
-            entry = ver.setdefault(key, {"orders": {}, "continuous": continuous, "scale": view.scale})
+            entry = ver.setdefault(
+                key, {"orders": {}, "continuous": continuous, "scale": view.scale}
+            )
             # The order key records which output the judge saw first, in canonical terms.
             if r.pair is not None:
                 cid, reversed_ = comparison_of[r.pair]
@@ -889,22 +1115,24 @@ def _bulk_insert(model: type[models.Model], rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
     if connection.vendor != "postgresql":
-        model.objects.bulk_create([model(**r) for r in rows], batch_size=BATCH)
+        model._default_manager.bulk_create([model(**r) for r in rows], batch_size=BATCH)
         return
     given = list(rows[0])
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    by_attname = {f.attname: f for f in fields}
     now = timezone.now()
     defaults: dict[str, Any] = {}
     for f in fields:
         if f.attname in given:
             continue
+        column = str(f.column)
         if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
-            defaults[f.column] = now
+            defaults[column] = now
         elif isinstance(f, models.JSONField):
-            defaults[f.column] = json.dumps(f.get_default())
+            defaults[column] = json.dumps(f.get_default())
         else:
-            defaults[f.column] = f.get_default()
-    columns = [model._meta.get_field(a).column for a in given] + list(defaults)
+            defaults[column] = f.get_default()
+    columns = [str(by_attname[a].column) for a in given] + list(defaults)
     tail = tuple(defaults.values())
     sql = f'COPY "{model._meta.db_table}" (' + ", ".join(f'"{c}"' for c in columns) + ") FROM STDIN"
     with connection.cursor() as cur, cur.cursor.copy(sql) as copy:
@@ -912,30 +1140,50 @@ def _bulk_insert(model: type[models.Model], rows: list[dict[str, Any]]) -> None:
             copy.write_row((*r.values(), *tail))
 
 
-def _upsert_annotations(ann: Mapping[tuple[int, int, str, int], dict[str, Any]], summary: ImportSummary) -> None:
+def _upsert_annotations(
+    ann: Mapping[tuple[int, int, str, int], dict[str, Any]], summary: ImportSummary
+) -> None:
     if not ann:
         return
     users = {k[0] for k in ann}
     crits = {k[1] for k in ann}
     existing: dict[tuple[int, int, str, int], Annotation] = {}
     for a in Annotation.objects.filter(annotator_id__in=users, criterion_id__in=crits).only(
-            "id", "annotator_id", "criterion_id", "output_id", "comparison_id", "value",
-            "value_num", "severity"):
+        "id",
+        "annotator_id",
+        "criterion_id",
+        "output_id",
+        "comparison_id",
+        "value",
+        "value_num",
+        "severity",
+    ):
         subj = ("output", a.output_id) if a.output_id else ("comparison", a.comparison_id)
-        existing[(a.annotator_id, a.criterion_id, *subj)] = a  # type: ignore[arg-type]
+        existing[(a.annotator_id, a.criterion_id, *subj)] = a  # type: ignore[index]
     new: list[dict[str, Any]] = []
     changed: list[Annotation] = []
     for key, spec in ann.items():
         cur = existing.get(key)
         if cur is None:
             is_output = key[2] == "output"
-            new.append({"annotator_id": key[0], "criterion_id": key[1],
-                        "output_id": key[3] if is_output else None,
-                        "comparison_id": None if is_output else key[3],
-                        "value": spec["value"], "value_num": spec["value_num"],
-                        "severity": spec["severity"], "source": Annotation.Source.IMPORT.value})
+            new.append(
+                {
+                    "annotator_id": key[0],
+                    "criterion_id": key[1],
+                    "output_id": key[3] if is_output else None,
+                    "comparison_id": None if is_output else key[3],
+                    "value": spec["value"],
+                    "value_num": spec["value_num"],
+                    "severity": spec["severity"],
+                    "source": Annotation.Source.IMPORT.value,
+                }
+            )
         elif (cur.value, cur.severity) != (spec["value"], spec["severity"]):
-            cur.value, cur.value_num, cur.severity = spec["value"], spec["value_num"], spec["severity"]
+            cur.value, cur.value_num, cur.severity = (
+                spec["value"],
+                spec["value_num"],
+                spec["severity"],
+            )
             changed.append(cur)
         else:
             summary.bump("unchanged", "annotation")
@@ -959,21 +1207,36 @@ def _verdict_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
         value = vals[0] if len(set(vals)) == 1 else "tie"
         if len(vals) == 2:
             details["position_inconsistent"] = len(set(vals)) > 1
-    return {"value": value, "value_num": _value_num(spec["scale"], value, spec["continuous"]),
-            "details": details, "n_samples": max(1, len(orders))}
+    return {
+        "value": value,
+        "value_num": _value_num(spec["scale"], value, spec["continuous"]),
+        "details": details,
+        "n_samples": max(1, len(orders)),
+    }
 
 
-def _upsert_verdicts(ver: Mapping[tuple[int, int, str, int], dict[str, Any]], summary: ImportSummary) -> None:
+def _upsert_verdicts(
+    ver: Mapping[tuple[int, int, str, int], dict[str, Any]], summary: ImportSummary
+) -> None:
     if not ver:
         return
     versions = {k[0] for k in ver}
     crits = {k[1] for k in ver}
     existing: dict[tuple[int, int, str, int], Verdict] = {}
     for v in Verdict.objects.filter(judge_version_id__in=versions, criterion_id__in=crits).only(
-            "id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
-            "value_num", "details", "n_samples", "is_scored"):
+        "id",
+        "judge_version_id",
+        "criterion_id",
+        "output_id",
+        "comparison_id",
+        "value",
+        "value_num",
+        "details",
+        "n_samples",
+        "is_scored",
+    ):
         subj = ("output", v.output_id) if v.output_id else ("comparison", v.comparison_id)
-        existing[(v.judge_version_id, v.criterion_id, *subj)] = v  # type: ignore[arg-type]
+        existing[(v.judge_version_id, v.criterion_id, *subj)] = v  # type: ignore[index]
     new: list[dict[str, Any]] = []
     changed: list[Verdict] = []
     for key, spec in ver.items():
@@ -981,13 +1244,22 @@ def _upsert_verdicts(ver: Mapping[tuple[int, int, str, int], dict[str, Any]], su
         cur = existing.get(key)
         if cur is None:
             is_output = key[2] == "output"
-            new.append({"judge_version_id": key[0], "criterion_id": key[1],
-                        "output_id": key[3] if is_output else None,
-                        "comparison_id": None if is_output else key[3],
-                        "source": Verdict.Source.IMPORT.value, "is_scored": True,
-                        "value": fields["value"], "value_num": fields["value_num"],
-                        "details": json.dumps(fields["details"]) if connection.vendor == "postgresql"
-                        else fields["details"], "n_samples": fields["n_samples"]})
+            new.append(
+                {
+                    "judge_version_id": key[0],
+                    "criterion_id": key[1],
+                    "output_id": key[3] if is_output else None,
+                    "comparison_id": None if is_output else key[3],
+                    "source": Verdict.Source.IMPORT.value,
+                    "is_scored": True,
+                    "value": fields["value"],
+                    "value_num": fields["value_num"],
+                    "details": json.dumps(fields["details"])
+                    if connection.vendor == "postgresql"
+                    else fields["details"],
+                    "n_samples": fields["n_samples"],
+                }
+            )
         elif (cur.value, cur.details, cur.is_scored) != (fields["value"], fields["details"], True):
             for k, v in fields.items():
                 setattr(cur, k, v)
@@ -996,7 +1268,8 @@ def _upsert_verdicts(ver: Mapping[tuple[int, int, str, int], dict[str, Any]], su
         else:
             summary.bump("unchanged", "verdict")
     _bulk_insert(Verdict, new)
-    Verdict.objects.bulk_update(changed, ["value", "value_num", "details", "n_samples", "is_scored"],
-                                batch_size=BATCH)
+    Verdict.objects.bulk_update(
+        changed, ["value", "value_num", "details", "n_samples", "is_scored"], batch_size=BATCH
+    )
     summary.bump("created", "verdict", len(new))
     summary.bump("updated", "verdict", len(changed))

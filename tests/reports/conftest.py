@@ -61,13 +61,15 @@ def computed_report(study: Study, params: dict[str, Any]) -> AgreementReport:
     """A report computed synchronously through the service (the Celery task's code path)."""
     from reports.agreement import params_validate
 
-    report = AgreementReport.objects.create(study=study, params=params_validate(params),
-                                            created_by=study.owner)
+    report = AgreementReport.objects.create(
+        study=study, params=params_validate(params), created_by=study.owner
+    )
     return report_compute(report_id=report.pk)
 
 
-def module_study(request: pytest.FixtureRequest, django_db_blocker: Any, slug: str,
-                 datasets: list[str]) -> Iterator[Study]:
+def module_study(
+    request: pytest.FixtureRequest, django_db_blocker: Any, slug: str, datasets: list[str]
+) -> Iterator[Study]:
     data_dir = shared_data_dir()
     with django_db_blocker.unblock():
         Study.objects.filter(slug=slug).exists() and study_delete(Study.objects.get(slug=slug))

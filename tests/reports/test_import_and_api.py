@@ -31,8 +31,10 @@ def _rows(text: str, fmt: str) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _single(n_items: int = 40, *, judge_flip: int = 5) -> str:
-    lines = ["item_id,stratum.language,output_id,candidate,output_text,rater_id,rater_kind,"
-             "judge_version,criterion,value,severity"]
+    lines = [
+        "item_id,stratum.language,output_id,candidate,output_text,rater_id,rater_kind,"
+        "judge_version,criterion,value,severity"
+    ]
     for i in range(n_items):
         lang = "en" if i % 2 else "de"
         truth = "pass" if i % 3 else "fail"
@@ -68,11 +70,14 @@ def test_generic_import_writes_ordinary_rows(study: Study) -> None:
     assert not user.has_usable_password()
     assert Membership.objects.get(study=study, user=user).role == "annotator"
     assert Judge.objects.get(study=study, name="gpt-judge").kind == "imported"
-    assert Annotation.objects.filter(criterion__rubric__study=study, value="fail",
-                                     severity=2).exists()
+    assert Annotation.objects.filter(
+        criterion__rubric__study=study, value="fail", severity=2
+    ).exists()
     # Changing one rating updates exactly that row.
-    changed = _single().replace("q7,en,o7,m1,answer 7,ann,human,,correct,pass,",
-                                "q7,en,o7,m1,answer 7,ann,human,,correct,fail,3")
+    changed = _single().replace(
+        "q7,en,o7,m1,answer 7,ann,human,,correct,pass,",
+        "q7,en,o7,m1,answer 7,ann,human,,correct,fail,3",
+    )
     again = ratings_import(study=study, rows=_rows(changed, "csv"))
     assert again.updated["annotation"] == 1 and again.created.get("annotation", 0) == 0
 
@@ -80,9 +85,16 @@ def test_generic_import_writes_ordinary_rows(study: Study) -> None:
 def test_pairwise_orders_map_to_canonical_and_feed_position_bias(study: Study) -> None:
     rows = []
     for i in range(40):
-        base = {"item_id": f"p{i}", "output_a": f"p{i}-x", "output_b": f"p{i}-y",
-                "candidate_a": "x", "candidate_b": "y", "output_a_text": "short",
-                "output_b_text": "a much longer answer", "criterion": "pref"}
+        base = {
+            "item_id": f"p{i}",
+            "output_a": f"p{i}-x",
+            "output_b": f"p{i}-y",
+            "candidate_a": "x",
+            "candidate_b": "y",
+            "output_a_text": "short",
+            "output_b_text": "a much longer answer",
+            "criterion": "pref",
+        }
         rows.append({**base, "rater_id": "h1", "rater_kind": "human", "value": "A"})
         rows.append({**base, "rater_id": "h2", "rater_kind": "human", "value": "A", "order": "ba"})
         # The judge always picks the first slot: A when shown AB, "A" (= output_b) when BA.
@@ -103,27 +115,60 @@ def test_pairwise_orders_map_to_canonical_and_feed_position_bias(study: Study) -
     assert first["value"] == 1.0
 
 
-@pytest.mark.parametrize(("text", "fmt", "expected"), [
-    ("item_id,output_id,rater_id,rater_kind,criterion,value\nq1,o1,a,human,c,pass\n"
-     "q1,o1,b,robot,c,pass\n", "csv", "line 3: rater_kind:"),
-    ("item_id,output_id,rater_id,rater_kind,criterion,value\nq1,o1,a,human,c,\n", "csv",
-     "line 2: value: required"),
-    ("item_id,output_id,rater_id,rater_kind,criterion,value\nq1,o1,a,human,c,pass\n"
-     "q1,o1,a,human,c,fail\n", "csv", "line 3: rater_id: duplicate rating"),
-    ("item_id,output_id,rater_id,rater_kind,criterion,value,severity\n"
-     "q1,o1,a,human,c,fail,9\n", "csv", "line 2: severity:"),
-    ("item_id,output_id,rater_id,rater_kind,criterion,value,colour\nq1,o1,a,human,c,pass,red\n",
-     "csv", "line 2: colour: unknown column"),
-    ('{"item_id": "q1", "output_id": "o1", "rater_id": "a", "rater_kind": "human", '
-     '"criterion": "c", "value": "pass"}\nnot json\n', "jsonl", "line 2: row: not valid JSON"),
-    ("item_id,output_id,rater_id,rater_kind,criterion,value\nq\x001,o1,a,human,c,pass\n", "csv",
-     "line 2: item_id: contains a NUL byte"),
-    ("item_id,stratum.lang,output_id,rater_id,rater_kind,criterion,value\n"
-     "q1,en,o1,a,human,c,pass\nq1,de,o1,b,human,c,pass\n", "csv", "line 3: stratum.lang:"),
-    ("", "csv", "line 1: file:"),
-])
-def test_bad_rows_are_named_and_nothing_is_written(study: Study, text: str, fmt: str,
-                                                   expected: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "fmt", "expected"),
+    [
+        (
+            "item_id,output_id,rater_id,rater_kind,criterion,value\nq1,o1,a,human,c,pass\n"
+            "q1,o1,b,robot,c,pass\n",
+            "csv",
+            "line 3: rater_kind:",
+        ),
+        (
+            "item_id,output_id,rater_id,rater_kind,criterion,value\nq1,o1,a,human,c,\n",
+            "csv",
+            "line 2: value: required",
+        ),
+        (
+            "item_id,output_id,rater_id,rater_kind,criterion,value\nq1,o1,a,human,c,pass\n"
+            "q1,o1,a,human,c,fail\n",
+            "csv",
+            "line 3: rater_id: duplicate rating",
+        ),
+        (
+            "item_id,output_id,rater_id,rater_kind,criterion,value,severity\n"
+            "q1,o1,a,human,c,fail,9\n",
+            "csv",
+            "line 2: severity:",
+        ),
+        (
+            "item_id,output_id,rater_id,rater_kind,criterion,value,colour\nq1,o1,a,human,c,pass,red\n",
+            "csv",
+            "line 2: colour: unknown column",
+        ),
+        (
+            '{"item_id": "q1", "output_id": "o1", "rater_id": "a", "rater_kind": "human", '
+            '"criterion": "c", "value": "pass"}\nnot json\n',
+            "jsonl",
+            "line 2: row: not valid JSON",
+        ),
+        (
+            "item_id,output_id,rater_id,rater_kind,criterion,value\nq\x001,o1,a,human,c,pass\n",
+            "csv",
+            "line 2: item_id: contains a NUL byte",
+        ),
+        (
+            "item_id,stratum.lang,output_id,rater_id,rater_kind,criterion,value\n"
+            "q1,en,o1,a,human,c,pass\nq1,de,o1,b,human,c,pass\n",
+            "csv",
+            "line 3: stratum.lang:",
+        ),
+        ("", "csv", "line 1: file:"),
+    ],
+)
+def test_bad_rows_are_named_and_nothing_is_written(
+    study: Study, text: str, fmt: str, expected: str
+) -> None:
     with pytest.raises(ValidationFailed) as info:
         ratings_import(study=study, rows=ratings_read(io.StringIO(text), fmt=fmt))
     assert expected in info.value.message
@@ -134,7 +179,9 @@ def test_bad_rows_are_named_and_nothing_is_written(study: Study, text: str, fmt:
 
 def test_value_outside_existing_scale_and_scale_option(study: Study) -> None:
     text = "item_id,output_id,rater_id,rater_kind,criterion,value\nq1,o1,a,human,tone,4\n"
-    ratings_import(study=study, rows=_rows(text, "csv"), scales={"tone": scale_parse("ordinal:1-7")})
+    ratings_import(
+        study=study, rows=_rows(text, "csv"), scales={"tone": scale_parse("ordinal:1-7")}
+    )
     crit = Criterion.objects.get(rubric__study=study, key="tone")
     assert [p["value"] for p in crit.points] == list(range(1, 8))
     bad = "item_id,output_id,rater_id,rater_kind,criterion,value\nq2,o2,a,human,tone,9\n"
@@ -166,20 +213,24 @@ def imported(study: Study) -> Study:
     return study
 
 
-def test_api_create_list_detail_export(imported: Study, lead_client: Any,
-                                       django_capture_on_commit_callbacks: Any) -> None:
+def test_api_create_list_detail_export(
+    imported: Study, lead_client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     url = reverse("reports-api-list", kwargs={"slug": imported.slug})
     with django_capture_on_commit_callbacks(execute=True):
         resp = lead_client.post(url, {"params": {"n_resamples": 200, "seed": 5}}, format="json")
     assert resp.status_code == 202, resp.content
     rid = resp.json()["id"]
-    detail = lead_client.get(reverse("reports-api-detail", kwargs={"slug": imported.slug,
-                                                                   "report_id": rid}))
+    detail = lead_client.get(
+        reverse("reports-api-detail", kwargs={"slug": imported.slug, "report_id": rid})
+    )
     body = detail.json()
     assert body["status"] == "done" and body["params"]["seed"] == 5
     cells = body["result"]["cells"]
     overall = next(c for c in cells if c["label"] == "overall")
-    assert overall["n_subjects"] == 60 and round(overall["metrics"]["accuracy"]["value"], 4) == round(55 / 60, 4)
+    assert overall["n_subjects"] == 60 and round(
+        overall["metrics"]["accuracy"]["value"], 4
+    ) == round(55 / 60, 4)
     listing = lead_client.get(url).json()
     assert [r["id"] for r in listing["results"]] == [rid] and "result" not in listing["results"][0]
     export = reverse("reports-api-export", kwargs={"slug": imported.slug, "report_id": rid})
@@ -233,15 +284,16 @@ def test_audit_pages(imported: Study, lead: Any, client: Any) -> None:
     assert svg.status_code == 200 and svg["Content-Type"] == "image/svg+xml"
     assert svg.content.lstrip().startswith(b"<?xml")
     jv = report.result["judges"][0]["id"]
-    dis = client.get(reverse("reports-disagreements", kwargs=kw),
-                     {"judge": jv, "criterion": crit})
+    dis = client.get(reverse("reports-disagreements", kwargs=kw), {"judge": jv, "criterion": crit})
     body = dis.content.decode()
     assert dis.status_code == 200 and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert "<script>alert(1)" not in body
     listing = client.get(reverse("reports-list", kwargs={"slug": imported.slug}))
     assert listing.status_code == 200 and f"#{report.pk}" in listing.content.decode()
-    created = client.post(reverse("reports-list", kwargs={"slug": imported.slug}),
-                          {"seed": "1", "n_resamples": "200", "annotator_type": "crowd"})
+    created = client.post(
+        reverse("reports-list", kwargs={"slug": imported.slug}),
+        {"seed": "1", "n_resamples": "200", "annotator_type": "crowd"},
+    )
     assert created.status_code == 302
     viewer = UserFactory(username="viewer2")
     MembershipFactory(study=imported, user=viewer, role=Membership.Role.VIEWER)

@@ -18,18 +18,25 @@ pytestmark = pytest.mark.django_db
 
 # results_regular/*.json of JUDGE-BENCH (Bavaresco et al., ACL 2025): human Krippendorff alpha.
 PUBLISHED_ALPHA = {
-    ("newsroom", "informativeness"): 0.2849, ("newsroom", "relevance"): 0.1151,
-    ("newsroom", "fluency"): -0.0158, ("newsroom", "coherence"): 0.0650,
-    ("dices-350-crowdsourced", "safety"): 0.1609, ("dices-990", "safety"): 0.1432,
-    ("recipes", "grammar"): 0.4151, ("recipes", "fluency"): 0.4324,
-    ("recipes", "verbosity"): 0.3991, ("recipes", "structure"): 0.3986,
-    ("recipes", "success"): 0.3627, ("recipes", "overall"): 0.4351,
+    ("newsroom", "informativeness"): 0.2849,
+    ("newsroom", "relevance"): 0.1151,
+    ("newsroom", "fluency"): -0.0158,
+    ("newsroom", "coherence"): 0.0650,
+    ("dices-350-crowdsourced", "safety"): 0.1609,
+    ("dices-990", "safety"): 0.1432,
+    ("recipes", "grammar"): 0.4151,
+    ("recipes", "fluency"): 0.4324,
+    ("recipes", "verbosity"): 0.3991,
+    ("recipes", "structure"): 0.3986,
+    ("recipes", "success"): 0.3627,
+    ("recipes", "overall"): 0.4351,
 }
 
 
 @pytest.fixture(scope="module")
-def judge_bench(request: pytest.FixtureRequest, django_db_setup: Any,
-                django_db_blocker: Any) -> Iterator[dict[str, AgreementReport]]:
+def judge_bench(
+    request: pytest.FixtureRequest, django_db_setup: Any, django_db_blocker: Any
+) -> Iterator[dict[str, AgreementReport]]:
     studies = {}
     gens = []
     for name in ("newsroom", "dices-350-crowdsourced", "dices-990", "recipes"):
@@ -58,24 +65,40 @@ def test_all_twelve_published_human_alphas(judge_bench: dict[str, AgreementRepor
 
 
 def test_rating_positions_are_raters(judge_bench: dict[str, AgreementReport]) -> None:
-    rows = {r["criterion"]: r for r in judge_bench["dices-990"].result["ceiling"]
-            if r["label"] == "overall"}
+    rows = {
+        r["criterion"]: r
+        for r in judge_bench["dices-990"].result["ceiling"]
+        if r["label"] == "overall"
+    }
     (row,) = rows.values()
     assert row["n_humans"] == 76 and row["n_subjects"] == 990
     assert row["n_ratings"] == 72103
 
 
-HANNA_SYSTEMS = ["BertGeneration", "CTRL", "GPT", "GPT-2 (tag)", "GPT-2", "RoBERTa", "XLNet",
-                 "Fusion", "HINT", "TD-VAE"]
+HANNA_SYSTEMS = [
+    "BertGeneration",
+    "CTRL",
+    "GPT",
+    "GPT-2 (tag)",
+    "GPT-2",
+    "RoBERTa",
+    "XLNet",
+    "Fusion",
+    "HINT",
+    "TD-VAE",
+]
 
 
 @pytest.fixture(scope="module")
-def hanna(request: pytest.FixtureRequest, django_db_setup: Any,
-          django_db_blocker: Any) -> Iterator[AgreementReport]:
+def hanna(
+    request: pytest.FixtureRequest, django_db_setup: Any, django_db_blocker: Any
+) -> Iterator[AgreementReport]:
     for study in module_study(request, django_db_blocker, "hanna-test", ["hanna"]):
         with django_db_blocker.unblock():
-            report = computed_report(study, {"n_resamples": 200, "system_level": True,
-                                             "candidates": HANNA_SYSTEMS, "seed": 3})
+            report = computed_report(
+                study,
+                {"n_resamples": 200, "system_level": True, "candidates": HANNA_SYSTEMS, "seed": 3},
+            )
         yield report
 
 
@@ -87,8 +110,11 @@ def test_bleu_vs_human_relevance(hanna: AgreementReport) -> None:
     assert hanna.status == AgreementReport.Status.DONE, hanna.error
     judges = _judges(hanna)
     crits = {c["key"]: c["id"] for c in hanna.result["criteria"]}
-    bleu = next(c for c in hanna.result["cells"] if judges[c["judge_version"]]["judge"] == "BLEU"
-                and c["label"] == "overall")
+    bleu = next(
+        c
+        for c in hanna.result["cells"]
+        if judges[c["judge_version"]]["judge"] == "BLEU" and c["label"] == "overall"
+    )
     assert bleu["criterion"] == crits["relevance"]
     assert (bleu["n_subjects"], bleu["n_items"]) == (960, 96)
     m = bleu["metrics"]

@@ -25,7 +25,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(scope="module")
-def pandalm(request: pytest.FixtureRequest, django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, Any]]:
+def pandalm(
+    request: pytest.FixtureRequest, django_db_setup: Any, django_db_blocker: Any
+) -> Iterator[dict[str, Any]]:
     for study in module_study(request, django_db_blocker, "pandalm-test", ["pandalm"]):
         with django_db_blocker.unblock():
             report = computed_report(study, {"seed": 7, "n_resamples": 1000})
@@ -37,13 +39,19 @@ def _judge(result: dict[str, Any], name: str) -> int:
 
 
 def _cell(result: dict[str, Any], judge: int, label: str = "overall") -> dict[str, Any]:
-    return next(c for c in result["cells"] if c["judge_version"] == judge and c["label"] == label
-                and c["dimension"] in ("", "motivation_app"))
+    return next(
+        c
+        for c in result["cells"]
+        if c["judge_version"] == judge
+        and c["label"] == label
+        and c["dimension"] in ("", "motivation_app")
+    )
 
 
 def _confusion(result: dict[str, Any], judge: int, label: str = "overall") -> dict[str, Any]:
-    return next(c for c in result["confusion"] if c["judge_version"] == judge
-                and c["label"] == label)
+    return next(
+        c for c in result["confusion"] if c["judge_version"] == judge and c["label"] == label
+    )
 
 
 def test_report_finished_and_snapshots_inputs(pandalm: dict[str, Any]) -> None:
@@ -57,9 +65,13 @@ def test_report_finished_and_snapshots_inputs(pandalm: dict[str, Any]) -> None:
 def test_annotator_kappas(pandalm: dict[str, Any]) -> None:
     result = pandalm["report"].result
     ceiling = next(c for c in result["ceiling"] if c["label"] == "overall")
-    names = dict(get_user_model().objects.filter(
-        pk__in=[p["a"] for p in ceiling["pairs"]] + [p["b"] for p in ceiling["pairs"]])
-        .values_list("pk", "username"))
+    names = dict(
+        get_user_model()
+        .objects.filter(
+            pk__in=[p["a"] for p in ceiling["pairs"]] + [p["b"] for p in ceiling["pairs"]]
+        )
+        .values_list("pk", "username")
+    )
     study = pandalm["study"]
     got = {(names[p["a"]], names[p["b"]]): round(p["kappa"], 4) for p in ceiling["pairs"]}
     u = [importer_username(study, f"annotator{k}") for k in (1, 2, 3)]
@@ -75,12 +87,16 @@ def test_gold_label_counts(pandalm: dict[str, Any]) -> None:
     assert [sum(row) for row in conf["matrix"]] == [105, 422, 472]
 
 
-@pytest.mark.parametrize(("judge", "acc", "prec", "rec", "f1"), [
-    ("gpt-3.5-turbo", 0.7107, 0.5879, 0.5736, 0.5755),
-    ("pandalm-7b", 0.6677, 0.5738, 0.5750, 0.5743),
-])
-def test_judges_vs_majority(pandalm: dict[str, Any], judge: str, acc: float, prec: float,
-                            rec: float, f1: float) -> None:
+@pytest.mark.parametrize(
+    ("judge", "acc", "prec", "rec", "f1"),
+    [
+        ("gpt-3.5-turbo", 0.7107, 0.5879, 0.5736, 0.5755),
+        ("pandalm-7b", 0.6677, 0.5738, 0.5750, 0.5743),
+    ],
+)
+def test_judges_vs_majority(
+    pandalm: dict[str, Any], judge: str, acc: float, prec: float, rec: float, f1: float
+) -> None:
     result = pandalm["report"].result
     m = _cell(result, _judge(result, judge))["metrics"]
     assert round(m["accuracy"]["value"], 4) == acc
@@ -98,8 +114,10 @@ def test_stratum_accuracies_and_verdict_flip(pandalm: dict[str, Any]) -> None:
     wolfram = _cell(result, gpt, "Wolfram alpha")
     wiki = _cell(result, gpt, "Wikipedia")
     assert (wolfram["n_subjects"], wiki["n_subjects"]) == (35, 30)
-    correct = {lab: sum(_confusion(result, gpt, lab)["matrix"][i][i] for i in range(3))
-               for lab in ("Wolfram alpha", "Wikipedia")}
+    correct = {
+        lab: sum(_confusion(result, gpt, lab)["matrix"][i][i] for i in range(3))
+        for lab in ("Wolfram alpha", "Wikipedia")
+    }
     assert correct == {"Wolfram alpha": 13, "Wikipedia": 29}
     assert round(wolfram["metrics"]["accuracy"]["value"], 3) == 0.371
     assert round(wiki["metrics"]["accuracy"]["value"], 3) == 0.967

@@ -21,8 +21,7 @@ def study_for_import(slug: str, *, owner: str | None, name: str | None) -> Study
     user = get_user_model().objects.filter(username=owner).first()
     if user is None:
         raise CommandError(f"user '{owner}' does not exist")
-    study = Study.objects.create(slug=slug, name=name or slug, owner=user,
-                                 status=Study.Status.OPEN)
+    study = Study.objects.create(slug=slug, name=name or slug, owner=user, status=Study.Status.OPEN)
     Membership.objects.create(study=study, user=user, role=Membership.Role.LEAD)
     return study
 

@@ -20,8 +20,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("dataset", choices=DATASETS)
-        parser.add_argument("--data-dir", default=os.environ.get("REVIEWHUB_DATA_DIR", ""),
-                            help="the shared data folder (default: $REVIEWHUB_DATA_DIR)")
+        parser.add_argument(
+            "--data-dir",
+            default=os.environ.get("REVIEWHUB_DATA_DIR", ""),
+            help="the shared data folder (default: $REVIEWHUB_DATA_DIR)",
+        )
         parser.add_argument("--study", required=True, help="study slug")
         parser.add_argument("--owner", help="create the study with this lead if it is missing")
 

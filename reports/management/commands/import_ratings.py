@@ -21,11 +21,21 @@ class Command(BaseCommand):
         parser.add_argument("--study", required=True, help="study slug")
         parser.add_argument("--owner", help="create the study with this lead if it is missing")
         parser.add_argument("--format", choices=["csv", "jsonl"], help="default: by extension")
-        parser.add_argument("--scale", action="append", default=[], metavar="KEY=SCALE",
-                            help="scale of a new criterion: binary, pairwise, ordinal:1-5, "
-                                 "categorical:a,b,c (repeatable)")
-        parser.add_argument("--family", action="append", default=[], metavar="NAME=FAMILY",
-                            help="model family of a candidate or judge (repeatable)")
+        parser.add_argument(
+            "--scale",
+            action="append",
+            default=[],
+            metavar="KEY=SCALE",
+            help="scale of a new criterion: binary, pairwise, ordinal:1-5, "
+            "categorical:a,b,c (repeatable)",
+        )
+        parser.add_argument(
+            "--family",
+            action="append",
+            default=[],
+            metavar="NAME=FAMILY",
+            help="model family of a candidate or judge (repeatable)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         scales = {}
@@ -45,8 +55,12 @@ class Command(BaseCommand):
             families[name.strip()] = fam.strip()
         study = study_for_import(opts["study"], owner=opts.get("owner"), name=None)
         try:
-            summary = ratings_import(study=study, rows=ratings_read(opts["file"], fmt=opts["format"]),
-                                     scales=scales, families=families)
+            summary = ratings_import(
+                study=study,
+                rows=ratings_read(opts["file"], fmt=opts["format"]),
+                scales=scales,
+                families=families,
+            )
         except AppError as exc:
             raise CommandError(app_error_text(exc)) from exc
         except OSError as exc:
