@@ -7,9 +7,10 @@ context; lead views (min_role lead) may name candidates (export only).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -59,6 +60,11 @@ ERRORS = {
 }
 
 
+def _user(request: Request) -> User:
+    # IsAuthenticated (the default permission) guarantees a real user here.
+    return cast(User, request.user)
+
+
 def _study(request: Request, slug: str, *, write: bool, min_role: str) -> Study:
     study, _role = study_get_for_actor(
         user=request.user, slug=slug, token=request.auth, write=write, min_role=min_role
@@ -76,7 +82,7 @@ def _lead_study(request: Request, slug: str, *, write: bool = False) -> Study:
 
 def _own_assignment(request: Request, study: Study, assignment_id: int) -> Assignment:
     assignment = selectors.assignment_for_annotator(
-        study=study, annotator=request.user, assignment_id=assignment_id
+        study=study, annotator=_user(request), assignment_id=assignment_id
     )
     if assignment is None:
         raise NotFound("Assignment not found.")
@@ -104,9 +110,10 @@ class QueueNextView(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         study = _annotator_study(request, slug)
-        assignment = services.assignment_next(study=study, annotator=request.user)
+        assignment = services.assignment_next(study=study, annotator=_user(request))
         progress = selectors.annotator_progress(
-            study=study, annotator=request.user,
+            study=study,
+            annotator=_user(request),
             plan=assignment.entry.plan if assignment is not None else None,
         )
         body = {
@@ -140,7 +147,7 @@ class AssignmentHeartbeatView(APIView):
     def post(self, request: Request, slug: str, assignment_id: int) -> Response:
         study = _annotator_study(request, slug)
         assignment = _own_assignment(request, study, assignment_id)
-        assignment = services.assignment_heartbeat(assignment=assignment, annotator=request.user)
+        assignment = services.assignment_heartbeat(assignment=assignment, annotator=_user(request))
         return Response(
             {
                 "assignment_id": assignment.pk,
@@ -166,7 +173,7 @@ class AssignmentSubmitView(APIView):
         data = _validated(SubmitRequestSerializer, request.data)
         annotations = services.annotation_submit(
             assignment=assignment,
-            annotator=request.user,
+            annotator=_user(request),
             submission_id=data["submission_id"],
             labels=data["labels"],
             rationale=data["rationale"],
@@ -175,7 +182,8 @@ class AssignmentSubmitView(APIView):
             source="api",
         )
         progress = selectors.annotator_progress(
-            study=study, annotator=request.user,
+            study=study,
+            annotator=_user(request),
             plan=annotations[0].plan if annotations and annotations[0].plan else None,
         )
         return Response(
@@ -196,8 +204,8 @@ class AssignmentSkipView(APIView):
     def post(self, request: Request, slug: str, assignment_id: int) -> Response:
         study = _annotator_study(request, slug)
         assignment = _own_assignment(request, study, assignment_id)
-        services.assignment_skip(assignment=assignment, annotator=request.user)
-        return Response(selectors.annotator_progress(study=study, annotator=request.user).as_dict())
+        services.assignment_skip(assignment=assignment, annotator=_user(request))
+        return Response(selectors.annotator_progress(study=study, annotator=_user(request)).as_dict())
 
 
 class MyAnnotationsView(APIView):
@@ -214,7 +222,7 @@ class MyAnnotationsView(APIView):
     def get(self, request: Request, slug: str) -> Response:
         study = _annotator_study(request, slug, write=False)
         revisable = request.query_params.get("revisable", "").lower() in ("1", "true", "yes")
-        qs = selectors.my_annotations(study=study, annotator=request.user, revisable_only=revisable)
+        qs = selectors.my_annotations(study=study, annotator=_user(request), revisable_only=revisable)
         paginator = DefaultCursorPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(MyAnnotationSerializer(page, many=True).data)
@@ -230,20 +238,22 @@ class MyAnnotationDetailView(APIView):
     def patch(self, request: Request, slug: str, annotation_id: int) -> Response:
         study = _annotator_study(request, slug)
         data = _validated(ReviseRequestSerializer, request.data)
-        if not selectors.my_annotations(study=study, annotator=request.user).filter(
-            pk=annotation_id
-        ).exists():
+        if (
+            not selectors.my_annotations(study=study, annotator=_user(request))
+            .filter(pk=annotation_id)
+            .exists()
+        ):
             raise NotFound("Annotation not found.")
         annotation = services.annotation_revise(
             annotation_id=annotation_id,
-            annotator=request.user,
+            annotator=_user(request),
             value=data["value"],
             severity=data["severity"],
             severity_note=data["severity_note"],
             rationale=data["rationale"],
             flags=data["flags"],
         )
-        annotation = selectors.my_annotations(study=study, annotator=request.user).get(
+        annotation = selectors.my_annotations(study=study, annotator=_user(request)).get(
             pk=annotation.pk
         )
         return Response(MyAnnotationSerializer(annotation).data)
@@ -273,8 +283,11 @@ class SamplingPlanListView(APIView):
         study = _lead_study(request, slug, write=True)
         data = _validated(SamplingPlanCreateSerializer, request.data)
         plan = services.sampling_plan_create(
-            study=study, spec=data["spec"], k=data["k"], gold_rate=data["gold_rate"],
-            created_by=request.user,
+            study=study,
+            spec=data["spec"],
+            k=data["k"],
+            gold_rate=data["gold_rate"],
+            created_by=_user(request),
         )
         plan = SamplingPlan.objects.select_related("rubric", "created_by").get(pk=plan.pk)
         return Response(SamplingPlanSerializer(plan).data, status=status.HTTP_201_CREATED)
@@ -313,7 +326,7 @@ class SamplingPlanDetailView(APIView):
     )
     def delete(self, request: Request, slug: str, version: int) -> Response:
         plan = self._plan(request, slug, version, write=True)
-        plan = services.sampling_plan_deactivate(plan=plan, by=request.user)
+        plan = services.sampling_plan_deactivate(plan=plan, by=_user(request))
         return Response(SamplingPlanSerializer(plan).data)
 
 
@@ -333,7 +346,9 @@ class ProgressView(APIView):
                 "plan": SamplingPlanSerializer(plan).data if plan else None,
                 "strata": StratumQueueRowSerializer(
                     selectors.queue_status(study=study, plan=plan), many=True
-                ).data if plan else [],
+                ).data
+                if plan
+                else [],
                 "annotators": AnnotatorStatsRowSerializer(
                     selectors.annotator_stats(study=study), many=True
                 ).data,
@@ -368,7 +383,9 @@ class DisagreementsView(APIView):
         key = request.query_params.get("criterion")
         criterion = _criterion_by_key(study, key) if key else None
         include = request.query_params.get("include_judges", "true").lower() not in (
-            "0", "false", "no"
+            "0",
+            "false",
+            "no",
         )
         rows = selectors.disagreements(study=study, criterion=criterion, include_judges=include)
         return Response(DisagreementRowSerializer(rows, many=True).data)
@@ -416,7 +433,7 @@ class AdjudicationListView(APIView):
             criterion=_criterion_by_key(study, data["criterion"]),
             value=data["value"],
             note=data["note"],
-            user=request.user,
+            user=_user(request),
             **_subject(study, data),
         )
         return Response(AdjudicationSerializer(adjudication).data, status=status.HTTP_201_CREATED)
@@ -448,7 +465,7 @@ class GoldLabelListView(APIView):
             study=study,
             criterion=_criterion_by_key(study, data["criterion"]),
             value=data["value"],
-            user=request.user,
+            user=_user(request),
             **_subject(study, data),
         )
         return Response(GoldLabelSerializer(gold).data, status=status.HTTP_201_CREATED)
@@ -465,8 +482,11 @@ class MemberInviteView(APIView):
         study = _lead_study(request, slug, write=True)
         data = _validated(InviteRequestSerializer, request.data)
         user, password = services.annotator_invite(
-            study=study, username=data["username"], email=data["email"], role=data["role"],
-            invited_by=request.user,
+            study=study,
+            username=data["username"],
+            email=data["email"],
+            role=data["role"],
+            invited_by=_user(request),
         )
         body = member_dict(user, data["role"])
         body["one_time_password"] = password
@@ -485,7 +505,7 @@ class MemberPasswordResetView(APIView):
         user = get_user_model().objects.filter(pk=user_id).first()
         if user is None:
             raise NotFound("No such member in this study.")
-        password = services.annotator_password_reset(study=study, user=user, by=request.user)
+        password = services.annotator_password_reset(study=study, user=user, by=_user(request))
         return Response(
             {"user_id": user.pk, "username": user.username, "one_time_password": password}
         )
@@ -523,8 +543,8 @@ class AnnotationExportView(_AnyFormatNegotiation):
                 export.export_jsonl(study=study), content_type="application/x-ndjson"
             )
         else:
-            raise ValidationFailed("format must be 'csv' or 'jsonl'.", details={"format": "invalid"})
-        response["Content-Disposition"] = (
-            f'attachment; filename="{study.slug}-annotations.{fmt}"'
-        )
+            raise ValidationFailed(
+                "format must be 'csv' or 'jsonl'.", details={"format": "invalid"}
+            )
+        response["Content-Disposition"] = f'attachment; filename="{study.slug}-annotations.{fmt}"'
         return response

@@ -36,9 +36,7 @@ urlpatterns = [
         name="annotations-api-mine-detail",
     ),
     # leads (the member list and role changes live in studies: /api/studies/<slug>/members)
-    path(
-        f"{S}sampling-plans", api.SamplingPlanListView.as_view(), name="annotations-api-plans"
-    ),
+    path(f"{S}sampling-plans", api.SamplingPlanListView.as_view(), name="annotations-api-plans"),
     path(
         f"{S}sampling-plans/<int:version>",
         api.SamplingPlanDetailView.as_view(),
@@ -54,9 +52,7 @@ urlpatterns = [
         name="annotations-api-adjudications",
     ),
     path(f"{S}gold-labels", api.GoldLabelListView.as_view(), name="annotations-api-gold"),
-    path(
-        f"{S}annotators/invite", api.MemberInviteView.as_view(), name="annotations-api-invite"
-    ),
+    path(f"{S}annotators/invite", api.MemberInviteView.as_view(), name="annotations-api-invite"),
     path(
         f"{S}annotators/<int:user_id>/reset-password",
         api.MemberPasswordResetView.as_view(),

@@ -44,8 +44,14 @@ COLUMNS = [
 ]
 # Free-text cells that a spreadsheet could read as a formula get a leading apostrophe in CSV
 # (OWASP's CSV-injection advice); JSON Lines carries the text untouched.
-_TEXT_COLUMNS = {"item_external_id", "annotator", "severity_note", "rationale", "candidate",
-                 "candidate_b"}
+_TEXT_COLUMNS = {
+    "item_external_id",
+    "annotator",
+    "severity_note",
+    "rationale",
+    "candidate",
+    "candidate_b",
+}
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 CHUNK = 2000
 

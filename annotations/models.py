@@ -102,6 +102,9 @@ class QueueEntry(models.Model):
             models.Index(fields=["plan", "stratum"], name="queueentry_stratum"),
         ]
 
+    def __str__(self) -> str:
+        return f"entry {self.pk} (plan {self.plan_id})"
+
 
 class Assignment(models.Model):
     """An annotator's lease on a queue entry; at most one per (entry, annotator), ever."""
@@ -142,6 +145,9 @@ class Assignment(models.Model):
             models.Index(fields=["status", "lease_expires_at"], name="assignment_lease"),
             models.Index(fields=["annotator", "status"], name="assignment_annotator"),
         ]
+
+    def __str__(self) -> str:
+        return f"assignment {self.pk}: {self.status}"
 
 
 class Annotation(models.Model):
@@ -216,6 +222,9 @@ class Annotation(models.Model):
             models.Index(fields=["plan", "criterion"], name="annotation_plan_criterion"),
         ]
 
+    def __str__(self) -> str:
+        return f"annotation {self.pk}: {self.value}"
+
 
 class AnnotationRevision(models.Model):
     """The state of an annotation before a revision (history is append-only)."""
@@ -230,6 +239,9 @@ class AnnotationRevision(models.Model):
 
     class Meta:
         ordering = ["annotation", "id"]
+
+    def __str__(self) -> str:
+        return f"revision {self.pk} of {self.annotation_id}"
 
 
 class GoldLabel(models.Model):
@@ -269,6 +281,9 @@ class GoldLabel(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"gold {self.pk}: {self.value}"
+
 
 class Adjudication(models.Model):
     """A lead's adjudicated label, kept apart from the raw annotations it settles."""
@@ -299,3 +314,6 @@ class Adjudication(models.Model):
                 name="adjudication_one_subject",
             ),
         ]
+
+    def __str__(self) -> str:
+        return f"adjudication {self.pk}: {self.value}"

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
@@ -76,7 +76,9 @@ class GradingContext:
             "study": {"slug": self.study_slug, "name": self.study_name},
             "kind": self.kind,
             "status": self.status,
-            "lease_expires_at": self.lease_expires_at.isoformat() if self.lease_expires_at else None,
+            "lease_expires_at": self.lease_expires_at.isoformat()
+            if self.lease_expires_at
+            else None,
             "item": {
                 "input": self.item_input,
                 "input_format": self.item_input_format,
@@ -140,8 +142,9 @@ def grading_context(*, assignment: Assignment) -> GradingContext:
             pk=entry.comparison_id
         )
         texts = dict(
-            Output.objects.filter(pk__in=[comparison.output_a_id, comparison.output_b_id])
-            .values_list("id", "text")
+            Output.objects.filter(
+                pk__in=[comparison.output_a_id, comparison.output_b_id]
+            ).values_list("id", "text")
         )
         a_text, b_text = texts[comparison.output_a_id], texts[comparison.output_b_id]
         left, right = (b_text, a_text) if assignment.swapped else (a_text, b_text)
@@ -150,13 +153,21 @@ def grading_context(*, assignment: Assignment) -> GradingContext:
     else:
         output = (
             Output.objects.select_related("item")
-            .only("id", "item_id", "text", "error", "item__input", "item__input_format",
-                  "item__context", "item__reference")
-            .get(pk=entry.output_id)
+            .only(
+                "id",
+                "item_id",
+                "text",
+                "error",
+                "item__input",
+                "item__input_format",
+                "item__context",
+                "item__reference",
+            )
+            .get(pk=entry.output_id or 0)
         )
         item_id = output.item_id
         kind, output_text, failed = "output", output.text, bool(output.error)
-        left = right = None
+        left, right = None, None
     item = (
         output.item
         if kind == "output"
@@ -201,7 +212,7 @@ def _today_start() -> datetime:
 
 
 def annotator_progress(
-    *, study: Study, annotator: AbstractBaseUser, plan: SamplingPlan | None = None
+    *, study: Study, annotator: User, plan: SamplingPlan | None = None
 ) -> Progress:
     """Submissions today and in total (all plan versions), and entries of the active plan this
     annotator may still be offered (not complete, never assigned to them). Pass the active
@@ -325,13 +336,17 @@ def annotator_stats(*, study: Study) -> list[AnnotatorStatsRow]:
     gold_n: Counter[int] = Counter()
     gold_ok: Counter[int] = Counter()
     if gold:
-        for annotator_id, criterion_id, output_id, comparison_id, value in Annotation.objects.filter(
-            criterion__rubric__study=study
-        ).filter(
-            Q(output_id__in={k[1] for k in gold if k[0] == "o"})
-            | Q(comparison_id__in={k[1] for k in gold if k[0] == "c"})
-        ).values_list("annotator_id", "criterion_id", "output_id", "comparison_id", "value"):
-            key = ("o", output_id, criterion_id) if output_id else ("c", comparison_id, criterion_id)
+        for annotator_id, criterion_id, output_id, comparison_id, value in (
+            Annotation.objects.filter(criterion__rubric__study=study)
+            .filter(
+                Q(output_id__in={k[1] for k in gold if k[0] == "o"})
+                | Q(comparison_id__in={k[1] for k in gold if k[0] == "c"})
+            )
+            .values_list("annotator_id", "criterion_id", "output_id", "comparison_id", "value")
+        ):
+            key = (
+                ("o", output_id, criterion_id) if output_id else ("c", comparison_id, criterion_id)
+            )
             if key in gold:
                 gold_n[annotator_id] += 1
                 gold_ok[annotator_id] += int(gold[key] == value)
@@ -401,8 +416,10 @@ def disagreements(
     for criterion_id, output_id, comparison_id, value in annotations.values_list(
         "criterion_id", "output_id", "comparison_id", "value"
     ):
-        key = ("output", output_id, criterion_id) if output_id else (
-            "comparison", comparison_id, criterion_id
+        key = (
+            ("output", output_id, criterion_id)
+            if output_id
+            else ("comparison", comparison_id, criterion_id)
         )
         human[key][value] += 1
     if not human:
@@ -418,8 +435,10 @@ def disagreements(
         for criterion_id, output_id, comparison_id, value in verdicts.values_list(
             "criterion_id", "output_id", "comparison_id", "value"
         ):
-            key = ("output", output_id, criterion_id) if output_id else (
-                "comparison", comparison_id, criterion_id
+            key = (
+                ("output", output_id, criterion_id)
+                if output_id
+                else ("comparison", comparison_id, criterion_id)
             )
             if key in human:
                 judge[key][value] += 1
@@ -429,13 +448,13 @@ def disagreements(
         .order_by("id")
         .values_list("criterion_id", "output_id", "comparison_id", "value", "note")
     ):
-        key = ("output", output_id, criterion_id) if output_id else (
-            "comparison", comparison_id, criterion_id
+        key = (
+            ("output", output_id, criterion_id)
+            if output_id
+            else ("comparison", comparison_id, criterion_id)
         )
         adjudicated[key] = (value, note)  # later rows win
-    criteria = dict(
-        Criterion.objects.filter(id__in={k[2] for k in human}).values_list("id", "key")
-    )
+    criteria = dict(Criterion.objects.filter(id__in={k[2] for k in human}).values_list("id", "key"))
     from studies.models import Comparison, Output
 
     out_items = dict(
@@ -444,9 +463,9 @@ def disagreements(
         )
     )
     cmp_items = dict(
-        Comparison.objects.filter(
-            id__in={k[1] for k in human if k[0] == "comparison"}
-        ).values_list("id", "item__external_id")
+        Comparison.objects.filter(id__in={k[1] for k in human if k[0] == "comparison"}).values_list(
+            "id", "item__external_id"
+        )
     )
     rows = []
     for key in sorted(human):
@@ -484,7 +503,7 @@ def disagreements(
 
 
 def my_annotations(
-    *, study: Study, annotator: AbstractBaseUser, revisable_only: bool = False
+    *, study: Study, annotator: User, revisable_only: bool = False
 ) -> QuerySet[Annotation]:
     """The annotator's own annotations in the study, newest first (criterion and assignment
     joined, so serialising a page is one query)."""
@@ -500,7 +519,7 @@ def my_annotations(
 
 
 def assignment_for_annotator(
-    *, study: Study, annotator: AbstractBaseUser, assignment_id: int
+    *, study: Study, annotator: User, assignment_id: int
 ) -> Assignment | None:
     """The annotator's own assignment in this study, or None (someone else's is invisible)."""
     return (

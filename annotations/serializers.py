@@ -40,7 +40,9 @@ class ReviseRequestSerializer(serializers.Serializer):
     value = serializers.CharField()
     severity = serializers.IntegerField(required=False, allow_null=True, default=None)
     severity_note = serializers.CharField(required=False, allow_blank=True, default="")
-    rationale = serializers.CharField(required=False, allow_blank=True, allow_null=True, default=None)
+    rationale = serializers.CharField(
+        required=False, allow_blank=True, allow_null=True, default=None
+    )
     flags = serializers.JSONField(required=False, allow_null=True, default=None)
 
 
@@ -94,7 +96,7 @@ class MyAnnotationSerializer(serializers.ModelSerializer):
     """An annotator's own annotation. Pairwise values are shown as the annotator saw them."""
 
     criterion = serializers.CharField(source="criterion.key")
-    value = serializers.SerializerMethodField()
+    value = serializers.SerializerMethodField(method_name="presented_value")
     assignment_id = serializers.IntegerField(allow_null=True)
     plan_version = serializers.SerializerMethodField()
     revisable_until = serializers.SerializerMethodField()
@@ -102,12 +104,23 @@ class MyAnnotationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Annotation
         fields = [
-            "id", "assignment_id", "criterion", "value", "severity", "severity_note",
-            "rationale", "flags", "time_on_task_ms", "plan_version", "source", "created_at",
-            "revised_at", "revisable_until",
+            "id",
+            "assignment_id",
+            "criterion",
+            "value",
+            "severity",
+            "severity_note",
+            "rationale",
+            "flags",
+            "time_on_task_ms",
+            "plan_version",
+            "source",
+            "created_at",
+            "revised_at",
+            "revisable_until",
         ]
 
-    def get_value(self, obj: Annotation) -> str:
+    def presented_value(self, obj: Annotation) -> str:
         if obj.assignment is not None and obj.assignment.swapped and obj.value in ("A", "B"):
             return "B" if obj.value == "A" else "A"
         return obj.value
@@ -141,8 +154,16 @@ class SamplingPlanSerializer(serializers.ModelSerializer):
     class Meta:
         model = SamplingPlan
         fields = [
-            "version", "rubric_version", "spec", "k", "gold_rate", "is_active", "summary",
-            "created_by", "created_at", "superseded_at",
+            "version",
+            "rubric_version",
+            "spec",
+            "k",
+            "gold_rate",
+            "is_active",
+            "summary",
+            "created_by",
+            "created_at",
+            "superseded_at",
         ]
 
 
@@ -207,7 +228,13 @@ class AdjudicationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Adjudication
         fields = [
-            "id", "criterion", "output_id", "comparison_id", "value", "note", "adjudicated_by",
+            "id",
+            "criterion",
+            "output_id",
+            "comparison_id",
+            "value",
+            "note",
+            "adjudicated_by",
             "created_at",
         ]
 

@@ -26,7 +26,7 @@ from typing import Any, TypedDict
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import validate_email
@@ -54,7 +54,7 @@ from .models import (
     SamplingPlan,
 )
 
-User = get_user_model()
+UserModel = get_user_model()
 
 # Candidates the queue looks at per probe; the annotator's own random order is applied within.
 QUEUE_WINDOW = 32
@@ -92,12 +92,12 @@ class CleanLabel:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _require_lead(*, study: Study, user: AbstractBaseUser) -> None:
+def _require_lead(*, study: Study, user: User) -> None:
     if study_role(user=user, study=study) != Membership.Role.LEAD:
         raise Forbidden(f"This needs the 'lead' role in study '{study.slug}'.")
 
 
-def _require_annotator(*, study: Study, user: AbstractBaseUser) -> None:
+def _require_annotator(*, study: Study, user: User) -> None:
     if study_role(user=user, study=study) not in (Membership.Role.LEAD, Membership.Role.ANNOTATOR):
         raise Forbidden(f"This needs the 'annotator' role in study '{study.slug}'.")
 
@@ -260,9 +260,7 @@ def label_clean(
     return CleanLabel(criterion, value, value_num, severity, note)
 
 
-def labels_clean(
-    *, criteria: list[Criterion], labels: Any, swapped: bool
-) -> list[CleanLabel]:
+def labels_clean(*, criteria: list[Criterion], labels: Any, swapped: bool) -> list[CleanLabel]:
     """Every criterion of the plan answered exactly once; unknown keys refused by name."""
     if not isinstance(labels, Mapping):
         raise ValidationFailed(
@@ -344,7 +342,7 @@ def annotator_invite(
     username: str,
     email: str,
     role: str,
-    invited_by: AbstractBaseUser,
+    invited_by: User,
 ) -> tuple[Any, str | None]:
     """Add a person to the study (creating the account if new) with `role`.
 
@@ -363,7 +361,9 @@ def annotator_invite(
         try:
             validate_email(email)
         except DjangoValidationError as exc:
-            raise ValidationFailed("email is not a valid address.", details={"email": "invalid"}) from exc
+            raise ValidationFailed(
+                "email is not a valid address.", details={"email": "invalid"}
+            ) from exc
     if not username and not email:
         raise ValidationFailed(
             "Give a username or an email.", details={"username": "required", "email": "required"}
@@ -371,9 +371,9 @@ def annotator_invite(
     with transaction.atomic():
         user = None
         if username:
-            user = User.objects.filter(username=username).first()
+            user = UserModel.objects.filter(username=username).first()
         elif email:
-            user = User.objects.filter(email__iexact=email).order_by("id").first()
+            user = UserModel.objects.filter(email__iexact=email).order_by("id").first()
             if user is None:
                 username = email.split("@", 1)[0]
         password: str | None = None
@@ -387,19 +387,19 @@ def annotator_invite(
                 ) from exc
             if len(username) > 150:
                 raise ValidationFailed("username is too long.", details={"username": "too long"})
-            if User.objects.filter(username=username).exists():
+            if UserModel.objects.filter(username=username).exists():
                 raise Conflict(
                     f"A user named '{username}' already exists; invite them by username.",
                     details={"username": "taken"},
                 )
             password = _one_time_password()
-            user = User.objects.create_user(username=username, email=email, password=password)
+            user = UserModel.objects.create_user(username=username, email=email, password=password)
         # The studies app owns the membership rules (the owner always stays a lead).
         membership_set(study=study, user=user, role=role)
     return user, password
 
 
-def annotator_password_reset(*, study: Study, user: Any, by: AbstractBaseUser) -> str:
+def annotator_password_reset(*, study: Study, user: Any, by: User) -> str:
     """Give a member a new one-time password (returned once).
 
     A lead may reset the password of annotators and viewers of their study who are not leads
@@ -431,6 +431,7 @@ def _population(
     *, study: Study, spec: sampling.SamplingSpec
 ) -> tuple[list[tuple[int, str]], dict[int, str]]:
     """[(subject id, stratum)] sorted by id, and the subject → item external id map."""
+    rows: Any
     if spec.subject == "comparison":
         rows = (
             Comparison.objects.filter(study=study)
@@ -452,7 +453,7 @@ def sampling_plan_create(
     spec: Mapping[str, Any],
     k: int,
     gold_rate: float,
-    created_by: AbstractBaseUser,
+    created_by: User,
 ) -> SamplingPlan:
     """Draw a new plan version and fill its queue; the previous active plan is superseded.
 
@@ -488,10 +489,7 @@ def sampling_plan_create(
             f"'{parsed.subject}'.",
             details={"spec.subject": f"no {kind} criteria"},
         )
-    if (
-        parsed.dimension is not None
-        and not study.dimensions.filter(key=parsed.dimension).exists()
-    ):
+    if parsed.dimension is not None and not study.dimensions.filter(key=parsed.dimension).exists():
         raise ValidationFailed(
             f"spec.dimension '{parsed.dimension}' is not a dimension of this study.",
             details={"spec.dimension": "unknown dimension"},
@@ -531,7 +529,9 @@ def sampling_plan_create(
     # offered the subject again.
     prior: dict[int, set[int]] = {}
     for sid, annotator_id in (
-        Annotation.objects.filter(criterion_id__in=criterion_ids, **{f"{subject_field}__in": chosen_ids})
+        Annotation.objects.filter(
+            criterion_id__in=criterion_ids, **{f"{subject_field}__in": chosen_ids}
+        )
         .values_list(subject_field, "annotator_id")
         .distinct()
     ):
@@ -582,9 +582,7 @@ def sampling_plan_create(
         ]
         QueueEntry.objects.bulk_create(entries, batch_size=1000)
         if prior:
-            entry_ids = dict(
-                QueueEntry.objects.filter(plan=plan).values_list(subject_field, "id")
-            )
+            entry_ids = dict(QueueEntry.objects.filter(plan=plan).values_list(subject_field, "id"))
             Assignment.objects.bulk_create(
                 [
                     Assignment(
@@ -620,7 +618,7 @@ def _end_leases(*, plan_ids: list[int], now: datetime) -> None:
     QueueEntry.objects.filter(pk__in=entry_ids).update(leased_count=0)
 
 
-def sampling_plan_deactivate(*, plan: SamplingPlan, by: AbstractBaseUser) -> SamplingPlan:
+def sampling_plan_deactivate(*, plan: SamplingPlan, by: User) -> SamplingPlan:
     """Stop offering a plan's entries without replacing it (its live leases end)."""
     _require_lead(study=plan.study, user=by)
     now = timezone.now()
@@ -741,15 +739,21 @@ FROM bumped
 RETURNING {returning}
 """
 
-_ASSIGNMENT_COLUMNS = [f.column for f in Assignment._meta.concrete_fields]
+_ASSIGNMENT_COLUMNS = [str(f.column) for f in Assignment._meta.concrete_fields]
 
 
 def _claim_postgres(
     plan: SamplingPlan, annotator_id: int, *, now: datetime, expires: datetime
 ) -> Assignment | None:
     pivot, a, b = _annotator_hash(plan.pk, annotator_id)
-    params = {"plan": plan.pk, "annotator": annotator_id, "a": a, "b": b, "now": now,
-              "expires": expires}
+    params: dict[str, Any] = {
+        "plan": plan.pk,
+        "annotator": annotator_id,
+        "a": a,
+        "b": b,
+        "now": now,
+        "expires": expires,
+    }
     windows = [
         (pivot, sampling.SORT_KEY_LIMIT, f"LIMIT {QUEUE_WINDOW}"),
         (0, pivot, f"LIMIT {QUEUE_WINDOW}"),
@@ -811,7 +815,7 @@ def _claim_orm(
 
 
 def assignment_next(
-    *, study: Study, annotator: AbstractBaseUser, lease_minutes: int | None = None
+    *, study: Study, annotator: User, lease_minutes: int | None = None
 ) -> Assignment | None:
     """The annotator's next subject under the study's active plan, leased to them.
 
@@ -835,7 +839,8 @@ def assignment_next(
         .order_by("id")[:20]
     )
     for mine in unfinished:
-        if mine.status == Assignment.Status.LEASED and mine.lease_expires_at > now:
+        expiry = mine.lease_expires_at
+        if mine.status == Assignment.Status.LEASED and expiry is not None and expiry > now:
             return mine
     for stale in unfinished:
         resumed = _resume(stale, now=now, expires=expires)
@@ -868,7 +873,7 @@ def assignment_next(
     return None
 
 
-def _active_plan_for_annotator(*, study: Study, annotator: AbstractBaseUser) -> SamplingPlan | None:
+def _active_plan_for_annotator(*, study: Study, annotator: User) -> SamplingPlan | None:
     """The active plan, checking in the same query that the caller may annotate (403)."""
     plans = SamplingPlan.objects.filter(study=study, is_active=True).order_by("-version")
     if getattr(annotator, "is_superuser", False):
@@ -885,7 +890,7 @@ def _active_plan_for_annotator(*, study: Study, annotator: AbstractBaseUser) -> 
     if plan is None:
         _require_annotator(study=study, user=annotator)
         return None
-    if not plan.may_annotate:  # type: ignore[attr-defined]
+    if not plan.may_annotate:
         raise Forbidden(f"This needs the 'annotator' role in study '{study.slug}'.")
     return plan
 
@@ -915,7 +920,7 @@ def _resume(stale: Assignment, *, now: datetime, expires: datetime) -> Assignmen
         return assignment
 
 
-def _own_assignment(assignment: Assignment, annotator: AbstractBaseUser) -> None:
+def _own_assignment(assignment: Assignment, annotator: User) -> None:
     if assignment.annotator_id != annotator.pk:
         # Someone else's assignment does not exist as far as this annotator is concerned.
         raise NotFound("Assignment not found.")
@@ -926,7 +931,7 @@ def _plan_is_active(entry: QueueEntry) -> bool:
 
 
 def assignment_heartbeat(
-    *, assignment: Assignment, annotator: AbstractBaseUser, lease_minutes: int | None = None
+    *, assignment: Assignment, annotator: User, lease_minutes: int | None = None
 ) -> Assignment:
     """Extend the lease while the annotator works; an expired lease is resumed if there is room.
 
@@ -935,9 +940,9 @@ def assignment_heartbeat(
     _own_assignment(assignment, annotator)
     now = timezone.now()
     expires = _lease_until(now, lease_minutes)
-    changed = Assignment.objects.filter(
-        pk=assignment.pk, status=Assignment.Status.LEASED
-    ).update(lease_expires_at=expires)
+    changed = Assignment.objects.filter(pk=assignment.pk, status=Assignment.Status.LEASED).update(
+        lease_expires_at=expires
+    )
     if changed:
         assignment.refresh_from_db()
         return assignment
@@ -956,7 +961,7 @@ def assignment_heartbeat(
     )
 
 
-def assignment_skip(*, assignment: Assignment, annotator: AbstractBaseUser) -> None:
+def assignment_skip(*, assignment: Assignment, annotator: User) -> None:
     """Give the subject back; this annotator will never be offered it again."""
     _own_assignment(assignment, annotator)
     now = timezone.now()
@@ -979,7 +984,7 @@ def assignment_skip(*, assignment: Assignment, annotator: AbstractBaseUser) -> N
 
 
 def _submission_replay(
-    *, submission_id: uuid.UUID, assignment: Assignment, annotator: AbstractBaseUser
+    *, submission_id: uuid.UUID, assignment: Assignment, annotator: User
 ) -> list[Annotation] | None:
     existing = list(
         Annotation.objects.filter(submission_id=submission_id)
@@ -988,9 +993,7 @@ def _submission_replay(
     )
     if not existing:
         return None
-    if any(
-        a.annotator_id != annotator.pk or a.assignment_id != assignment.pk for a in existing
-    ):
+    if any(a.annotator_id != annotator.pk or a.assignment_id != assignment.pk for a in existing):
         raise Conflict(
             "This submission_id was already used for another assignment.",
             code="submission_id_reused",
@@ -1002,7 +1005,7 @@ def _submission_replay(
 def annotation_submit(
     *,
     assignment: Assignment,
-    annotator: AbstractBaseUser,
+    annotator: User,
     submission_id: uuid.UUID,
     labels: Mapping[str, LabelInput],
     rationale: str = "",
@@ -1125,7 +1128,11 @@ def annotation_submit(
         )
         if replay is not None:
             return replay
-        if Assignment.objects.filter(submission_id=submission_id).exclude(pk=assignment.pk).exists():
+        if (
+            Assignment.objects.filter(submission_id=submission_id)
+            .exclude(pk=assignment.pk)
+            .exists()
+        ):
             raise Conflict(
                 "This submission_id was already used for another assignment.",
                 code="submission_id_reused",
@@ -1153,7 +1160,7 @@ def revision_deadline(annotation: Annotation) -> datetime:
 def annotation_revise(
     *,
     annotation_id: int,
-    annotator: AbstractBaseUser,
+    annotator: User,
     value: Any,
     severity: int | None = None,
     severity_note: str = "",
@@ -1212,7 +1219,12 @@ def annotation_revise(
         current.revised_at = now
         current.save(
             update_fields=[
-                "value", "value_num", "severity", "severity_note", "rationale", "flags",
+                "value",
+                "value_num",
+                "severity",
+                "severity_note",
+                "rationale",
+                "flags",
                 "revised_at",
             ]
         )
@@ -1257,7 +1269,7 @@ def gold_label_set(
     study: Study,
     criterion: Criterion,
     value: str,
-    user: AbstractBaseUser,
+    user: User,
     output: Output | None = None,
     comparison: Comparison | None = None,
 ) -> GoldLabel:
@@ -1294,7 +1306,7 @@ def adjudication_record(
     comparison: Comparison | None = None,
     value: str,
     note: str,
-    user: AbstractBaseUser,
+    user: User,
 ) -> Adjudication:
     """Record a lead's adjudicated label (canonical encoding), kept apart from the raw
     annotations; the latest adjudication of a (subject, criterion) is the one in force."""

@@ -95,7 +95,9 @@ class LevelResult:
 
 
 def run_clients(
-    concurrency: int, max_pairs: int, step: Callable[[int, httpx.Client, str], bool],
+    concurrency: int,
+    max_pairs: int,
+    step: Callable[[int, httpx.Client, str], bool],
     make_client: Callable[[int], httpx.Client],
 ) -> tuple[int, float, list[float], int]:
     """Run `concurrency` threads calling step(i, client, bench_id) until it returns False or
@@ -177,24 +179,39 @@ def reviewhub_setup(n_outputs: int, n_annotators: int) -> tuple[str, list[str], 
     rubric = RubricVersion.objects.create(study=study, version=1)
     Criterion.objects.create(rubric=rubric, key="correct", name="Correct", scale="binary")
     Criterion.objects.create(
-        rubric=rubric, key="helpful", name="Helpful", scale="ordinal", pass_threshold=3,
-        points=[{"value": v, "label": str(v)} for v in range(1, 6)], position=1,
+        rubric=rubric,
+        key="helpful",
+        name="Helpful",
+        scale="ordinal",
+        pass_threshold=3,
+        points=[{"value": v, "label": str(v)} for v in range(1, 6)],
+        position=1,
     )
-    StratumDimension.objects.create(study=study, key="lang", kind="categorical",
-                                    source="metadata.lang")
+    StratumDimension.objects.create(
+        study=study, key="lang", kind="categorical", source="metadata.lang"
+    )
     candidate = Candidate.objects.create(study=study, name="bench-model")
     langs = ["en", "de", "fr", "es"]
     items = Item.objects.bulk_create(
         [
-            Item(study=study, external_id=f"i{j}", input=f"Question {j}? " * 20,
-                 metadata={"lang": langs[j % 4]}, strata={"lang": langs[j % 4]})
+            Item(
+                study=study,
+                external_id=f"i{j}",
+                input=f"Question {j}? " * 20,
+                metadata={"lang": langs[j % 4]},
+                strata={"lang": langs[j % 4]},
+            )
             for j in range(n_outputs)
         ],
         batch_size=1000,
     )
     Output.objects.bulk_create(
-        [Output(study=study, candidate=candidate, item=it, text=f"Answer {it.external_id}. " * 30)
-         for it in items],
+        [
+            Output(
+                study=study, candidate=candidate, item=it, text=f"Answer {it.external_id}. " * 30
+            )
+            for it in items
+        ],
         batch_size=1000,
     )
     tokens = []
@@ -202,8 +219,9 @@ def reviewhub_setup(n_outputs: int, n_annotators: int) -> tuple[str, list[str], 
         user = User.objects.create_user(f"bench{i}", password=secrets.token_urlsafe(12))
         Membership.objects.create(study=study, user=user, role="annotator")
         secret, prefix, digest = token_generate()
-        ApiToken.objects.create(user=user, name="bench", prefix=prefix, key_hash=digest,
-                                can_write=True)
+        ApiToken.objects.create(
+            user=user, name="bench", prefix=prefix, key_hash=digest, can_write=True
+        )
         tokens.append(secret)
     return study.slug, tokens, study, lead
 
@@ -231,6 +249,7 @@ def reviewhub_duplicates(study: Any) -> int:
     from annotations.models import Annotation, Assignment, QueueEntry, SamplingPlan
 
     plan = SamplingPlan.objects.filter(study=study).order_by("-version").first()
+    assert plan is not None
     graded_twice = (
         Annotation.objects.filter(output__study=study)
         .values("output_id", "annotator_id", "criterion_id")
@@ -270,22 +289,41 @@ def run_reviewhub(args: argparse.Namespace) -> list[LevelResult]:
         "REVIEWHUB_LOG_LEVEL": "WARNING",
         "DATABASE_CONN_MAX_AGE": "600",
     }
-    os.environ.update({k: env[k] for k in ("DATABASE_URL", "DJANGO_DEBUG", "DJANGO_SECRET_KEY",
-                                           "REVIEWHUB_LOG_LEVEL")})
+    os.environ.update(
+        {
+            k: env[k]
+            for k in ("DATABASE_URL", "DJANGO_DEBUG", "DJANGO_SECRET_KEY", "REVIEWHUB_LOG_LEVEL")
+        }
+    )
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewhub.settings")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env,
-                   check=True)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
     slug, tokens, study, lead = reviewhub_setup(args.outputs, max(args.levels))
     port = free_port()
     log = Path(f"/tmp/rh-bench-access-{port}.log")
     log.write_text("")
     server = subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "reviewhub.wsgi:application", "-b", f"127.0.0.1:{port}",
-         "-w", str(args.workers), "-k", "gthread", "--threads", str(args.threads),
-         "--access-logfile", str(log),
-         "--access-logformat", "%({x-bench-id}i)s %(m)s %(U)s %(s)s %(D)s",
-         "--log-level", "warning"],
-        cwd=ROOT, env=env,
+        [
+            str(ROOT / ".venv/bin/gunicorn"),
+            "reviewhub.wsgi:application",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(args.workers),
+            "-k",
+            "gthread",
+            "--threads",
+            str(args.threads),
+            "--access-logfile",
+            str(log),
+            "--access-logformat",
+            "%({x-bench-id}i)s %(m)s %(U)s %(s)s %(D)s",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -300,25 +338,29 @@ def run_reviewhub(args: argparse.Namespace) -> list[LevelResult]:
 
         for c in args.levels:
             k = 1 if c == 1 else 3
-            services.sampling_plan_create(study=study, spec={"mode": "all", "seed": c}, k=k,
-                                          gold_rate=0.0, created_by=lead)
+            services.sampling_plan_create(
+                study=study, spec={"mode": "all", "seed": c}, k=k, gold_rate=0.0, created_by=lead
+            )
             labels = {"correct": {"value": "pass"}, "helpful": {"value": "4"}}
 
             def make_client(i: int) -> httpx.Client:
-                return httpx.Client(base_url=base, timeout=30,
-                                    headers={"Authorization": f"Bearer {tokens[i]}"})
+                return httpx.Client(
+                    base_url=base, timeout=30, headers={"Authorization": f"Bearer {tokens[i]}"}
+                )
 
-            def step(i: int, client: httpx.Client, bench_id: str) -> bool:
-                r = client.post(f"/api/studies/{slug}/queue/next",
-                                headers={"X-Bench-Id": bench_id})
+            def step(i: int, client: httpx.Client, bench_id: str, labels: Any = labels) -> bool:
+                r = client.post(f"/api/studies/{slug}/queue/next", headers={"X-Bench-Id": bench_id})
                 r.raise_for_status()
                 ctx = r.json()["assignment"]
                 if ctx is None:
                     return False
                 s = client.post(
                     f"/api/studies/{slug}/assignments/{ctx['assignment_id']}/submit",
-                    json={"submission_id": str(uuid.uuid4()), "labels": labels,
-                          "time_on_task_ms": 1000},
+                    json={
+                        "submission_id": str(uuid.uuid4()),
+                        "labels": labels,
+                        "time_on_task_ms": 1000,
+                    },
                     headers={"X-Bench-Id": bench_id},
                 )
                 s.raise_for_status()
@@ -331,12 +373,20 @@ def run_reviewhub(args: argparse.Namespace) -> list[LevelResult]:
             time.sleep(0.5)  # let gunicorn flush the access log
             timings = parse_log(log, offset)
             both = [t for t in timings.values() if "next" in t and "submit" in t]
-            results.append(LevelResult(
-                "ReviewHub", c, pairs, seconds, client_ms,
-                [t["next"] + t["submit"] for t in both],
-                [t["next"] for t in both], [t["submit"] for t in both],
-                reviewhub_duplicates(study), errors,
-            ))
+            results.append(
+                LevelResult(
+                    "ReviewHub",
+                    c,
+                    pairs,
+                    seconds,
+                    client_ms,
+                    [t["next"] + t["submit"] for t in both],
+                    [t["next"] for t in both],
+                    [t["submit"] for t in both],
+                    reviewhub_duplicates(study),
+                    errors,
+                )
+            )
             print(results[-1].line(), flush=True)
         return results
     finally:
@@ -369,21 +419,41 @@ def run_label_studio(args: argparse.Namespace) -> list[LevelResult]:
     env = {
         **os.environ,
         "DJANGO_DB": "default",
-        "POSTGRE_NAME": ls_db, "POSTGRE_USER": "postgres", "POSTGRE_PASSWORD": "",
-        "POSTGRE_PORT": "5432", "POSTGRE_HOST": "127.0.0.1",
+        "POSTGRE_NAME": ls_db,
+        "POSTGRE_USER": "postgres",
+        "POSTGRE_PASSWORD": "",
+        "POSTGRE_PORT": "5432",
+        "POSTGRE_HOST": "127.0.0.1",
         "LABEL_STUDIO_BASE_DATA_DIR": str(data_dir),
         "LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK": "true",
-        "SENTRY_DSN": "", "FRONTEND_SENTRY_DSN": "",
-        "COLLECT_ANALYTICS": "0", "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
-        "DEBUG": "0", "LOG_LEVEL": "WARNING",
+        "SENTRY_DSN": "",
+        "FRONTEND_SENTRY_DSN": "",
+        "COLLECT_ANALYTICS": "0",
+        "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
+        "DEBUG": "0",
+        "LOG_LEVEL": "WARNING",
     }
     for key in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "DJANGO_DEBUG", "DJANGO_SECRET_KEY"):
         env.pop(key, None)
     server = subprocess.Popen(
-        [str(exe), "start", "--no-browser", "--internal-host", "127.0.0.1", "-p", str(port),
-         "--username", "admin@bench.test", "--password", secrets.token_urlsafe(12),
-         "--user-token", admin_token],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(data_dir / "server.log", "w"),  # noqa: SIM115
+        [
+            str(exe),
+            "start",
+            "--no-browser",
+            "--internal-host",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "--username",
+            "admin@bench.test",
+            "--password",
+            secrets.token_urlsafe(12),
+            "--user-token",
+            admin_token,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(data_dir / "server.log", "w"),  # noqa: SIM115
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -398,16 +468,27 @@ def run_label_studio(args: argparse.Namespace) -> list[LevelResult]:
             time.sleep(0.5)
         else:
             raise RuntimeError("Label Studio did not answer /health in 300 s")
-        admin = httpx.Client(base_url=base, timeout=60,
-                             headers={"Authorization": f"Token {admin_token}"})
+        admin = httpx.Client(
+            base_url=base, timeout=60, headers={"Authorization": f"Token {admin_token}"}
+        )
         results = []
         # Annotators: Label Studio's CLI creates users; each gets its own legacy token.
         tokens = [admin_token]
         for i in range(1, max(args.levels)):
             r = subprocess.run(
-                [str(exe), "user", "--username", f"a{i}@bench.test", "--password",
-                 secrets.token_urlsafe(12), "--user-token", secrets.token_hex(20)],
-                env=env, capture_output=True, text=True,
+                [
+                    str(exe),
+                    "user",
+                    "--username",
+                    f"a{i}@bench.test",
+                    "--password",
+                    secrets.token_urlsafe(12),
+                    "--user-token",
+                    secrets.token_hex(20),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
             )
             match = re.search(r"token[^0-9a-f]*([0-9a-f]{40})", r.stdout + r.stderr)
             if r.returncode != 0 or not match:
@@ -415,18 +496,28 @@ def run_label_studio(args: argparse.Namespace) -> list[LevelResult]:
             tokens.append(match.group(1))
         for c in args.levels:
             k = 1 if c == 1 else 3
-            project = admin.post("/api/projects", json={
-                "title": f"bench c={c}", "label_config": LS_CONFIG,
-                "maximum_annotations": k, "show_overlap_first": False,
-                "sampling": "Uniform sampling",
-            }).raise_for_status().json()
+            project = (
+                admin.post(
+                    "/api/projects",
+                    json={
+                        "title": f"bench c={c}",
+                        "label_config": LS_CONFIG,
+                        "maximum_annotations": k,
+                        "show_overlap_first": False,
+                        "sampling": "Uniform sampling",
+                    },
+                )
+                .raise_for_status()
+                .json()
+            )
             tasks = [{"text": f"Question {j}? Answer {j}."} for j in range(args.outputs)]
             admin.post(f"/api/projects/{project['id']}/import", json=tasks).raise_for_status()
             pid = project["id"]
 
             def make_client(i: int) -> httpx.Client:
-                return httpx.Client(base_url=base, timeout=60,
-                                    headers={"Authorization": f"Token {tokens[i]}"})
+                return httpx.Client(
+                    base_url=base, timeout=60, headers={"Authorization": f"Token {tokens[i]}"}
+                )
 
             def step(i: int, client: httpx.Client, bench_id: str, pid: int = pid) -> bool:
                 r = client.get(f"/api/projects/{pid}/next")
@@ -434,23 +525,35 @@ def run_label_studio(args: argparse.Namespace) -> list[LevelResult]:
                     return False
                 r.raise_for_status()
                 task = r.json()
-                client.post(f"/api/tasks/{task['id']}/annotations/", json={
-                    "result": [
-                        {"from_name": "correct", "to_name": "text", "type": "choices",
-                         "value": {"choices": ["pass"]}},
-                        {"from_name": "helpful", "to_name": "text", "type": "rating",
-                         "value": {"rating": 4}},
-                    ],
-                    "lead_time": 1.0,
-                }).raise_for_status()
+                client.post(
+                    f"/api/tasks/{task['id']}/annotations/",
+                    json={
+                        "result": [
+                            {
+                                "from_name": "correct",
+                                "to_name": "text",
+                                "type": "choices",
+                                "value": {"choices": ["pass"]},
+                            },
+                            {
+                                "from_name": "helpful",
+                                "to_name": "text",
+                                "type": "rating",
+                                "value": {"rating": 4},
+                            },
+                        ],
+                        "lead_time": 1.0,
+                    },
+                ).raise_for_status()
                 return True
 
             pairs, seconds, client_ms, errors = run_clients(
                 c, args.max_pairs.get(c, 10**9), step, make_client
             )
             dup = ls_duplicates(admin, pid, k)
-            results.append(LevelResult("LabelStudio", c, pairs, seconds, client_ms, [], [], [],
-                                       dup, errors))
+            results.append(
+                LevelResult("LabelStudio", c, pairs, seconds, client_ms, [], [], [], dup, errors)
+            )
             print(results[-1].line(), flush=True)
         return results
     finally:
@@ -477,14 +580,19 @@ def main() -> None:
     parser.add_argument("--levels", default="1,10,50")
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--threads", type=int, default=20)
-    parser.add_argument("--max-pairs", default="1:400,10:3000,50:6000",
-                        help="per level cap on round trips, e.g. 1:400,10:3000")
+    parser.add_argument(
+        "--max-pairs",
+        default="1:400,10:3000,50:6000",
+        help="per level cap on round trips, e.g. 1:400,10:3000",
+    )
     parser.add_argument("--label-studio", action="store_true")
     args = parser.parse_args()
     args.levels = [int(x) for x in args.levels.split(",")]
     args.max_pairs = {int(a): int(b) for a, b in (p.split(":") for p in args.max_pairs.split(","))}
-    print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; outputs={args.outputs};"
-          f" gunicorn {args.workers} workers x {args.threads} threads; PostgreSQL at {PG}")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; outputs={args.outputs};"
+        f" gunicorn {args.workers} workers x {args.threads} threads; PostgreSQL at {PG}"
+    )
     rh = run_reviewhub(args)
     if args.label_studio:
         try:
@@ -493,10 +601,12 @@ def main() -> None:
             print(f"Label Studio: not measured: {exc}")
         else:
             for a, b in zip(rh, ls, strict=True):
-                print(f"c={a.concurrency}: Label Studio / ReviewHub client p50 "
-                      f"{pct(b.client_ms, 50) / pct(a.client_ms, 50):.1f}x, p95 "
-                      f"{pct(b.client_ms, 95) / pct(a.client_ms, 95):.1f}x, throughput "
-                      f"{(a.pairs / a.seconds) / (b.pairs / b.seconds):.1f}x in ReviewHub's favour")
+                print(
+                    f"c={a.concurrency}: Label Studio / ReviewHub client p50 "
+                    f"{pct(b.client_ms, 50) / pct(a.client_ms, 50):.1f}x, p95 "
+                    f"{pct(b.client_ms, 95) / pct(a.client_ms, 95):.1f}x, throughput "
+                    f"{(a.pairs / a.seconds) / (b.pairs / b.seconds):.1f}x in ReviewHub's favour"
+                )
     print(f"load after: {os.getloadavg()[0]:.1f}")
 
 

@@ -55,25 +55,40 @@ def start_provider(latency_ms: float) -> tuple[subprocess.Popen[str], str]:
 
 # --- the bare loop --------------------------------------------------------------------------
 
-def bare_loop(url: str, *, calls: int, concurrency: int, body: bytes) -> dict[str, float]:
+def bare_loop(url: str, *, calls: int, concurrency: int, body: bytes,
+              sharded: bool = True) -> dict[str, float]:
+    """`concurrency` coroutines posting the same request until `calls` are done.
+
+    sharded=True uses the same pooled client ReviewHub uses (`http_client_async`: httpx with
+    its connections split over small httpcore pools). sharded=False is a plain
+    `httpx.AsyncClient`, whose single httpcore pool costs CPU quadratic in its size (see
+    docs/benchmarks.md); it is shown for reference, the ratio is taken to the faster loop.
+    """
     import httpx
 
+    from judges.providers import http_client_async
+
     async def main() -> float:
-        limits = httpx.Limits(max_connections=concurrency,
-                              max_keepalive_connections=concurrency)
-        async with httpx.AsyncClient(limits=limits, timeout=60) as client:
-            sem = asyncio.Semaphore(concurrency)
+        if sharded:
+            client = http_client_async(max_connections=max(256, concurrency))
+        else:
+            limits = httpx.Limits(max_connections=concurrency,
+                                  max_keepalive_connections=concurrency)
+            client = httpx.AsyncClient(limits=limits, timeout=60)
+        left = [calls]
+        headers = {"content-type": "application/json", "authorization": "Bearer x"}
 
-            async def one() -> None:
-                async with sem:
-                    r = await client.post(url + "/v1/chat/completions", content=body,
-                                          headers={"content-type": "application/json",
-                                                   "authorization": "Bearer x"})
-                    r.raise_for_status()
-                    r.json()
+        async def worker() -> None:
+            while left[0] > 0:
+                left[0] -= 1
+                r = await client.post(url + "/v1/chat/completions", content=body,
+                                      headers=headers)
+                r.raise_for_status()
+                r.json()
 
+        async with client:
             t0 = time.perf_counter()
-            await asyncio.gather(*(one() for _ in range(calls)))
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
             return time.perf_counter() - t0
 
     cpu0 = time.process_time()
@@ -112,11 +127,15 @@ def ensure_database() -> None:
 def seed(calls: int, base_url: str) -> tuple[Any, Any, Any]:
     from django.contrib.auth import get_user_model
 
-    from judges.models import Judge
+    from judges.models import Judge, JudgeJob, JudgeRun, Verdict
     from judges.services import judge_version_for_config
     from studies.models import Candidate, Criterion, Item, Output, RubricVersion, Study
 
     user, _ = get_user_model().objects.get_or_create(username="bench")
+    # Judge rows protect criteria and versions: remove them before the study cascades.
+    Verdict.objects.filter(judge_version__judge__study__slug="bench-throughput").delete()
+    JudgeJob.objects.filter(run__study__slug="bench-throughput").delete()
+    JudgeRun.objects.filter(study__slug="bench-throughput").delete()
     Study.objects.filter(slug="bench-throughput").delete()
     study = Study.objects.create(name="Throughput benchmark (simulated)", slug="bench-throughput",
                                  owner=user, is_simulated=True)
@@ -253,6 +272,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--latency-ms", type=float, default=100.0)
     parser.add_argument("--inspect", default="", help="python of a venv with inspect-ai")
+    parser.add_argument("--naive-calls", type=int, default=1000,
+                        help="calls for the plain-httpx reference loop (it is slow)")
     args = parser.parse_args()
 
     ensure_database()
@@ -270,9 +291,16 @@ def main() -> int:
         print(f"{'setup':<28}{'conc':>6}{'calls/s':>10}{'ratio':>8}{'CPU ms/job':>12}"
               f"{'wall s':>9}")
         for conc in args.concurrency:
+            naive_calls = min(args.calls, args.naive_calls)
+            naive = bare_loop(url, calls=naive_calls, concurrency=conc, body=body,
+                              sharded=False)
             bare = bare_loop(url, calls=args.calls, concurrency=conc, body=body)
             limit = conc / (args.latency_ms / 1000)
-            print(f"{'bare asyncio+httpx':<28}{conc:>6}{bare['calls_per_s']:>10.0f}"
+            print(f"{'bare loop, plain httpx*':<28}{conc:>6}{naive['calls_per_s']:>10.0f}"
+                  f"{naive['calls_per_s'] / bare['calls_per_s']:>8.2f}"
+                  f"{naive['cpu_ms_per_call']:>12.2f}{naive['wall_s']:>9.1f}"
+                  f"   ({naive_calls} calls)")
+            print(f"{'bare loop, pooled httpx':<28}{conc:>6}{bare['calls_per_s']:>10.0f}"
                   f"{1.0:>8.2f}{bare['cpu_ms_per_call']:>12.2f}{bare['wall_s']:>9.1f}"
                   f"   (latency limit {limit:.0f}/s)")
             for n in args.workers:

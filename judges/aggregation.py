@@ -139,6 +139,7 @@ def combine_single(
     if not scored:
         return _unscored(ordered, "no sample could be scored", details)
     rationale = scored[0].rationale
+    prob: float | None
     if scale == "binary":
         passed = [c.value == "pass" for c in scored]
         share = sum(passed) / len(scored)
@@ -165,7 +166,7 @@ def combine_single(
         )
         median = points[(len(points) - 1) // 2]
         details["mean"] = sum(points) / len(points)
-        prob: float | None = None
+        prob = None
         if pass_threshold is not None:
             passed = [
                 (c.value_num if c.value_num is not None else float(c.value)) >= pass_threshold

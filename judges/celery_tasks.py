@@ -81,10 +81,14 @@ def judge_run_work(run_id: int) -> dict[str, Any]:
             "remaining": report.remaining, "finished": report.run_finished}
 
 
+def _enqueue(run_id: int, n: int) -> None:
+    judge_run_enqueue(run_id=run_id, n=n)
+
+
 @shared_task(name="judges.sweep", acks_late=True,
              autoretry_for=(OperationalError, InterfaceError), retry_backoff=2, max_retries=3)
 def judge_sweep_task() -> dict[str, Any]:
-    result = runs.judge_sweep(enqueue=lambda run_id, n: judge_run_enqueue(run_id=run_id, n=n))
+    result = runs.judge_sweep(enqueue=_enqueue)
     return {"requeued": result.requeued, "failed": result.failed,
             "runs_finished": result.runs_finished, "runs_kicked": result.runs_kicked}
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -130,6 +132,7 @@ def _valid(serializer: serializers.Serializer[Any]) -> dict[str, Any]:
 
 
 class JudgeRunListCreate(APIView):
+    @extend_schema(operation_id="judge_runs_list", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
         study = _study(request, slug)
         paginator = DefaultCursorPagination()
@@ -145,6 +148,8 @@ class JudgeRunListCreate(APIView):
             rows.append(row)
         return paginator.get_paginated_response(rows)
 
+    @extend_schema(operation_id="judge_runs_create", request=RunStartSerializer,
+                   responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str) -> Response:
         study = _study(request, slug, write=True)
         data = _valid(RunStartSerializer(data=request.data))
@@ -164,12 +169,14 @@ class JudgeRunListCreate(APIView):
 
 
 class JudgeRunDetail(APIView):
+    @extend_schema(operation_id="judge_runs_detail", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str, run_id: int) -> Response:
         study = _study(request, slug)
         return Response(run_data(selectors.judge_run_get(study=study, run_id=run_id)))
 
 
 class JudgeRunCancel(APIView):
+    @extend_schema(operation_id="judge_runs_cancel", request=None, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str, run_id: int) -> Response:
         study = _study(request, slug, write=True)
         run = runs.judge_run_cancel(run=selectors.judge_run_get(study=study, run_id=run_id))
@@ -177,6 +184,8 @@ class JudgeRunCancel(APIView):
 
 
 class JudgeRunResume(APIView):
+    @extend_schema(operation_id="judge_runs_resume", request=BudgetSerializer,
+                   responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str, run_id: int) -> Response:
         study = _study(request, slug, write=True)
         data = _valid(BudgetSerializer(data=request.data or {}))
@@ -187,6 +196,8 @@ class JudgeRunResume(APIView):
 
 
 class JudgeRunRerun(APIView):
+    @extend_schema(operation_id="judge_runs_rerun", request=None,
+                   responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str, run_id: int) -> Response:
         study = _study(request, slug, write=True)
         new = runs.judge_run_rerun(run=selectors.judge_run_get(study=study, run_id=run_id),
@@ -196,6 +207,7 @@ class JudgeRunRerun(APIView):
 
 
 class VerdictList(APIView):
+    @extend_schema(operation_id="verdicts_list", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
         study = _study(request, slug)
         qs = selectors.verdict_list(study=study, filters=request.query_params)

@@ -6,6 +6,8 @@ from typing import Any
 
 from django.http import HttpResponse
 from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -75,6 +77,7 @@ class ReportDetailSerializer(ReportSerializer):
 class ReportListCreateView(APIView):
     """GET: the study's reports (cursor pages, no results); POST: build a new report (202)."""
 
+    @extend_schema(operation_id="agreement_reports_list", responses=ReportSerializer(many=True))
     def get(self, request: Request, slug: str) -> Response:
         study = study_for_reports(request, slug)
         paginator = DefaultCursorPagination()
@@ -82,6 +85,8 @@ class ReportListCreateView(APIView):
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(ReportSerializer(page, many=True).data)
 
+    @extend_schema(operation_id="agreement_reports_create", request=ReportCreateSerializer,
+                   responses={202: ReportSerializer})
     def post(self, request: Request, slug: str) -> Response:
         study = study_for_reports(request, slug, write=True)
         ser = ReportCreateSerializer(data=request.data)
@@ -104,6 +109,7 @@ class ReportListCreateView(APIView):
 
 
 class ReportDetailView(APIView):
+    @extend_schema(operation_id="agreement_reports_detail", responses=ReportDetailSerializer)
     def get(self, request: Request, slug: str, report_id: int) -> Response:
         study = study_for_reports(request, slug)
         report = selectors.report_get(study=study, report_id=report_id)
@@ -115,6 +121,11 @@ class ReportDetailView(APIView):
 class ReportExportView(APIView):
     """CSV of one table: ?table=cells|confusion|bias|ceiling|system."""
 
+    @extend_schema(
+        operation_id="agreement_reports_export",
+        parameters=[OpenApiParameter("table", OpenApiTypes.STR, enum=list(TABLES))],
+        responses={(200, "text/csv"): OpenApiTypes.STR},
+    )
     def get(self, request: Request, slug: str, report_id: int) -> Any:
         study = study_for_reports(request, slug)
         table = request.query_params.get("table", "cells")

@@ -279,4 +279,9 @@ SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
     "CriterionScaleEnum": "studies.models.Criterion.Scale",
     "StudyStatusEnum": "studies.models.Study.Status",
     "MembershipRoleEnum": "studies.models.Membership.Role",
+    "JudgeKindEnum": "judges.models.Judge.Kind",
+    "JudgeRunStatusEnum": "judges.models.JudgeRun.Status",
+    "JudgeJobStatusEnum": "judges.models.JudgeJob.Status",
+    "AgreementReportStatusEnum": "reports.models.AgreementReport.Status",
+    "AssignmentStatusEnum": "annotations.models.Assignment.Status",
 }

@@ -33,23 +33,38 @@ class World:
     comparisons: list[Comparison] = field(default_factory=list)
 
 
-def rubric_build(study: Study, *, pairwise: bool = False) -> tuple[RubricVersion, dict[str, Criterion]]:
+def rubric_build(
+    study: Study, *, pairwise: bool = False
+) -> tuple[RubricVersion, dict[str, Criterion]]:
     rubric = RubricVersion.objects.create(study=study, version=1)
     criteria = {
         "correct": Criterion.objects.create(
-            rubric=rubric, key="correct", name="Correct", guidance="Is it right?",
-            scale=Criterion.Scale.BINARY, position=0,
+            rubric=rubric,
+            key="correct",
+            name="Correct",
+            guidance="Is it right?",
+            scale=Criterion.Scale.BINARY,
+            position=0,
         ),
         "helpful": Criterion.objects.create(
-            rubric=rubric, key="helpful", name="Helpful", guidance="How helpful?",
-            scale=Criterion.Scale.ORDINAL, position=1, pass_threshold=3,
+            rubric=rubric,
+            key="helpful",
+            name="Helpful",
+            guidance="How helpful?",
+            scale=Criterion.Scale.ORDINAL,
+            position=1,
+            pass_threshold=3,
             points=[{"value": v, "label": f"point {v}"} for v in range(1, 6)],
         ),
     }
     if pairwise:
         criteria["better"] = Criterion.objects.create(
-            rubric=rubric, key="better", name="Better", guidance="Which is better?",
-            scale=Criterion.Scale.PAIRWISE, position=2,
+            rubric=rubric,
+            key="better",
+            name="Better",
+            guidance="Which is better?",
+            scale=Criterion.Scale.PAIRWISE,
+            position=2,
         )
     return rubric, criteria
 
@@ -65,12 +80,16 @@ def world_build(
     """Items per stratum label of `dimension` (sizes given), each answered by every candidate."""
     rubric, criteria = rubric_build(study, pairwise=pairwise)
     StratumDimension.objects.create(
-        study=study, key=dimension, kind=StratumDimension.Kind.CATEGORICAL,
+        study=study,
+        key=dimension,
+        kind=StratumDimension.Kind.CATEGORICAL,
         source=f"metadata.{dimension}",
     )
     candidates = [
         Candidate.objects.create(
-            study=study, name=SECRET_CANDIDATES[i], provider=SECRET_PROVIDERS[i],
+            study=study,
+            name=SECRET_CANDIDATES[i],
+            provider=SECRET_PROVIDERS[i],
             model_id=f"{SECRET_CANDIDATES[i]}-v1",
         )
         for i in range(n_candidates)
@@ -78,8 +97,11 @@ def world_build(
     items = Item.objects.bulk_create(
         [
             Item(
-                study=study, external_id=f"{label}-{j}", input=f"Question {label} {j}?",
-                metadata={dimension: label}, strata={dimension: label},
+                study=study,
+                external_id=f"{label}-{j}",
+                input=f"Question {label} {j}?",
+                metadata={dimension: label},
+                strata={dimension: label},
                 reference=f"REFERENCE-{label}-{j}",
             )
             for label, size in strata.items()

@@ -43,8 +43,11 @@ def _base(slug: str = "alpha") -> str:
 @pytest.fixture
 def plan(world: World, lead: Any) -> Any:
     return services.sampling_plan_create(
-        study=world.study, spec={"mode": "all", "dimension": "lang", "seed": 4}, k=2,
-        gold_rate=0, created_by=lead,
+        study=world.study,
+        spec={"mode": "all", "dimension": "lang", "seed": 4},
+        k=2,
+        gold_rate=0,
+        created_by=lead,
     )
 
 
@@ -74,7 +77,10 @@ def test_next_submit_skip_heartbeat_revise(
     assert ctx["criteria"][1]["failing_values"] == ["1", "2"]
     assert len(ctx["severity_scale"]) == 5
     assert body["progress"] == {
-        "done_today": 0, "done_total": 0, "left_in_queue": 9, "plan_version": 1
+        "done_today": 0,
+        "done_total": 0,
+        "left_in_queue": 9,
+        "plan_version": 1,
     }
     aid = ctx["assignment_id"]
     assert client.get(f"{_base()}/assignments/{aid}").json()["assignment_id"] == aid
@@ -83,8 +89,9 @@ def test_next_submit_skip_heartbeat_revise(
 
     sid = str(uuid.uuid4())
     labels = failing_labels(severity=3, note="misleading")
-    first = _submit(client, aid, submission_id=sid, labels=labels, time_on_task_ms=2500,
-                    flags={"unsure": True})
+    first = _submit(
+        client, aid, submission_id=sid, labels=labels, time_on_task_ms=2500, flags={"unsure": True}
+    )
     assert first.status_code == 200, first.content
     assert first.json()["progress"]["done_total"] == 1
     again = _submit(client, aid, submission_id=sid, labels=labels)
@@ -159,8 +166,9 @@ def test_annotators_see_only_their_own_work(
     assert second.post(f"{_base()}/assignments/{aid}/submit", {}, format="json").status_code == 404
     assert second.post(f"{_base()}/assignments/{aid}/skip").status_code == 404
     assert second.get(f"{_base()}/my/annotations").json()["results"] == []
-    r = second.patch(f"{_base()}/my/annotations/{created[0]['id']}", {"value": "fail"},
-                     format="json")
+    r = second.patch(
+        f"{_base()}/my/annotations/{created[0]['id']}", {"value": "fail"}, format="json"
+    )
     assert r.status_code == 404
 
 
@@ -173,8 +181,14 @@ def test_access_rules(world: World, plan: Any, annotators: list[Any], client_for
     read_only = client_for(annotators[0], can_write=False)
     assert read_only.post(f"{_base()}/queue/next").status_code == 403
     annotator = client_for(annotators[0])
-    for path in ("sampling-plans", "annotation-progress", "disagreements", "adjudications",
-                 "gold-labels", "annotations/export?format=csv"):
+    for path in (
+        "sampling-plans",
+        "annotation-progress",
+        "disagreements",
+        "adjudications",
+        "gold-labels",
+        "annotations/export?format=csv",
+    ):
         assert annotator.get(f"{_base()}/{path}").status_code == 403, path
     assert annotator.post(f"{_base()}/annotators/invite", {"username": "x"}).status_code == 403
     assert APIClient().post(f"{_base()}/queue/next").status_code in (401, 403)
@@ -183,29 +197,49 @@ def test_access_rules(world: World, plan: Any, annotators: list[Any], client_for
 # --- blinding ---------------------------------------------------------------------------------
 
 
-def test_annotator_responses_are_blind(
-    study: Study, lead: Any, client_for: Client
-) -> None:
+def test_annotator_responses_are_blind(study: Study, lead: Any, client_for: Client) -> None:
     world = world_build(study=study, strata={"en": 3}, n_candidates=2, pairwise=True)
     judge = Judge.objects.create(study=study, name="JUDGE-NAME-Q7", kind=Judge.Kind.IMPORTED)
-    version = JudgeVersion.objects.create(judge=judge, version=1, content_hash="c" * 64,
-                                          model_family="judgefamily-q7")
+    version = JudgeVersion.objects.create(
+        judge=judge, version=1, content_hash="c" * 64, model_family="judgefamily-q7"
+    )
     Verdict.objects.bulk_create(
         [
-            Verdict(judge_version=version, criterion=world.criteria["correct"], output=o,
-                    value="fail", rationale="JUDGE-RATIONALE-Q7", probability=0.123456)
+            Verdict(
+                judge_version=version,
+                criterion=world.criteria["correct"],
+                output=o,
+                value="fail",
+                rationale="JUDGE-RATIONALE-Q7",
+                probability=0.123456,
+            )
             for o in world.outputs
         ]
         + [
-            Verdict(judge_version=version, criterion=world.criteria["better"], comparison=c,
-                    value="B", rationale="JUDGE-RATIONALE-Q7", probability=0.654321)
+            Verdict(
+                judge_version=version,
+                criterion=world.criteria["better"],
+                comparison=c,
+                value="B",
+                rationale="JUDGE-RATIONALE-Q7",
+                probability=0.654321,
+            )
             for c in world.comparisons
         ]
     )
     people = annotators_make(study, 2)
     other = client_for(people[1])
-    secrets_ = [*SECRET_CANDIDATES, *SECRET_PROVIDERS, "JUDGE-NAME-Q7", "JUDGE-RATIONALE-Q7",
-                "judgefamily-q7", "0.123456", "0.654321", "OTHER-ANNOTATOR-NOTE", "ann1"]
+    secrets_ = [
+        *SECRET_CANDIDATES,
+        *SECRET_PROVIDERS,
+        "JUDGE-NAME-Q7",
+        "JUDGE-RATIONALE-Q7",
+        "judgefamily-q7",
+        "0.123456",
+        "0.654321",
+        "OTHER-ANNOTATOR-NOTE",
+        "ann1",
+    ]
     seen: list[str] = []
 
     def grade_all(client: APIClient, note: str) -> None:
@@ -216,46 +250,73 @@ def test_annotator_responses_are_blind(
             if ctx is None:
                 return
             aid = ctx["assignment_id"]
-            for extra in (client.get(f"{_base()}/assignments/{aid}"),
-                          client.post(f"{_base()}/assignments/{aid}/heartbeat")):
+            for extra in (
+                client.get(f"{_base()}/assignments/{aid}"),
+                client.post(f"{_base()}/assignments/{aid}/heartbeat"),
+            ):
                 if client is not other:
                     seen.append(extra.content.decode())
             if ctx["kind"] == "pairwise":
                 labels: dict[str, Any] = {"better": {"value": "A"}}
             else:
                 labels = failing_labels(note=note)
-            s = client.post(f"{_base()}/assignments/{aid}/submit",
-                            {"submission_id": str(uuid.uuid4()), "labels": labels,
-                             "rationale": note}, format="json")
+            s = client.post(
+                f"{_base()}/assignments/{aid}/submit",
+                {"submission_id": str(uuid.uuid4()), "labels": labels, "rationale": note},
+                format="json",
+            )
             assert s.status_code == 200, s.content
             if client is not other:
                 seen.append(s.content.decode())
 
     # Another annotator grades first, leaving labels and notes that must never leak.
-    services.sampling_plan_create(study=study, spec={"mode": "all"}, k=2, gold_rate=0,
-                                  created_by=lead)
+    services.sampling_plan_create(
+        study=study, spec={"mode": "all"}, k=2, gold_rate=0, created_by=lead
+    )
     grade_all(other, "OTHER-ANNOTATOR-NOTE")
-    services.sampling_plan_create(study=study, spec={"mode": "all", "subject": "comparison"},
-                                  k=2, gold_rate=0, created_by=lead)
+    services.sampling_plan_create(
+        study=study,
+        spec={"mode": "all", "subject": "comparison"},
+        k=2,
+        gold_rate=0,
+        created_by=lead,
+    )
     grade_all(other, "OTHER-ANNOTATOR-NOTE")
     me = client_for(people[0])
-    services.sampling_plan_create(study=study, spec={"mode": "all"}, k=2, gold_rate=0,
-                                  created_by=lead)
+    services.sampling_plan_create(
+        study=study, spec={"mode": "all"}, k=2, gold_rate=0, created_by=lead
+    )
     grade_all(me, "my own note")
-    services.sampling_plan_create(study=study, spec={"mode": "all", "subject": "comparison"},
-                                  k=2, gold_rate=0, created_by=lead)
+    services.sampling_plan_create(
+        study=study,
+        spec={"mode": "all", "subject": "comparison"},
+        k=2,
+        gold_rate=0,
+        created_by=lead,
+    )
     grade_all(me, "my own note")
     seen.append(me.get(f"{_base()}/my/annotations").content.decode())
     assert len(seen) > 20
     payload = "\n".join(seen)
     for secret in secrets_:
         assert secret not in payload, secret
-    for key in ('"candidate', '"provider', '"model', '"verdict', '"judge', '"output_id',
-                '"annotator', '"swapped'):
+    for key in (
+        '"candidate',
+        '"provider',
+        '"model',
+        '"verdict',
+        '"judge',
+        '"output_id',
+        '"annotator',
+        '"swapped',
+    ):
         assert key not in payload, key
     # The pairwise texts were shown in the recorded order.
-    swaps = dict(Assignment.objects.filter(annotator=people[0], entry__comparison__isnull=False)
-                 .values_list("pk", "swapped"))
+    swaps = dict(
+        Assignment.objects.filter(annotator=people[0], entry__comparison__isnull=False).values_list(
+            "pk", "swapped"
+        )
+    )
     assert set(swaps.values()) <= {True, False}
 
 
@@ -265,25 +326,36 @@ def test_annotator_responses_are_blind(
 def test_sampling_plan_crud(world: World, lead_client: APIClient) -> None:
     r = lead_client.post(
         f"{_base()}/sampling-plans",
-        {"spec": {"mode": "per_stratum", "dimension": "lang", "n": 2, "seed": 9}, "k": 3,
-         "gold_rate": 0},
+        {
+            "spec": {"mode": "per_stratum", "dimension": "lang", "n": 2, "seed": 9},
+            "k": 3,
+            "gold_rate": 0,
+        },
         format="json",
     )
     assert r.status_code == 201, r.content
     assert r.json()["version"] == 1 and r.json()["summary"]["allocation"] == {
-        "de": 2, "en": 2, "fr": 1
+        "de": 2,
+        "en": 2,
+        "fr": 1,
     }
-    r2 = lead_client.post(f"{_base()}/sampling-plans", {"spec": {"mode": "all"}, "k": 2},
-                          format="json")
+    r2 = lead_client.post(
+        f"{_base()}/sampling-plans", {"spec": {"mode": "all"}, "k": 2}, format="json"
+    )
     assert r2.status_code == 201 and r2.json()["version"] == 2
     listing = lead_client.get(f"{_base()}/sampling-plans").json()
     assert [(p["version"], p["is_active"]) for p in listing] == [(2, True), (1, False)]
     detail = lead_client.get(f"{_base()}/sampling-plans/1").json()
     assert {row["stratum"]: row["entries"] for row in detail["strata"]} == {
-        "de": 2, "en": 2, "fr": 1
+        "de": 2,
+        "en": 2,
+        "fr": 1,
     }
-    bad = lead_client.post(f"{_base()}/sampling-plans",
-                           {"spec": {"mode": "per_stratum", "dimension": "lang"}}, format="json")
+    bad = lead_client.post(
+        f"{_base()}/sampling-plans",
+        {"spec": {"mode": "per_stratum", "dimension": "lang"}},
+        format="json",
+    )
     assert bad.status_code == 400 and "spec.n" in bad.json()["error"]["details"]
     assert lead_client.get(f"{_base()}/sampling-plans/9").status_code == 404
     gone = lead_client.delete(f"{_base()}/sampling-plans/2")
@@ -294,9 +366,11 @@ def test_progress_disagreements_adjudication_gold(
     world: World, plan: Any, annotators: list[Any], lead_client: APIClient, client_for: Client
 ) -> None:
     target = world.outputs[0]
-    g = lead_client.post(f"{_base()}/gold-labels",
-                         {"criterion": "correct", "output": target.pk, "value": "pass"},
-                         format="json")
+    g = lead_client.post(
+        f"{_base()}/gold-labels",
+        {"criterion": "correct", "output": target.pk, "value": "pass"},
+        format="json",
+    )
     assert g.status_code == 201, g.content
     for ann, labels in ((annotators[0], passing_labels()), (annotators[1], failing_labels())):
         client = client_for(ann)
@@ -306,11 +380,15 @@ def test_progress_disagreements_adjudication_gold(
                 break
             a = Assignment.objects.get(pk=ctx["assignment_id"])
             use = labels if a.entry.output_id == target.pk else passing_labels()
-            assert _submit(client, ctx["assignment_id"], labels=use,
-                           time_on_task_ms=1000).status_code == 200
+            assert (
+                _submit(client, ctx["assignment_id"], labels=use, time_on_task_ms=1000).status_code
+                == 200
+            )
     progress = lead_client.get(f"{_base()}/annotation-progress").json()
     assert {r["stratum"]: (r["needed"], r["done"], r["leased"]) for r in progress["strata"]} == {
-        "en": (12, 12, 0), "de": (6, 6, 0), "fr": (2, 2, 0)
+        "en": (12, 12, 0),
+        "de": (6, 6, 0),
+        "fr": (2, 2, 0),
     }
     stats = {r["username"]: r for r in progress["annotators"]}
     assert stats["ann0"]["submitted"] == 10 and stats["ann0"]["median_time_on_task_ms"] == 1000
@@ -319,25 +397,31 @@ def test_progress_disagreements_adjudication_gold(
     assert [(r["subject_id"], r["human_values"]) for r in rows] == [
         (target.pk, {"pass": 1, "fail": 1})
     ]
-    adj = lead_client.post(f"{_base()}/adjudications",
-                           {"criterion": "correct", "output": target.pk, "value": "pass",
-                            "note": "gold agrees"}, format="json")
+    adj = lead_client.post(
+        f"{_base()}/adjudications",
+        {"criterion": "correct", "output": target.pk, "value": "pass", "note": "gold agrees"},
+        format="json",
+    )
     assert adj.status_code == 201, adj.content
     rows = lead_client.get(f"{_base()}/disagreements?criterion=correct").json()
     assert rows[0]["adjudicated_value"] == "pass"
     assert lead_client.get(f"{_base()}/adjudications").json()["results"][0]["value"] == "pass"
-    bad = lead_client.post(f"{_base()}/adjudications",
-                           {"criterion": "nope", "output": target.pk, "value": "pass"},
-                           format="json")
+    bad = lead_client.post(
+        f"{_base()}/adjudications",
+        {"criterion": "nope", "output": target.pk, "value": "pass"},
+        format="json",
+    )
     assert bad.status_code == 400 and "criterion" in bad.json()["error"]["details"]
 
 
 def test_invite_and_reset_password(
     world: World, lead_client: APIClient, client_for: Client
 ) -> None:
-    r = lead_client.post(f"{_base()}/annotators/invite",
-                         {"username": "newbie", "email": "newbie@example.test",
-                          "role": "annotator"}, format="json")
+    r = lead_client.post(
+        f"{_base()}/annotators/invite",
+        {"username": "newbie", "email": "newbie@example.test", "role": "annotator"},
+        format="json",
+    )
     assert r.status_code == 201, r.content
     password = r.json()["one_time_password"]
     assert password and len(password) >= 12
@@ -345,12 +429,12 @@ def test_invite_and_reset_password(
     assert user.check_password(password)
     assert Membership.objects.get(study=world.study, user=user).role == "annotator"
     # Inviting an existing user creates no password.
-    again = lead_client.post(f"{_base()}/annotators/invite",
-                             {"username": "newbie", "role": "viewer"}, format="json")
+    again = lead_client.post(
+        f"{_base()}/annotators/invite", {"username": "newbie", "role": "viewer"}, format="json"
+    )
     assert again.status_code == 201 and again.json()["one_time_password"] is None
     assert Membership.objects.get(study=world.study, user=user).role == "viewer"
-    bad = lead_client.post(f"{_base()}/annotators/invite", {"email": "not-an-email"},
-                           format="json")
+    bad = lead_client.post(f"{_base()}/annotators/invite", {"email": "not-an-email"}, format="json")
     assert bad.status_code == 400 and "email" in bad.json()["error"]["details"]
     reset = lead_client.post(f"{_base()}/annotators/{user.pk}/reset-password")
     assert reset.status_code == 200
@@ -360,20 +444,19 @@ def test_invite_and_reset_password(
     # A lead may not reset another lead's password (an admin may).
     other_lead = UserFactory(username="lead2")
     MembershipFactory(study=world.study, user=other_lead, role=Membership.Role.LEAD)
-    assert lead_client.post(
-        f"{_base()}/annotators/{other_lead.pk}/reset-password"
-    ).status_code == 403
+    assert (
+        lead_client.post(f"{_base()}/annotators/{other_lead.pk}/reset-password").status_code == 403
+    )
     admin = get_user_model().objects.create_superuser("root", "root@example.test", "pw-123456!")
-    assert client_for(admin).post(
-        f"{_base()}/annotators/{other_lead.pk}/reset-password"
-    ).status_code == 200
+    assert (
+        client_for(admin).post(f"{_base()}/annotators/{other_lead.pk}/reset-password").status_code
+        == 200
+    )
     # Not a member of this study: 404, even if the account exists.
     stranger = UserFactory(username="stranger")
     elsewhere = StudyFactory(slug="beta", owner=stranger)
     MembershipFactory(study=elsewhere, user=stranger, role=Membership.Role.ANNOTATOR)
-    assert lead_client.post(
-        f"{_base()}/annotators/{stranger.pk}/reset-password"
-    ).status_code == 404
+    assert lead_client.post(f"{_base()}/annotators/{stranger.pk}/reset-password").status_code == 404
 
 
 def test_export_csv_and_jsonl(
@@ -383,8 +466,16 @@ def test_export_csv_and_jsonl(
         client = client_for(ann)
         while (ctx := _next(client)["assignment"]) is not None:
             labels = failing_labels(note="=HYPERLINK(1)")
-            assert _submit(client, ctx["assignment_id"], labels=labels, time_on_task_ms=700,
-                           flags={"offensive": True}).status_code == 200
+            assert (
+                _submit(
+                    client,
+                    ctx["assignment_id"],
+                    labels=labels,
+                    time_on_task_ms=700,
+                    flags={"offensive": True},
+                ).status_code
+                == 200
+            )
     r = lead_client.get(f"{_base()}/annotations/export?format=csv")
     assert r.status_code == 200 and r["Content-Type"].startswith("text/csv")
     text = b"".join(r.streaming_content).decode()
@@ -395,8 +486,11 @@ def test_export_csv_and_jsonl(
     assert row["candidate"] == SECRET_CANDIDATES[0] and row["annotator"] in ("ann0", "ann1")
     assert row["value"] == "fail" and row["severity"] == "3" and row["severity_label"]
     assert row["severity_note"] == "'=HYPERLINK(1)"  # neutralised for spreadsheets
-    assert json.loads(row["flags"]) == {"malformed_input": False, "offensive": True,
-                                        "unsure": False}
+    assert json.loads(row["flags"]) == {
+        "malformed_input": False,
+        "offensive": True,
+        "unsure": False,
+    }
     assert json.loads(row["strata"]) in ({"lang": "en"}, {"lang": "de"}, {"lang": "fr"})
     assert row["plan_version"] == "1" and row["time_on_task_ms"] == "700"
     j = lead_client.get(f"{_base()}/annotations/export?format=jsonl")
@@ -408,8 +502,12 @@ def test_export_csv_and_jsonl(
 
 
 def test_list_endpoints_have_bounded_queries(
-    world: World, plan: Any, annotators: list[Any], lead_client: APIClient,
-    client_for: Client, django_assert_max_num_queries: Any,
+    world: World,
+    plan: Any,
+    annotators: list[Any],
+    lead_client: APIClient,
+    client_for: Client,
+    django_assert_max_num_queries: Any,
 ) -> None:
     client = client_for(annotators[0])
     while (ctx := _next(client)["assignment"]) is not None:

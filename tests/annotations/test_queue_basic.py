@@ -31,8 +31,11 @@ def test_next_submit_until_done(world: World, lead: Any, annotators: list[Any]) 
             ctx = selectors.grading_context(assignment=a)
             assert ctx.kind == "output"
             services.annotation_submit(
-                assignment=a, annotator=annotator, submission_id=uuid.uuid4(),
-                labels=passing_labels(), time_on_task_ms=1200,
+                assignment=a,
+                annotator=annotator,
+                submission_id=uuid.uuid4(),
+                labels=passing_labels(),
+                time_on_task_ms=1200,
             )
     assert set(QueueEntry.objects.filter(plan=plan).values_list("done_count", flat=True)) == {2}
     assert Annotation.objects.count() == 10 * 2 * 2

@@ -90,8 +90,11 @@ def test_fifty_annotators_two_thousand_outputs_k3(settings: Any) -> None:
                 return
             sid = uuid.uuid4()
             created = services.annotation_submit(
-                assignment=a, annotator=annotator, submission_id=sid,
-                labels=passing_labels(), time_on_task_ms=1000,
+                assignment=a,
+                annotator=annotator,
+                submission_id=sid,
+                labels=passing_labels(),
+                time_on_task_ms=1000,
             )
             assert len(created) == 2
             submitted[i].append((a.entry_id, a.pk, str(sid)))
@@ -123,9 +126,7 @@ def test_fifty_annotators_two_thousand_outputs_k3(settings: Any) -> None:
     # No submission lost: every one a thread saw succeed is in the database, and nothing else.
     flat = [s for per in submitted for s in per]
     assert len(flat) == N_OUTPUTS * K
-    stored = set(
-        Annotation.objects.filter(plan=plan).values_list("assignment_id", "submission_id")
-    )
+    stored = set(Annotation.objects.filter(plan=plan).values_list("assignment_id", "submission_id"))
     assert {(pk, uuid.UUID(sid)) for _, pk, sid in flat} == stored
     # The abandoned leases expired and their outputs went to three other annotators.
     assert len(abandoned) == N_QUITTERS

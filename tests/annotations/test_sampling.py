@@ -16,14 +16,16 @@ from judges.models import Judge, JudgeVersion, Verdict
 from reviewhub.api.errors import Conflict, Forbidden, ValidationFailed
 from studies.models import Study
 
-from .factories import World, annotators_make, passing_labels, world_build
+from .factories import World, passing_labels, world_build
 
 # --- pure allocation ------------------------------------------------------------------------
 
 
 def test_per_stratum_caps_at_stratum_size() -> None:
     assert sampling.allocate_per_stratum({"en": 6, "de": 3, "fr": 1}, 2) == {
-        "en": 2, "de": 2, "fr": 1,
+        "en": 2,
+        "de": 2,
+        "fr": 1,
     }
 
 
@@ -31,7 +33,9 @@ def test_proportional_with_floor_by_hand() -> None:
     # Shares of 40 over 100/50/10 are 25, 12.5, 2.5; fr is raised to its floor of 8, and the
     # remaining 32 are re-split over 150: 21.33 and 10.67, rounded by largest remainder.
     assert sampling.allocate_proportional({"en": 100, "de": 50, "fr": 10}, 40, 8) == {
-        "en": 21, "de": 11, "fr": 8,
+        "en": 21,
+        "de": 11,
+        "fr": 8,
     }
 
 
@@ -39,19 +43,25 @@ def test_proportional_floor_capped_by_small_stratum() -> None:
     # fr has only 3 items: its floor is 3. Shares of 30 over 60/30/3 → 19.35/9.68/0.97; fr
     # rises to 3, 27 over 90: 18 and 9 exactly.
     assert sampling.allocate_proportional({"en": 60, "de": 30, "fr": 3}, 30, 5) == {
-        "en": 18, "de": 9, "fr": 3,
+        "en": 18,
+        "de": 9,
+        "fr": 3,
     }
 
 
 def test_proportional_without_floor_is_hamilton() -> None:
     # 10 over 7/2/1 → 7.0, 2.0, 1.0 of 10 = population: everything.
     assert sampling.allocate_proportional({"a": 7, "b": 2, "c": 1}, 10, 0) == {
-        "a": 7, "b": 2, "c": 1,
+        "a": 7,
+        "b": 2,
+        "c": 1,
     }
     # 5 over 7/2/1 → 3.5, 1.0, 0.5: floors 3, 1, 0 and one seat to the largest remainder
     # (tie 0.5 / 0.5 goes to the larger stratum a).
     assert sampling.allocate_proportional({"a": 7, "b": 2, "c": 1}, 5, 0) == {
-        "a": 4, "b": 1, "c": 0,
+        "a": 4,
+        "b": 1,
+        "c": 0,
     }
 
 
@@ -64,10 +74,12 @@ def test_proportional_total_below_floors_is_refused() -> None:
 def test_judge_uncertainty() -> None:
     u = sampling.judge_uncertainty(
         [
-            (1, 10, "pass", None), (1, 10, "fail", None),  # two versions disagree → 1
+            (1, 10, "pass", None),
+            (1, 10, "fail", None),  # two versions disagree → 1
             (2, 10, "pass", 0.5),  # coin flip → 1
             (3, 10, "pass", 0.9),  # fairly sure → 0.2
-            (4, 10, "pass", None), (4, 11, "pass", 1.0),  # sure → 0
+            (4, 10, "pass", None),
+            (4, 11, "pass", 1.0),  # sure → 0
         ]
     )
     assert u == pytest.approx({1: 1.0, 2: 1.0, 3: 0.2, 4: 0.0})
@@ -91,18 +103,21 @@ def test_spec_errors_name_the_field() -> None:
 # --- plans through the service --------------------------------------------------------------
 
 
-
-
 def _strata_counts(plan: SamplingPlan) -> dict[str, int]:
     return dict(
-        Counter(QueueEntry.objects.filter(plan=plan, is_gold=False).values_list("stratum", flat=True))
+        Counter(
+            QueueEntry.objects.filter(plan=plan, is_gold=False).values_list("stratum", flat=True)
+        )
     )
 
 
 @pytest.mark.django_db
 def test_plan_all(world: World, lead: Any) -> None:
     plan = services.sampling_plan_create(
-        study=world.study, spec={"mode": "all", "dimension": "lang"}, k=3, gold_rate=0,
+        study=world.study,
+        spec={"mode": "all", "dimension": "lang"},
+        k=3,
+        gold_rate=0,
         created_by=lead,
     )
     assert plan.version == 1 and plan.is_active
@@ -115,8 +130,11 @@ def test_plan_all(world: World, lead: Any) -> None:
 def test_plan_per_stratum_exact(study: Study, lead: Any) -> None:
     world_build(study=study, strata={"en": 50, "de": 20, "fr": 4})
     plan = services.sampling_plan_create(
-        study=study, spec={"mode": "per_stratum", "dimension": "lang", "n": 10, "seed": 3},
-        k=2, gold_rate=0, created_by=lead,
+        study=study,
+        spec={"mode": "per_stratum", "dimension": "lang", "n": 10, "seed": 3},
+        k=2,
+        gold_rate=0,
+        created_by=lead,
     )
     assert _strata_counts(plan) == {"en": 10, "de": 10, "fr": 4}
     assert plan.summary["allocation"] == {"de": 10, "en": 10, "fr": 4}
@@ -132,7 +150,9 @@ def test_plan_proportional_exact(study: Study, lead: Any) -> None:
     plan = services.sampling_plan_create(
         study=study,
         spec={"mode": "proportional", "dimension": "lang", "total": 40, "min_per_stratum": 8},
-        k=3, gold_rate=0, created_by=lead,
+        k=3,
+        gold_rate=0,
+        created_by=lead,
     )
     assert _strata_counts(plan) == {"en": 21, "de": 11, "fr": 8}
     assert plan.entries.count() == 40
@@ -176,7 +196,9 @@ def test_gold_rate(study: Study, lead: Any) -> None:
 @pytest.mark.django_db
 def test_gold_rate_short_of_gold_warns(study: Study, lead: Any) -> None:
     world = world_build(study=study, strata={"en": 30})
-    GoldLabel.objects.create(criterion=world.criteria["correct"], output=world.outputs[0], value="fail")
+    GoldLabel.objects.create(
+        criterion=world.criteria["correct"], output=world.outputs[0], value="fail"
+    )
     plan = services.sampling_plan_create(
         study=study, spec={"mode": "all"}, k=2, gold_rate=0.5, created_by=lead
     )
@@ -197,16 +219,25 @@ def test_disagreement_weight_favours_uncertain_outputs(study: Study, lead: Any) 
         rows.append(Verdict(judge_version=v1, criterion=crit, output=o, value="pass"))
         rows.append(
             Verdict(
-                judge_version=v2, criterion=crit, output=o,
+                judge_version=v2,
+                criterion=crit,
+                output=o,
                 value="fail" if o.pk in contested else "pass",
             )
         )
     Verdict.objects.bulk_create(rows)
     weighted = services.sampling_plan_create(
         study=study,
-        spec={"mode": "proportional", "dimension": "lang", "total": 20, "seed": 5,
-              "disagreement_weight": 9},
-        k=1, gold_rate=0, created_by=lead,
+        spec={
+            "mode": "proportional",
+            "dimension": "lang",
+            "total": 20,
+            "seed": 5,
+            "disagreement_weight": 9,
+        },
+        k=1,
+        gold_rate=0,
+        created_by=lead,
     )
     picked = set(weighted.entries.values_list("output_id", flat=True))
     weights = dict(weighted.entries.values_list("output_id", "sample_weight"))
@@ -225,7 +256,9 @@ def test_disagreement_weight_favours_uncertain_outputs(study: Study, lead: Any) 
     plain = services.sampling_plan_create(
         study=study,
         spec={"mode": "proportional", "dimension": "lang", "total": 20, "seed": 5},
-        k=1, gold_rate=0, created_by=lead,
+        k=1,
+        gold_rate=0,
+        created_by=lead,
     )
     assert len(set(plain.entries.values_list("output_id", flat=True)) & contested) < 10
 
@@ -234,9 +267,11 @@ def test_disagreement_weight_favours_uncertain_outputs(study: Study, lead: Any) 
 def test_pairwise_plan_samples_comparisons(study: Study, lead: Any) -> None:
     world = world_build(study=study, strata={"en": 6, "de": 2}, n_candidates=2, pairwise=True)
     plan = services.sampling_plan_create(
-        study=study, spec={"mode": "per_stratum", "dimension": "lang", "n": 3,
-                           "subject": "comparison"},
-        k=2, gold_rate=0, created_by=lead,
+        study=study,
+        spec={"mode": "per_stratum", "dimension": "lang", "n": 3, "subject": "comparison"},
+        k=2,
+        gold_rate=0,
+        created_by=lead,
     )
     assert plan.entries.filter(comparison__isnull=False).count() == 5
     assert plan.entries.filter(output__isnull=False).count() == 0
@@ -249,14 +284,15 @@ def test_pairwise_plan_samples_comparisons(study: Study, lead: Any) -> None:
 def test_plan_errors(world: World, lead: Any, annotators: list[Any]) -> None:
     with pytest.raises(ValidationFailed) as info:
         services.sampling_plan_create(
-            study=world.study, spec={"mode": "per_stratum", "dimension": "nope", "n": 1}, k=3,
-            gold_rate=0, created_by=lead,
+            study=world.study,
+            spec={"mode": "per_stratum", "dimension": "nope", "n": 1},
+            k=3,
+            gold_rate=0,
+            created_by=lead,
         )
     assert "spec.dimension" in info.value.details
     with pytest.raises(ValidationFailed):
-        services.sampling_plan_create(
-            study=world.study, spec={}, k=0, gold_rate=0, created_by=lead
-        )
+        services.sampling_plan_create(study=world.study, spec={}, k=0, gold_rate=0, created_by=lead)
     with pytest.raises(ValidationFailed):
         services.sampling_plan_create(
             study=world.study, spec={}, k=3, gold_rate=1.0, created_by=lead
@@ -313,7 +349,9 @@ def test_plan_versioning(world: World, lead: Any, annotators: list[Any]) -> None
         )
     assert done.entry.output_id not in seen and len(seen) == 9
     # Annotations name the plan version they were collected under.
-    plans = Counter(Annotation.objects.filter(annotator=first).values_list("plan__version", flat=True))
+    plans = Counter(
+        Annotation.objects.filter(annotator=first).values_list("plan__version", flat=True)
+    )
     assert plans == {1: 2, 2: 18}
     # Only the active plan is offered.
     a = services.assignment_next(study=world.study, annotator=second)

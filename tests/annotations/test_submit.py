@@ -34,8 +34,11 @@ def _next(world: World, annotator: Any) -> Assignment:
 
 def _submit(a: Assignment, annotator: Any, labels: Any = None, **kw: Any) -> list[Annotation]:
     return services.annotation_submit(
-        assignment=a, annotator=annotator, submission_id=kw.pop("sid", uuid.uuid4()),
-        labels=labels if labels is not None else passing_labels(), **kw,
+        assignment=a,
+        annotator=annotator,
+        submission_id=kw.pop("sid", uuid.uuid4()),
+        labels=labels if labels is not None else passing_labels(),
+        **kw,
     )
 
 
@@ -46,7 +49,9 @@ def _error(exc: pytest.ExceptionInfo[Any]) -> dict[str, Any]:
 # --- validation -------------------------------------------------------------------------------
 
 
-def test_unknown_and_missing_criteria_are_named(world: World, lead: Any, annotators: list[Any]) -> None:
+def test_unknown_and_missing_criteria_are_named(
+    world: World, lead: Any, annotators: list[Any]
+) -> None:
     _plan(world, lead)
     a = _next(world, annotators[0])
     with pytest.raises(ValidationFailed) as info:
@@ -64,25 +69,39 @@ def test_unknown_and_missing_criteria_are_named(world: World, lead: Any, annotat
     assert not Annotation.objects.exists()  # nothing half-written
 
 
-def test_severity_required_exactly_for_failures(world: World, lead: Any, annotators: list[Any]) -> None:
+def test_severity_required_exactly_for_failures(
+    world: World, lead: Any, annotators: list[Any]
+) -> None:
     _plan(world, lead)
     a = _next(world, annotators[0])
     cases = [
         ({"correct": {"value": "fail"}, "helpful": {"value": "4"}}, "labels.correct.severity"),
-        ({"correct": {"value": "pass", "severity": 2}, "helpful": {"value": "4"}},
-         "labels.correct.severity"),
-        ({"correct": {"value": "fail", "severity": 0}, "helpful": {"value": "4"}},
-         "labels.correct.severity"),
-        ({"correct": {"value": "fail", "severity": 6}, "helpful": {"value": "4"}},
-         "labels.correct.severity"),
-        ({"correct": {"value": "fail", "severity": True}, "helpful": {"value": "4"}},
-         "labels.correct.severity"),
+        (
+            {"correct": {"value": "pass", "severity": 2}, "helpful": {"value": "4"}},
+            "labels.correct.severity",
+        ),
+        (
+            {"correct": {"value": "fail", "severity": 0}, "helpful": {"value": "4"}},
+            "labels.correct.severity",
+        ),
+        (
+            {"correct": {"value": "fail", "severity": 6}, "helpful": {"value": "4"}},
+            "labels.correct.severity",
+        ),
+        (
+            {"correct": {"value": "fail", "severity": True}, "helpful": {"value": "4"}},
+            "labels.correct.severity",
+        ),
         # ordinal: 2 < pass_threshold 3 is a failure, 3 is a pass
         ({"correct": {"value": "pass"}, "helpful": {"value": "2"}}, "labels.helpful.severity"),
-        ({"correct": {"value": "pass"}, "helpful": {"value": "3", "severity": 1}},
-         "labels.helpful.severity"),
-        ({"correct": {"value": "pass", "severity_note": "bad"}, "helpful": {"value": "3"}},
-         "labels.correct.severity_note"),
+        (
+            {"correct": {"value": "pass"}, "helpful": {"value": "3", "severity": 1}},
+            "labels.helpful.severity",
+        ),
+        (
+            {"correct": {"value": "pass", "severity_note": "bad"}, "helpful": {"value": "3"}},
+            "labels.correct.severity_note",
+        ),
     ]
     for labels, field in cases:
         with pytest.raises(ValidationFailed) as info:
@@ -98,9 +117,13 @@ def test_severity_required_exactly_for_failures(world: World, lead: Any, annotat
 def test_categorical_failure_reading(study: Study, lead: Any) -> None:
     world = world_build(study=study, strata={"en": 2})
     Criterion.objects.create(
-        rubric=world.rubric, key="tone", name="Tone", scale=Criterion.Scale.CATEGORICAL,
+        rubric=world.rubric,
+        key="tone",
+        name="Tone",
+        scale=Criterion.Scale.CATEGORICAL,
         points=[{"value": "polite"}, {"value": "rude"}, {"value": "neutral"}],
-        pass_labels=["polite", "neutral"], position=5,
+        pass_labels=["polite", "neutral"],
+        position=5,
     )
     (ann,) = annotators_make(study, 1)
     _plan(world, lead)
@@ -121,8 +144,12 @@ def test_flags_rationale_time_recorded(world: World, lead: Any, annotators: list
     with pytest.raises(ValidationFailed):
         _submit(a, annotators[0], time_on_task_ms=-5)
     created = _submit(
-        a, annotators[0], flags={"unsure": True, "offensive": False}, rationale="fine",
-        time_on_task_ms=4321, source="api",
+        a,
+        annotators[0],
+        flags={"unsure": True, "offensive": False},
+        rationale="fine",
+        time_on_task_ms=4321,
+        source="api",
     )
     assert all(x.flags == {"unsure": True} for x in created)
     assert all(x.time_on_task_ms == 4321 and x.rationale == "fine" for x in created)
@@ -132,7 +159,9 @@ def test_flags_rationale_time_recorded(world: World, lead: Any, annotators: list
 # --- idempotency ------------------------------------------------------------------------------
 
 
-def test_same_submission_twice_returns_the_first(world: World, lead: Any, annotators: list[Any]) -> None:
+def test_same_submission_twice_returns_the_first(
+    world: World, lead: Any, annotators: list[Any]
+) -> None:
     _plan(world, lead)
     a = _next(world, annotators[0])
     sid = uuid.uuid4()
@@ -152,7 +181,9 @@ def test_same_submission_twice_returns_the_first(world: World, lead: Any, annota
     assert info.value.code == "submission_id_reused"
 
 
-def test_someone_elses_assignment_is_not_found(world: World, lead: Any, annotators: list[Any]) -> None:
+def test_someone_elses_assignment_is_not_found(
+    world: World, lead: Any, annotators: list[Any]
+) -> None:
     _plan(world, lead)
     a = _next(world, annotators[0])
     with pytest.raises(NotFound):
@@ -196,7 +227,9 @@ def test_expired_lease_returns_to_pool_and_is_reassigned(study: Study, lead: Any
     _plan(world, lead, k=1)
     a = _next(world, people[0])
     assert services.assignment_next(study=study, annotator=people[1]) is None
-    Assignment.objects.filter(pk=a.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    Assignment.objects.filter(pk=a.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
     b = _next(world, people[1])
     assert b.entry_id == a.entry_id
     a.refresh_from_db()
@@ -217,14 +250,16 @@ def test_expired_lease_is_resumed_by_its_annotator_if_free(study: Study, lead: A
     (ann,) = annotators_make(study, 1)
     _plan(world, lead, k=1)
     a = _next(world, ann)
-    Assignment.objects.filter(pk=a.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=1))
+    Assignment.objects.filter(pk=a.pk).update(
+        lease_expires_at=timezone.now() - timedelta(minutes=1)
+    )
     services.assignments_expire_stale()
     a.refresh_from_db()
     assert a.status == Assignment.Status.EXPIRED
     assert QueueEntry.objects.get(pk=a.entry_id).leased_count == 0
     resumed = _next(world, ann)
     assert resumed.pk == a.pk and resumed.status == Assignment.Status.LEASED
-    assert resumed.lease_expires_at > timezone.now()
+    assert resumed.lease_expires_at is not None and resumed.lease_expires_at > timezone.now()
     assert QueueEntry.objects.get(pk=a.entry_id).leased_count == 1
 
 
@@ -233,7 +268,9 @@ def test_late_submit_accepted_while_room(study: Study, lead: Any) -> None:
     (ann,) = annotators_make(study, 1)
     _plan(world, lead, k=2)
     a = _next(world, ann)
-    Assignment.objects.filter(pk=a.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=1))
+    Assignment.objects.filter(pk=a.pk).update(
+        lease_expires_at=timezone.now() - timedelta(minutes=1)
+    )
     services.assignments_expire_stale()
     a.refresh_from_db()
     created = _submit(a, ann)
@@ -248,6 +285,7 @@ def test_heartbeat_extends_the_lease(world: World, lead: Any, annotators: list[A
     assert a is not None
     before = a.lease_expires_at
     after = services.assignment_heartbeat(assignment=a, annotator=annotators[0], lease_minutes=30)
+    assert before is not None and after.lease_expires_at is not None
     assert after.lease_expires_at > before + timedelta(minutes=20)
     _submit(after, annotators[0])
     with pytest.raises(Conflict):
@@ -273,7 +311,10 @@ def test_pairwise_sides_randomised_and_mapped_back(study: Study, lead: Any) -> N
     world = world_build(study=study, strata={"en": 30}, n_candidates=2, pairwise=True)
     (ann,) = annotators_make(study, 1)
     services.sampling_plan_create(
-        study=study, spec={"mode": "all", "subject": "comparison"}, k=1, gold_rate=0,
+        study=study,
+        spec={"mode": "all", "subject": "comparison"},
+        k=1,
+        gold_rate=0,
         created_by=lead,
     )
     swapped = []
@@ -299,8 +340,12 @@ def test_revise_within_window_keeps_history(world: World, lead: Any, annotators:
     with pytest.raises(ValidationFailed):  # failure needs a severity on revision too
         services.annotation_revise(annotation_id=correct.pk, annotator=annotators[0], value="fail")
     revised = services.annotation_revise(
-        annotation_id=correct.pk, annotator=annotators[0], value="fail", severity=5,
-        severity_note="dangerous", rationale="looked again",
+        annotation_id=correct.pk,
+        annotator=annotators[0],
+        value="fail",
+        severity=5,
+        severity_note="dangerous",
+        rationale="looked again",
     )
     assert revised.value == "fail" and revised.severity == 5 and revised.revised_at is not None
     assert revised.rationale == "looked again"
@@ -308,13 +353,17 @@ def test_revise_within_window_keeps_history(world: World, lead: Any, annotators:
         annotation_id=correct.pk, annotator=annotators[0], value="pass"
     )
     assert again.severity is None and again.severity_note == ""
-    history = list(AnnotationRevision.objects.filter(annotation=correct).values_list("value", "severity"))
+    history = list(
+        AnnotationRevision.objects.filter(annotation=correct).values_list("value", "severity")
+    )
     assert history == [("pass", None), ("fail", 5)]
     with pytest.raises(NotFound):
         services.annotation_revise(annotation_id=correct.pk, annotator=annotators[1], value="pass")
 
 
-def test_revision_window_closes(world: World, lead: Any, annotators: list[Any], settings: Any) -> None:
+def test_revision_window_closes(
+    world: World, lead: Any, annotators: list[Any], settings: Any
+) -> None:
     settings.REVIEWHUB_REVISION_WINDOW_MINUTES = 60
     _plan(world, lead)
     a = _next(world, annotators[0])
@@ -323,13 +372,16 @@ def test_revision_window_closes(world: World, lead: Any, annotators: list[Any], 
         created_at=timezone.now() - timedelta(minutes=61)
     )
     with pytest.raises(Conflict) as info:
-        services.annotation_revise(annotation_id=correct.pk, annotator=annotators[0], value="fail",
-                                   severity=2)
+        services.annotation_revise(
+            annotation_id=correct.pk, annotator=annotators[0], value="fail", severity=2
+        )
     assert info.value.code == "revision_window_closed"
     assert not AnnotationRevision.objects.exists()
 
 
-def test_adjudication_is_separate_from_annotations(world: World, lead: Any, annotators: list[Any]) -> None:
+def test_adjudication_is_separate_from_annotations(
+    world: World, lead: Any, annotators: list[Any]
+) -> None:
     _plan(world, lead, k=2)
     for ann, labels in ((annotators[0], passing_labels()), (annotators[1], failing_labels())):
         a = services.assignment_next(study=world.study, annotator=ann)
@@ -343,18 +395,28 @@ def test_adjudication_is_separate_from_annotations(world: World, lead: Any, anno
 
     rows = selectors.disagreements(study=world.study)
     assert {(r.criterion_key, r.subject_id) for r in rows} == {
-        ("correct", world.outputs[0].pk), ("helpful", world.outputs[0].pk)
+        ("correct", world.outputs[0].pk),
+        ("helpful", world.outputs[0].pk),
     }
     adj = services.adjudication_record(
-        study=world.study, criterion=world.criteria["correct"], output=world.outputs[0],
-        value="fail", note="checked the source", user=lead,
+        study=world.study,
+        criterion=world.criteria["correct"],
+        output=world.outputs[0],
+        value="fail",
+        note="checked the source",
+        user=lead,
     )
     assert adj.value == "fail"
     assert Annotation.objects.filter(output=world.outputs[0], criterion__key="correct").count() == 2
-    rows = {r.criterion_key: r for r in selectors.disagreements(study=world.study)}
-    assert rows["correct"].adjudicated_value == "fail" and rows["helpful"].adjudicated_value is None
+    by_key = {r.criterion_key: r for r in selectors.disagreements(study=world.study)}
+    assert by_key["correct"].adjudicated_value == "fail"
+    assert by_key["helpful"].adjudicated_value is None
     with pytest.raises(ValidationFailed):
         services.adjudication_record(
-            study=world.study, criterion=world.criteria["correct"], output=world.outputs[0],
-            value="meh", note="", user=lead,
+            study=world.study,
+            criterion=world.criteria["correct"],
+            output=world.outputs[0],
+            value="meh",
+            note="",
+            user=lead,
         )

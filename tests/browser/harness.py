@@ -86,9 +86,11 @@ def _restore_env() -> None:
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an asyncio loop marked as running in
+# the main thread until it stops, which breaks every later test that calls asyncio.run().
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """The session's Chromium (skipped, or failed under REVIEWHUB_REQUIRE_BROWSER=1, if absent)."""
+    """The module's Chromium (skipped, or failed under REVIEWHUB_REQUIRE_BROWSER=1, if absent)."""
     browser = _shared.get("browser") or _launch()
     _shared["users"] += 1
     try:

@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from judges.models import Judge, JudgeVersion
-from studies.models import Candidate, Criterion, Item, Output, RubricVersion, StratumDimension, Study
+from studies.models import (
+    Candidate,
+    Criterion,
+    Item,
+    Output,
+    RubricVersion,
+    StratumDimension,
+    Study,
+)
 
 KEY_ENV = "REVIEWHUB_TEST_JUDGE_KEY"
 
@@ -84,11 +92,11 @@ def make_version(study: Study, config: dict[str, Any], *, kind: str = Judge.Kind
     """A judge version through side P's service when it accepts the config, else directly."""
     judge, _ = Judge.objects.get_or_create(study=study, name=name, defaults={"kind": kind})
     try:
-        from judges.services import judge_version_for_config
-    except ImportError:
-        judge_version_for_config = None
-    if judge_version_for_config is not None:
-        return judge_version_for_config(judge=judge, config=config)
+        from judges import services
+    except ImportError:  # side P's service not there yet: store the config as it is
+        services = None  # type: ignore[assignment]
+    if services is not None:
+        return services.judge_version_for_config(judge=judge, config=config)
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     existing = judge.versions.filter(content_hash=digest).first()
     if existing is not None:

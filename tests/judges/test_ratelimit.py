@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_limits_for_picks_most_specific_key_and_validates() -> None:
     table = {"api.example.com": {"rpm": 100}, "api.example.com/big": {"max_in_flight": 2}}
-    key, lim = limits_for(base_url="https://api.example.com/v1", model="big", table=table)
-    assert key == "api.example.com/big" and lim == ProviderLimits(max_in_flight=2)
-    key, lim = limits_for(base_url="https://API.example.com/v1", model="small", table=table)
-    assert key == "api.example.com" and lim.rpm == 100
+    assert limits_for(base_url="https://api.example.com/v1", model="big", table=table) == (
+        "api.example.com/big", ProviderLimits(max_in_flight=2))
+    assert limits_for(base_url="https://API.example.com/v1", model="small", table=table) == (
+        "api.example.com", ProviderLimits(rpm=100))
     assert limits_for(base_url="http://127.0.0.1:9/v1", model="m", table=table) is None
     with pytest.raises(ValueError, match="unknown keys"):
         limits_for(base_url="https://api.example.com", model="x",

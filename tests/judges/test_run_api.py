@@ -35,7 +35,7 @@ def url(slug: str, tail: str = "") -> str:
 def test_start_list_detail_cancel_resume_rerun(
     lead_client: Any, setup: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    data, version, sent = setup
+    _, version, sent = setup
     with django_capture_on_commit_callbacks(execute=True):
         r = lead_client.post(url("alpha"), {"judge_version": version.pk, "criteria": ["correct"],
                                             "selection": {"kind": "all"}, "max_calls": 100},
@@ -73,7 +73,7 @@ def test_start_list_detail_cancel_resume_rerun(
 
 
 def test_bad_input_is_a_clear_400_and_nothing_is_written(lead_client: Any, setup: Any) -> None:
-    data, version, _ = setup
+    _, version, _ = setup
     r = lead_client.post(url("alpha"), {"judge_version": version.pk, "criteria": ["nope"]},
                          format="json")
     assert r.status_code == 400 and r.json()["error"]["details"] == {"criteria": ["nope"]}

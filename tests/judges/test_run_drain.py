@@ -16,23 +16,20 @@ from tests.judges.provider_server import (
     connection_reset,
     empty_choices,
     html_page,
-    raw,
     rate_limited,
+    raw,
     server_error,
     slow,
     truncated_body,
     truncated_json,
 )
 
-from .run_fixtures import (  # noqa: F401 - fixtures
-    EnqueueSpy,
-    StudyData,
-    build_study_data,
-    judge_key_env,
-    llm_config,
-    make_version,
-    provider_server,
-)
+from . import run_fixtures
+from .run_fixtures import EnqueueSpy, StudyData, build_study_data, llm_config, make_version
+
+# Fixtures shared with the other side-R test modules (kept out of a shared conftest.py).
+provider_server = run_fixtures.provider_server
+judge_key_env = run_fixtures.judge_key_env
 
 pytestmark = pytest.mark.django_db
 
@@ -100,6 +97,7 @@ def test_pairwise_run_judges_both_orders_and_flags_position_bias(
         "comparison__output_a", "comparison__output_b"))
     assert len(verdicts) == 6
     for v in verdicts:
+        assert v.comparison is not None
         a_bad = "[bad]" in v.comparison.output_a.text
         b_bad = "[bad]" in v.comparison.output_b.text
         if a_bad != b_bad:
@@ -118,6 +116,7 @@ def test_samples_with_logprobs_give_probabilities_and_keep_each_sample(
     drive(run)
     assert provider_server.count() == 12
     for v in Verdict.objects.filter(run=run).select_related("output"):
+        assert v.output is not None
         assert v.n_samples == 3 and len(v.details["samples"]) == 3
         assert v.details["probability_source"] == "logprobs"
         expected = 0.1 if "[bad]" in v.output.text else 0.9

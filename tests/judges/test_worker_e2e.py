@@ -9,6 +9,7 @@ run continues once it is back (the database is the source of truth).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -93,10 +94,9 @@ class Workers:
         for proc in self.procs:
             if proc.poll() is None:
                 self.kill(proc, signal.SIGTERM)
-            try:  # an embedded beat child lives in the same process group
+            # An embedded beat child lives in the same process group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def tail(self) -> str:
         return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-4000:]
@@ -154,6 +154,7 @@ def assert_exactly_once(run: JudgeRun, data: Any, server: ProviderServer) -> Non
         token = int(TOKEN_RE.search(j.output.text).group(1))  # type: ignore[union-attr]
         assert 1 <= calls[token] <= j.attempts, (j.pk, calls[token], j.attempts)
     for v in Verdict.objects.filter(run=run).select_related("output"):
+        assert v.output is not None
         assert v.value == ("fail" if "[bad]" in v.output.text else "pass")
 
 

@@ -11,6 +11,10 @@ from judges.celery_tasks import judge_run_enqueue
 from judges.runs import judge_sweep
 
 
+def _enqueue(run_id: int, n: int) -> None:
+    judge_run_enqueue(run_id=run_id, n=n)
+
+
 class Command(BaseCommand):
     help = "Sweep judge runs once (or every N seconds): expired leases, idle runs, verdicts."
 
@@ -21,9 +25,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         every = float(options["every"])
         while True:
-            result = judge_sweep(
-                enqueue=lambda run_id, n: judge_run_enqueue(run_id=run_id, n=n)
-            )
+            result = judge_sweep(enqueue=_enqueue)
             self.stdout.write(
                 f"requeued={result.requeued} failed={result.failed} "
                 f"runs_finished={result.runs_finished} runs_kicked={result.runs_kicked}"
