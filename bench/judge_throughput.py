@@ -170,16 +170,17 @@ def sample_body(study: Any, version: Any, crit: Any) -> bytes:
 
 def start_workers(n: int, per_worker: int, log_dir: Path) -> list[subprocess.Popen[bytes]]:
     env = dict(os.environ)
+    level = os.environ.get("BENCH_WORKER_LOG", "WARNING")  # INFO shows each slice's figures
     env.update({"REVIEWHUB_JUDGE_CONCURRENCY": str(per_worker),
                 "REVIEWHUB_JUDGE_TASKS_PER_RUN": str(n), "REVIEWHUB_JUDGE_TASK_SLICE_S": "600",
-                "REVIEWHUB_LOG_LEVEL": "WARNING"})
+                "REVIEWHUB_LOG_LEVEL": level})
     procs = []
     for i in range(n):
         log = (log_dir / f"bench-worker{i}.log").open("wb")
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "reviewhub", "worker", "-Q", "judges",
              "--pool", "threads", "-c", "1", "--prefetch-multiplier", "1", "-n",
-             f"bench{i}@%h", "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
+             f"bench{i}@%h", "--without-gossip", "--without-mingle", "--loglevel", level],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
     time.sleep(6)  # start-up (imports, broker connection) is not part of the measurement
     return procs
