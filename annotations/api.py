@@ -205,7 +205,8 @@ class AssignmentSkipView(APIView):
         study = _annotator_study(request, slug)
         assignment = _own_assignment(request, study, assignment_id)
         services.assignment_skip(assignment=assignment, annotator=_user(request))
-        return Response(selectors.annotator_progress(study=study, annotator=_user(request)).as_dict())
+        progress = selectors.annotator_progress(study=study, annotator=_user(request))
+        return Response(progress.as_dict())
 
 
 class MyAnnotationsView(APIView):
@@ -222,7 +223,9 @@ class MyAnnotationsView(APIView):
     def get(self, request: Request, slug: str) -> Response:
         study = _annotator_study(request, slug, write=False)
         revisable = request.query_params.get("revisable", "").lower() in ("1", "true", "yes")
-        qs = selectors.my_annotations(study=study, annotator=_user(request), revisable_only=revisable)
+        qs = selectors.my_annotations(
+            study=study, annotator=_user(request), revisable_only=revisable
+        )
         paginator = DefaultCursorPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(MyAnnotationSerializer(page, many=True).data)

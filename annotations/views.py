@@ -16,8 +16,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -242,10 +242,10 @@ def _required_int(data: Any, name: str) -> int:
     return value
 
 
-def _actor(request: HttpRequest) -> AbstractBaseUser:
+def _actor(request: HttpRequest) -> User:
     """The signed-in user (every page view here is behind login_required)."""
     user = request.user
-    if not isinstance(user, AbstractBaseUser):
+    if not isinstance(user, User):
         raise Http404("Sign in first.")
     return user
 
