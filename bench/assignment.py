@@ -338,6 +338,12 @@ def run_reviewhub(args: argparse.Namespace) -> list[LevelResult]:
 
         for c in args.levels:
             k = 1 if c == 1 else 3
+            # Each level starts from a clean slate (a throwaway database): otherwise the next
+            # plan version would count the previous level's annotations toward k.
+            from annotations.models import Annotation, Assignment
+
+            Annotation.objects.all().delete()
+            Assignment.objects.all().delete()
             services.sampling_plan_create(
                 study=study, spec={"mode": "all", "seed": c}, k=k, gold_rate=0.0, created_by=lead
             )
@@ -472,28 +478,28 @@ def run_label_studio(args: argparse.Namespace) -> list[LevelResult]:
             base_url=base, timeout=60, headers={"Authorization": f"Token {admin_token}"}
         )
         results = []
-        # Annotators: Label Studio's CLI creates users; each gets its own legacy token.
-        tokens = [admin_token]
-        for i in range(1, max(args.levels)):
-            r = subprocess.run(
-                [
-                    str(exe),
-                    "user",
-                    "--username",
-                    f"a{i}@bench.test",
-                    "--password",
-                    secrets.token_urlsafe(12),
-                    "--user-token",
-                    secrets.token_hex(20),
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            match = re.search(r"token[^0-9a-f]*([0-9a-f]{40})", r.stdout + r.stderr)
-            if r.returncode != 0 or not match:
-                raise RuntimeError(f"could not create Label Studio user: {r.stderr[-500:]}")
-            tokens.append(match.group(1))
+        # Annotators: Label Studio's CLI creates only the admin, so the others are made in its
+        # own Django shell, members of the admin's organisation, each with a legacy API token.
+        tokens = [admin_token] + [secrets.token_hex(20) for _ in range(1, max(args.levels))]
+        script = (
+            "from users.models import User\n"
+            "from organizations.models import Organization\n"
+            "from rest_framework.authtoken.models import Token\n"
+            "org = Organization.objects.first()\n"
+            f"for i, key in enumerate({tokens[1:]!r}, start=1):\n"
+            "    u = User.objects.create_user(email=f'a{i}@bench.test', password=key)\n"
+            "    org.add_user(u)\n"
+            "    u.active_organization = org\n"
+            "    u.save()\n"
+            "    Token.objects.create(user=u, key=key)\n"
+            "\n"  # the interactive console ends a block at a blank line
+            "print('USERS-OK', User.objects.count())\n"
+        )
+        made = subprocess.run(
+            [str(exe), "shell"], input=script, env=env, capture_output=True, text=True
+        )
+        if "USERS-OK" not in made.stdout:
+            raise RuntimeError(f"could not create Label Studio users: {made.stderr[-800:]}")
         for c in args.levels:
             k = 1 if c == 1 else 3
             project = (

@@ -106,9 +106,17 @@ class Workers:
 @pytest.fixture
 def workers(tmp_path: Path, redis_url: str) -> Iterator[Workers]:
     import redis
+    from django.conf import settings
 
-    redis.Redis.from_url(redis_url).flushdb()  # our own db number only (see the brief)
-    w = Workers(tmp_path, redis_url, redis_url)
+    # The workers must consume the broker this process publishes to (settings), which in CI
+    # is a different Redis db from REDIS_URL (rate limits). Messages left there by earlier
+    # tests point at rolled-back rows; drop them (only these two db numbers are touched).
+    broker = settings.CELERY_BROKER_URL
+    if not broker.startswith("redis://"):
+        broker = redis_url
+    for url in {broker, redis_url}:
+        redis.Redis.from_url(url).flushdb()
+    w = Workers(tmp_path, broker, redis_url)
     try:
         yield w
     finally:
