@@ -2,6 +2,7 @@ import logging
 
 from django.apps import AppConfig
 from django.conf import settings
+from kombu.utils.url import maybe_sanitize_url
 
 logger = logging.getLogger("reviewhub")
 
@@ -12,13 +13,12 @@ class ReviewHubConfig(AppConfig):
 
     def ready(self) -> None:
         # Say which backends are in use, so that nobody mistakes the embedded default for the
-        # full stack (and the reverse).
+        # full stack (and the reverse). The broker URL is logged with its password masked.
         db = settings.DATABASES["default"]
-        broker = settings.CELERY_BROKER_URL.split("@")[-1]
         logger.info(
             "database=%s (%s) broker=%s (%s)",
             db["ENGINE"].rsplit(".", 1)[-1],
             "DATABASE_URL" if settings.DATABASE_URL_SET else "embedded default",
-            broker.split("://")[0] + "://" + (broker.split("://")[1] if "://" in broker else ""),
+            maybe_sanitize_url(settings.CELERY_BROKER_URL),
             "CELERY_BROKER_URL" if settings.CELERY_BROKER_URL_SET else "embedded default",
         )
