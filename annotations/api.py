@@ -111,15 +111,17 @@ class QueueNextView(APIView):
     def post(self, request: Request, slug: str) -> Response:
         study = _annotator_study(request, slug)
         assignment = services.assignment_next(study=study, annotator=_user(request))
+        # The context loads the entry and its plan onto the assignment; progress reuses it.
+        context = (
+            selectors.grading_context(assignment=assignment) if assignment is not None else None
+        )
         progress = selectors.annotator_progress(
             study=study,
             annotator=_user(request),
             plan=assignment.entry.plan if assignment is not None else None,
         )
         body = {
-            "assignment": selectors.grading_context(assignment=assignment).as_dict()
-            if assignment is not None
-            else None,
+            "assignment": context.as_dict() if context is not None else None,
             "progress": progress.as_dict(),
         }
         return Response(body)

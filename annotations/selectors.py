@@ -17,11 +17,12 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
+from django.db import connection
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from judges.models import Verdict
-from studies.models import Criterion, Item, Study
+from studies.models import Criterion, Item, RubricVersion, Study
 
 from .constants import FLAG_LABELS, SEVERITY_QUESTION, SEVERITY_SCALE
 from .models import Adjudication, Annotation, Assignment, GoldLabel, QueueEntry, SamplingPlan
@@ -127,12 +128,32 @@ def _criterion_view(c: Criterion) -> CriterionView:
 
 def grading_context(*, assignment: Assignment) -> GradingContext:
     """The blind view of an assignment's subject (see the module docstring)."""
-    entry = QueueEntry.objects.select_related("plan__study", "plan__rubric").get(
-        pk=assignment.entry_id
+    # One query for the entry, its plan and study, and (for an output) the output and item:
+    # "next" is on every annotator's critical path. Only allow-listed columns of the subject
+    # are loaded; candidate rows are never joined.
+    entry = (
+        QueueEntry.objects.select_related("plan__study", "plan__rubric", "output__item")
+        .only(
+            *(f.name for f in QueueEntry._meta.concrete_fields),
+            *(f"plan__{f.name}" for f in SamplingPlan._meta.concrete_fields),
+            *(f"plan__study__{f.name}" for f in Study._meta.concrete_fields),
+            *(f"plan__rubric__{f.name}" for f in RubricVersion._meta.concrete_fields),
+            "output__id",
+            "output__item",
+            "output__text",
+            "output__error",
+            "output__item__id",
+            "output__item__input",
+            "output__item__input_format",
+            "output__item__context",
+            "output__item__reference",
+        )
+        .get(pk=assignment.entry_id)
     )
+    # Callers (the next view's progress) read the plan through the assignment: no second load.
+    assignment.entry = entry
     study = entry.plan.study
     criteria = [_criterion_view(c) for c in _cached_plan_criteria(entry.plan)]
-    # Only the allow-listed columns are loaded; candidate rows are never joined.
     from studies.models import Output
 
     if entry.comparison_id is not None:
@@ -151,20 +172,9 @@ def grading_context(*, assignment: Assignment) -> GradingContext:
         item_id = comparison.item_id
         kind, output_text, failed = "pairwise", None, False
     else:
-        output = (
-            Output.objects.select_related("item")
-            .only(
-                "id",
-                "item_id",
-                "text",
-                "error",
-                "item__input",
-                "item__input_format",
-                "item__context",
-                "item__reference",
-            )
-            .get(pk=entry.output_id or 0)
-        )
+        output = entry.output
+        if output is None:
+            raise Output.DoesNotExist(f"queue entry {entry.pk} has no subject")
         item_id = output.item_id
         kind, output_text, failed = "output", output.text, bool(output.error)
         left, right = None, None
@@ -217,31 +227,41 @@ def annotator_progress(
     """Submissions today and in total (all plan versions), and entries of the active plan this
     annotator may still be offered (not complete, never assigned to them). Pass the active
     `plan` when the caller has it, to save a query."""
-    mine = Assignment.objects.filter(
-        entry__plan__study=study,
-        annotator_id=annotator.pk,
-        status=Assignment.Status.SUBMITTED,
-        carried_over=False,
-    )
-    counts = mine.aggregate(
-        total=Count("id"), today=Count("id", filter=Q(finished_at__gte=_today_start()))
-    )
     plan = plan if plan is not None and plan.is_active else active_plan(study)
-    left = 0
-    if plan is not None:
-        left = (
-            QueueEntry.objects.filter(plan=plan, done_count__lt=F("needed"))
-            .exclude(
-                Exists(
-                    Assignment.objects.filter(entry_id=OuterRef("pk"), annotator_id=annotator.pk)
-                )
-            )
-            .count()
-        )
+    # One statement for the three counts: progress rides on every next and submit response.
+    # The "left" count walks the plan's open entries (the partial index) and probes the
+    # (entry, annotator) unique index for each.
+    a = Assignment._meta.db_table
+    e = QueueEntry._meta.db_table
+    p = SamplingPlan._meta.db_table
+    sql = f"""
+        SELECT
+            COUNT(*),
+            COALESCE(SUM(CASE WHEN a.finished_at >= %s THEN 1 ELSE 0 END), 0),
+            (SELECT COUNT(*) FROM {e} q
+              WHERE q.plan_id = %s AND q.done_count < q.needed
+                AND NOT EXISTS (SELECT 1 FROM {a} m
+                                 WHERE m.entry_id = q.id AND m.annotator_id = %s))
+        FROM {a} a
+        JOIN {e} e ON e.id = a.entry_id
+        JOIN {p} p ON p.id = e.plan_id
+        WHERE p.study_id = %s AND a.annotator_id = %s AND a.status = %s AND NOT a.carried_over
+    """
+    params = [
+        connection.ops.adapt_datetimefield_value(_today_start()),
+        plan.pk if plan is not None else -1,
+        annotator.pk,
+        study.pk,
+        annotator.pk,
+        Assignment.Status.SUBMITTED.value,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        total, today, left = cursor.fetchone()
     return Progress(
-        done_today=counts["today"] or 0,
-        done_total=counts["total"] or 0,
-        left_in_queue=left,
+        done_today=int(today),
+        done_total=int(total),
+        left_in_queue=int(left) if plan is not None else 0,
         plan_version=plan.version if plan else None,
     )
 

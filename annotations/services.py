@@ -597,7 +597,18 @@ def sampling_plan_create(
                 ],
                 batch_size=1000,
             )
+    if connection.vendor == "postgresql":
+        # A plan adds thousands of queue rows at once, long before autovacuum's next look: with
+        # the stale estimate (a near-empty table) the planner nests loops in the "next" and
+        # progress queries and each call costs ~20 ms instead of ~0.5 ms. Refresh the statistics
+        # once the rows are visible.
+        transaction.on_commit(_queue_analyze)
     return plan
+
+
+def _queue_analyze() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE annotations_queueentry, annotations_assignment")
 
 
 def _end_leases(*, plan_ids: list[int], now: datetime) -> None:
@@ -829,14 +840,18 @@ def assignment_next(
     now = timezone.now()
     _maybe_sweep(now)
     expires = _lease_until(now, lease_minutes)
-    unfinished = list(
-        Assignment.objects.select_related("entry")
-        .filter(
-            entry__plan=plan,
-            annotator_id=annotator.pk,
-            status__in=[Assignment.Status.LEASED, Assignment.Status.EXPIRED],
+    unfinished = (
+        list(
+            Assignment.objects.select_related("entry")
+            .filter(
+                entry__plan=plan,
+                annotator_id=annotator.pk,
+                status__in=[Assignment.Status.LEASED, Assignment.Status.EXPIRED],
+            )
+            .order_by("id")[:20]
         )
-        .order_by("id")[:20]
+        if getattr(plan, "has_unfinished", True)
+        else []
     )
     for mine in unfinished:
         expiry = mine.lease_expires_at
@@ -874,8 +889,23 @@ def assignment_next(
 
 
 def _active_plan_for_annotator(*, study: Study, annotator: User) -> SamplingPlan | None:
-    """The active plan, checking in the same query that the caller may annotate (403)."""
-    plans = SamplingPlan.objects.filter(study=study, is_active=True).order_by("-version")
+    """The active plan, checking in the same query that the caller may annotate (403).
+
+    The plan carries `has_unfinished`: whether the caller holds a lease or an expired lease in
+    it, so that the common case (none) costs no extra round trip."""
+    plans = (
+        SamplingPlan.objects.filter(study=study, is_active=True)
+        .order_by("-version")
+        .annotate(
+            has_unfinished=Exists(
+                Assignment.objects.filter(
+                    entry__plan_id=OuterRef("pk"),
+                    annotator_id=annotator.pk,
+                    status__in=[Assignment.Status.LEASED, Assignment.Status.EXPIRED],
+                )
+            )
+        )
+    )
     if getattr(annotator, "is_superuser", False):
         return plans.first()
     plan = plans.annotate(

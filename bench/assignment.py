@@ -1,6 +1,7 @@
 """Benchmark: assignment queue next + submit round trips through the real HTTP stack.
 
-    .venv/bin/python bench/assignment.py [--outputs 2000] [--levels 1,10,50] [--label-studio]
+    .venv/bin/python bench/assignment.py [--outputs 2000] [--levels 1,10,50,50@2000]
+        [--label-studio]
 
 What it does:
 - creates a throwaway PostgreSQL database (`rh_bench_assign`, dropped first), migrates it, and
@@ -9,6 +10,10 @@ What it does:
 - for each concurrency level c: a fresh sampling plan (k = 3; k = 1 for c = 1) and c client
   threads, each an annotator with its own httpx client, looping POST queue/next → POST submit
   until the queue is empty for them or `--max-pairs` round trips were made;
+- a level written `c@ms` gives each annotator a grading pause between next and submit
+  (uniform in [0.5, 1.5] x ms): annotators who read before they submit, instead of a closed
+  loop with no pause at all, which only measures how far the box saturates; pauses are not
+  counted in the latencies;
 - reports client-side latency of the pair (next + submit), the server-side time of each
   request from gunicorn's access log (%(D)s, request handling time in the worker) summed per
   pair, throughput, and the duplicate count from the database (an (output, annotator) pair
@@ -69,6 +74,7 @@ def recreate_database(name: str) -> None:
 class LevelResult:
     system: str
     concurrency: int
+    think_ms: int
     pairs: int
     seconds: float
     client_ms: list[float]
@@ -87,11 +93,34 @@ class LevelResult:
             else "server n/a"
         )
         return (
-            f"{self.system:12s} c={self.concurrency:<3d} pairs={self.pairs:<5d} "
+            f"{self.system:12s} c={self.concurrency:<3d} think={self.think_ms:<5d} "
+            f"pairs={self.pairs:<5d} "
             f"{self.pairs / self.seconds:7.1f} pairs/s  client p50 {pct(self.client_ms, 50):6.1f} "
             f"p95 {pct(self.client_ms, 95):6.1f} ms  {server}  duplicates={self.duplicates} "
             f"errors={self.errors}"
         )
+
+
+_paused = threading.local()
+
+
+def grading_pause(think_ms: int) -> None:
+    """The annotator reads and grades: sleep, and keep the pause out of the latency."""
+    if think_ms <= 0:
+        return
+    seconds = think_ms / 1000 * (0.5 + np.random.default_rng().random())
+    time.sleep(seconds)
+    _paused.seconds += seconds
+
+
+@dataclass(frozen=True)
+class Level:
+    concurrency: int
+    think_ms: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.concurrency}@{self.think_ms}" if self.think_ms else str(self.concurrency)
 
 
 def run_clients(
@@ -117,6 +146,7 @@ def run_clients(
                         return
                     state["pairs"] += 1
                 bench_id = f"{i}-{uuid.uuid4().hex[:12]}"
+                _paused.seconds = 0.0
                 started = time.perf_counter()
                 try:
                     more = step(i, client, bench_id)
@@ -128,7 +158,7 @@ def run_clients(
                     if state["errors"] > 50:
                         return
                     continue
-                elapsed = (time.perf_counter() - started) * 1000
+                elapsed = (time.perf_counter() - started - _paused.seconds) * 1000
                 with lock:
                     if more:
                         latencies.append(elapsed)
@@ -299,7 +329,9 @@ def run_reviewhub(args: argparse.Namespace) -> list[LevelResult]:
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
     )
-    slug, tokens, study, lead = reviewhub_setup(args.outputs, max(args.levels))
+    slug, tokens, study, lead = reviewhub_setup(
+        args.outputs, max(lv.concurrency for lv in args.levels)
+    )
     port = free_port()
     log = Path(f"/tmp/rh-bench-access-{port}.log")
     log.write_text("")
@@ -321,6 +353,10 @@ def run_reviewhub(args: argparse.Namespace) -> list[LevelResult]:
             "%({x-bench-id}i)s %(m)s %(U)s %(s)s %(D)s",
             "--log-level",
             "warning",
+            # Longer than any grading pause: with gunicorn's 2 s default, a client's pooled
+            # connection can be closed just as it sends the submit (a reset, not a latency).
+            "--keep-alive",
+            "75",
         ],
         cwd=ROOT,
         env=env,
@@ -336,7 +372,8 @@ def run_reviewhub(args: argparse.Namespace) -> list[LevelResult]:
         results = []
         from annotations import services
 
-        for c in args.levels:
+        for level in args.levels:
+            c, think_ms = level.concurrency, level.think_ms
             k = 1 if c == 1 else 3
             # Each level starts from a clean slate (a throwaway database): otherwise the next
             # plan version would count the previous level's annotations toward k.
@@ -354,12 +391,15 @@ def run_reviewhub(args: argparse.Namespace) -> list[LevelResult]:
                     base_url=base, timeout=30, headers={"Authorization": f"Bearer {tokens[i]}"}
                 )
 
-            def step(i: int, client: httpx.Client, bench_id: str, labels: Any = labels) -> bool:
+            def step(
+                i: int, client: httpx.Client, bench_id: str, labels: Any = labels, pause: int = 0
+            ) -> bool:
                 r = client.post(f"/api/studies/{slug}/queue/next", headers={"X-Bench-Id": bench_id})
                 r.raise_for_status()
                 ctx = r.json()["assignment"]
                 if ctx is None:
                     return False
+                grading_pause(pause)
                 s = client.post(
                     f"/api/studies/{slug}/assignments/{ctx['assignment_id']}/submit",
                     json={
@@ -374,7 +414,10 @@ def run_reviewhub(args: argparse.Namespace) -> list[LevelResult]:
 
             offset = log.stat().st_size
             pairs, seconds, client_ms, errors = run_clients(
-                c, args.max_pairs.get(c, 10**9), step, make_client
+                c,
+                args.max_pairs.get(level.name, 10**9),
+                lambda i, cl, bid, think_ms=think_ms: step(i, cl, bid, pause=think_ms),
+                make_client,
             )
             time.sleep(0.5)  # let gunicorn flush the access log
             timings = parse_log(log, offset)
@@ -383,6 +426,7 @@ def run_reviewhub(args: argparse.Namespace) -> list[LevelResult]:
                 LevelResult(
                     "ReviewHub",
                     c,
+                    think_ms,
                     pairs,
                     seconds,
                     client_ms,
@@ -480,7 +524,8 @@ def run_label_studio(args: argparse.Namespace) -> list[LevelResult]:
         results = []
         # Annotators: Label Studio's CLI creates only the admin, so the others are made in its
         # own Django shell, members of the admin's organisation, each with a legacy API token.
-        tokens = [admin_token] + [secrets.token_hex(20) for _ in range(1, max(args.levels))]
+        most = max(level.concurrency for level in args.levels)
+        tokens = [admin_token] + [secrets.token_hex(20) for _ in range(1, most)]
         script = (
             "from users.models import User\n"
             "from organizations.models import Organization\n"
@@ -500,7 +545,8 @@ def run_label_studio(args: argparse.Namespace) -> list[LevelResult]:
         )
         if "USERS-OK" not in made.stdout:
             raise RuntimeError(f"could not create Label Studio users: {made.stderr[-800:]}")
-        for c in args.levels:
+        for level in args.levels:
+            c, think_ms = level.concurrency, level.think_ms
             k = 1 if c == 1 else 3
             project = (
                 admin.post(
@@ -525,12 +571,15 @@ def run_label_studio(args: argparse.Namespace) -> list[LevelResult]:
                     base_url=base, timeout=60, headers={"Authorization": f"Token {tokens[i]}"}
                 )
 
-            def step(i: int, client: httpx.Client, bench_id: str, pid: int = pid) -> bool:
+            def step(
+                i: int, client: httpx.Client, bench_id: str, pid: int = pid, pause: int = 0
+            ) -> bool:
                 r = client.get(f"/api/projects/{pid}/next")
                 if r.status_code == 404:
                     return False
                 r.raise_for_status()
                 task = r.json()
+                grading_pause(pause)
                 client.post(
                     f"/api/tasks/{task['id']}/annotations/",
                     json={
@@ -554,11 +603,16 @@ def run_label_studio(args: argparse.Namespace) -> list[LevelResult]:
                 return True
 
             pairs, seconds, client_ms, errors = run_clients(
-                c, args.max_pairs.get(c, 10**9), step, make_client
+                c,
+                args.max_pairs.get(level.name, 10**9),
+                lambda i, cl, bid, think_ms=think_ms: step(i, cl, bid, pause=think_ms),
+                make_client,
             )
             dup = ls_duplicates(admin, pid, k)
             results.append(
-                LevelResult("LabelStudio", c, pairs, seconds, client_ms, [], [], [], dup, errors)
+                LevelResult(
+                    "LabelStudio", c, think_ms, pairs, seconds, client_ms, [], [], [], dup, errors
+                )
             )
             print(results[-1].line(), flush=True)
         return results
@@ -583,18 +637,25 @@ def ls_duplicates(admin: httpx.Client, pid: int, k: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--outputs", type=int, default=2000)
-    parser.add_argument("--levels", default="1,10,50")
+    parser.add_argument(
+        "--levels",
+        default="1,10,50,10@2000,50@2000",
+        help="concurrency levels; c@ms adds a mean grading pause of ms between next and submit",
+    )
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--threads", type=int, default=20)
     parser.add_argument(
         "--max-pairs",
-        default="1:400,10:3000,50:6000",
+        default="1:400,10:3000,50:6000,10@2000:600,50@2000:2000",
         help="per level cap on round trips, e.g. 1:400,10:3000",
     )
     parser.add_argument("--label-studio", action="store_true")
     args = parser.parse_args()
-    args.levels = [int(x) for x in args.levels.split(",")]
-    args.max_pairs = {int(a): int(b) for a, b in (p.split(":") for p in args.max_pairs.split(","))}
+    args.levels = [
+        Level(int(c), int(ms or 0))
+        for c, _, ms in (x.partition("@") for x in args.levels.split(","))
+    ]
+    args.max_pairs = {a: int(b) for a, b in (p.split(":") for p in args.max_pairs.split(","))}
     print(
         f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; outputs={args.outputs};"
         f" gunicorn {args.workers} workers x {args.threads} threads; PostgreSQL at {PG}"

@@ -126,6 +126,32 @@ def test_next_submit_skip_heartbeat_revise(
     assert bad.status_code == 400 and "value.severity" in bad.json()["error"]["details"]
 
 
+@pytest.mark.postgres  # SQLite (the demo) claims through the ORM, with a few more statements
+def test_next_and_submit_round_trips_stay_few(
+    world: World,
+    plan: Any,
+    annotators: list[Any],
+    client_for: Client,
+    django_assert_max_num_queries: Any,
+    settings: Any,
+) -> None:
+    """next and submit are on every annotator's critical path (issue 4's latency goal): a query
+    added to either shows up here, not only in bench/assignment.py."""
+    settings.REVIEWHUB_LEASE_SWEEP_SECONDS = 3600  # the sweep runs once a minute, not per call
+    client = client_for(annotators[0])
+    # Warm up: the token's last_used_at write, the first sweep, the criteria cache (filled once
+    # the rubric has annotations).
+    for _ in range(2):
+        _submit(client, _next(client)["assignment"]["assignment_id"])
+    # token, study + role, plan + membership + own leases, claim, context, progress
+    with django_assert_max_num_queries(6):
+        aid = _next(client)["assignment"]["assignment_id"]
+    # token, study + role, own assignment, BEGIN, entry, assignment, insert, 2 updates,
+    # COMMIT, progress
+    with django_assert_max_num_queries(11):
+        assert _submit(client, aid).status_code == 200
+
+
 def test_submit_validation_errors_are_400_naming_the_field(
     world: World, plan: Any, annotators: list[Any], client_for: Client
 ) -> None:
@@ -508,6 +534,7 @@ def test_list_endpoints_have_bounded_queries(
     lead_client: APIClient,
     client_for: Client,
     django_assert_max_num_queries: Any,
+    settings: Any,
 ) -> None:
     client = client_for(annotators[0])
     while (ctx := _next(client)["assignment"]) is not None:
