@@ -339,10 +339,21 @@ def dimension_set(
 # --- Rubric -----------------------------------------------------------------------------------
 
 def rubric_in_use(*, rubric: RubricVersion) -> bool:
-    """Whether anything downstream refers to the rubric's criteria: verdicts, annotations,
-    judge jobs (queued work would judge against changed text), gold labels, adjudications.
+    """Whether anything downstream refers to the rubric's criteria: an active sampling plan,
+    verdicts, annotations, judge jobs (queued work would judge against changed text), gold
+    labels, adjudications.
     Looked up through the app registry so that studies does not import the apps above it."""
     criteria = Criterion.objects.filter(rubric=rubric)
+    try:
+        plan_cls = apps.get_model("annotations", "SamplingPlan")
+    except LookupError:
+        plan_cls = None
+    # An active sampling plan is use too: annotators holding leases grade against this text,
+    # and a criterion edited under them would mix two meanings in one plan's labels.
+    if plan_cls is not None and plan_cls._default_manager.filter(
+        rubric=rubric, is_active=True
+    ).exists():
+        return True
     for label, model in (("judges", "Verdict"), ("annotations", "Annotation"),
                          ("judges", "JudgeJob"), ("annotations", "GoldLabel"),
                          ("annotations", "Adjudication")):

@@ -78,6 +78,27 @@ def test_new_version_once_used(study, lead, downstream):
 
 
 @pytest.mark.django_db
+def test_an_active_sampling_plan_freezes_the_rubric(study, lead):
+    """Annotators lease outputs under the plan before any annotation exists: an edit must not
+    change the criteria under them."""
+    from annotations.services import sampling_plan_create, sampling_plan_deactivate
+
+    OutputFactory(study=study)
+    v1, _ = rubric_update(study=study, criteria=[BINARY], created_by=lead)
+    plan = sampling_plan_create(study=study, spec={"mode": "all"}, k=1, gold_rate=0.0,
+                                created_by=lead)
+    edited = {**BINARY, "guidance": "Stricter wording."}
+    v2, outcome = rubric_update(study=study, criteria=[edited], created_by=lead)
+    assert (outcome, v2.version) == ("created", 2)
+    assert v1.criteria.get().guidance == BINARY.get("guidance", "")
+    # Once the plan is superseded and nothing else refers to v2, it is edited in place again.
+    sampling_plan_deactivate(plan=plan, by=lead)
+    again, outcome = rubric_update(study=study, criteria=[{**edited, "guidance": "x"}],
+                                   created_by=lead)
+    assert (outcome, again.version) == ("updated", 2)
+
+
+@pytest.mark.django_db
 def test_rubric_create_always_makes_next_version(study, lead):
     assert rubric_create(study=study, criteria=[BINARY], created_by=lead).version == 1
     assert rubric_create(study=study, criteria=[BINARY], created_by=lead).version == 2
