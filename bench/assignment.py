@@ -536,9 +536,12 @@ def run_label_studio(args: argparse.Namespace) -> list[LevelResult]:
             "    org.add_user(u)\n"
             "    u.active_organization = org\n"
             "    u.save()\n"
+            # Label Studio makes a token for every new user (one per user): replace it.
+            "    Token.objects.filter(user=u).delete()\n"
             "    Token.objects.create(user=u, key=key)\n"
             "\n"  # the interactive console ends a block at a blank line
-            "print('USERS-OK', User.objects.count())\n"
+            f"ok = Token.objects.filter(key__in={tokens[1:]!r}).count()\n"
+            f"print('USERS-OK' if ok == {len(tokens) - 1} else 'USERS-MISSING', ok)\n"
         )
         made = subprocess.run(
             [str(exe), "shell"], input=script, env=env, capture_output=True, text=True
