@@ -179,8 +179,8 @@ def grading_context(*, assignment: Assignment) -> GradingContext:
         kind, output_text, failed = "output", output.text, bool(output.error)
         left, right = None, None
     item = (
-        output.item
-        if kind == "output"
+        entry.output.item
+        if entry.output is not None
         else Item.objects.only("input", "input_format", "context", "reference").get(pk=item_id)
     )
     return GradingContext(

@@ -12,12 +12,18 @@ data through `reports.selectors.rating_data_load` (with --db), the fingerprint t
 and the naive approach (a Python loop calling krippendorff.alpha / sklearn / scipy.stats once
 per resample per cell) timed on a subset of cells and extrapolated linearly to all 252.
 
-    DATABASE_URL=postgres://... .venv/bin/python bench/agreement.py [--db] [--naive-cells 4]
+    DATABASE_URL=postgres://... .venv/bin/python bench/agreement.py \
+        [--db [--reuse]] [--naive-cells 4] [--workers N]
+
+With --reuse, the study written by an earlier run is loaded again when it holds exactly this
+synthetic data (a digest of the arrays is kept in the study's name); otherwise it is rewritten.
+--workers sets compute_report's threads (default: its DEFAULT_WORKERS; 1 = criteria in turn).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import resource
 import sys
@@ -43,6 +49,18 @@ B = 1000
 
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def digest(raw: dict[str, Any]) -> str:
+    """Short digest of the synthetic arrays: a reused study must hold exactly these ratings."""
+    h = hashlib.sha256()
+    for key in ("out_item", "out_cand", "item_stratum", "lengths"):
+        h.update(np.ascontiguousarray(raw[key], dtype=np.int64).tobytes())
+    for key in ("verdicts", "annotations"):
+        for arr in raw[key]:
+            h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
+    h.update(repr(raw["scales"]).encode())
+    return h.hexdigest()[:16]
 
 
 def synthesise(seed: int = 1) -> dict[str, Any]:
@@ -217,24 +235,36 @@ def naive(data: Any, n_cells: int, n_resamples: int) -> tuple[float, int]:
     return time.perf_counter() - t0, done
 
 
-def db_load(raw: dict[str, Any]) -> dict[str, float]:
-    """Write the synthetic study to the database (untimed), then time the report's loader."""
-    import django
+SLUG = "bench-agreement"
 
-    django.setup()
+
+def db_reusable(raw: dict[str, Any]) -> bool:
+    """True when the database already holds this synthetic study, complete."""
+    from annotations.models import Annotation
+    from judges.models import Verdict
+    from studies.models import Study
+
+    study = Study.objects.filter(slug=SLUG).first()
+    if study is None or study.name != f"bench {digest(raw)}":
+        return False
+    n_verdicts = Verdict.objects.filter(criterion__rubric__study=study).count()
+    n_annotations = Annotation.objects.filter(criterion__rubric__study=study).count()
+    return n_verdicts == raw["verdicts"][0].size and n_annotations == raw["annotations"][0].size
+
+
+def db_write(raw: dict[str, Any]) -> float:
+    """Write the synthetic study to the database (replacing an earlier one); seconds taken."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.hashers import make_password
     from django.db import connection, transaction
 
     from annotations.models import Annotation
     from judges.models import Judge, JudgeVersion, Verdict
-    from reports.agreement import input_fingerprint
     from reports.importers.generic import _bulk_insert
-    from reports.selectors import rating_data_load
     from studies.models import Candidate, Criterion, Item, Output, RubricVersion, Study
 
     User = get_user_model()
-    slug = "bench-agreement"
+    slug = SLUG
     old = Study.objects.filter(slug=slug).first()
     if old is not None:
         Verdict.objects.filter(criterion__rubric__study=old).delete()
@@ -243,7 +273,10 @@ def db_load(raw: dict[str, Any]) -> dict[str, float]:
     owner, _ = User.objects.get_or_create(username="bench-owner")
     t_write = time.perf_counter()
     with transaction.atomic():
-        study = Study.objects.create(slug=slug, name="bench", owner=owner, is_simulated=True)
+        # The digest in the name lets --reuse tell this data from an older synthetic study.
+        study = Study.objects.create(
+            slug=slug, name=f"bench {digest(raw)}", owner=owner, is_simulated=True
+        )
         rubric = RubricVersion.objects.create(study=study, version=1)
         crit_ids = []
         for pos, (key, scale, k) in enumerate(raw["scales"]):
@@ -352,35 +385,68 @@ def db_load(raw: dict[str, Any]) -> dict[str, float]:
         cur.execute(
             "ANALYZE judges_verdict; ANALYZE annotations_annotation; ANALYZE studies_output"
         )
-    t_write = time.perf_counter() - t_write
+    return time.perf_counter() - t_write
+
+
+def db_load(raw: dict[str, Any], reuse: bool) -> dict[str, Any]:
+    """Write the synthetic study (untimed; skipped with `reuse` when present), time the loader."""
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from reports.agreement import input_fingerprint
+    from reports.selectors import rating_data_load
+    from studies.models import Study
+
+    reused = reuse and db_reusable(raw)
+    t_write = 0.0 if reused else db_write(raw)
+    # A fresh connection, as a report task would have.
     connection.close()
     t0 = time.perf_counter()
-    data = rating_data_load(study=Study.objects.get(slug=slug))
+    data = rating_data_load(study=Study.objects.get(slug=SLUG))
     t_load = time.perf_counter() - t0
     t0 = time.perf_counter()
     input_fingerprint(data)
     t_fp = time.perf_counter() - t0
     return {
+        "reused": reused,
         "write_s": t_write,
         "load_s": t_load,
         "fingerprint_s": t_fp,
         "rows": float(len(data.ratings)),
         "data": data,
-    }  # type: ignore[dict-item]
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--db", action="store_true", help="also load from the database (PostgreSQL)")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --db: keep the study of an earlier run when it holds this data",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="threads of compute_report (default: reports.agreement.DEFAULT_WORKERS)",
+    )
     ap.add_argument("--naive-cells", type=int, default=4)
     ap.add_argument("--naive-resamples", type=int, default=1000)
     args = ap.parse_args()
     import django
 
     django.setup()
-    from reports.agreement import compute_report, params_validate
+    from reports.agreement import DEFAULT_WORKERS, compute_report, params_validate
 
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()}")
+    workers = DEFAULT_WORKERS if args.workers is None else args.workers
+
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()}; "
+        f"compute_report workers={workers}"
+    )
     t0 = time.perf_counter()
     raw = synthesise()
     data = frames(raw)
@@ -391,7 +457,7 @@ def main() -> None:
     )
     params = params_validate({"n_resamples": B, "seed": 1})
     t0 = time.perf_counter()
-    result = compute_report(data, params)
+    result = compute_report(data, params, workers=workers)
     t_mem = time.perf_counter() - t0
     n_cells = len(result["cells"])
     print(
@@ -400,18 +466,23 @@ def main() -> None:
     )
     t_db = None
     if args.db:
-        info = db_load(raw)
+        info = db_load(raw, args.reuse)
+        setup = (
+            "reused the study of an earlier run"
+            if info["reused"]
+            else f"wrote the study in {info['write_s']:.1f} s (untimed setup)"
+        )
         print(
-            f"PostgreSQL: wrote the study in {info['write_s']:.1f} s (untimed setup); "
-            f"load {info['rows']:,.0f} ratings in {info['load_s']:.2f} s; "
+            f"PostgreSQL: {setup}; load {info['rows']:,.0f} ratings in {info['load_s']:.2f} s; "
             f"fingerprint {info['fingerprint_s']:.2f} s"
         )
         t0 = time.perf_counter()
-        compute_report(info["data"], params)  # type: ignore[arg-type]
+        compute_report(info["data"], params, workers=workers)
         t_c = time.perf_counter() - t0
         t_db = info["load_s"] + info["fingerprint_s"] + t_c
         print(
-            f"end to end from PostgreSQL (load + fingerprint + compute): {t_db:.2f} s; "
+            f"end to end from PostgreSQL (load {info['load_s']:.2f} + fingerprint "
+            f"{info['fingerprint_s']:.2f} + compute {t_c:.2f}): {t_db:.2f} s; "
             f"peak RSS {rss_mb():.0f} MB"
         )
     secs, done = naive(data, args.naive_cells, args.naive_resamples)

@@ -11,7 +11,8 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
+import pandas as pd
+from scipy import special
 from statsmodels.stats.multitest import multipletests
 
 from evalstats import _kernels as K
@@ -191,6 +192,94 @@ def leave_one_annotator_out(
 
 Alignment = Literal["accuracy", "neg_abs", "neg_rmse"]
 
+# Entries of one (annotators x raters x items) block of the alignment step (8 MB of float64).
+_ALIGN_BLOCK_ELEMENTS = 1_000_000
+
+
+def _alt_alignments(
+    data: np.ndarray,
+    judge: np.ndarray,
+    present: npt.NDArray[np.bool_],
+    use: npt.NDArray[np.bool_],
+    alignment: str,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """S_f and S_h of the alternative annotator test for every annotator and item.
+
+    Row a, item i: alignment of the judge (S_f) and of annotator a (S_h) with the labels of
+    the *other* annotators who rated item i, defined where ``use[a, i]`` (elsewhere undefined).
+
+    "accuracy" counts matching labels, which are integers, so all annotators are done at once
+    in (block x raters x items) arrays with annotator a's own row masked out: the counts, and so
+    the shares, are exact whatever the order of the sums. The numeric alignments sum
+    non-integer differences, whose last bits depend on the summation order numpy picks for the
+    array's shape, so they keep the per-annotator sums over the other rows on annotator a's
+    items (two vectorised sums per annotator), which keeps every figure bit-for-bit what the
+    test has always reported.
+    """
+    r, n = present.shape
+    cnt = present.sum(axis=0)[None, :] - present  # other raters per item, for each annotator
+    s_f = np.empty((r, n))
+    s_h = np.empty((r, n))
+    if r == 0 or n == 0:
+        return s_f, s_h
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if alignment != "accuracy":
+            vals, jvals = as_float(data), as_float(judge)
+            for a in range(r):
+                cols = use[a]
+                mask = np.delete(present[:, cols], a, axis=0)
+                others = np.delete(vals[:, cols], a, axis=0)
+                for x, out in ((jvals[cols], s_f), (vals[a, cols], s_h)):
+                    diff = np.where(mask, others - x[None, :], 0.0)
+                    if alignment == "neg_abs":
+                        out[a, cols] = -np.abs(diff).sum(axis=0) / cnt[a, cols]
+                    else:
+                        out[a, cols] = -np.sqrt((diff**2).sum(axis=0) / cnt[a, cols])
+            return s_f, s_h
+        # Labels are compared for equality only: integer codes make the blocks cheap for any
+        # label type (strings, numbers); missing values get -1 and are masked anyway.
+        flat = np.concatenate([data.ravel(), judge])
+        ok = ~missing_mask(flat)
+        codes = np.full(flat.size, -1, dtype=np.int64)
+        codes[ok] = pd.factorize(flat[ok])[0]
+        labels = codes[: data.size].reshape(r, n)
+        jlabels = codes[data.size :]
+        block = max(1, _ALIGN_BLOCK_ELEMENTS // (r * n))
+        for start in range(0, r, block):
+            rows = np.arange(start, min(r, start + block))
+            others3 = np.repeat(present[None, :, :], rows.size, axis=0)
+            others3[np.arange(rows.size), rows, :] = False
+            for x, out in ((jlabels[None, None, :], s_f), (labels[rows][:, None, :], s_h)):
+                hits = ((labels[None, :, :] == x) & others3).sum(axis=1)
+                out[rows] = hits / cnt[rows]
+    return s_f, s_h
+
+
+def _one_sided_t(
+    n: npt.NDArray[np.float64],
+    mean: npt.NDArray[np.float64],
+    m2: npt.NDArray[np.float64],
+    popmean: float,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """One-sample t-tests of H0: mu <= popmean against "greater", one per row, at once.
+
+    ``mean`` and ``m2`` (mean squared deviation) of each sample of size ``n``. The formulas
+    are those of ``scipy.stats.ttest_1samp`` (variance m2 * n / (n - 1), p from Student's t
+    with n - 1 degrees of freedom via ``scipy.special.stdtr``), evaluated for all samples in one
+    call instead of one scipy call per sample. A sample with no variance gets t = +/-inf and
+    p = 0 or 1 by the sign of mean - popmean (t = 0 and p = 1 when they are equal).
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var = m2 * (n / (n - 1.0))
+        t = (mean - popmean) / np.sqrt(var / n)
+        p = special.stdtr(n - 1.0, -t)
+    flat = m2 == 0
+    if flat.any():
+        gap = mean[flat] - popmean
+        t[flat] = np.where(gap != 0, np.sign(gap) * np.inf, 0.0)
+        p[flat] = np.where(gap > 0, 0.0, 1.0)
+    return t, p
+
 
 def alt_test(
     judge: npt.ArrayLike,
@@ -235,58 +324,48 @@ def alt_test(
     n_raters = present.sum(axis=0)
     if alignment not in ("accuracy", "neg_abs", "neg_rmse"):
         raise ValueError("alignment must be 'accuracy', 'neg_abs' or 'neg_rmse'")
-    numeric = alignment != "accuracy"
-    # Numeric alignments need float arrays; labels are compared as they are.
-    src: np.ndarray = as_float(data) if numeric else data
-    jsrc: np.ndarray = as_float(j_arr) if numeric else j_arr
-
-    def align(x: np.ndarray, others: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """Alignment of x (per item) with the other raters' values (rows) where mask."""
-        cnt = mask.sum(axis=0)
-        if alignment == "accuracy":
-            hit = (others == x[None, :]) & mask
-            return np.asarray(hit.sum(axis=0) / cnt, dtype=np.float64)
-        diff = np.where(mask, others - x[None, :], 0.0)
-        if alignment == "neg_abs":
-            return np.asarray(-np.abs(diff).sum(axis=0) / cnt, dtype=np.float64)
-        return np.asarray(-np.sqrt((diff**2).sum(axis=0) / cnt), dtype=np.float64)
+    # Items annotator a can be compared on: a, the judge and at least one other human rated it.
+    use_all = present & judge_ok[None, :] & ((n_raters[None, :] - present) >= 1)
+    s_f, s_h = _alt_alignments(data, j_arr, present, use_all, alignment)
+    win_f = s_f >= s_h
+    win_h = s_h >= s_f
 
     tested: list[dict[str, float | int]] = []
     skipped: list[int] = []
     warnings: list[str] = []
     for a in range(data.shape[0]):
-        use = present[a] & judge_ok & (n_raters - present[a] >= 1)
+        use = use_all[a]
         n = int(use.sum())
         if n < min_items:
             skipped.append(a)
             continue
-        mask = np.delete(present[:, use], a, axis=0)
-        others = np.delete(src[:, use], a, axis=0)
-        s_f = align(jsrc[use], others, mask)
-        s_h = align(src[a, use], others, mask)
-        w_f = (s_f >= s_h).astype(np.float64)
-        w_h = (s_h >= s_f).astype(np.float64)
+        w_f = win_f[a, use].astype(np.float64)
+        w_h = win_h[a, use].astype(np.float64)
         d = w_f - w_h
-        sd = d.std(ddof=1)
-        if sd == 0:
-            gap = d.mean() + epsilon
-            t = float(np.sign(gap) * np.inf) if gap != 0 else 0.0
-            p = 0.0 if gap > 0 else 1.0
-        else:
-            res = stats.ttest_1samp(d, -epsilon, alternative="greater")
-            t, p = float(res.statistic), float(res.pvalue)
+        mean = d.mean()
         tested.append(
             {
                 "a": a,
                 "n": n,
                 "rf": float(w_f.mean()),
                 "rh": float(w_h.mean()),
-                "sf": float(s_f.mean()),
-                "sh": float(s_h.mean()),
-                "t": t,
-                "p": p,
+                "sf": float(s_f[a, use].mean()),
+                "sh": float(s_h[a, use].mean()),
+                "mean": float(mean),
+                # Second central moment as scipy.stats.ttest_1samp forms it (mean of squared
+                # deviations), so the t statistics below are scipy's to the last bit.
+                "m2": float(np.mean((d - mean) ** 2)),
             }
         )
+    if tested:
+        t_all, p_all = _one_sided_t(
+            np.array([r["n"] for r in tested], dtype=np.float64),
+            np.array([r["mean"] for r in tested]),
+            np.array([r["m2"] for r in tested]),
+            -epsilon,
+        )
+        for r, t, p in zip(tested, t_all, p_all, strict=True):
+            r["t"], r["p"] = float(t), float(p)
     if skipped:
         warnings.append(f"annotators {skipped} skipped: fewer than {min_items} comparable items")
     if len(tested) < min_annotators:

@@ -1,8 +1,11 @@
 """Reads for reports: the rating data of a study as pandas frames, and report lookups.
 
-The loaders use `values_list` (tuples, no model instances) and build numpy columns directly,
-because an agreement report may read a million verdicts: model instances would cost tens of
-seconds, tuples of four numbers about one second on PostgreSQL.
+The loaders read `values_list` querysets (no model instances) straight into columns, because an
+agreement report may read a million verdicts: model instances would cost tens of seconds. On
+PostgreSQL the compiled query runs inside `COPY (...) TO STDOUT` and pandas parses the CSV
+stream, so no Python object is made per value (bench/agreement.py's 1.1 M ratings with their
+subjects and strata: 1.3-1.5 s instead of 3.2-3.5 s with tuples); other databases (SQLite)
+iterate the tuples.
 
 Subjects (what a rating is about) are encoded as one integer: ``2 * output_id`` for a single
 output and ``2 * comparison_id + 1`` for a comparison.
@@ -10,12 +13,15 @@ output and ``2 * comparison_id + 1`` for a comparison.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from django.core.exceptions import EmptyResultSet
+from django.db import connections
 from django.db.models import F, IntegerField, QuerySet
 from django.db.models.functions import Coalesce, Length
 
@@ -89,6 +95,50 @@ def _frame(rows: list[tuple[Any, ...]], names: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame({n: np.asarray(c) for n, c in zip(names, cols, strict=True)})
 
 
+def _values_frame(
+    qs: QuerySet[Any], names: Sequence[str], text: Sequence[str] = ()
+) -> pd.DataFrame:
+    """The rows of a `values_list` queryset as a frame, one column per value, in query order.
+
+    PostgreSQL: COPY of the compiled query as CSV, parsed by pandas. Integer columns come back
+    as int64 and the others as float64 (NULL -> NaN). PostgreSQL prints the shortest text that
+    reads back as the same double and pandas' parser reads it back exactly, so the frame holds
+    the values `_frame` builds from the driver's tuples. Columns named in `text` are read as
+    strings, taken literally (no "NA" -> NaN conversion; the columns read so are NOT NULL).
+    Other databases: `_frame` over the tuples.
+    """
+    conn = connections[qs.db]
+    if conn.vendor != "postgresql":
+        return _frame(list(qs), names)
+    try:
+        sql, params = qs.query.get_compiler(using=qs.db).as_sql()
+    except EmptyResultSet:  # e.g. criterion_id__in=[]: the ORM would not query either
+        return _frame([], names)
+    buf = io.BytesIO()
+    with conn.cursor() as cursor:
+        raw = cursor.cursor  # the driver's cursor: Django's wrapper passes no COPY parameters
+        if not hasattr(raw, "copy"):  # psycopg2 has no cursor.copy(); read the tuples instead
+            return _frame(list(qs), names)
+        # psycopg 3 merges the parameters client-side for COPY (it takes no bind parameters).
+        with raw.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", params) as copy:
+            for block in copy:
+                buf.write(block)
+    if buf.tell() == 0:
+        return _frame([], names)
+    buf.seek(0)
+    numeric = [n for n in names if n not in text]
+    return pd.read_csv(
+        buf,
+        header=None,
+        names=list(names),
+        dtype={n: str for n in text},
+        keep_default_na=False,
+        # An unquoted empty field is NULL in PostgreSQL's CSV; text columns keep "" as "".
+        na_values={n: [""] for n in numeric},
+        engine="c",
+    )
+
+
 def _ratings(
     qs: QuerySet[Any],
     rater_field: str,
@@ -102,20 +152,21 @@ def _ratings(
     numeric = [c.id for c in crits.values() if c.scale != "categorical"]
     base = qs.annotate(subject=_subject_expr())
     if numeric:
-        rows = list(
+        df = _values_frame(
             base.filter(criterion_id__in=numeric).values_list(
                 "subject", "criterion_id", rater_field, "value_num"
-            )
+            ),
+            ["subject", "criterion", "rater", "num"],
         )
-        df = _frame(rows, ["subject", "criterion", "rater", "num"])
         parts.append(df)
     if nominal_text:
-        rows = list(
+        df = _values_frame(
             base.filter(criterion_id__in=nominal_text).values_list(
                 "subject", "criterion_id", rater_field, "value"
-            )
+            ),
+            ["subject", "criterion", "rater", "value"],
+            text=["value"],
         )
-        df = _frame(rows, ["subject", "criterion", "rater", "value"])
         codes = np.full(len(df), np.nan)
         texts = df["value"].astype(object).to_numpy() if len(df) else np.array([], dtype=object)
         crit_arr = df["criterion"].to_numpy()
@@ -195,12 +246,12 @@ def rating_data_load(
     ratings = pd.concat([verdicts, annotations], ignore_index=True)
     ratings = ratings[ratings["num"].notna()].reset_index(drop=True)
 
-    out_rows = list(
+    outs = _values_frame(
         Output.objects.filter(study=study).values_list(
             "id", "item_id", "candidate_id", Length("text")
-        )
+        ),
+        ["id", "item", "candidate", "length"],
     )
-    outs = _frame(out_rows, ["id", "item", "candidate", "length"])
     subjects_o = pd.DataFrame(
         {
             "subject": outs["id"].to_numpy(dtype="int64") * 2,
