@@ -2,19 +2,25 @@
 
 Shape of one batch task (`run_drain`):
 
-    task thread (ORM)                         event-loop thread (network only)
-    ─────────────────                         ────────────────────────────────
+    task thread (database)                    event-loop thread (network only)
+    ──────────────────────                    ────────────────────────────────
     jobs_claim (one short transaction) ──►    `concurrency` coroutines pull requests from an
-    build requests (bulk-loaded rows)  ──►    asyncio queue, wait for the rate limiter, call
+    build requests (one query per chunk) ──►  asyncio queue, wait for the rate limiter, call
                                               the provider over one pooled httpx.AsyncClient
-    jobs_record + verdicts_build       ◄──    and push each result to a thread-safe queue
-    (bulk, conditional on the lease)
+    jobs_record + verdicts_build       ◄──    and hand each result back (`_Results`)
+    (one statement each per chunk)
 
-The task thread claims ahead (up to 1.5 x concurrency outstanding), so the coroutines never
+The task thread claims ahead (up to 2 x concurrency outstanding), so the coroutines never
 wait for the database: claiming, recording and aggregating overlap with calls in flight, and
-no transaction is ever open during network I/O. The event loop, the httpx pool and the
-limiter live for the whole worker process (one per process, re-created after a fork) and are
-shared by every batch task that process runs.
+no transaction is ever open during network I/O. The event loop, the
+httpx pool and the limiter live for the whole worker process (one per process, re-created
+after a fork) and are shared by every batch task that process runs.
+
+Both threads share one GIL, so every microsecond the task thread spends per job is taken from
+the calls: claims and records work in chunks (a few statements per chunk, whatever its size),
+claimed jobs are plain values (`ClaimedJob`), what is the same for every job of a drain is
+built once (`DrainContext`), and a one-sample verdict is combined from the outcome just
+recorded instead of being read back.
 
 Each drain stops claiming after `REVIEWHUB_JUDGE_TASK_SLICE_S` and returns once its calls are
 recorded; the Celery task then re-enqueues a successor, so long runs are a chain of bounded
@@ -28,18 +34,21 @@ import concurrent.futures
 import dataclasses
 import logging
 import os
-import queue
 import random
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
+
+from studies.models import Comparison, Criterion, Item, Output
 
 from .models import Judge, JudgeJob, JudgeRun, JudgeVersion
 from .providers import (
@@ -52,9 +61,12 @@ from .providers import (
 )
 from .ratelimit import Limiter, ProviderLimits, estimate_tokens, limiter_create, limits_for
 from .runs import (
-    ClaimResult,
+    ACTIVE_JOB_STATUSES,
+    ClaimedJob,
     JobOutcome,
+    JobRow,
     SubjectKey,
+    job_row_for_outcome,
     jobs_claim,
     jobs_record,
     run_finish_if_complete,
@@ -149,13 +161,44 @@ class AsyncCaller:
         return CallSession(self, concurrency)
 
 
+class _Results:
+    """Results handed from the event loop to the task thread.
+
+    A `queue.Queue` wakes the waiting thread for every result, and each wake-up takes the GIL
+    away from the event loop; here the waiter says how many results it wants and is woken
+    once, when that many have arrived (or at its timeout).
+    """
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[PreparedCall, CallOutcome]] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._want = 1
+
+    def put(self, item: tuple[PreparedCall, CallOutcome]) -> None:
+        with self._cond:
+            self._items.append(item)
+            if len(self._items) >= self._want:
+                self._cond.notify()
+
+    def take(self, *, min_n: int, timeout_s: float) -> list[tuple[PreparedCall, CallOutcome]]:
+        """Everything available once `min_n` results are there or `timeout_s` has passed."""
+        with self._cond:
+            if len(self._items) < min_n:
+                self._want = max(1, min_n)
+                self._cond.wait_for(lambda: len(self._items) >= self._want, timeout_s)
+                self._want = 1
+            out = list(self._items)
+            self._items.clear()
+            return out
+
+
 class CallSession:
     """`concurrency` coroutines on the shared loop serving one drain's requests."""
 
     def __init__(self, caller: AsyncCaller, concurrency: int) -> None:
         self.caller = caller
         self.concurrency = concurrency
-        self.results: queue.Queue[tuple[PreparedCall, CallOutcome]] = queue.Queue()
+        self.results = _Results()
         self._inbox: asyncio.Queue[PreparedCall | None] | None = None
         self._started = threading.Event()
         self._workers: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
@@ -177,6 +220,9 @@ class CallSession:
                 return
             outcome = await self.caller.call(item)
             self.results.put((item, outcome))
+
+    def take(self, *, min_n: int, timeout_s: float) -> list[tuple[PreparedCall, CallOutcome]]:
+        return self.results.take(min_n=min_n, timeout_s=timeout_s)
 
     def submit(self, items: list[PreparedCall]) -> None:
         inbox = self._inbox
@@ -234,20 +280,187 @@ def allowed_values_for(criterion: Any) -> list[str]:
     return [str(p.get("value")) for p in (criterion.points or []) if isinstance(p, dict)]
 
 
-def _prepare(job: JudgeJob, version: JudgeVersion) -> PreparedCall:
-    from .prompts import provider_request_for, subject_context_for
+# Read-only stand-ins for the rows `prompts.subject_context_for` reads: loaded as plain values
+# (with the claim, or one query per claimed chunk) instead of as model instances per job.
+# Named tuples: a few of them per job, and they are the cheapest objects to build.
+class _ItemView(NamedTuple):
+    input: str
+    context: str
+    reference: str
 
-    config = version.config
-    ctx = subject_context_for(
-        criterion=job.criterion, output=job.output, comparison=job.comparison, order=job.order
-    )
-    request = provider_request_for(config=config, ctx=ctx)
+
+class _StudyView(NamedTuple):
+    run_conditions: Any
+
+
+class _OutputView(NamedTuple):
+    pk: int
+    text: str
+    item: _ItemView
+    study: _StudyView
+
+
+class _ComparisonView(NamedTuple):
+    pk: int
+    item: _ItemView
+    study: _StudyView
+    output_a: _OutputView
+    output_b: _OutputView
+
+
+class DrainContext:
+    """What is the same for every job of a drain, loaded or built once rather than per job:
+    the judge version and its config, the run's criteria, the study's run conditions, and per
+    criterion the provider request minus its messages (only the prompt differs per subject).
+
+    Read when the drain starts: an edit to the study's run conditions reaches the prompts of
+    the next drain (a time slice at most), not of calls already being claimed.
+    """
+
+    def __init__(self, run: JudgeRun) -> None:
+        self.version: JudgeVersion = run.judge_version
+        self.config: Mapping[str, Any] = self.version.config
+        self.is_llm = self.version.judge.kind == Judge.Kind.LLM
+        # Samples per subject and criterion (judge_run_start validated it); one sample means
+        # a single-output subject has exactly one job.
+        self.samples = self.config.get("samples", 1) if self.is_llm else 1
+        self.study = _StudyView(run_conditions=run.study.run_conditions)
+        self.criteria: dict[int, Criterion] = {c.pk: c for c in run.criteria.all()}
+        self.allowed: dict[int, list[str]] = {}
+        self._templates: dict[int, ProviderRequest] = {}
+        self._template_fields: dict[int, dict[str, Any]] = {}
+        self._limits: dict[tuple[str, str], tuple[str, ProviderLimits] | None] = {}
+
+    def criterion(self, crit_id: int) -> Criterion:
+        crit = self.criteria.get(crit_id)
+        if crit is None:  # not one of the run's criteria (should not happen); load it anyway
+            crit = self.criteria[crit_id] = Criterion.objects.get(pk=crit_id)
+        return crit
+
+    def allowed_values(self, crit_id: int) -> list[str]:
+        values = self.allowed.get(crit_id)
+        if values is None:
+            values = self.allowed[crit_id] = allowed_values_for(self.criterion(crit_id))
+        return values
+
+    def request_for(self, crit_id: int, ctx: Any) -> ProviderRequest:
+        """`prompts.provider_request_for(config, ctx)`, built in full once per criterion.
+
+        Everything in the request but the messages depends on the config and the criterion
+        only (allow-list check, API key, JSON schema, parameters); the messages are rendered
+        for each subject. A failure (key unset, URL refused) is not cached: every job then
+        fails with the reason, as it would have on its own.
+        """
+        from .prompts import prompt_render, provider_request_for
+
+        template = self._templates.get(crit_id)
+        if template is None:
+            template = self._templates[crit_id] = provider_request_for(config=self.config,
+                                                                       ctx=ctx)
+            self._template_fields[crit_id] = {
+                f.name: getattr(template, f.name) for f in dataclasses.fields(template)
+                if f.name != "messages"
+            }
+            return template
+        # The constructor with the template's other fields (what dataclasses.replace does,
+        # without looking the fields up again for every job).
+        return ProviderRequest(**self._template_fields[crit_id],
+                               messages=prompt_render(config=self.config, ctx=ctx))
+
+    def limit_for(self, request: ProviderRequest) -> tuple[str, ProviderLimits] | None:
+        key = (request.base_url, request.model)
+        if key not in self._limits:
+            self._limits[key] = limits_for(base_url=request.base_url, model=request.model)
+        return self._limits[key]
+
+
+_SUBJECTS_SQL = """
+SELECT o.id, NULL, o.text, NULL, NULL, NULL, NULL, i.input, i.context, i.reference
+FROM {output} o JOIN {item} i ON i.id = o.item_id WHERE o.id = ANY(%s)
+UNION ALL
+SELECT NULL, c.id, NULL, c.output_a_id, a.text, c.output_b_id, b.text, i.input,
+    i.context, i.reference
+FROM {comparison} c JOIN {item} i ON i.id = c.item_id
+    JOIN {output} a ON a.id = c.output_a_id JOIN {output} b ON b.id = c.output_b_id
+WHERE c.id = ANY(%s)
+"""
+
+
+def _subject_views(
+    jobs: Sequence[ClaimedJob], study: _StudyView
+) -> tuple[dict[int, _OutputView], dict[int, _ComparisonView]]:
+    """The outputs and comparisons (with their items) of a claimed chunk: from the texts the
+    claim returned (PostgreSQL), else loaded in one query."""
+    outputs: dict[int, _OutputView] = {}
+    comparisons: dict[int, _ComparisonView] = {}
+    rows: list[tuple[Any, ...]] = []
+    missing = []
+    for j in jobs:
+        t = j.texts
+        if t is None:
+            missing.append(j)
+        else:
+            rows.append((j.output_id, j.comparison_id, t.output_text, t.output_a_id,
+                         t.output_a_text, t.output_b_id, t.output_b_text, t.item_input,
+                         t.item_context, t.item_reference))
+    if missing:
+        rows += _subject_rows(missing)
+    for oid, cid, text, a_id, a_text, b_id, b_text, inp, context, reference in rows:
+        item = _ItemView(inp, context, reference)
+        if oid is not None:
+            outputs[oid] = _OutputView(oid, text, item, study)
+        else:
+            comparisons[cid] = _ComparisonView(cid, item, study,
+                                               _OutputView(a_id, a_text, item, study),
+                                               _OutputView(b_id, b_text, item, study))
+    return outputs, comparisons
+
+
+def _subject_rows(jobs: Sequence[ClaimedJob]) -> list[tuple[Any, ...]]:
+    out_ids = [j.output_id for j in jobs if j.output_id is not None]
+    cmp_ids = [j.comparison_id for j in jobs if j.comparison_id is not None]
+    if connection.vendor == "postgresql":
+        # Raw SQL: compiling these two ORM queries cost more CPU than running them.
+        sql = _SUBJECTS_SQL.format(output=Output._meta.db_table, item=Item._meta.db_table,
+                                   comparison=Comparison._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [out_ids, cmp_ids])
+            return list(cursor.fetchall())
+    rows: list[tuple[Any, ...]] = [
+        (oid, None, text, None, None, None, None, inp, ctx, ref)
+        for oid, text, inp, ctx, ref in Output.objects.filter(id__in=out_ids).values_list(
+            "id", "text", "item__input", "item__context", "item__reference")]
+    rows += [(None, cid, None, *rest) for cid, *rest in Comparison.objects.filter(
+        id__in=cmp_ids).values_list(
+        "id", "output_a_id", "output_a__text", "output_b_id", "output_b__text",
+        "item__input", "item__context", "item__reference")]
+    return rows
+
+
+def _prepare(
+    job: ClaimedJob, dctx: DrainContext, outputs: Mapping[int, _OutputView],
+    comparisons: Mapping[int, _ComparisonView],
+) -> PreparedCall:
+    from .prompts import subject_context_for
+
+    criterion = dctx.criterion(job.criterion_id)
+    if job.output_id is not None:
+        output = outputs.get(job.output_id)
+        if output is None:
+            raise LookupError(f"output {job.output_id} no longer exists")
+        ctx = subject_context_for(criterion=criterion, output=output)
+    else:
+        assert job.comparison_id is not None
+        comparison = comparisons.get(job.comparison_id)
+        if comparison is None:
+            raise LookupError(f"comparison {job.comparison_id} no longer exists")
+        ctx = subject_context_for(criterion=criterion, comparison=comparison, order=job.order)
+    request = dctx.request_for(job.criterion_id, ctx)
     if job.sample_index and request.seed is not None:
         # Identical seeds would make every sample the same answer; offset them per sample.
         request = dataclasses.replace(request, seed=request.seed + job.sample_index)
-    limit = limits_for(base_url=request.base_url, model=request.model)
     prompt_chars = sum(len(m.content) for m in request.messages)
-    return PreparedCall(job_id=job.pk, request=request, limit=limit,
+    return PreparedCall(job_id=job.pk, request=request, limit=dctx.limit_for(request),
                         est_tokens=estimate_tokens(prompt_chars=prompt_chars,
                                                    max_tokens=request.max_tokens))
 
@@ -264,7 +477,7 @@ def backoff_delay(*, attempt: int, retry_after_s: float | None) -> float:
     return backoff
 
 
-def _attempt_errors(job: JudgeJob, entry: Mapping[str, Any]) -> dict[str, Any]:
+def _attempt_errors(job: ClaimedJob, entry: Mapping[str, Any]) -> dict[str, Any]:
     details = dict(job.details or {})
     errors = list(details.get("attempt_errors", []))
     errors.append(dict(entry))
@@ -272,7 +485,7 @@ def _attempt_errors(job: JudgeJob, entry: Mapping[str, Any]) -> dict[str, Any]:
     return details
 
 
-def _error_outcome(job: JudgeJob, token: str, exc: ProviderError, now: datetime) -> JobOutcome:
+def _error_outcome(job: ClaimedJob, token: str, exc: ProviderError, now: datetime) -> JobOutcome:
     transient = isinstance(exc, TransientProviderError)
     retry_after = getattr(exc, "retry_after_s", None) if transient else None
     reason = str(exc)[:ERROR_MAX_CHARS]
@@ -298,12 +511,12 @@ def _error_outcome(job: JudgeJob, token: str, exc: ProviderError, now: datetime)
 
 
 def _parsed_outcome(
-    job: JudgeJob, token: str, text: str, version: JudgeVersion, result: ProviderResult | None
+    job: ClaimedJob, token: str, text: str, dctx: DrainContext, result: ProviderResult | None
 ) -> JobOutcome:
     from .parsing import Unparseable, verdict_parse
 
-    criterion = job.criterion
-    config = version.config
+    criterion = dctx.criterion(job.criterion_id)
+    config = dctx.config
     outcome = JobOutcome(job_id=job.pk, lease_token=token, status=JudgeJob.Status.DONE,
                          raw_response=text[:RAW_RESPONSE_MAX_CHARS],
                          details=dict(job.details or {}))
@@ -322,7 +535,8 @@ def _parsed_outcome(
     try:
         parsed = verdict_parse(
             text=text, criterion_scale=criterion.scale,
-            allowed_values=allowed_values_for(criterion), parser=config.get("parser") or {},
+            allowed_values=dctx.allowed_values(job.criterion_id),
+            parser=config.get("parser") or {},
             logprobs=result.logprobs if result is not None else None,
             pass_threshold=criterion.pass_threshold,
         )
@@ -338,13 +552,17 @@ def _parsed_outcome(
     return outcome
 
 
-def _programmatic_outcome(job: JudgeJob, token: str, version: JudgeVersion) -> JobOutcome:
+def _programmatic_outcome(
+    job: ClaimedJob, token: str, dctx: DrainContext, output: Output | None
+) -> JobOutcome:
     from .parsing import Unparseable
     from .programmatic import programmatic_evaluate
 
     try:
-        parsed = programmatic_evaluate(config=version.config, output=job.output,
-                                       criterion=job.criterion)
+        if output is None:
+            raise LookupError(f"output {job.output_id} no longer exists")
+        parsed = programmatic_evaluate(config=dctx.config, output=output,
+                                       criterion=dctx.criterion(job.criterion_id))
     except Unparseable as exc:
         return JobOutcome(job_id=job.pk, lease_token=token, status=JudgeJob.Status.UNPARSEABLE,
                           error_kind=JudgeJob.ErrorKind.PARSE,
@@ -360,18 +578,31 @@ def _programmatic_outcome(job: JudgeJob, token: str, version: JudgeVersion) -> J
 
 
 def outcome_for_call(
-    job: JudgeJob, token: str, version: JudgeVersion, call: CallOutcome,
+    job: ClaimedJob, token: str, dctx: DrainContext, call: CallOutcome,
     now: datetime | None = None,
 ) -> JobOutcome:
     """Turn one call's result or error into the outcome to record (pure, no I/O)."""
-    now = now or timezone.now()
     if call.error is not None:
-        return _error_outcome(job, token, call.error, now)
+        return _error_outcome(job, token, call.error, now or timezone.now())
     assert call.result is not None
-    return _parsed_outcome(job, token, call.result.text, version, call.result)
+    return _parsed_outcome(job, token, call.result.text, dctx, call.result)
 
 
 # --- the drain loop ------------------------------------------------------------------------
+
+# Results are recorded in chunks of RECORD_MIN (at most the concurrency), or once the oldest
+# has waited RECORD_WAIT_S: recording later holds up no call, it only delays the verdict.
+RECORD_MIN = 64
+RECORD_WAIT_S = 0.2
+# How long the task thread waits for results before looking at claims and records again.
+TAKE_WAIT_S = 0.05
+# A drain claims again once concurrency / CLAIM_DIVISOR calls are done, and keeps
+# CLAIM_AHEAD such chunks claimed beyond the calls in flight (see run_drain).
+CLAIM_DIVISOR = 2
+CLAIM_AHEAD = 2
+# How often a drain's claims also look for jobs whose lease lapsed (their worker died):
+# leases last minutes, and the look is a scan of the run's running jobs.
+LAPSED_CHECK_S = 5.0
 
 
 @dataclass
@@ -398,84 +629,114 @@ def run_drain(
     """Claim and execute a run's jobs until none is claimable or the time slice ends."""
     concurrency = concurrency or settings.REVIEWHUB_JUDGE_CONCURRENCY
     slice_s = settings.REVIEWHUB_JUDGE_TASK_SLICE_S if slice_s is None else slice_s
-    run = JudgeRun.objects.select_related("judge_version__judge").filter(pk=run_id).first()
+    run = (JudgeRun.objects.select_related("judge_version__judge", "study")
+           .filter(pk=run_id).first())
     report = DrainReport()
     if run is None:
         report.state = "inactive"
         return report
-    version = run.judge_version
+    dctx = DrainContext(run)
     token = uuid.uuid4().hex
-    is_llm = version.judge.kind == Judge.Kind.LLM
-    target = concurrency + max(1, concurrency // 2)
-    refill = max(1, concurrency // 4)
+    # Claimed ahead (up to 2 x concurrency outstanding) so that the coroutines never wait for
+    # the database, but not much further: a drain holding many leased jobs would keep them
+    # from other workers and run past its time slice. Claims take concurrency / 2 at a time (a
+    # claim is one statement whatever its size), the moment that many calls are done, so
+    # half the concurrency is still queued for the loop while the claim runs. Results are
+    # recorded in chunks of at least `record_min` (or whatever is older than RECORD_WAIT_S):
+    # two statements per chunk.
+    target = concurrency + max(1, concurrency // CLAIM_DIVISOR) * CLAIM_AHEAD
+    refill = max(1, concurrency // CLAIM_DIVISOR)
+    record_min = max(refill, min(RECORD_MIN, concurrency))
     lease_s = settings.REVIEWHUB_JUDGE_LEASE_S
     deadline = time.monotonic() + slice_s
     next_renew = time.monotonic() + lease_s / 3
-    session = (caller or async_caller()).session(concurrency) if is_llm else None
-    jobs: dict[int, JudgeJob] = {}
-    subjects: dict[int, SubjectKey] = {}
+    next_lapsed = 0.0
+    session = (caller or async_caller()).session(concurrency) if dctx.is_llm else None
+    jobs: dict[int, ClaimedJob] = {}  # claimed and not recorded yet
+    pending: list[JobOutcome] = []  # finished, not recorded yet
+    pending_since = 0.0
     outstanding = 0
     claim_open = True
     retry_claim_at = 0.0
     try:
         while True:
-            ready: list[JobOutcome] = []
+            if session is not None and outstanding:
+                # Results first, then the claim they make room for, then (maybe) the record:
+                # the next requests reach the loop before this chunk's statements run.
+                for prepared, call in session.take(min_n=min(refill, outstanding),
+                                                   timeout_s=TAKE_WAIT_S):
+                    outstanding -= 1
+                    pending.append(outcome_for_call(jobs[prepared.job_id], token, dctx, call))
             now_m = time.monotonic()
             if claim_open and now_m >= deadline:
                 claim_open = False
                 report.state = "sliced"
             if claim_open and target - outstanding >= refill and now_m >= retry_claim_at:
-                claim = jobs_claim(run_id=run_id, limit=target - outstanding, lease_token=token)
+                lapsed = now_m >= next_lapsed
+                claim = jobs_claim(run_id=run_id, limit=target - outstanding, lease_token=token,
+                                   lapsed=lapsed)
+                if lapsed:
+                    next_lapsed = now_m + LAPSED_CHECK_S
                 report.remaining = claim.remaining
                 if claim.state in ("inactive", "stopped"):
                     claim_open = False
                     report.state = claim.state
                 elif claim.jobs:
                     report.claimed += len(claim.jobs)
-                    subjects.update((j.pk, subject_key(j)) for j in claim.jobs)
-                    outstanding += _dispatch(claim, version, token, session, jobs, ready)
+                    jobs.update((j.pk, j) for j in claim.jobs)
+                    outstanding += _dispatch(claim.jobs, dctx, token, session, pending)
                     report.max_in_flight = max(report.max_in_flight, min(outstanding, concurrency))
                 elif outstanding == 0:
                     report.next_available_at = claim.next_available_at
                     if report.state == "ok":
                         report.state = "idle"
-                    break
+                    claim_open = False
                 else:
                     # Nothing claimable now; check again shortly rather than on every result.
                     retry_claim_at = now_m + 0.25
-            if session is not None and outstanding:
-                for prepared, call in _collect(session, min_n=refill, max_wait_s=0.005):
-                    outstanding -= 1
-                    job = jobs.pop(prepared.job_id)
-                    ready.append(outcome_for_call(job, token, version, call))
-            _record(ready, subjects=subjects, report=report)
+            finishing = not claim_open and outstanding == 0
+            if pending and not pending_since:
+                pending_since = now_m
+            if pending and (finishing or len(pending) >= record_min
+                            or now_m - pending_since >= RECORD_WAIT_S):
+                _record(pending, jobs=jobs, report=report, dctx=dctx)
+                pending = []
+                pending_since = 0.0
             if time.monotonic() >= next_renew:
                 JudgeJob.objects.filter(
                     run_id=run_id, status=JudgeJob.Status.RUNNING, lease_token=token
                 ).update(lease_expires_at=timezone.now() + timedelta(seconds=lease_s))
                 next_renew = time.monotonic() + lease_s / 3
-            if not claim_open and outstanding == 0:
+            if finishing:
                 break
     finally:
         if session is not None:
             session.close()
+    if report.state == "sliced":
+        report.remaining = JudgeJob.objects.filter(
+            run_id=run_id, status__in=ACTIVE_JOB_STATUSES).count()
     report.run_finished = run_finish_if_complete(run_id=run_id)
     return report
 
 
 def _dispatch(
-    claim: ClaimResult, version: JudgeVersion, token: str, session: CallSession | None,
-    jobs: dict[int, JudgeJob], ready: list[JobOutcome],
+    claimed: Sequence[ClaimedJob], dctx: DrainContext, token: str, session: CallSession | None,
+    ready: list[JobOutcome],
 ) -> int:
     """Build requests and hand them to the loop; programmatic checks run right here."""
+    if session is None:
+        outputs = Output.objects.select_related("item", "study").in_bulk(
+            [j.output_id for j in claimed if j.output_id is not None])
+        for job in claimed:
+            output = outputs.get(job.output_id) if job.output_id is not None else None
+            ready.append(_programmatic_outcome(job, token, dctx, output))
+        return 0
     batch: list[PreparedCall] = []
     now = timezone.now()
-    for job in claim.jobs:
-        if session is None:
-            ready.append(_programmatic_outcome(job, token, version))
-            continue
+    views, pairs = _subject_views(claimed, dctx.study)
+    for job in claimed:
         try:
-            prepared = _prepare(job, version)
+            prepared = _prepare(job, dctx, views, pairs)
         except ProviderError as exc:
             ready.append(_error_outcome(job, token, exc, now))
             continue
@@ -486,57 +747,40 @@ def _dispatch(
                 error=f"cannot build the request: {type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS],
             ))
             continue
-        jobs[job.pk] = job
         batch.append(prepared)
-    if batch and session is not None:
+    if batch:
         session.submit(batch)
     return len(batch)
 
 
-def _collect(
-    session: CallSession, *, min_n: int, max_wait_s: float
-) -> list[tuple[PreparedCall, CallOutcome]]:
-    """Block for the first result, then gather more for up to `max_wait_s` (batching)."""
-    out: list[tuple[PreparedCall, CallOutcome]] = []
-    try:
-        out.append(session.results.get(timeout=0.25))
-    except queue.Empty:
-        return out
-    until = time.monotonic() + max_wait_s
-    while len(out) < min_n:
-        remaining = until - time.monotonic()
-        try:
-            out.append(session.results.get(timeout=max(0.0, remaining)) if remaining > 0
-                       else session.results.get_nowait())
-        except queue.Empty:
-            break
-    while True:
-        try:
-            out.append(session.results.get_nowait())
-        except queue.Empty:
-            return out
-
-
 def _record(
-    ready: list[JobOutcome], *, subjects: dict[int, SubjectKey], report: DrainReport
+    ready: list[JobOutcome], *, jobs: dict[int, ClaimedJob], report: DrainReport,
+    dctx: DrainContext,
 ) -> None:
     """Record a chunk (one statement on PostgreSQL), then aggregate finished subjects.
 
-    Aggregation runs after the recording transaction committed: two workers finishing the
+    Aggregation runs after the recording statement committed: two workers finishing the
     last two samples of one subject at the same time each see the other's commit at least
     from the later of the two, so the verdict is never missed (and built at most twice, the
-    unique constraint keeping one).
+    unique constraint keeping one). A one-sample single-output subject has no other job, so
+    its verdict is combined from the outcome just recorded, without reading it back.
     """
     if not ready:
         return
     recorded = set(jobs_record(outcomes=ready))
     report.recorded += len(recorded)
     report.discarded += len(ready) - len(recorded)
-    finished = {
-        subjects[o.job_id] for o in ready
-        if o.job_id in recorded and o.status != JudgeJob.Status.QUEUED
-    }
+    finished: set[SubjectKey] = set()
+    complete: dict[SubjectKey, list[JobRow]] = {}
     for o in ready:
-        subjects.pop(o.job_id, None)
+        job = jobs.pop(o.job_id)
+        if o.job_id not in recorded or o.status == JudgeJob.Status.QUEUED:
+            continue
+        key = subject_key(job)
+        finished.add(key)
+        if dctx.samples == 1 and job.output_id is not None:
+            complete[key] = [job_row_for_outcome(outcome=o, run_id=job.run_id,
+                                                 sample_index=job.sample_index, order=job.order)]
     if finished:
-        report.verdicts += verdicts_build(subjects=finished)
+        report.verdicts += verdicts_build(subjects=finished, criteria=dctx.criteria,
+                                          complete=complete)
