@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PY = VENV / "bin" / "python"
+CONSTRAINTS = ROOT / "constraints.txt"
 
 
 def say(msg: str) -> None:
@@ -35,7 +36,8 @@ def ensure_venv(extra: str) -> None:
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         subprocess.run([str(PY), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
     def digest_for(name: str) -> str:
-        return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + name.encode()).hexdigest()
+        inputs = (ROOT / "pyproject.toml").read_bytes() + CONSTRAINTS.read_bytes()
+        return hashlib.sha256(inputs + name.encode()).hexdigest()
 
     def current(name: str) -> bool:
         stamp = VENV / f".installed-{name or 'base'}"
@@ -48,7 +50,12 @@ def ensure_venv(extra: str) -> None:
     digest = digest_for(extra)
     target = f".[{extra}]" if extra else "."
     say(f"installing {target} (pip)")
-    subprocess.run([str(PY), "-m", "pip", "install", "-q", "-e", target], check=True, cwd=ROOT)
+    # Installed under constraints.txt: the versions the suite last passed with. Without it a new
+    # release of a dependency lands in CI unannounced (Playwright 1.65 once broke a browser test).
+    subprocess.run(
+        [str(PY), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), "-e", target],
+        check=True, cwd=ROOT,
+    )
     stamp.write_text(digest)
 
 

@@ -51,6 +51,7 @@ from django.utils import timezone
 from studies.models import Comparison, Criterion, Item, Output
 
 from .models import Judge, JudgeJob, JudgeRun, JudgeVersion
+from .prompts import PromptRenderer
 from .providers import (
     ProviderError,
     ProviderRequest,
@@ -330,6 +331,7 @@ class DrainContext:
         self._templates: dict[int, ProviderRequest] = {}
         self._template_fields: dict[int, dict[str, Any]] = {}
         self._limits: dict[tuple[str, str], tuple[str, ProviderLimits] | None] = {}
+        self._renderer: PromptRenderer | None = None
 
     def criterion(self, crit_id: int) -> Criterion:
         crit = self.criteria.get(crit_id)
@@ -351,12 +353,14 @@ class DrainContext:
         for each subject. A failure (key unset, URL refused) is not cached: every job then
         fails with the reason, as it would have on its own.
         """
-        from .prompts import prompt_render, provider_request_for
+        from .prompts import provider_request_for
 
         template = self._templates.get(crit_id)
         if template is None:
             template = self._templates[crit_id] = provider_request_for(config=self.config,
                                                                        ctx=ctx)
+            if self._renderer is None:
+                self._renderer = PromptRenderer(self.config)
             self._template_fields[crit_id] = {
                 f.name: getattr(template, f.name) for f in dataclasses.fields(template)
                 if f.name != "messages"
@@ -364,8 +368,9 @@ class DrainContext:
             return template
         # The constructor with the template's other fields (what dataclasses.replace does,
         # without looking the fields up again for every job).
-        return ProviderRequest(**self._template_fields[crit_id],
-                               messages=prompt_render(config=self.config, ctx=ctx))
+        renderer = self._renderer
+        assert renderer is not None  # made with the first template
+        return ProviderRequest(**self._template_fields[crit_id], messages=renderer.render(ctx))
 
     def limit_for(self, request: ProviderRequest) -> tuple[str, ProviderLimits] | None:
         key = (request.base_url, request.model)

@@ -123,7 +123,10 @@ class JudgeJob(models.Model):
         AB = "ab", "A then B"
         BA = "ba", "B then A"
 
-    run = models.ForeignKey(JudgeRun, on_delete=models.CASCADE, related_name="jobs")
+    # No index of its own: judgejob_run_status (run, status) serves every lookup by run, and
+    # each extra index is written for every job inserted and every status change.
+    run = models.ForeignKey(JudgeRun, on_delete=models.CASCADE, related_name="jobs",
+                            db_index=False)
     judge_version = models.ForeignKey(JudgeVersion, on_delete=models.PROTECT, related_name="jobs")
     criterion = models.ForeignKey(Criterion, on_delete=models.PROTECT, related_name="+")
     output = models.ForeignKey(

@@ -98,21 +98,55 @@ def template_validate(template: str, *, field: str = "template") -> set[str]:
     return names
 
 
+def _compile(template: str) -> tuple[tuple[str, bool], ...]:
+    """The template as (literal text, False) and (placeholder name, True) parts, in order.
+
+    `{{`/`}}` become literal braces here, so rendering is a join: no regular expression runs
+    per call. `substitute` and `PromptRenderer` share it; the result is cached per template.
+    """
+    cached = _COMPILED.get(template)
+    if cached is not None:
+        return cached
+    parts: list[tuple[str, bool]] = []
+    literal: list[str] = []
+    pos = 0
+    for match in _TOKEN_RE.finditer(template):
+        literal.append(template[pos:match.start()])
+        pos = match.end()
+        token = match.group(0)
+        if token in ("{{", "}}"):
+            literal.append(token[0])
+            continue
+        parts.append(("".join(literal), False))
+        literal = []
+        parts.append((match.group(1), True))
+    literal.append(template[pos:])
+    parts.append(("".join(literal), False))
+    compiled = tuple(p for p in parts if p[1] or p[0])
+    if len(_COMPILED) < 1024:  # templates come from judge configs: few, but never unbounded
+        _COMPILED[template] = compiled
+    return compiled
+
+
+_COMPILED: dict[str, tuple[tuple[str, bool], ...]] = {}
+
+
+def _render(parts: tuple[tuple[str, bool], ...], values: Mapping[str, str]) -> str:
+    out = []
+    for text, is_name in parts:
+        if is_name:
+            value = values.get(text)
+            if value is None:
+                raise ValueError(f"unknown placeholder {{{text}}}")
+            out.append(value)
+        else:
+            out.append(text)
+    return "".join(out)
+
+
 def substitute(template: str, values: Mapping[str, str]) -> str:
     """One pass over the template; values are inserted verbatim and never re-scanned."""
-
-    def replace(match: re.Match[str]) -> str:
-        token = match.group(0)
-        if token == "{{":
-            return "{"
-        if token == "}}":
-            return "}"
-        name = match.group(1)
-        if name not in values:
-            raise ValueError(f"unknown placeholder {{{name}}}")
-        return values[name]
-
-    return _TOKEN_RE.sub(replace, template)
+    return _render(_compile(template), values)
 
 
 def neutralise(text: str) -> str:
@@ -128,11 +162,28 @@ def block(name: str, text: str, nonce: str) -> str:
 
 def delimiter_nonce(*, version_hash: str, subject_key: str) -> str:
     """16 hex digits of HMAC-SHA256(SECRET_KEY, version hash | subject)."""
+    return _nonce_mac(version_hash).nonce(subject_key)
+
+
+class _NonceMac:
+    """The HMAC state after the message's fixed prefix, copied per subject: one judge version
+    signs thousands of subjects, and the key schedule and prefix are the same every time."""
+
+    def __init__(self, state: hmac.HMAC) -> None:
+        self._state = state
+
+    def nonce(self, subject_key: str) -> str:
+        mac = self._state.copy()
+        mac.update(subject_key.encode())
+        return mac.hexdigest()[:16]
+
+
+def _nonce_mac(version_hash: str) -> _NonceMac:
     from django.conf import settings
 
     key = str(settings.SECRET_KEY).encode()
-    message = f"reviewhub-judge-delimiter|{version_hash}|{subject_key}".encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()[:16]
+    prefix = f"reviewhub-judge-delimiter|{version_hash}|".encode()
+    return _NonceMac(hmac.new(key, prefix, hashlib.sha256))
 
 
 # --- default templates -------------------------------------------------------------------
@@ -220,40 +271,75 @@ def verdict_schema(allowed_values: list[str]) -> dict[str, Any]:
 # --- rendering -----------------------------------------------------------------------------
 
 
-def _version_hash(config: Mapping[str, Any]) -> str:
-    from .config import config_hash
+class PromptRenderer:
+    """Renders the (system, user) messages of one (canonical) judge config for any subject.
 
-    return config_hash(config)
+    What depends on the config alone (its hash, the HMAC state for the delimiter nonces, the
+    compiled templates per scale) is computed once; a judge drain renders thousands of
+    subjects under one config, and rehashing it per subject was most of the request-building
+    time. The criterion's trusted texts are cached per criterion.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        from .config import config_hash
+
+        self.config = config
+        self._mac = _nonce_mac(config_hash(config))
+        self._templates: dict[str, tuple[tuple[tuple[str, bool], ...], ...]] = {}
+        self._trusted: dict[tuple[Any, ...], dict[str, str]] = {}
+
+    def _compiled(self, scale: str) -> tuple[tuple[tuple[str, bool], ...], ...]:
+        compiled = self._templates.get(scale)
+        if compiled is None:
+            config = self.config
+            system_t = config.get("system_prompt") or DEFAULT_SYSTEM_PROMPTS
+            user_t = config.get("user_prompt") or DEFAULT_USER_PROMPTS
+            system = system_t.get(scale) if isinstance(system_t, Mapping) else system_t
+            user = user_t.get(scale) if isinstance(user_t, Mapping) else user_t
+            compiled = self._templates[scale] = (
+                _compile(str(system or DEFAULT_SYSTEM_PROMPTS[scale])),
+                _compile(str(user or DEFAULT_USER_PROMPTS[scale])),
+            )
+        return compiled
+
+    def _trusted_values(self, ctx: SubjectContext) -> dict[str, str]:
+        key = (ctx.criterion_key, ctx.criterion_name, ctx.criterion_guidance,
+               ctx.criterion_scale, ctx.scale_points, ctx.production_prompt)
+        values = self._trusted.get(key)
+        if values is None:
+            values = self._trusted[key] = {
+                "criterion_name": ctx.criterion_name or ctx.criterion_key,
+                "criterion_guidance": ctx.criterion_guidance or "(none)",
+                "scale": scale_text(ctx.criterion_scale, ctx.scale_points),
+                "production_prompt": ctx.production_prompt or "(not recorded)",
+            }
+        return values
+
+    def render(self, ctx: SubjectContext) -> tuple[ChatMessage, ...]:
+        system_parts, user_parts = self._compiled(ctx.criterion_scale)
+        nonce = self._mac.nonce(ctx.subject_key)
+        untrusted = {
+            "input": ctx.item_input, "context": ctx.item_context,
+            "reference": ctx.item_reference, "output": ctx.output_text or "",
+            "output_a": ctx.output_a_text or "", "output_b": ctx.output_b_text or "",
+        }
+        values = dict(self._trusted_values(ctx))
+        # Only the blocks the templates use are built (neutralising is the costly part).
+        for parts in (system_parts, user_parts):
+            for name, is_name in parts:
+                if is_name and name in untrusted and name not in values:
+                    values[name] = block(name, untrusted[name], nonce)
+        try:
+            system = _render(system_parts, values)
+            user = _render(user_parts, values)
+        except ValueError as exc:  # a stored template with a bad placeholder: refuse, do not guess
+            raise ProviderConfigError(f"prompt template: {exc}") from None
+        return (ChatMessage(role="system", content=system), ChatMessage(role="user", content=user))
 
 
 def prompt_render(*, config: Mapping[str, Any], ctx: SubjectContext) -> tuple[ChatMessage, ...]:
     """The (system, user) messages for this subject under this (canonical) config."""
-    scale = ctx.criterion_scale
-    system_t = (config.get("system_prompt") or DEFAULT_SYSTEM_PROMPTS)
-    user_t = (config.get("user_prompt") or DEFAULT_USER_PROMPTS)
-    system_template = system_t.get(scale) if isinstance(system_t, Mapping) else system_t
-    user_template = user_t.get(scale) if isinstance(user_t, Mapping) else user_t
-    system_template = system_template or DEFAULT_SYSTEM_PROMPTS[scale]
-    user_template = user_template or DEFAULT_USER_PROMPTS[scale]
-    nonce = delimiter_nonce(version_hash=_version_hash(config), subject_key=ctx.subject_key)
-    untrusted = {
-        "input": ctx.item_input, "context": ctx.item_context, "reference": ctx.item_reference,
-        "output": ctx.output_text or "", "output_a": ctx.output_a_text or "",
-        "output_b": ctx.output_b_text or "",
-    }
-    values = {name: block(name, text, nonce) for name, text in untrusted.items()}
-    values.update({
-        "criterion_name": ctx.criterion_name or ctx.criterion_key,
-        "criterion_guidance": ctx.criterion_guidance or "(none)",
-        "scale": scale_text(scale, ctx.scale_points),
-        "production_prompt": ctx.production_prompt or "(not recorded)",
-    })
-    try:
-        system = substitute(str(system_template), values)
-        user = substitute(str(user_template), values)
-    except ValueError as exc:  # a stored template with a bad placeholder: refuse, do not guess
-        raise ProviderConfigError(f"prompt template: {exc}") from None
-    return (ChatMessage(role="system", content=system), ChatMessage(role="user", content=user))
+    return PromptRenderer(config).render(ctx)
 
 
 def api_key_resolve(config: Mapping[str, Any]) -> str | None:

@@ -15,7 +15,7 @@ import threading
 
 import httpx
 
-# 16 connections per pool keeps the scan cheap (it is quadratic in this number, not in the
+# 4 connections per pool keeps the scan cheap (it is quadratic in this number, not in the
 # total) while still reusing keep-alive connections well.
 SHARD_SIZE = 4
 

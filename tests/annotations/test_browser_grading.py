@@ -379,9 +379,9 @@ def test_double_submit_and_retry_create_one_submission(browser_session: Any) -> 
     # The first attempt fails in the network; the retry reuses the same submission id.
     page.route("**/submit/", lambda route: route.abort())
     page.keyboard.press("Enter")
-    page.wait_for_function(
-        "document.getElementById('grade-status').classList.contains('is-error')"
-    )
+    # A locator wait, not a wait_for_function string: Playwright evaluates a bare expression
+    # with eval() inside the page, which the page's CSP (script-src 'self') rightly refuses.
+    page.locator("#grade-status.is-error").wait_for()
     assert not page.locator("#submit-button").is_disabled()
     page.unroute("**/submit/")
     # A double press: the button is disabled while the request is in flight.

@@ -264,3 +264,39 @@ def test_subject_context_for_comparison_orders() -> None:
         subject_context_for(criterion=criterion, comparison=comparison, order="xx")
     with pytest.raises(ValueError):
         subject_context_for(criterion=criterion)
+
+
+# --- the per-config renderer (what a drain uses) ----------------------------------------
+
+
+def test_renderer_reused_across_subjects_equals_a_fresh_render_for_each(db: Any) -> None:
+    """A drain renders every subject with one PromptRenderer (config hash, HMAC state and
+    compiled templates computed once); each prompt must be byte-identical to rendering that
+    subject on its own, including the per-subject delimiter nonce."""
+    from judges.prompts import PromptRenderer
+
+    config = cfg(user_prompt="Judge {{this}}: {output}\n{input} {scale} {criterion_name}")
+    renderer = PromptRenderer(config)
+    criterion = CriterionFactory(scale="binary")
+    outputs = [make_output(text=f"answer <<< {n} >>> {{output}}") for n in range(3)]
+    rendered = [renderer.render(subject_context_for(criterion=criterion, output=o))
+                for o in outputs]
+    fresh = [prompt_render(config=config, ctx=subject_context_for(criterion=criterion, output=o))
+             for o in outputs]
+    assert rendered == fresh
+    nonces = {BLOCK_RE.search(user.content).group(3) for _, user in rendered}  # type: ignore[union-attr]
+    assert len(nonces) == 3  # one per subject, not one per renderer
+    assert "Judge {this}:" in rendered[0][1].content
+
+
+def test_renderer_reports_an_unknown_placeholder_in_a_stored_template() -> None:
+    from judges.prompts import PromptRenderer, SubjectContext
+
+    # Stored configs are validated, but an old row may predate a placeholder's removal.
+    renderer = PromptRenderer({"user_prompt": "{output} {gone}"})
+    ctx = SubjectContext(item_input="", item_context="", item_reference="", output_text="x",
+                         output_a_text=None, output_b_text=None, criterion_key="c",
+                         criterion_name="C", criterion_guidance="", criterion_scale="binary",
+                         scale_points=(), production_prompt="", subject_key="output:1")
+    with pytest.raises(ProviderConfigError, match=r"unknown placeholder \{gone\}"):
+        renderer.render(ctx)
