@@ -22,7 +22,8 @@ from django.db.models import Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from judges.models import Verdict
-from studies.models import Criterion, Item, RubricVersion, Study
+from reviewhub.rawrows import RowShape, fetch_one
+from studies.models import Criterion, Item, Output, RubricVersion, Study
 
 from .constants import FLAG_LABELS, SEVERITY_QUESTION, SEVERITY_SCALE
 from .models import Adjudication, Annotation, Assignment, GoldLabel, QueueEntry, SamplingPlan
@@ -126,35 +127,64 @@ def _criterion_view(c: Criterion) -> CriterionView:
     )
 
 
+_G_ENTRY = RowShape(QueueEntry, "e")
+_G_PLAN = RowShape(SamplingPlan, "p")
+_G_STUDY = RowShape(Study, "s")
+_G_RUBRIC = RowShape(RubricVersion, "r")
+_G_OUTPUT = RowShape(Output, "o", only=("id", "item_id", "text", "error"))
+_G_ITEM = RowShape(Item, "i", only=("id", "input", "input_format", "context", "reference"))
+
+
+def _entry_for_grading(entry_id: int) -> QueueEntry:
+    """The entry with its plan, study and rubric, and (for an output) the output and item.
+
+    One precompiled query (see reviewhub/rawrows.py): "next" is on every annotator's critical
+    path. Only allow-listed columns of the subject are loaded; candidate rows are never
+    joined.
+    """
+    shapes = (_G_ENTRY, _G_PLAN, _G_STUDY, _G_RUBRIC, _G_OUTPUT, _G_ITEM)
+    row = fetch_one(
+        f"SELECT {', '.join(shape.select for shape in shapes)} "
+        f"FROM {QueueEntry._meta.db_table} e "
+        f"JOIN {SamplingPlan._meta.db_table} p ON p.id = e.plan_id "
+        f"JOIN {Study._meta.db_table} s ON s.id = p.study_id "
+        f"JOIN {RubricVersion._meta.db_table} r ON r.id = p.rubric_id "
+        f"LEFT JOIN {Output._meta.db_table} o ON o.id = e.output_id "
+        f"LEFT JOIN {Item._meta.db_table} i ON i.id = o.item_id "
+        "WHERE e.id = %s",
+        [entry_id],
+    )
+    if row is None:
+        raise QueueEntry.DoesNotExist(f"queue entry {entry_id} does not exist")
+    offsets = []
+    at = 0
+    for shape in shapes:
+        offsets.append(at)
+        at += shape.width
+    entry = _G_ENTRY.load(row)
+    plan = _G_PLAN.load(row, offsets[1])
+    plan.study = _G_STUDY.load(row, offsets[2])
+    plan.rubric = _G_RUBRIC.load(row, offsets[3])
+    entry.plan = plan
+    output = _G_OUTPUT.load_optional(row, offsets[4])
+    if output is not None:
+        item = _G_ITEM.load_optional(row, offsets[5])
+        if item is not None:
+            output.item = item
+    entry.output = output
+    return entry
+
+
 def grading_context(*, assignment: Assignment) -> GradingContext:
     """The blind view of an assignment's subject (see the module docstring)."""
     # One query for the entry, its plan and study, and (for an output) the output and item:
     # "next" is on every annotator's critical path. Only allow-listed columns of the subject
     # are loaded; candidate rows are never joined.
-    entry = (
-        QueueEntry.objects.select_related("plan__study", "plan__rubric", "output__item")
-        .only(
-            *(f.name for f in QueueEntry._meta.concrete_fields),
-            *(f"plan__{f.name}" for f in SamplingPlan._meta.concrete_fields),
-            *(f"plan__study__{f.name}" for f in Study._meta.concrete_fields),
-            *(f"plan__rubric__{f.name}" for f in RubricVersion._meta.concrete_fields),
-            "output__id",
-            "output__item",
-            "output__text",
-            "output__error",
-            "output__item__id",
-            "output__item__input",
-            "output__item__input_format",
-            "output__item__context",
-            "output__item__reference",
-        )
-        .get(pk=assignment.entry_id)
-    )
+    entry = _entry_for_grading(assignment.entry_id)
     # Callers (the next view's progress) read the plan through the assignment: no second load.
     assignment.entry = entry
     study = entry.plan.study
     criteria = [_criterion_view(c) for c in _cached_plan_criteria(entry.plan)]
-    from studies.models import Output
 
     if entry.comparison_id is not None:
         from studies.models import Comparison
@@ -538,12 +568,24 @@ def my_annotations(
     return qs
 
 
+_O_ASSIGNMENT = RowShape(Assignment, "a")
+_O_ENTRY = RowShape(QueueEntry, "e")
+
+
 def assignment_for_annotator(
     *, study: Study, annotator: User, assignment_id: int
 ) -> Assignment | None:
     """The annotator's own assignment in this study, or None (someone else's is invisible)."""
-    return (
-        Assignment.objects.select_related("entry")
-        .filter(pk=assignment_id, annotator_id=annotator.pk, entry__plan__study=study)
-        .first()
+    # Precompiled (see reviewhub/rawrows.py): every submit, skip and heartbeat starts here.
+    row = fetch_one(
+        f"SELECT {_O_ASSIGNMENT.select}, {_O_ENTRY.select} FROM {Assignment._meta.db_table} a "
+        f"JOIN {QueueEntry._meta.db_table} e ON e.id = a.entry_id "
+        f"JOIN {SamplingPlan._meta.db_table} p ON p.id = e.plan_id "
+        "WHERE a.id = %s AND a.annotator_id = %s AND p.study_id = %s",
+        [assignment_id, annotator.pk, study.pk],
     )
+    if row is None:
+        return None
+    assignment = _O_ASSIGNMENT.load(row)
+    assignment.entry = _O_ENTRY.load(row, _O_ASSIGNMENT.width)
+    return assignment

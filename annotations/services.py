@@ -38,6 +38,7 @@ from django.utils import timezone
 
 from judges.models import Verdict
 from reviewhub.api.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from reviewhub.rawrows import RowShape, db_value, fetch_one
 from studies.access import study_role
 from studies.models import Comparison, Criterion, Membership, Output, RubricVersion, Study
 from studies.services import membership_set
@@ -695,11 +696,50 @@ def _lock_entry(entry_id: int, *, skip_locked: bool = False) -> QueueEntry | Non
     return qs.first()
 
 
+_ASSIGNMENT = RowShape(Assignment, "a")
+_L_ENTRY = RowShape(QueueEntry, "e")
+_L_PLAN = RowShape(SamplingPlan, "p")
+_L_RUBRIC = RowShape(RubricVersion, "r")
+
+
+def _for_update(of: str) -> str:
+    return f" FOR UPDATE OF {of}" if connection.features.has_select_for_update else ""
+
+
 def _lock_assignment(assignment_id: int) -> Assignment:
-    qs = Assignment.objects.filter(pk=assignment_id)
-    if connection.features.has_select_for_update:
-        qs = qs.select_for_update()
-    return qs.get()
+    row = fetch_one(
+        f"SELECT {_ASSIGNMENT.select} FROM {Assignment._meta.db_table} a WHERE a.id = %s"
+        + _for_update("a"),
+        [assignment_id],
+    )
+    if row is None:
+        raise Assignment.DoesNotExist(f"assignment {assignment_id} does not exist")
+    return _ASSIGNMENT.load(row)
+
+
+def _lock_for_submit(entry_id: int, assignment_id: int) -> tuple[QueueEntry, Assignment]:
+    """The entry and the assignment, both locked, in one statement (the plan and rubric are
+    read along, not locked).
+
+    PostgreSQL takes the row locks of one statement in the order of its FROM list, so this
+    keeps the lock order every queue write uses: entry first, then assignment.
+    """
+    row = fetch_one(
+        f"SELECT {_L_ENTRY.select}, {_L_PLAN.select}, {_L_RUBRIC.select}, {_ASSIGNMENT.select} "
+        f"FROM {QueueEntry._meta.db_table} e "
+        f"JOIN {Assignment._meta.db_table} a ON a.entry_id = e.id "
+        f"JOIN {SamplingPlan._meta.db_table} p ON p.id = e.plan_id "
+        f"JOIN {RubricVersion._meta.db_table} r ON r.id = p.rubric_id "
+        "WHERE e.id = %s AND a.id = %s" + _for_update("e, a"),
+        [entry_id, assignment_id],
+    )
+    if row is None:
+        raise Assignment.DoesNotExist(f"assignment {assignment_id} of entry {entry_id} is gone")
+    entry = _L_ENTRY.load(row)
+    at = _L_ENTRY.width
+    entry.plan = _L_PLAN.load(row, at)
+    entry.plan.rubric = _L_RUBRIC.load(row, at + _L_PLAN.width)
+    return entry, _ASSIGNMENT.load(row, at + _L_PLAN.width + _L_RUBRIC.width)
 
 
 def _candidates(plan: SamplingPlan, annotator_id: int) -> QuerySet[QueueEntry]:
@@ -888,39 +928,37 @@ def assignment_next(
     return None
 
 
+_PLAN = RowShape(SamplingPlan, "p")
+
+
 def _active_plan_for_annotator(*, study: Study, annotator: User) -> SamplingPlan | None:
     """The active plan, checking in the same query that the caller may annotate (403).
 
     The plan carries `has_unfinished`: whether the caller holds a lease or an expired lease in
     it, so that the common case (none) costs no extra round trip."""
-    plans = (
-        SamplingPlan.objects.filter(study=study, is_active=True)
-        .order_by("-version")
-        .annotate(
-            has_unfinished=Exists(
-                Assignment.objects.filter(
-                    entry__plan_id=OuterRef("pk"),
-                    annotator_id=annotator.pk,
-                    status__in=[Assignment.Status.LEASED, Assignment.Status.EXPIRED],
-                )
-            )
-        )
+    # Precompiled (see reviewhub/rawrows.py): this runs on every "next".
+    row = fetch_one(
+        f"SELECT {_PLAN.select}, EXISTS(SELECT 1 FROM {Assignment._meta.db_table} a "
+        f"JOIN {QueueEntry._meta.db_table} e ON e.id = a.entry_id WHERE e.plan_id = p.id "
+        "AND a.annotator_id = %s AND a.status IN (%s, %s)), "
+        f"EXISTS(SELECT 1 FROM {Membership._meta.db_table} m WHERE m.study_id = %s "
+        "AND m.user_id = %s AND m.role IN (%s, %s)) "
+        f"FROM {SamplingPlan._meta.db_table} p WHERE p.study_id = %s AND p.is_active "
+        "ORDER BY p.version DESC LIMIT 1",
+        [annotator.pk, Assignment.Status.LEASED.value, Assignment.Status.EXPIRED.value,
+         study.pk, annotator.pk, Membership.Role.LEAD.value, Membership.Role.ANNOTATOR.value,
+         study.pk],
     )
+    plan = _PLAN.load(row) if row is not None else None
+    if plan is not None and row is not None:
+        plan.has_unfinished = bool(row[_PLAN.width])  # type: ignore[attr-defined]
+        plan.may_annotate = bool(row[_PLAN.width + 1])  # type: ignore[attr-defined]
     if getattr(annotator, "is_superuser", False):
-        return plans.first()
-    plan = plans.annotate(
-        may_annotate=Exists(
-            Membership.objects.filter(
-                study_id=study.pk,
-                user_id=annotator.pk,
-                role__in=[Membership.Role.LEAD, Membership.Role.ANNOTATOR],
-            )
-        )
-    ).first()
+        return plan
     if plan is None:
         _require_annotator(study=study, user=annotator)
         return None
-    if not plan.may_annotate:
+    if not plan.may_annotate:  # type: ignore[attr-defined]
         raise Forbidden(f"This needs the 'annotator' role in study '{study.slug}'.")
     return plan
 
@@ -1075,13 +1113,7 @@ def annotation_submit(
     try:
         with transaction.atomic():
             # Entry first, then assignment: the lock order every queue write uses.
-            entry_qs = QueueEntry.objects.select_related("plan__rubric").filter(
-                pk=assignment.entry_id
-            )
-            if connection.features.has_select_for_update:
-                entry_qs = entry_qs.select_for_update(of=("self",))
-            locked = entry_qs.get()
-            current = _lock_assignment(assignment.pk)
+            locked, current = _lock_for_submit(assignment.entry_id, assignment.pk)
             if current.status == Assignment.Status.SUBMITTED:
                 if current.submission_id == submission_id:
                     done = _submission_replay(
@@ -1140,16 +1172,27 @@ def annotation_submit(
                     for c in clean
                 ]
             )
-            Assignment.objects.filter(pk=current.pk).update(
-                status=Assignment.Status.SUBMITTED,
-                submission_id=submission_id,
-                finished_at=now,
-                lease_expires_at=None,
+            # Precompiled (see reviewhub/rawrows.py); values prepared by their fields. Both
+            # rows are locked already; on PostgreSQL the two updates are one statement.
+            done_assignment = (
+                f"UPDATE {Assignment._meta.db_table} SET status = %s, submission_id = %s, "
+                "finished_at = %s, lease_expires_at = NULL WHERE id = %s"
             )
-            QueueEntry.objects.filter(pk=locked.pk).update(
-                done_count=F("done_count") + 1,
-                leased_count=F("leased_count") - (1 if holds_slot else 0),
+            done_params = [Assignment.Status.SUBMITTED.value,
+                           db_value(Assignment, "submission_id", submission_id),
+                           db_value(Assignment, "finished_at", now), current.pk]
+            count_entry = (
+                f"UPDATE {QueueEntry._meta.db_table} SET done_count = done_count + 1, "
+                "leased_count = leased_count - %s WHERE id = %s"
             )
+            count_params = [1 if holds_slot else 0, locked.pk]
+            with connection.cursor() as cursor:
+                if connection.vendor == "postgresql":
+                    cursor.execute(f"WITH done AS ({done_assignment} RETURNING 1) {count_entry}",
+                                   done_params + count_params)
+                else:
+                    cursor.execute(done_assignment, done_params)
+                    cursor.execute(count_entry, count_params)
     except IntegrityError as exc:
         # The submission_id is already taken (another assignment), or the annotator already
         # labelled this subject through another route (an import).

@@ -904,7 +904,24 @@ def _rows_json(rows: Iterable[Mapping[str, Any]]) -> str:
     parses and caches the statement once, the rows are encoded by the C JSON encoder and
     decoded by PostgreSQL, and nothing is adapted value by value in Python.
     """
-    return json.dumps(list(rows), ensure_ascii=False, default=_json_default)
+    items = list(rows)
+    text = json.dumps(items, ensure_ascii=False, default=_json_default)
+    if "\\u0000" in text:
+        # PostgreSQL text and jsonb cannot hold NUL, and one NUL in one provider answer would
+        # fail the statement for the whole chunk; it becomes U+FFFD. (The check can also hit
+        # an escaped backslash followed by "u0000"; the slow path below then changes nothing.)
+        text = json.dumps(_without_nul(items), ensure_ascii=False, default=_json_default)
+    return text
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(v) for v in value]
+    return value
 
 
 _RECORD_FLOATS = tuple(name for name, pgtype in _RECORD_COLUMNS if pgtype == "double precision")

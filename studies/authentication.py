@@ -6,9 +6,12 @@ import hashlib
 import secrets
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
+
+from reviewhub.rawrows import RowShape, fetch_one
 
 from .models import ApiToken
 
@@ -25,6 +28,33 @@ def token_generate() -> tuple[str, str, str]:
     return secret, secret[:10], token_hash(secret)
 
 
+_shapes: tuple[RowShape[ApiToken], RowShape[Any]] | None = None
+
+
+def _live_token(key_hash: str) -> ApiToken | None:
+    """The unrevoked token with this hash and its user, in one precompiled query.
+
+    Every API request runs this; as a queryset it cost more CPU to compile than to execute
+    (see reviewhub/rawrows.py).
+    """
+    global _shapes
+    if _shapes is None:
+        _shapes = (RowShape(ApiToken, "t"), RowShape(get_user_model(), "u"))
+    tokens, users = _shapes
+    user_model = get_user_model()
+    row = fetch_one(
+        f"SELECT {tokens.select}, {users.select} FROM {ApiToken._meta.db_table} t "
+        f"JOIN {user_model._meta.db_table} u ON u.{user_model._meta.pk.column} = t.user_id "
+        "WHERE t.key_hash = %s AND t.revoked_at IS NULL",
+        [key_hash],
+    )
+    if row is None:
+        return None
+    token = tokens.load(row)
+    token.user = users.load(row, tokens.width)
+    return token
+
+
 class ApiTokenAuthentication(authentication.BaseAuthentication):
     keywords = ("bearer", "token")
 
@@ -34,11 +64,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'.")
-        token = (
-            ApiToken.objects.select_related("user")
-            .filter(key_hash=token_hash(header[1]), revoked_at__isnull=True)
-            .first()
-        )
+        token = _live_token(token_hash(header[1]))
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked API token.")
         now = timezone.now()

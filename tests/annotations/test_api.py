@@ -146,9 +146,9 @@ def test_next_and_submit_round_trips_stay_few(
     # token, study + role, plan + membership + own leases, claim, context, progress
     with django_assert_max_num_queries(6):
         aid = _next(client)["assignment"]["assignment_id"]
-    # token, study + role, own assignment, BEGIN, entry, assignment, insert, 2 updates,
-    # COMMIT, progress
-    with django_assert_max_num_queries(11):
+    # token, study + role, own assignment, BEGIN, entry and assignment locked together,
+    # insert, both updates in one statement, COMMIT, progress
+    with django_assert_max_num_queries(9):
         assert _submit(client, aid).status_code == 200
 
 

@@ -113,6 +113,31 @@ def test_record_stores_awkward_values_exactly_and_only_under_the_lease(study: An
     assert jb.latency_ms == math.inf and jb.cost == -math.inf
 
 
+def test_a_nul_in_one_answer_does_not_fail_the_chunk(study: Any) -> None:
+    """PostgreSQL text and jsonb refuse NUL; one provider answer carrying one must not make the
+    chunk's single record statement fail for every job in it."""
+    from django.db import connection
+
+    data = build_study_data(study, n_items=2, n_candidates=1)
+    run = start(data, "http://127.0.0.1:9/v1", [data.binary])
+    a, b = jobs_claim(run_id=run.pk, limit=2, lease_token="tok").jobs
+    nul = 'pass\x00 "rationale" \\u0000 stays'
+    outcomes = [
+        JobOutcome(job_id=a.pk, lease_token="tok", status="done", parsed_value="pass",
+                   rationale=nul, raw_response=nul, details={"tokens": [nul], nul: 1}),
+        JobOutcome(job_id=b.pk, lease_token="tok", status="done", parsed_value="fail",
+                   rationale="plain"),
+    ]
+    assert sorted(jobs_record(outcomes=outcomes)) == sorted([a.pk, b.pk])
+    ja = JudgeJob.objects.get(pk=a.pk)
+    stored = nul.replace("\x00", "\ufffd") if connection.vendor == "postgresql" else nul
+    assert ja.rationale == stored and ja.raw_response == stored
+    assert ja.details == {"tokens": [stored], stored: 1}
+    # An escaped backslash before "u0000" is text, not a NUL: it is kept as it was.
+    assert "\\u0000 stays" in ja.rationale
+    assert JudgeJob.objects.get(pk=b.pk).rationale == "plain"
+
+
 def test_a_claim_that_skips_lapsed_leases_still_reclaims_them(study: Any, settings: Any) -> None:
     settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS = 2
     data = build_study_data(study, n_items=3, n_candidates=1)
