@@ -40,6 +40,7 @@ import json
 import logging
 import math
 import random
+import re
 import secrets
 import uuid
 from collections import defaultdict
@@ -906,21 +907,33 @@ def _rows_json(rows: Iterable[Mapping[str, Any]]) -> str:
     """
     items = list(rows)
     text = json.dumps(items, ensure_ascii=False, default=_json_default)
-    if "\\u0000" in text:
-        # PostgreSQL text and jsonb cannot hold NUL, and one NUL in one provider answer would
-        # fail the statement for the whole chunk; it becomes U+FFFD. (The check can also hit
-        # an escaped backslash followed by "u0000"; the slow path below then changes nothing.)
-        text = json.dumps(_without_nul(items), ensure_ascii=False, default=_json_default)
+    if "\\u0000" in text or _LONE_SURROGATE.search(text):
+        # PostgreSQL text and jsonb cannot hold NUL, and a lone UTF-16 surrogate (which
+        # json.loads makes of a "\\ud800" in a provider's answer) cannot even be encoded to
+        # send; one such answer would fail the statement for the whole chunk. Both become
+        # U+FFFD. (The NUL check can also hit an escaped backslash followed by "u0000"; the
+        # slow path then changes nothing.)
+        text = json.dumps(_storable(items), ensure_ascii=False, default=_json_default)
     return text
 
 
-def _without_nul(value: Any) -> Any:
+# NUL and unpaired surrogates: what ingest refuses (studies/ingest.py) and a judge's answer,
+# which is recorded rather than refused, has replaced. Every write of job and verdict rows goes
+# through `_storable`: here on PostgreSQL (only when the chunk's JSON shows one), on the ORM
+# path value by value (SQLite cannot encode a lone surrogate either).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(value: Any) -> Any:
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return _UNSTORABLE.sub("\ufffd", value)
     if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_without_nul(v) for v in value]
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_storable(v) for v in value)
     return value
 
 
@@ -971,7 +984,7 @@ def jobs_record(*, outcomes: Sequence[JobOutcome]) -> list[int]:
             n = JudgeJob.objects.filter(
                 id=o.job_id, lease_token=o.lease_token, status=JudgeJob.Status.RUNNING
             ).update(lease_token="", lease_expires_at=None,
-                     **dict(zip(names, _outcome_row(o, now), strict=True)))
+                     **dict(zip(names, _storable(_outcome_row(o, now)), strict=True)))
             if n:
                 recorded.append(o.job_id)
     return recorded
@@ -1161,7 +1174,7 @@ def _verdicts_upsert(
         }
         new, updated = [], []
         for sid, (cv, run_id) in combined.items():
-            values = _verdict_values(cv, run_id)
+            values = _storable(_verdict_values(cv, run_id))
             current = existing.get(sid)
             if current is None:
                 new.append(Verdict(judge_version_id=version_id, criterion_id=crit_id,

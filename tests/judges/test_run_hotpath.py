@@ -20,6 +20,7 @@ from judges.prompts import provider_request_for, subject_context_for
 from judges.providers import provider_prepare, serialize_body
 from judges.runs import (
     JobOutcome,
+    job_row_for_outcome,
     jobs_claim,
     jobs_record,
     judge_run_start,
@@ -116,8 +117,6 @@ def test_record_stores_awkward_values_exactly_and_only_under_the_lease(study: An
 def test_a_nul_in_one_answer_does_not_fail_the_chunk(study: Any) -> None:
     """PostgreSQL text and jsonb refuse NUL; one provider answer carrying one must not make the
     chunk's single record statement fail for every job in it."""
-    from django.db import connection
-
     data = build_study_data(study, n_items=2, n_candidates=1)
     run = start(data, "http://127.0.0.1:9/v1", [data.binary])
     a, b = jobs_claim(run_id=run.pk, limit=2, lease_token="tok").jobs
@@ -130,12 +129,40 @@ def test_a_nul_in_one_answer_does_not_fail_the_chunk(study: Any) -> None:
     ]
     assert sorted(jobs_record(outcomes=outcomes)) == sorted([a.pk, b.pk])
     ja = JudgeJob.objects.get(pk=a.pk)
-    stored = nul.replace("\x00", "\ufffd") if connection.vendor == "postgresql" else nul
+    stored = nul.replace("\x00", "\ufffd")  # on both backends
     assert ja.rationale == stored and ja.raw_response == stored
     assert ja.details == {"tokens": [stored], stored: 1}
     # An escaped backslash before "u0000" is text, not a NUL: it is kept as it was.
     assert "\\u0000 stays" in ja.rationale
     assert JudgeJob.objects.get(pk=b.pk).rationale == "plain"
+
+
+def test_a_lone_surrogate_in_one_answer_does_not_fail_the_chunk(study: Any) -> None:
+    """json.loads turns a provider's "\\ud800" into a lone surrogate, which no UTF-8 encoder
+    accepts (neither psycopg's nor sqlite3's); it becomes U+FFFD instead of failing the chunk's
+    record, and the verdict built from that job is stored too."""
+    import json
+
+    data = build_study_data(study, n_items=2, n_candidates=1)
+    run = start(data, "http://127.0.0.1:9/v1", [data.binary])
+    a, b = jobs_claim(run_id=run.pk, limit=2, lease_token="tok").jobs
+    odd = json.loads('"pass \\ud800 and a real 🙂"')
+    outcomes = [
+        JobOutcome(job_id=a.pk, lease_token="tok", status="done", parsed_value="pass",
+                   rationale=odd, raw_response=odd, details={"tokens": [odd]}),
+        JobOutcome(job_id=b.pk, lease_token="tok", status="done", parsed_value="fail",
+                   rationale="plain"),
+    ]
+    assert sorted(jobs_record(outcomes=outcomes)) == sorted([a.pk, b.pk])
+    ja = JudgeJob.objects.get(pk=a.pk)
+    assert ja.rationale == "pass \ufffd and a real 🙂" == ja.raw_response
+    assert ja.details == {"tokens": ["pass \ufffd and a real 🙂"]}
+    assert JudgeJob.objects.get(pk=b.pk).rationale == "plain"
+    # The verdict from the outcome just recorded (the executor's path) and read back.
+    row = job_row_for_outcome(outcome=outcomes[0], run_id=run.pk, sample_index=0, order="")
+    assert verdicts_build(subjects=[subject_key(a)], complete={subject_key(a): [row]}) == 1
+    verdict = Verdict.objects.get(output_id=a.output_id)
+    assert "\ud800" not in verdict.rationale and "\ufffd" in verdict.rationale
 
 
 def test_a_claim_that_skips_lapsed_leases_still_reclaims_them(study: Any, settings: Any) -> None:
