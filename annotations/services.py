@@ -949,8 +949,9 @@ def _active_plan_for_annotator(*, study: Study, annotator: User) -> SamplingPlan
          study.pk, annotator.pk, Membership.Role.LEAD.value, Membership.Role.ANNOTATOR.value,
          study.pk],
     )
-    plan = _PLAN.load(row) if row is not None else None
-    if plan is not None and row is not None:
+    plan = None
+    if row is not None:
+        plan = _PLAN.load(row)
         plan.has_unfinished = bool(row[_PLAN.width])  # type: ignore[attr-defined]
         plan.may_annotate = bool(row[_PLAN.width + 1])  # type: ignore[attr-defined]
     if getattr(annotator, "is_superuser", False):

@@ -38,10 +38,10 @@ def _live_token(key_hash: str) -> ApiToken | None:
     (see reviewhub/rawrows.py).
     """
     global _shapes
-    if _shapes is None:
+    if _shapes is None:  # built on first use: AUTH_USER_MODEL resolves once the apps are ready
         _shapes = (RowShape(ApiToken, "t"), RowShape(get_user_model(), "u"))
     tokens, users = _shapes
-    user_model = get_user_model()
+    user_model = users.model
     row = fetch_one(
         f"SELECT {tokens.select}, {users.select} FROM {ApiToken._meta.db_table} t "
         f"JOIN {user_model._meta.db_table} u ON u.{user_model._meta.pk.column} = t.user_id "
