@@ -393,12 +393,15 @@ def db_load(raw: dict[str, Any], reuse: bool) -> dict[str, Any]:
     import django
 
     django.setup()
+    from django.core.management import call_command
     from django.db import connection
 
     from reports.agreement import input_fingerprint
     from reports.selectors import rating_data_load
     from studies.models import Study
 
+    # A fresh database (a new machine) has no tables yet; migrating an up-to-date one is a no-op.
+    call_command("migrate", verbosity=0)
     reused = reuse and db_reusable(raw)
     t_write = 0.0 if reused else db_write(raw)
     # A fresh connection, as a report task would have.

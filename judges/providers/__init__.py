@@ -8,9 +8,10 @@ job (the judge queue owns the retry policy); a call here is exactly one HTTP req
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -32,9 +33,11 @@ from .transport import ShardedAsyncTransport, ShardedTransport
 
 __all__ = [
     "PROVIDERS",
+    "AsyncRequester",
     "ChatMessage",
     "PermanentProviderError",
     "PreparedCall",
+    "ProviderAsyncClient",
     "ProviderConfigError",
     "ProviderError",
     "ProviderRequest",
@@ -50,6 +53,8 @@ __all__ = [
     "serialize_body",
 ]
 
+USER_AGENT = f"ReviewHub (python-httpx/{httpx.__version__})"
+
 # Connecting is quick or not at all; a provider still thinking is what the long read is for.
 CONNECT_TIMEOUT_S = 10.0
 
@@ -60,18 +65,78 @@ def _timeout(timeout_s: float) -> httpx.Timeout:
     )
 
 
-def http_client_async(*, max_connections: int = 256, timeout_s: float = 60.0) -> httpx.AsyncClient:
+class ProviderAsyncClient:
+    """The part of `httpx.AsyncClient` a judge call uses: one request through one transport.
+
+    `httpx.AsyncClient.request` also merges a base URL, cookies and params, runs auth and
+    redirect flows and stores response cookies: a fifth of the client's CPU per call in the
+    judge benchmark, none of which a provider call needs (redirects are refused anyway: a judge
+    talks to the allow-listed URL it was configured with). Same `request()` signature, same
+    `httpx.Response` and `httpx.HTTPError`s, so `provider_call_async` takes either.
+    """
+
+    def __init__(self, *, transport: httpx.AsyncBaseTransport, timeout: httpx.Timeout) -> None:
+        self._transport = transport
+        self._timeout = timeout
+
+    async def request(
+        self, method: str, url: str, *, headers: Mapping[str, str], content: bytes,
+        timeout: httpx.Timeout | None = None,
+    ) -> httpx.Response:
+        all_headers = dict(headers)
+        if not any(k.lower() == "user-agent" for k in all_headers):
+            all_headers["User-Agent"] = USER_AGENT
+        request = httpx.Request(
+            method, url, headers=all_headers, content=content,
+            extensions={"timeout": (timeout or self._timeout).as_dict()},
+        )
+        return await self._transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> ProviderAsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class AsyncRequester(Protocol):
+    """What `provider_call_async` needs: `ProviderAsyncClient` or an `httpx.AsyncClient`."""
+
+    async def request(
+        self, method: str, url: str, *, headers: dict[str, str], content: bytes,
+        timeout: httpx.Timeout,
+    ) -> httpx.Response: ...
+
+
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
+
+
+def _environment_sets_proxy() -> bool:
+    return any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES)
+
+
+def http_client_async(
+    *, max_connections: int = 256, timeout_s: float = 60.0
+) -> ProviderAsyncClient | httpx.AsyncClient:
     """A pooled async client with explicit connect/read/write/pool timeouts.
 
     At most `max_connections` connections, split into small pools (see `transport.py`: one big
     httpcore pool costs CPU quadratic in its size). Redirects are not followed: a judge must
     talk to the allow-listed URL it was configured with.
+
+    When the environment names an HTTP(S) proxy, this is an `httpx.AsyncClient` over the same
+    pools, so that httpx routes through the proxy (and honours NO_PROXY) as it always does;
+    otherwise the leaner `ProviderAsyncClient`.
     """
-    return httpx.AsyncClient(
-        timeout=_timeout(timeout_s),
-        transport=ShardedAsyncTransport(max_connections=max_connections),
-        follow_redirects=False,
-    )
+    transport = ShardedAsyncTransport(max_connections=max_connections)
+    if _environment_sets_proxy():
+        return httpx.AsyncClient(
+            timeout=_timeout(timeout_s), transport=transport, follow_redirects=False
+        )
+    return ProviderAsyncClient(transport=transport, timeout=_timeout(timeout_s))
 
 
 def http_client(*, max_connections: int = 64, timeout_s: float = 60.0) -> httpx.Client:
@@ -148,7 +213,7 @@ def provider_call(client: httpx.Client, request: ProviderRequest) -> ProviderRes
 
 
 async def provider_call_async(
-    client: httpx.AsyncClient, request: ProviderRequest
+    client: AsyncRequester, request: ProviderRequest
 ) -> ProviderResult:
     """Async twin of `provider_call` (same request, same result, same errors)."""
     call = provider_prepare(request)

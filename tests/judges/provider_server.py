@@ -50,13 +50,14 @@ import json
 import math
 import re
 import socket
+import ssl
 import struct
 import sys
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 OPENAI_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
@@ -87,6 +88,7 @@ class RecordedRequest:
     headers: dict[str, str]  # lower-cased names
     body: bytes
     json: Any = None
+    client_port: int = 0  # the client's end of the connection the request came on
 
     @property
     def protocol(self) -> str:
@@ -144,6 +146,9 @@ class Behaviour:
     logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
     delay_s: float = 0.0
     then: Behaviour | None = None  # for "slow": what to send after the delay
+    # Close the connection right after answering, without saying so in the response (a server
+    # whose keep-alive timeout ran out): the client finds out only when it reuses it.
+    close_after: bool = False
 
 
 def judge() -> Behaviour:
@@ -186,6 +191,11 @@ def html_page(status: int = 502) -> Behaviour:
         b"<body><h1>Bad Gateway</h1><p>simulated proxy error page</p></body></html>"
     )
     return Behaviour(kind="raw", status=status, body=body, headers={"Content-Type": "text/html"})
+
+
+def then_close(behaviour: Behaviour) -> Behaviour:
+    """`behaviour`, after which the server silently closes the connection."""
+    return replace(behaviour, close_after=True)
 
 
 def raw(status: int, body: bytes | str, headers: dict[str, str] | None = None) -> Behaviour:
@@ -300,8 +310,10 @@ class ProviderServer:
         max_recorded: int = 10_000,
         first_position_bias: bool = False,
         judge_style: str = "json",  # "json" | "final_line" (plain text ending in VERDICT: X)
+        ssl_context: ssl.SSLContext | None = None,  # serve HTTPS with this server context
     ) -> None:
         self.host = host
+        self.ssl_context = ssl_context
         self.port = port
         self.latency_s = latency_s
         self.record = record
@@ -349,7 +361,8 @@ class ProviderServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def openai_base_url(self) -> str:
@@ -413,11 +426,13 @@ class ProviderServer:
     async def _bind(self, sock: socket.socket | None = None) -> None:
         if sock is not None:
             self._server = await asyncio.start_server(
-                self._serve_connection, sock=sock, backlog=2048, limit=1 << 16
+                self._serve_connection, sock=sock, backlog=2048, limit=1 << 16,
+                ssl=self.ssl_context,
             )
         else:
             self._server = await asyncio.start_server(
-                self._serve_connection, self.host, self.port, backlog=2048, limit=1 << 16
+                self._serve_connection, self.host, self.port, backlog=2048, limit=1 << 16,
+                ssl=self.ssl_context,
             )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
@@ -511,7 +526,9 @@ class ProviderServer:
             parsed = json.loads(body) if body else None
         except ValueError:
             parsed = None
-        req = RecordedRequest(method=method, path=path, headers=headers, body=body, json=parsed)
+        peer = writer.get_extra_info("peername")
+        req = RecordedRequest(method=method, path=path, headers=headers, body=body, json=parsed,
+                              client_port=peer[1] if peer else 0)
         with self._lock:
             self._counts[path] += 1
             if self.record:
@@ -554,7 +571,7 @@ class ProviderServer:
             return False
         status, out_headers, payload = self._render(req, behaviour)
         await self._write(writer, status, out_headers, payload, keep_alive)
-        return True
+        return not behaviour.close_after
 
     def _render(self, req: RecordedRequest, behaviour: Behaviour) -> tuple[int, dict[str, str],
                                                                            bytes]:
