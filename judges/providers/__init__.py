@@ -118,6 +118,10 @@ def _environment_sets_proxy() -> bool:
     return any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES)
 
 
+def _pool_limits(max_connections: int) -> httpx.Limits:
+    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+
+
 def http_client_async(
     *, max_connections: int = 256, timeout_s: float = 60.0
 ) -> ProviderAsyncClient | httpx.AsyncClient:
@@ -127,24 +131,32 @@ def http_client_async(
     httpcore pool costs CPU quadratic in its size). Redirects are not followed: a judge must
     talk to the allow-listed URL it was configured with.
 
-    When the environment names an HTTP(S) proxy, this is an `httpx.AsyncClient` over the same
-    pools, so that httpx routes through the proxy (and honours NO_PROXY) as it always does;
-    otherwise the leaner `ProviderAsyncClient`.
+    When the environment names an HTTP(S) proxy, this is a stock `httpx.AsyncClient` with its
+    own transport instead: httpx only routes through environment proxies (and honours
+    NO_PROXY) when it builds the transport itself, so the sharded pools cannot be used there.
     """
-    transport = ShardedAsyncTransport(max_connections=max_connections)
     if _environment_sets_proxy():
         return httpx.AsyncClient(
-            timeout=_timeout(timeout_s), transport=transport, follow_redirects=False
+            timeout=_timeout(timeout_s), limits=_pool_limits(max_connections),
+            follow_redirects=False, headers={"User-Agent": USER_AGENT},
         )
-    return ProviderAsyncClient(transport=transport, timeout=_timeout(timeout_s))
+    return ProviderAsyncClient(
+        transport=ShardedAsyncTransport(max_connections=max_connections),
+        timeout=_timeout(timeout_s),
+    )
 
 
 def http_client(*, max_connections: int = 64, timeout_s: float = 60.0) -> httpx.Client:
-    """A pooled sync client with explicit timeouts (see `http_client_async`)."""
+    """A pooled sync client with explicit timeouts (see `http_client_async`, proxies too)."""
+    if _environment_sets_proxy():
+        return httpx.Client(
+            timeout=_timeout(timeout_s), limits=_pool_limits(max_connections),
+            follow_redirects=False, headers={"User-Agent": USER_AGENT},
+        )
     return httpx.Client(
         timeout=_timeout(timeout_s),
         transport=ShardedTransport(max_connections=max_connections),
-        follow_redirects=False,
+        follow_redirects=False, headers={"User-Agent": USER_AGENT},
     )
 
 

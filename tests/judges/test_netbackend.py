@@ -24,10 +24,14 @@ import pytest
 
 from judges.providers import (
     ChatMessage,
+    PermanentProviderError,
     ProviderAsyncClient,
     ProviderRequest,
+    ProviderResult,
     TransientProviderError,
+    http_client,
     http_client_async,
+    provider_call,
     provider_call_async,
 )
 from judges.providers.netbackend import AsyncioBackend
@@ -193,3 +197,59 @@ def test_silent_tls_handshake_times_out_as_connect_timeout() -> None:
             asyncio.run(run())
     assert time.perf_counter() - start < 2.0
     assert "ConnectTimeout" in info.value.reason
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def call_with(kind: str, request: ProviderRequest) -> ProviderResult:
+    if kind == "sync":
+        with http_client(max_connections=2) as client:
+            return provider_call(client, request)
+
+    async def run() -> ProviderResult:
+        async with http_client_async(max_connections=2) as client:
+            return await provider_call_async(client, request)
+
+    return asyncio.run(run())
+
+
+@pytest.fixture
+def no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_environment_proxy_carries_the_call(kind: str,
+                                            no_proxy_environment: pytest.MonkeyPatch) -> None:
+    """With HTTP_PROXY set, the request goes to the proxy in absolute form, not to the host."""
+    unreachable = f"http://127.0.0.1:{free_port()}/v1"
+    with ProviderServer() as proxy:
+        no_proxy_environment.setenv("HTTP_PROXY", proxy.url)
+        # The simulated server is no proxy: it answers the absolute-form target with a 404,
+        # which is enough to show where the request went.
+        with pytest.raises(PermanentProviderError) as info:
+            call_with(kind, request_to(unreachable))
+        recorded = proxy.requests[-1]
+    assert info.value.http_status == 404
+    assert recorded.path == unreachable + "/chat/completions"
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_no_proxy_bypasses_the_environment_proxy(kind: str,
+                                                 no_proxy_environment: pytest.MonkeyPatch) -> None:
+    no_proxy_environment.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")
+    no_proxy_environment.setenv("NO_PROXY", "127.0.0.1")
+    with ProviderServer() as server:
+        server.enqueue(judge())
+        result = call_with(kind, request_to(server.openai_base_url))
+        recorded = server.requests[-1]
+    assert result.http_status == 200
+    assert recorded.path == "/v1/chat/completions"
+    assert recorded.headers["user-agent"].startswith("ReviewHub")
