@@ -68,13 +68,12 @@ class StockShardedTransport(httpx.AsyncBaseTransport):
     loop, not ReviewHub, the thing measured (see docs/benchmarks.md)."""
 
     def __init__(self, max_connections: int) -> None:
-        from judges.providers.transport import _shard_sizes
+        from judges.providers.transport import _shard_sizes, pool_limits
 
         sizes = _shard_sizes(max_connections)
         context = httpx.create_ssl_context()
         self.shards = [
-            httpx.AsyncHTTPTransport(verify=context, limits=httpx.Limits(
-                max_connections=n, max_keepalive_connections=n))
+            httpx.AsyncHTTPTransport(verify=context, limits=pool_limits(n))
             for n in sizes
         ]
         self.capacity = sizes

@@ -29,7 +29,7 @@ from .base import (
     TransientProviderError,
     retry_after_seconds,
 )
-from .transport import ShardedAsyncTransport, ShardedTransport
+from .transport import ShardedAsyncTransport, ShardedTransport, pool_limits
 
 __all__ = [
     "PROVIDERS",
@@ -118,10 +118,6 @@ def _environment_sets_proxy() -> bool:
     return any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES)
 
 
-def _pool_limits(max_connections: int) -> httpx.Limits:
-    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-
-
 def http_client_async(
     *, max_connections: int = 256, timeout_s: float = 60.0
 ) -> ProviderAsyncClient | httpx.AsyncClient:
@@ -137,7 +133,7 @@ def http_client_async(
     """
     if _environment_sets_proxy():
         return httpx.AsyncClient(
-            timeout=_timeout(timeout_s), limits=_pool_limits(max_connections),
+            timeout=_timeout(timeout_s), limits=pool_limits(max_connections),
             follow_redirects=False, headers={"User-Agent": USER_AGENT},
         )
     return ProviderAsyncClient(
@@ -150,7 +146,7 @@ def http_client(*, max_connections: int = 64, timeout_s: float = 60.0) -> httpx.
     """A pooled sync client with explicit timeouts (see `http_client_async`, proxies too)."""
     if _environment_sets_proxy():
         return httpx.Client(
-            timeout=_timeout(timeout_s), limits=_pool_limits(max_connections),
+            timeout=_timeout(timeout_s), limits=pool_limits(max_connections),
             follow_redirects=False, headers={"User-Agent": USER_AGENT},
         )
     return httpx.Client(

@@ -37,7 +37,8 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def _limits(size: int, keepalive_expiry: float) -> httpx.Limits:
+def pool_limits(size: int, keepalive_expiry: float = 30.0) -> httpx.Limits:
+    """`size` connections, all of which may stay alive for `keepalive_expiry` seconds."""
     return httpx.Limits(
         max_connections=size, max_keepalive_connections=size, keepalive_expiry=keepalive_expiry
     )
@@ -45,7 +46,7 @@ def _limits(size: int, keepalive_expiry: float) -> httpx.Limits:
 
 # httpcore's exceptions and the httpx ones they become, most specific first (the mapping httpx's
 # own transport applies; it is private there, so it is spelled out here).
-_HTTPCORE_TO_HTTPX: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
+_HTTPCORE_TO_HTTPX: tuple[tuple[type[Exception], type[httpx.RequestError]], ...] = (
     (httpcore.ConnectTimeout, httpx.ConnectTimeout),
     (httpcore.ReadTimeout, httpx.ReadTimeout),
     (httpcore.WriteTimeout, httpx.WriteTimeout),
@@ -63,12 +64,10 @@ _HTTPCORE_TO_HTTPX: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = 
 )
 
 
-def _httpx_error(exc: Exception, request: httpx.Request) -> httpx.HTTPError | None:
+def _httpx_error(exc: Exception, request: httpx.Request) -> httpx.RequestError | None:
     for core, mapped in _HTTPCORE_TO_HTTPX:
         if isinstance(exc, core):
-            if issubclass(mapped, httpx.RequestError):
-                return mapped(str(exc), request=request)
-            return mapped(str(exc))
+            return mapped(str(exc), request=request)
     return None
 
 
@@ -151,7 +150,7 @@ class ShardedTransport(httpx.BaseTransport):
         sizes = _shard_sizes(max_connections)
         context = _ssl_context()
         self._shards = [
-            httpx.HTTPTransport(verify=context, limits=_limits(size, keepalive_expiry))
+            httpx.HTTPTransport(verify=context, limits=pool_limits(size, keepalive_expiry))
             for size in sizes
         ]
         self._capacity = sizes
