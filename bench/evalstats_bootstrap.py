@@ -82,7 +82,12 @@ def bench_kappa(b: int, sample: int, scale: int) -> None:
     cats = list(range(1, scale + 1))
     fast, _ = timed(
         lambda: es.bootstrap_kappa(
-            j, h, categories=cats, weights="quadratic", n_resamples=b, rng=rng
+            j,
+            h,
+            categories=cats,
+            weights="quadratic",
+            rng=rng,
+            options=es.BootstrapOptions(n_resamples=b),
         )
     )
     naive = naive_seconds(
@@ -105,7 +110,10 @@ def bench_alpha(b: int, sample: int, scale: int) -> None:
     for level in ("nominal", "ordinal", "interval", "ratio"):
         fast, _ = timed(
             lambda level=level: es.bootstrap_alpha(
-                data, level_of_measurement=level, n_resamples=b, rng=rng
+                data,
+                level_of_measurement=level,
+                rng=rng,
+                options=es.BootstrapOptions(n_resamples=b),
             )
         )
         naive = naive_seconds(
@@ -128,7 +136,11 @@ def bench_rank(b: int, sample: int, scale: int) -> None:
         ("bootstrap_kendall_tau", es.bootstrap_kendall_tau, stats.kendalltau),
         ("bootstrap_spearman", es.bootstrap_spearman, stats.spearmanr),
     ):
-        fast, _ = timed(lambda fn=fn: fn(j, h, categories=cats, n_resamples=b, rng=rng))
+        fast, _ = timed(
+            lambda fn=fn: fn(
+                j, h, categories=cats, rng=rng, options=es.BootstrapOptions(n_resamples=b)
+            )
+        )
         naive = naive_seconds(lambda i, ref=ref: ref(j[i], h[i]), j.size, b, sample)
         row(f"{name} vs loop(scipy)", fast, naive)
 
@@ -192,7 +204,13 @@ def bench_groups(b: int, sample: int, scale: int) -> None:
     wall = time.perf_counter()
     t_groups, res = timed(
         lambda: es.bootstrap_by_group(
-            keys, j, h, stats=es.PAIRED_STATS, categories=cats, n_resamples=b, rng=rng
+            keys,
+            j,
+            h,
+            stats=es.PAIRED_STATS,
+            categories=cats,
+            rng=rng,
+            options=es.BootstrapOptions(n_resamples=b),
         )
     )
     wall = time.perf_counter() - wall
@@ -240,7 +258,13 @@ def bench_groups(b: int, sample: int, scale: int) -> None:
     row("  + join of verdicts and labels", t_groups + t_join, naive)
     t_kq, _ = timed(
         lambda: es.bootstrap_by_group(
-            keys, j, h, stats=["kappa_quadratic"], categories=cats, n_resamples=b, rng=rng
+            keys,
+            j,
+            h,
+            stats=["kappa_quadratic"],
+            categories=cats,
+            rng=rng,
+            options=es.BootstrapOptions(n_resamples=b),
         )
     )
     naive_kq = naive_seconds(library["kappa_quadratic"], gj.size, b, sample) * len(res)
@@ -252,7 +276,12 @@ def bench_groups(b: int, sample: int, scale: int) -> None:
     for key in some:
         m = flat == (key[0] * 4 + key[1]) * 20 + key[2]
         es.bootstrap_paired(
-            j[m], h[m], stats=es.PAIRED_STATS, categories=cats, n_resamples=b, rng=rng
+            j[m],
+            h[m],
+            stats=es.PAIRED_STATS,
+            categories=cats,
+            rng=rng,
+            options=es.BootstrapOptions(n_resamples=b),
         )
     per_group = (time.process_time() - start) / len(some) * len(res)
     print(

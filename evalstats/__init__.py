@@ -12,6 +12,9 @@ Conventions (shared by every function)
   scale is known: categories that nobody used still count (kappa's weights, Gwet's q). Without
   it the sorted observed values are used.
 * Anything random takes ``rng: numpy.random.Generator``.
+* Every bootstrap function takes ``rng`` and ``options: BootstrapOptions`` (``n_resamples``,
+  ``ci``, ``level``, ``min_items``; default ``DEFAULT_OPTIONS`` = 1000, "bca", 0.95, 30) in
+  place of four separate keyword arguments; "..." below stands for ``rng, options``.
 * Every public function returns a frozen dataclass from :mod:`evalstats.results` with at least
   ``value, ci_low, ci_high, n_items, method, warnings`` (``ci_*`` are ``None`` when no interval
   was computed). Small samples do not raise: they add a warning.
@@ -20,7 +23,10 @@ Public API (stable)
 -------------------
 results:    Estimate, ConfusionMatrix, ClassificationReport, CombinedVerdicts, ConsensusResult,
             LeaveOneOutAnnotator, LeaveOneOutResult, AltTestAnnotator, AltTestResult,
-            PositionBiasResult
+            PositionBiasResult, NominalAgreement, OrdinalAgreement, MeanPairwiseKappa,
+            RaterPairKappa
+options:    BootstrapOptions(*, n_resamples=1000, ci="bca"|"percentile", level=0.95,
+                             min_items=30), DEFAULT_OPTIONS, CI
 agreement:  percent_agreement(a, b) -> Estimate
             percent_agreement_multi(reliability_data, *, mode="pairwise"|"all") -> Estimate
             cohen_kappa(a, b, *, categories=None, weights=None|"linear"|"quadratic") -> Estimate
@@ -44,22 +50,21 @@ consensus:  majority_vote(reliability_data, *, tie_break="first"|"random"|"none"
             leave_one_annotator_out(judge, reliability_data, *, metric="accuracy", ...)
             alt_test(judge, reliability_data, *, epsilon, alignment="accuracy", q=0.05, ...)
 bootstrap:  resample_counts(n_items, n_resamples, rng) -> ndarray (B x n_items)
-            bootstrap_kappa(a, b, *, categories=None, weights=None, n_resamples=1000, rng,
-                            ci="bca", level=0.95, min_items=30) -> Estimate
+            bootstrap_kappa(a, b, *, categories=None, weights=None, rng,
+                            options=DEFAULT_OPTIONS) -> Estimate
             bootstrap_alpha(reliability_data, *, level_of_measurement="nominal", ...)
             bootstrap_accuracy(y_true, y_pred, ...) -> Estimate
             bootstrap_correlation(x, y, *, method="spearman", ...) -> Estimate
             bootstrap_mean(values, ...) -> Estimate
-            bootstrap_from_item_stats(item_stats, stat_fn, ...) -> Estimate   # vectorised engine
-            bootstrap_items(stat_fn, *arrays, ...) -> Estimate                # slow generic loop
+            bootstrap_from_item_stats(item_stats, stat_fn, ..., method=, n_ratings=,
+                                      extra_warnings=) -> Estimate    # vectorised engine
+            bootstrap_items(stat_fn, *arrays, ..., method=) -> Estimate     # slow generic loop
             wilson_interval(successes, n, *, level=0.95) -> Estimate
-            bootstrap_fleiss_kappa(reliability_data, *, categories=None, n_resamples=1000, rng,
-                                   ci="bca", level=0.95, min_items=30) -> Estimate
+            bootstrap_fleiss_kappa(reliability_data, *, categories=None, ...) -> Estimate
             bootstrap_gwet_ac1_multi(reliability_data, *, categories=None, ...) -> Estimate
             bootstrap_percent_agreement_multi(reliability_data, *, mode="pairwise", ...)
 tables:     PAIRED_STATS (names below), MAX_TABLE_CATEGORIES = 256
-            bootstrap_paired(a, b, *, stats, categories=None, n_resamples=1000, rng, ci="bca",
-                             level=0.95, min_items=30) -> dict[str, Estimate]
+            bootstrap_paired(a, b, *, stats, categories=None, ...) -> dict[str, Estimate]
             bootstrap_by_group(group_ids, a, b, *, stats, categories=None, ...)
                 -> dict[group, dict[str, Estimate]]             # rng.spawn per group
             bootstrap_gwet_ac1(a, b, *, categories=None, ...) -> Estimate
@@ -75,6 +80,23 @@ bias:       position_bias(verdict_ab, verdict_ba, *, tie_label=0, level=0.95) ->
             length_bias(length_diff, judge, human, *, rng, ...) -> Estimate
             longer_preference_among_ties(judge, human, length_1, length_2, ...) -> Estimate
             self_preference(judge, human, same_family, *, rng, ...) -> Estimate
+clustered:  (several rated subjects per item; intervals resample items, see the module doc)
+            item_sums(stats, items), item_cell_counts(cells, n_cells, items) -> per-item rows
+            bootstrap_clustered(item_stats, stat_fn, *, n_subjects, ..., method=) -> Estimate
+            with_interval(point, interval) -> Estimate        # point value, clustered interval
+            nominal_agreement(judge, reference, items, *, n_categories, tie_category=None, ...)
+                -> NominalAgreement     # accuracy, kappa, AC1, macro F1, agreement w/o ties
+            ordinal_agreement(judge, reference_mean, reference_rounded, items, *, categories,
+                              judge_continuous=False, ...) -> OrdinalAgreement
+            correlation_clustered(x, y, items, *, method, ...) -> Estimate | None
+            alpha_clustered(data, items, *, level_of_measurement, value_domain, ...)
+                -> Estimate | None
+            group_difference_clustered(values, in_group, items, ...) -> Estimate
+            mean_pairwise_kappa(codes, n_categories, *, weights=None, min_shared=2)
+                -> MeanPairwiseKappa
+            evalstats.clustered also: StatFn factories (kappa_fn, accuracy_fn, gwet_ac1_fn,
+            macro_f1_fn, agreement_without_ties_fn, ratio_fn, diff_of_means_fn),
+            rank_corr_rows, coarsen, finite_percentile_interval
 
 The bootstrap functions resample *items* (all ratings of an item move together) and compute all
 B resamples at once from per-item sufficient statistics; see docs/statistics.md.
@@ -115,6 +137,18 @@ from evalstats.bootstrap import (
     bootstrap_percent_agreement_multi,
     resample_counts,
 )
+from evalstats.clustered import (
+    alpha_clustered,
+    bootstrap_clustered,
+    correlation_clustered,
+    group_difference_clustered,
+    item_cell_counts,
+    item_sums,
+    mean_pairwise_kappa,
+    nominal_agreement,
+    ordinal_agreement,
+    with_interval,
+)
 from evalstats.consensus import (
     alt_test,
     leave_one_annotator_out,
@@ -122,6 +156,7 @@ from evalstats.consensus import (
     mean_consensus,
 )
 from evalstats.intervals import wilson_interval
+from evalstats.options import CI, DEFAULT_OPTIONS, BootstrapOptions
 from evalstats.pairwise import (
     combine_orders,
     pairwise_agreement,
@@ -138,7 +173,11 @@ from evalstats.results import (
     Estimate,
     LeaveOneOutAnnotator,
     LeaveOneOutResult,
+    MeanPairwiseKappa,
+    NominalAgreement,
+    OrdinalAgreement,
     PositionBiasResult,
+    RaterPairKappa,
 )
 from evalstats.tables import (
     MAX_TABLE_CATEGORIES,
@@ -154,10 +193,13 @@ from evalstats.tables import (
 )
 
 __all__ = [
+    "CI",
+    "DEFAULT_OPTIONS",
     "MAX_TABLE_CATEGORIES",
     "PAIRED_STATS",
     "AltTestAnnotator",
     "AltTestResult",
+    "BootstrapOptions",
     "ClassificationReport",
     "CombinedVerdicts",
     "ConfusionMatrix",
@@ -165,12 +207,18 @@ __all__ = [
     "Estimate",
     "LeaveOneOutAnnotator",
     "LeaveOneOutResult",
+    "MeanPairwiseKappa",
+    "NominalAgreement",
+    "OrdinalAgreement",
     "PositionBiasResult",
+    "RaterPairKappa",
     "accuracy",
+    "alpha_clustered",
     "alt_test",
     "bootstrap_accuracy",
     "bootstrap_alpha",
     "bootstrap_by_group",
+    "bootstrap_clustered",
     "bootstrap_correlation",
     "bootstrap_fleiss_kappa",
     "bootstrap_from_item_stats",
@@ -191,9 +239,13 @@ __all__ = [
     "combine_orders",
     "confusion_matrix",
     "correlation",
+    "correlation_clustered",
     "fleiss_kappa",
+    "group_difference_clustered",
     "gwet_ac1",
     "gwet_ac1_multi",
+    "item_cell_counts",
+    "item_sums",
     "krippendorff_alpha",
     "krippendorff_alpha_fast",
     "leave_one_annotator_out",
@@ -202,6 +254,9 @@ __all__ = [
     "majority_vote",
     "mean_absolute_error",
     "mean_consensus",
+    "mean_pairwise_kappa",
+    "nominal_agreement",
+    "ordinal_agreement",
     "pairwise_agreement",
     "percent_agreement",
     "percent_agreement_multi",
@@ -212,4 +267,5 @@ __all__ = [
     "signed_bias",
     "swap_labels",
     "wilson_interval",
+    "with_interval",
 ]

@@ -15,11 +15,10 @@ from scipy import stats
 from evalstats._data import as_1d, as_float, missing_mask, paired
 from evalstats.bootstrap import bootstrap_correlation, bootstrap_from_item_stats
 from evalstats.intervals import wilson_interval
+from evalstats.options import DEFAULT_OPTIONS, BootstrapOptions
 from evalstats.results import Estimate, PositionBiasResult
 
 __all__ = ["length_bias", "longer_preference_among_ties", "position_bias", "self_preference"]
-
-CI = Literal["bca", "percentile"]
 
 
 def _binom_p(k: int, n: int) -> float | None:
@@ -87,11 +86,8 @@ def length_bias(
     human: npt.ArrayLike,
     *,
     method: Literal["spearman", "kendall", "pearson"] = "spearman",
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Association of a length difference with the judge-minus-human residual.
 
@@ -110,11 +106,8 @@ def length_bias(
         ld,
         j - h,
         method=method,
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=min_items,
+        options=options,
     )
     return Estimate(
         **{**res.__dict__, "method": f"length_bias[{res.method}] of (judge - human) on length_diff"}
@@ -173,11 +166,8 @@ def self_preference(
     tie_label: Any = 0,
     first: Any = 1,
     second: Any = 2,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Judge win rate of its own family's output minus the human win rate on the same pairs.
 
@@ -203,10 +193,7 @@ def self_preference(
     return bootstrap_from_item_stats(
         item_stats,
         _diff_fn,
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=min_items,
+        options=options,
         method="self_preference(judge - human win rate)",
     )

@@ -39,9 +39,13 @@ from evalstats._data import (
 )
 from evalstats.agreement import alpha_item_stats
 from evalstats.intervals import bca_interval, percentile_interval, wilson_interval
+from evalstats.options import CI, DEFAULT_OPTIONS, BootstrapOptions
 from evalstats.results import Estimate
 
 __all__ = [
+    "CI",
+    "DEFAULT_OPTIONS",
+    "BootstrapOptions",
     "bootstrap_accuracy",
     "bootstrap_alpha",
     "bootstrap_correlation",
@@ -58,7 +62,6 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 StatFn = Callable[[FloatArray], FloatArray]
-CI = Literal["bca", "percentile"]
 
 # Resamples are processed in blocks so that a B x n multiplicity matrix never exceeds this many
 # entries (about 64 MB of float64): 50k items x 1000 resamples would otherwise need 400 MB.
@@ -177,11 +180,6 @@ def _interval(
     return lo, hi, warnings
 
 
-def _check_ci(ci: str) -> None:
-    if ci not in ("bca", "percentile"):
-        raise ValueError("ci must be 'bca' or 'percentile'")
-
-
 # ---------------------------------------------------------------------------------------------
 # Cell engine: items that are single cells of a contingency table (paired categorical ratings)
 # ---------------------------------------------------------------------------------------------
@@ -272,16 +270,18 @@ def _cells_estimates(
     n_cells: int,
     named_fns: Sequence[tuple[str, StatFn]],
     *,
-    n_resamples: int,
     rng: np.random.Generator,
-    ci: CI,
-    level: float,
-    min_items: int,
+    options: BootstrapOptions,
     n_ratings: int | None,
     extra_warnings: Sequence[str] = (),
 ) -> list[Estimate]:
     """:func:`bootstrap_from_item_stats` of the one-hot cells, for several statistics at once."""
-    _check_ci(ci)
+    n_resamples, ci, level, min_items = (
+        options.n_resamples,
+        options.ci,
+        options.level,
+        options.min_items,
+    )
     n = int(cells.size)
     warnings = list(extra_warnings) + list(small_n_warning(n, min_items))
     if n == 0:
@@ -316,11 +316,8 @@ def bootstrap_from_item_stats(
     item_stats: npt.ArrayLike,
     stat_fn: StatFn,
     *,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
     method: str = "statistic",
     n_ratings: int | None = None,
     extra_warnings: Sequence[str] = (),
@@ -330,14 +327,14 @@ def bootstrap_from_item_stats(
     ``item_stats`` is n_items x k; ``stat_fn`` maps an array (..., k) of column sums to the
     statistic (...), and must be vectorised over the leading axis. The point estimate is
     ``stat_fn(item_stats.sum(0))``. Replicates that are undefined (NaN) are dropped with a
-    warning; fewer than ``min_items`` items adds a warning.
+    warning; fewer than ``options.min_items`` items adds a warning.
     """
-    _check_ci(ci)
+    n_resamples, ci, level = options.n_resamples, options.ci, options.level
     stats_arr = np.asarray(item_stats, dtype=np.float64)
     if stats_arr.ndim != 2:
         raise ValueError("item_stats must be 2-D (items x statistics)")
     n = stats_arr.shape[0]
-    warnings = list(extra_warnings) + list(small_n_warning(n, min_items))
+    warnings = list(extra_warnings) + list(small_n_warning(n, options.min_items))
     if n == 0:
         return Estimate(value=float("nan"), method=method, warnings=(*warnings, "no items"))
     theta = float(stat_fn(stats_arr.sum(axis=0)[None, :])[0])
@@ -359,11 +356,8 @@ def bootstrap_from_item_stats(
 def bootstrap_items(
     stat_fn: Callable[..., float],
     *arrays: npt.ArrayLike,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
     method: str = "statistic",
 ) -> Estimate:
     """Generic (slow, loop-based) clustered bootstrap: ``stat_fn(*[a[idx] for a in arrays])``.
@@ -372,14 +366,14 @@ def bootstrap_items(
     for statistics without a sufficient-statistics form; it calls ``stat_fn`` B (+ n for BCa)
     times.
     """
-    _check_ci(ci)
+    n_resamples, ci, level = options.n_resamples, options.ci, options.level
     arrs = [np.asarray(a) for a in arrays]
     if not arrs:
         raise ValueError("pass at least one array")
     n = arrs[0].shape[0]
     if any(a.shape[0] != n for a in arrs):
         raise ValueError("all arrays need the same number of items along axis 0")
-    warnings = list(small_n_warning(n, min_items))
+    warnings = list(small_n_warning(n, options.min_items))
     theta = float(stat_fn(*arrs))
     boot = np.empty(n_resamples)
     for b in range(n_resamples):
@@ -423,11 +417,8 @@ def bootstrap_kappa(
     *,
     categories: Sequence[object] | npt.ArrayLike | None = None,
     weights: Literal["linear", "quadratic"] | None = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Cohen's kappa (unweighted / linear / quadratic) with a clustered bootstrap interval.
 
@@ -450,11 +441,8 @@ def bootstrap_kappa(
         cells,
         c * c,
         [(name, fn)],
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=min_items,
+        options=options,
         n_ratings=2 * int(a_k.size),
         extra_warnings=extra,
     )[0]
@@ -464,11 +452,8 @@ def bootstrap_accuracy(
     y_true: npt.ArrayLike,
     y_pred: npt.ArrayLike,
     *,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Accuracy with a clustered bootstrap interval (see :func:`evalstats.accuracy` for Wilson)."""
     t, p, dropped = paired(y_true, y_pred, ("y_true", "y_pred"))
@@ -478,11 +463,8 @@ def bootstrap_accuracy(
     return bootstrap_from_item_stats(
         item_stats,
         _ratio_fn,
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=min_items,
+        options=options,
         method="accuracy",
         extra_warnings=extra,
     )
@@ -491,11 +473,8 @@ def bootstrap_accuracy(
 def bootstrap_mean(
     values: npt.ArrayLike,
     *,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
     method: str = "mean",
 ) -> Estimate:
     """Mean of one value per item (NaN dropped) with a bootstrap interval."""
@@ -505,11 +484,8 @@ def bootstrap_mean(
     return bootstrap_from_item_stats(
         item_stats,
         _ratio_fn,
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=min_items,
+        options=options,
         method=method,
     )
 
@@ -519,11 +495,8 @@ def bootstrap_alpha(
     *,
     level_of_measurement: Literal["nominal", "ordinal", "interval", "ratio"] = "nominal",
     value_domain: Sequence[object] | npt.ArrayLike | None = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Krippendorff's alpha (raters x items, NaN missing) with a unit-clustered bootstrap.
 
@@ -538,11 +511,8 @@ def bootstrap_alpha(
     return bootstrap_from_item_stats(
         item_stats,
         fn,
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=min_items,
+        options=options,
         method=f"krippendorff_alpha[{level_of_measurement}]",
         n_ratings=n_ratings,
     )
@@ -587,11 +557,8 @@ def bootstrap_correlation(
     y: npt.ArrayLike,
     *,
     method: Literal["spearman", "kendall", "pearson"] = "spearman",
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Pearson / Spearman / Kendall tau-b with a clustered bootstrap interval.
 
@@ -600,27 +567,21 @@ def bootstrap_correlation(
     continuous scores recomputes weighted midranks for all resamples in blocks (vectorised);
     Kendall on continuous scores falls back to the loop over ``scipy.stats.kendalltau``.
     """
-    _check_ci(ci)
+    n_resamples, ci, level = options.n_resamples, options.ci, options.level
     xa, ya, dropped = paired(x, y, ("x", "y"))
     xf, yf = as_float(xa, "x"), as_float(ya, "y")
     n = int(xf.size)
     extra = [f"{dropped} items dropped because a score was missing"] if dropped else []
     name = "kendall_tau_b" if method == "kendall" else method
-    common = {
-        "n_resamples": n_resamples,
-        "rng": rng,
-        "ci": ci,
-        "level": level,
-        "min_items": min_items,
-        "method": name,
-    }
     if method == "pearson":
         item_stats = np.column_stack([np.ones(n), xf, yf, xf**2, yf**2, xf * yf])
         return bootstrap_from_item_stats(
             item_stats,
             K.pearson_from_sums,
+            rng=rng,
+            options=options,
+            method=name,
             extra_warnings=extra,
-            **common,  # type: ignore[arg-type]
         )
     if method not in ("spearman", "kendall"):
         raise ValueError("method must be 'pearson', 'spearman' or 'kendall'")
@@ -637,11 +598,8 @@ def bootstrap_correlation(
             cx * ky + cy,
             kx * ky,
             [(name, fn)],
-            n_resamples=n_resamples,
             rng=rng,
-            ci=ci,
-            level=level,
-            min_items=min_items,
+            options=options,
             n_ratings=None,
             extra_warnings=extra,
         )[0]
@@ -650,10 +608,10 @@ def bootstrap_correlation(
         def kt(xs: FloatArray, ys: FloatArray) -> float:
             return float(sps.kendalltau(xs, ys, variant="b")[0])
 
-        res = bootstrap_items(kt, xf, yf, **common)  # type: ignore[arg-type]
+        res = bootstrap_items(kt, xf, yf, rng=rng, options=options, method=name)
         return Estimate(**{**res.__dict__, "warnings": (*extra, *res.warnings)})
     # Continuous Spearman: blocks of resample multiplicities, ranks recomputed per resample.
-    warnings = extra + list(small_n_warning(n, min_items))
+    warnings = extra + list(small_n_warning(n, options.min_items))
     theta = float(_spearman_counts(np.ones((1, n)), xf, yf)[0])
     block = max(1, _BLOCK_ELEMENTS // (4 * max(n, 1)))
     parts = []
@@ -790,11 +748,8 @@ def bootstrap_fleiss_kappa(
     reliability_data: npt.ArrayLike,
     *,
     categories: Sequence[object] | npt.ArrayLike | None = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Fleiss' kappa (raters x items, NaN missing) with an item-clustered bootstrap interval.
 
@@ -808,11 +763,8 @@ def bootstrap_fleiss_kappa(
     return bootstrap_from_item_stats(
         st.item_stats,
         st.fn,
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=min_items,
+        options=options,
         method="fleiss_kappa",
         n_ratings=st.n_ratings,
         extra_warnings=st.warnings,
@@ -823,11 +775,8 @@ def bootstrap_gwet_ac1_multi(
     reliability_data: npt.ArrayLike,
     *,
     categories: Sequence[object] | npt.ArrayLike | None = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Gwet's AC1 for any number of raters (as :func:`evalstats.gwet_ac1_multi`) with a bootstrap.
 
@@ -841,14 +790,12 @@ def bootstrap_gwet_ac1_multi(
     res = bootstrap_from_item_stats(
         st.item_stats,
         st.fn,
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=0,
+        # The small-sample warning counts items with a pair, not every resampled item.
+        options=dataclasses.replace(options, min_items=0),
         method="gwet_ac1_multi",
         n_ratings=st.n_ratings,
-        extra_warnings=small_n_warning(n_pair, min_items),
+        extra_warnings=small_n_warning(n_pair, options.min_items),
     )
     return dataclasses.replace(res, n_items=n_pair)
 
@@ -857,11 +804,8 @@ def bootstrap_percent_agreement_multi(
     reliability_data: npt.ArrayLike,
     *,
     mode: Literal["pairwise", "all"] = "pairwise",
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """:func:`evalstats.percent_agreement_multi` with an item-clustered bootstrap interval.
 
@@ -872,11 +816,8 @@ def bootstrap_percent_agreement_multi(
     res = bootstrap_from_item_stats(
         st.item_stats,
         st.fn,
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=min_items,
+        options=options,
         method=f"percent_agreement[{mode}]",
         n_ratings=st.n_ratings,
     )

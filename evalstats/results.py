@@ -24,7 +24,11 @@ __all__ = [
     "Estimate",
     "LeaveOneOutAnnotator",
     "LeaveOneOutResult",
+    "MeanPairwiseKappa",
+    "NominalAgreement",
+    "OrdinalAgreement",
     "PositionBiasResult",
+    "RaterPairKappa",
     "frozen_array",
 ]
 
@@ -251,3 +255,88 @@ class PositionBiasResult:
     method: str = "position_bias"
     level: float | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaterPairKappa:
+    """Cohen's kappa of one pair of raters (row indices ``a < b``) on ``n_shared`` subjects."""
+
+    a: int
+    b: int
+    kappa: float
+    n_shared: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeanPairwiseKappa:
+    """Mean Cohen's kappa over the rater pairs that share enough subjects.
+
+    ``value`` is NaN (with a warning) when no pair qualifies or every qualifying kappa is
+    undefined; ``n_pairs`` counts the pairs averaged (0 then). ``pairs`` lists every qualifying
+    pair, undefined kappas (NaN) included, in row order.
+    """
+
+    value: float
+    pairs: tuple[RaterPairKappa, ...]
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_items: int = 0
+    n_pairs: int = 0
+    weights: str | None = None
+    method: str = "mean_pairwise_cohen_kappa"
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NominalAgreement:
+    """Judge vs reference labels on a nominal (binary, categorical, pairwise) scale.
+
+    Each coefficient is an :class:`Estimate` whose value is the point function's and whose
+    interval is the item-clustered bootstrap (``None`` interval fields when fewer than two
+    subjects). ``value``, ``ci_*`` and ``warnings`` repeat the primary coefficient, Cohen's
+    kappa. ``agreement_without_ties`` is set for pairwise scales only (a tie category given).
+    ``classification`` holds the confusion matrix (rows = reference) and per-class figures.
+    """
+
+    value: float
+    ci_low: float | None
+    ci_high: float | None
+    n_items: int
+    accuracy: Estimate
+    kappa: Estimate
+    gwet_ac1: Estimate
+    macro_f1: Estimate
+    macro_precision: Estimate
+    macro_recall: Estimate
+    classification: ClassificationReport
+    agreement_without_ties: Estimate | None = None
+    method: str = "nominal_agreement"
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrdinalAgreement:
+    """Judge scores vs the reference mean (and its rounding) on an ordinal scale.
+
+    Each coefficient is an :class:`Estimate` with an item-clustered bootstrap interval.
+    ``qwk`` (quadratic-weighted kappa) and ``alpha_ordinal`` (Krippendorff) compare the judge
+    with the rounded reference and are ``None`` for continuous judge scores; the correlations,
+    ``mae`` and ``signed_bias`` (judge - reference mean) compare with the mean. ``primary`` names
+    the coefficient that ``value``, ``ci_*`` and ``warnings`` repeat: ``"qwk"``, or
+    ``"spearman"`` for continuous judge scores.
+    """
+
+    value: float
+    ci_low: float | None
+    ci_high: float | None
+    n_items: int
+    primary: str
+    qwk: Estimate | None
+    alpha_ordinal: Estimate | None
+    spearman: Estimate
+    kendall: Estimate
+    pearson: Estimate
+    mae: Estimate
+    signed_bias: Estimate
+    method: str = "ordinal_agreement"
+    warnings: tuple[str, ...] = ()

@@ -39,11 +39,11 @@ import pandas as pd
 from evalstats import _kernels as K
 from evalstats._data import as_1d, as_float, encode, missing_mask, paired, resolve_categories
 from evalstats.bootstrap import (
-    CI,
     _cells_estimates,
     bootstrap_correlation,
     bootstrap_from_item_stats,
 )
+from evalstats.options import DEFAULT_OPTIONS, BootstrapOptions
 from evalstats.results import Estimate
 
 __all__ = [
@@ -193,11 +193,8 @@ def bootstrap_paired(
     *,
     stats: Sequence[str],
     categories: Categories = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> dict[str, Estimate]:
     """Several statistics of paired ratings (``a`` = judge, ``b`` = human), one shared bootstrap.
 
@@ -230,11 +227,8 @@ def bootstrap_paired(
         cells,
         c * c,
         named,
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=min_items,
+        options=options,
         n_ratings=2 * int(cells.size),
         extra_warnings=_dropped(dropped),
     )
@@ -293,11 +287,8 @@ def bootstrap_by_group(
     *,
     stats: Sequence[str],
     categories: Categories = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> dict[Hashable, dict[str, Estimate]]:
     """:func:`bootstrap_paired` for every group (stratum, judge, criterion...) in one pass.
 
@@ -341,11 +332,8 @@ def bootstrap_by_group(
             present,
             c * c,
             named,
-            n_resamples=n_resamples,
             rng=children[g],
-            ci=ci,
-            level=level,
-            min_items=min_items,
+            options=options,
             n_ratings=2 * int(present.size),
             extra_warnings=_dropped(int(group_cells.size - present.size)),
         )
@@ -363,22 +351,16 @@ def _one(
     a: npt.ArrayLike,
     b: npt.ArrayLike,
     categories: Categories,
-    n_resamples: int,
     rng: np.random.Generator,
-    ci: CI,
-    level: float,
-    min_items: int,
+    options: BootstrapOptions,
 ) -> Estimate:
     return bootstrap_paired(
         a,
         b,
         stats=(name,),
         categories=categories,
-        n_resamples=n_resamples,
         rng=rng,
-        ci=ci,
-        level=level,
-        min_items=min_items,
+        options=options,
     )[name]
 
 
@@ -392,17 +374,14 @@ def bootstrap_gwet_ac1(
     b: npt.ArrayLike,
     *,
     categories: Categories = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Gwet's AC1 of two raters (as :func:`evalstats.gwet_ac1`) with a clustered bootstrap.
 
     Pass ``categories``: q (the number of categories, used or not) enters the chance term.
     """
-    return _one("gwet_ac1", a, b, categories, n_resamples, rng, ci, level, min_items)
+    return _one("gwet_ac1", a, b, categories, rng, options)
 
 
 def _rank_correlation(
@@ -410,24 +389,18 @@ def _rank_correlation(
     x: npt.ArrayLike,
     y: npt.ArrayLike,
     categories: Categories,
-    n_resamples: int,
     rng: np.random.Generator,
-    ci: CI,
-    level: float,
-    min_items: int,
+    options: BootstrapOptions,
 ) -> Estimate:
     if categories is None and _too_many_observed(x, y):
         return bootstrap_correlation(
             x,
             y,
             method="spearman" if name == "spearman" else "kendall",
-            n_resamples=n_resamples,
             rng=rng,
-            ci=ci,
-            level=level,
-            min_items=min_items,
+            options=options,
         )
-    return _one(name, x, y, categories, n_resamples, rng, ci, level, min_items)
+    return _one(name, x, y, categories, rng, options)
 
 
 def bootstrap_spearman(
@@ -435,11 +408,8 @@ def bootstrap_spearman(
     y: npt.ArrayLike,
     *,
     categories: Categories = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Spearman rho (midranks) of ordinal paired ratings from the c x c table, B at once.
 
@@ -448,7 +418,7 @@ def bootstrap_spearman(
     ``categories`` and with more than :data:`MAX_TABLE_CATEGORIES` distinct values this is
     :func:`evalstats.bootstrap_correlation` (continuous route).
     """
-    return _rank_correlation("spearman", x, y, categories, n_resamples, rng, ci, level, min_items)
+    return _rank_correlation("spearman", x, y, categories, rng, options)
 
 
 def bootstrap_kendall_tau(
@@ -456,11 +426,8 @@ def bootstrap_kendall_tau(
     y: npt.ArrayLike,
     *,
     categories: Categories = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Kendall tau-b of ordinal paired ratings from concordant/discordant counts of the table.
 
@@ -469,9 +436,7 @@ def bootstrap_kendall_tau(
     whatever n. Order and fallback as :func:`bootstrap_spearman`; equals
     ``scipy.stats.kendalltau(variant="b")``.
     """
-    return _rank_correlation(
-        "kendall_tau_b", x, y, categories, n_resamples, rng, ci, level, min_items
-    )
+    return _rank_correlation("kendall_tau_b", x, y, categories, rng, options)
 
 
 def _mean_difference(
@@ -479,11 +444,8 @@ def _mean_difference(
     judge: npt.ArrayLike,
     human: npt.ArrayLike,
     categories: Categories,
-    n_resamples: int,
     rng: np.random.Generator,
-    ci: CI,
-    level: float,
-    min_items: int,
+    options: BootstrapOptions,
 ) -> Estimate:
     if categories is None and _too_many_observed(judge, human):
         j, h, dropped = paired(judge, human, ("judge", "human"))
@@ -492,16 +454,13 @@ def _mean_difference(
         return bootstrap_from_item_stats(
             np.column_stack([np.ones(d.size), per_item]),
             lambda s: np.asarray(s[..., 1] / s[..., 0], dtype=np.float64),
-            n_resamples=n_resamples,
             rng=rng,
-            ci=ci,
-            level=level,
-            min_items=min_items,
+            options=options,
             method=_METHOD[name],
             n_ratings=2 * int(d.size),
             extra_warnings=_dropped(dropped),
         )
-    return _one(name, judge, human, categories, n_resamples, rng, ci, level, min_items)
+    return _one(name, judge, human, categories, rng, options)
 
 
 def bootstrap_mean_absolute_error(
@@ -509,18 +468,15 @@ def bootstrap_mean_absolute_error(
     human: npt.ArrayLike,
     *,
     categories: Categories = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Mean |judge - human| with a clustered bootstrap (table route on a discrete scale).
 
     Continuous scores (no ``categories``, more than :data:`MAX_TABLE_CATEGORIES` distinct
     values) use per-item [1, |d|] with :func:`evalstats.bootstrap_from_item_stats`.
     """
-    return _mean_difference("mae", judge, human, categories, n_resamples, rng, ci, level, min_items)
+    return _mean_difference("mae", judge, human, categories, rng, options)
 
 
 def bootstrap_signed_bias(
@@ -528,16 +484,11 @@ def bootstrap_signed_bias(
     human: npt.ArrayLike,
     *,
     categories: Categories = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Mean (judge - human) with a clustered bootstrap (cf. the t interval of signed_bias)."""
-    return _mean_difference(
-        "signed_bias", judge, human, categories, n_resamples, rng, ci, level, min_items
-    )
+    return _mean_difference("signed_bias", judge, human, categories, rng, options)
 
 
 def bootstrap_macro_f1(
@@ -545,15 +496,12 @@ def bootstrap_macro_f1(
     y_pred: npt.ArrayLike,
     *,
     labels: Categories = None,
-    n_resamples: int = 1000,
     rng: np.random.Generator,
-    ci: CI = "bca",
-    level: float = 0.95,
-    min_items: int = 30,
+    options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """Macro F1 over every label (sklearn, ``zero_division=0``) with B confusion matrices.
 
     The table is built as (y_pred, y_true), i.e. judge rows and reference columns as in
     :func:`bootstrap_paired` ``(a=y_pred, b=y_true)``, so the two draw the same resamples.
     """
-    return _one("macro_f1", y_pred, y_true, labels, n_resamples, rng, ci, level, min_items)
+    return _one("macro_f1", y_pred, y_true, labels, rng, options)

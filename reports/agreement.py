@@ -3,8 +3,9 @@
 For every judge version x criterion x stratum ("overall", each dimension's labels, and the
 crosses asked for) the cell holds the coefficients suited to the scale with item-clustered
 bootstrap intervals, the human-human ceiling on the same subjects, the alternative annotator
-test and a verdict by the rule written into the result (`rule_text`). Statistics come from
-evalstats; `reports.clustered` only adds the clustering by item.
+test and a verdict by the rule written into the result (`rule_text`). Statistics, intervals
+clustered by item included, come from evalstats (`evalstats.clustered`); this module picks the
+subjects of each cell and shapes the results into the stored JSON.
 
 Codes: nominal scales use category indices in the criterion's value order (binary: fail 0,
 pass 1); pairwise uses tie 0, A 1, B 2; ordinal and continuous scores are the numbers.
@@ -19,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -31,10 +32,10 @@ except ImportError:  # pragma: no cover - exercised only where threadpoolctl is 
     threadpool_limits = None
 
 import evalstats as es
+from evalstats.clustered import coarsen, finite_percentile_interval, rank_corr_rows
 from reviewhub.api.errors import ValidationFailed
 from studies.strata import cross_label
 
-from . import clustered as cl
 from .selectors import CriterionInfo, JudgeInfo, RatingData, value_text
 
 RESULT_VERSION = 1
@@ -237,14 +238,11 @@ def est_dict(e: Any) -> dict[str, Any]:
     return out
 
 
-def with_interval(point: Any, interval: Any) -> dict[str, Any]:
-    """The evalstats point estimate with the clustered bootstrap interval beside it."""
-    d = est_dict(point)
-    if interval is not None:
-        d["ci_low"], d["ci_high"] = _num(interval.ci_low), _num(interval.ci_high)
-        d["method"] = f"{d['method']}; interval: {interval.method}"
-        d["warnings"] = sorted(set(d["warnings"]) | set(interval.warnings))
-    return d
+def _options(p: Mapping[str, Any]) -> es.BootstrapOptions:
+    """The bootstrap settings of validated report parameters."""
+    return es.BootstrapOptions(
+        n_resamples=p["n_resamples"], ci=p["ci"], level=p["level"], min_items=p["min_items"]
+    )
 
 
 def _cell_rng(seed: int, *parts: object) -> np.random.Generator:
@@ -405,7 +403,7 @@ def _ceiling_compute(
     sub = sub[active]
     items = block.items[idx]
     cats = _categories(crit)
-    level = "ordinal" if crit.scale == "ordinal" else "nominal"
+    level: Literal["ordinal", "nominal"] = "ordinal" if crit.scale == "ordinal" else "nominal"
     pairable = (~np.isnan(sub)).sum(axis=0) >= 2
     out: dict[str, Any] = {
         "n_subjects": int(pairable.sum()),
@@ -422,19 +420,16 @@ def _ceiling_compute(
     # krippendorff divides 0/0 when a stratum has one value only; the NaN is reported. (errstate,
     # unlike warnings.catch_warnings, is thread-local: criteria may run in threads.)
     with np.errstate(divide="ignore", invalid="ignore"):
-        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=cats)  # type: ignore[arg-type]
-    interval = cl.alpha_clustered(
+        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=cats)
+    interval = es.alpha_clustered(
         sub,
         items,
         level_of_measurement=level,
         value_domain=cats,
         rng=rng,
-        n_resamples=p["n_resamples"],
-        ci=p["ci"],
-        level=p["level"],
-        min_items=p["min_items"],
+        options=_options(p),
     )
-    out["alpha"] = with_interval(point, interval)
+    out["alpha"] = est_dict(es.with_interval(point, interval))
     codes = (
         sub
         if crit.scale != "ordinal"
@@ -442,22 +437,22 @@ def _ceiling_compute(
     )
     if crit.scale == "ordinal":
         codes[np.isnan(sub)] = np.nan
-    pairs: list[tuple[int, int, float, int]] = []
-    kappa, n_pairs = cl.mean_pairwise_kappa(
+    pk = es.mean_pairwise_kappa(
         codes,
         len(cats),
-        "quadratic" if crit.scale == "ordinal" else None,
-        p["min_pair_items"],
-        pairs_out=pairs,
+        weights="quadratic" if crit.scale == "ordinal" else None,
+        min_shared=p["min_pair_items"],
     )
-    if len(pairs) <= MAX_LISTED_PAIRS:
+    if len(pk.pairs) <= MAX_LISTED_PAIRS:
         ids = block.humans[active]
         out["pairs"] = [
-            {"a": int(ids[a]), "b": int(ids[b]), "kappa": _num(k), "n": m} for a, b, k, m in pairs
+            {"a": int(ids[q.a]), "b": int(ids[q.b]), "kappa": _num(q.kappa), "n": q.n_shared}
+            for q in pk.pairs
         ]
+    kappa = _num(pk.value)
     out["pairwise_kappa"] = kappa
     out["pairwise_kappa_weights"] = "quadratic" if crit.scale == "ordinal" else "none"
-    out["n_pairs"] = n_pairs
+    out["n_pairs"] = pk.n_pairs
     out["point"] = kappa if kappa is not None else out["alpha"]["value"]
     out["point_metric"] = "mean pairwise kappa" if kappa is not None else "krippendorff alpha"
     return out
@@ -476,45 +471,28 @@ def _nominal_metrics(
     p: Mapping[str, Any],
     rng: np.random.Generator,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    cats = _categories(crit)
-    c = len(cats)
-    boot = dict(
+    """The JSON of `evalstats.nominal_agreement` (judge vs human majority) and its confusion."""
+    res = es.nominal_agreement(
+        j,
+        h,
+        items,
+        n_categories=len(_categories(crit)),
+        tie_category=0 if crit.scale == "pairwise" else None,
         rng=rng,
-        n_resamples=p["n_resamples"],
-        ci=p["ci"],
-        level=p["level"],
-        min_items=p["min_items"],
-        n_subjects=int(j.size),
+        options=_options(p),
     )
-    cells = h.astype(np.int64) * c + j.astype(np.int64)
-    per_item = cl.one_hot_cells(cells, c * c, items)
-    enough = j.size >= 2
-    report = es.classification_report(h, j, labels=cats, level=p["level"])
-
-    def iv(fn: cl.StatFn, name: str) -> es.Estimate | None:
-        return cl.bootstrap(per_item, fn, method=name, **boot) if enough else None
-
-    m: dict[str, Any] = {}
-    acc = es.accuracy(h, j, level=p["level"])
-    m["accuracy"] = with_interval(acc, iv(cl.accuracy_fn(c), "accuracy"))
-    m["kappa"] = with_interval(
-        es.cohen_kappa(h, j, categories=cats), iv(cl.kappa_fn(c, None), "cohen_kappa")
-    )
-    m["gwet_ac1"] = with_interval(es.gwet_ac1(h, j, categories=cats), iv(cl.ac1_fn(c), "gwet_ac1"))
-    f1 = es.Estimate(value=report.macro_f1, n_items=report.n_items, method="macro_f1")
-    m["macro_f1"] = with_interval(f1, iv(cl.macro_f1_fn(c), "macro_f1"))
-    m["macro_precision"] = est_dict(
-        es.Estimate(value=report.macro_precision, n_items=report.n_items, method="macro_precision")
-    )
-    m["macro_recall"] = est_dict(
-        es.Estimate(value=report.macro_recall, n_items=report.n_items, method="macro_recall")
-    )
-    if crit.scale == "pairwise":
-        no_ties = es.pairwise_agreement(j, h, ties="drop", tie_label=0.0, level=p["level"])
-        m["agreement_without_ties"] = with_interval(
-            no_ties, iv(cl.agreement_without_ties_fn(c, 0), "pairwise_agreement[ties=drop]")
-        )
+    m: dict[str, Any] = {
+        "accuracy": est_dict(res.accuracy),
+        "kappa": est_dict(res.kappa),
+        "gwet_ac1": est_dict(res.gwet_ac1),
+        "macro_f1": est_dict(res.macro_f1),
+        "macro_precision": est_dict(res.macro_precision),
+        "macro_recall": est_dict(res.macro_recall),
+    }
+    if res.agreement_without_ties is not None:
+        m["agreement_without_ties"] = est_dict(res.agreement_without_ties)
         m["agreement_with_ties"] = m["accuracy"]
+    report = res.classification
     confusion = {
         "labels": _labels(crit),
         "matrix": report.confusion.matrix.astype(int).tolist(),
@@ -535,85 +513,6 @@ def _nominal_metrics(
     return m, confusion
 
 
-def _table_ok(x: FloatArray, y: FloatArray) -> bool:
-    return np.unique(x).size * np.unique(y).size <= 1024
-
-
-def _corr_interval(
-    x: FloatArray,
-    y: FloatArray,
-    items: npt.NDArray[np.int64],
-    method: str,
-    p: Mapping[str, Any],
-    rng: np.random.Generator,
-) -> es.Estimate | None:
-    """Clustered interval for a correlation: contingency tables or moments when they fit,
-    otherwise evalstats' generic loop bootstrap over items (padded per-item arrays)."""
-    if x.size < 3:
-        return None
-    boot = dict(
-        rng=rng,
-        n_resamples=p["n_resamples"],
-        ci=p["ci"],
-        level=p["level"],
-        min_items=p["min_items"],
-        n_subjects=int(x.size),
-    )
-    name = "kendall_tau_b" if method == "kendall" else method
-    if method == "pearson":
-        stats = np.column_stack([np.ones_like(x), x, y, x * x, y * y, x * y])
-        return cl.bootstrap(
-            cl.item_sums(stats, items), cl.kernels.pearson_from_sums, method=name, **boot
-        )
-    if _table_ok(x, y):
-        ux, cx = np.unique(x, return_inverse=True)
-        uy, cy = np.unique(y, return_inverse=True)
-        kx, ky = ux.size, uy.size
-        table_fn = (
-            cl.kernels.spearman_from_table
-            if method == "spearman"
-            else cl.kernels.kendall_tau_b_from_table
-        )
-
-        def fn(s: FloatArray) -> FloatArray:
-            return table_fn(s.reshape(*s.shape[:-1], kx, ky))
-
-        return cl.bootstrap(cl.one_hot_cells(cx * ky + cy, kx * ky, items), fn, method=name, **boot)
-    # Continuous scores on both sides: pad each item's subjects into a row and let evalstats'
-    # loop bootstrap resample rows (items). Percentile only: BCa would add n jackknife calls.
-    uniq, inverse = np.unique(items, return_inverse=True)
-    width = int(np.bincount(inverse).max())
-    px = np.full((uniq.size, width), np.nan)
-    py = np.full((uniq.size, width), np.nan)
-    slot = np.zeros(x.size, dtype=np.int64)
-    counter = np.zeros(uniq.size, dtype=np.int64)
-    for i, g in enumerate(inverse):
-        slot[i] = counter[g]
-        counter[g] += 1
-    px[inverse, slot] = x
-    py[inverse, slot] = y
-
-    def stat(ax: FloatArray, ay: FloatArray) -> float:
-        fx, fy = ax.ravel(), ay.ravel()
-        keep = ~np.isnan(fx)
-        return es.correlation(fx[keep], fy[keep], method=method).value  # type: ignore[arg-type]
-
-    est = es.bootstrap_items(
-        stat,
-        px,
-        py,
-        n_resamples=p["n_resamples"],
-        rng=rng,
-        ci="percentile",
-        level=p["level"],
-        min_items=p["min_items"],
-        method=name,
-    )
-    return es.Estimate(
-        **{**est.__dict__, "method": est.method.replace("items resampled", "clustered by item")}
-    )
-
-
 def _ordinal_metrics(
     crit: CriterionInfo,
     j: FloatArray,
@@ -624,76 +523,24 @@ def _ordinal_metrics(
     p: Mapping[str, Any],
     rng: np.random.Generator,
 ) -> dict[str, Any]:
-    cats = _categories(crit)
-    n = j.size
-    boot = dict(
+    """The JSON of `evalstats.ordinal_agreement` (judge vs human mean and its rounding)."""
+    res = es.ordinal_agreement(
+        j,
+        h_mean,
+        h_round,
+        items,
+        categories=_categories(crit),
+        judge_continuous=continuous,
         rng=rng,
-        n_resamples=p["n_resamples"],
-        ci=p["ci"],
-        level=p["level"],
-        min_items=p["min_items"],
-        n_subjects=int(n),
+        options=_options(p),
     )
-    enough = n >= 2
     m: dict[str, Any] = {}
-    if not continuous:
-        c = len(cats)
-        jc = np.searchsorted(np.asarray(cats), j)
-        hc = np.searchsorted(np.asarray(cats), h_round)
-        per_item = cl.one_hot_cells(hc * c + jc, c * c, items)
-        qwk_iv = (
-            cl.bootstrap(
-                per_item, cl.kappa_fn(c, "quadratic"), method="cohen_kappa[quadratic]", **boot
-            )
-            if enough
-            else None
-        )
-        m["qwk"] = with_interval(
-            es.cohen_kappa(h_round, j, categories=cats, weights="quadratic"), qwk_iv
-        )
-        pair = np.vstack([j, h_round])
-        alpha_iv = (
-            cl.alpha_clustered(
-                pair,
-                items,
-                level_of_measurement="ordinal",
-                value_domain=cats,
-                rng=rng,
-                n_resamples=p["n_resamples"],
-                ci=p["ci"],
-                level=p["level"],
-                min_items=p["min_items"],
-            )
-            if enough
-            else None
-        )
-        with np.errstate(divide="ignore", invalid="ignore"):
-            alpha_point = es.krippendorff_alpha(pair, level="ordinal", value_domain=cats)
-        m["alpha_ordinal"] = with_interval(alpha_point, alpha_iv)
-    for method in ("spearman", "kendall", "pearson"):
-        point = es.correlation(j, h_mean, method=method)
-        iv = _corr_interval(j, h_mean, items, method, p, rng) if np.isfinite(point.value) else None
-        m[method] = with_interval(point, iv)
-    d = j - h_mean
-    stats = np.column_stack([np.ones(n), np.abs(d)])
-    m["mae"] = with_interval(
-        es.mean_absolute_error(j, h_mean),
-        cl.bootstrap(cl.item_sums(stats, items), cl.ratio_fn, method="mae", **boot)
-        if enough
-        else None,
-    )
-    stats = np.column_stack([np.ones(n), d])
-    m["signed_bias"] = with_interval(
-        es.signed_bias(j, h_mean, level=p["level"]),
-        cl.bootstrap(
-            cl.item_sums(stats, items),
-            cl.ratio_fn,
-            method="signed_bias(judge - human mean)",
-            **boot,
-        )
-        if enough
-        else None,
-    )
+    if res.qwk is not None:
+        m["qwk"] = est_dict(res.qwk)
+    if res.alpha_ordinal is not None:
+        m["alpha_ordinal"] = est_dict(res.alpha_ordinal)
+    for name in ("spearman", "kendall", "pearson", "mae", "signed_bias"):
+        m[name] = est_dict(getattr(res, name))
     return m
 
 
@@ -812,13 +659,7 @@ def _bias(
     h_major = block.consensus[idx]
     h_num = block.human_num_mean[idx]
     base = {"judge_version": jv.id, "criterion": crit.id}
-    boot = dict(
-        n_resamples=p["n_resamples"],
-        rng=rng,
-        ci=p["ci"],
-        level=p["level"],
-        min_items=p["min_items"],
-    )
+    options = _options(p)
 
     def add(audit: str, est: Any, note: str, **extra: Any) -> None:
         out.append({**base, "audit": audit, **est_dict(est), "note": note, **extra})
@@ -853,8 +694,8 @@ def _bias(
             )
             j_num = _numeric_reading(crit, j)
             if j.size >= 3 and j_num is not None:
-                diff, binned = cl.coarsen(len_a - len_b, j_num - h_num)
-                lb = es.length_bias(diff, j_num, h_num, **boot)
+                diff, binned = coarsen(len_a - len_b, j_num - h_num)
+                lb = es.length_bias(diff, j_num, h_num, rng=rng, options=options)
                 add(
                     "length: residual vs length difference",
                     lb,
@@ -872,7 +713,14 @@ def _bias(
             )
             if (same > 0).any():
                 sp = es.self_preference(
-                    j, h_major, same, tie_label=0.0, first=1.0, second=2.0, **boot
+                    j,
+                    h_major,
+                    same,
+                    tie_label=0.0,
+                    first=1.0,
+                    second=2.0,
+                    rng=rng,
+                    options=options,
                 )
                 add(
                     "self-preference",
@@ -886,8 +734,8 @@ def _bias(
         return out
     length = subj["length"].to_numpy(dtype=np.float64)
     if j.size >= 3 and np.isfinite(length).all():
-        length, binned = cl.coarsen(length, j_num - h_num)
-        lb = es.length_bias(length, j_num, h_num, **boot)
+        length, binned = coarsen(length, j_num - h_num)
+        lb = es.length_bias(length, j_num, h_num, rng=rng, options=options)
         add(
             "length: residual vs length",
             lb,
@@ -898,16 +746,13 @@ def _bias(
         fam = {cid: f for cid, (_, f) in data.candidates.items()}
         same = subj["candidate"].map(fam).fillna("").to_numpy(dtype=object) == jv.model_family
         if same.any() and (~same).any():
-            res = j_num - h_num
-            stats = np.column_stack(
-                [same, np.where(same, res, 0.0), ~same, np.where(~same, res, 0.0)]
-            ).astype(np.float64)
-            est = cl.bootstrap(
-                cl.item_sums(stats, block.items[idx]),
-                cl.diff_of_means_fn,
+            est = es.group_difference_clustered(
+                j_num - h_num,
+                same,
+                block.items[idx],
+                rng=rng,
+                options=options,
                 method="self_preference(mean residual own family - others)",
-                n_subjects=int(j.size),
-                **boot,
             )
             add(
                 "self-preference",
@@ -965,7 +810,7 @@ def _system_level(
     }
     for method in ("kendall", "spearman", "pearson"):
         point = es.correlation(mj, mh, method=method)
-        lo, hi = cl.percentile(cl.rank_corr_rows(bj, bh, method), p["level"])
+        lo, hi = finite_percentile_interval(rank_corr_rows(bj, bh, method), p["level"])
         out[method] = {
             **est_dict(point),
             "ci_low": lo,

@@ -59,8 +59,8 @@ def test_equals_per_group_calls_with_spawned_children(verdicts: pd.DataFrame) ->
         verdicts["human"],
         stats=es.PAIRED_STATS,
         categories=CATS,
-        n_resamples=300,
         rng=np.random.default_rng(7),
+        options=es.BootstrapOptions(n_resamples=300),
     )
     expected_keys = sorted(
         {tuple(r) for r in verdicts[keys].dropna().itertuples(index=False, name=None)}
@@ -74,8 +74,8 @@ def test_equals_per_group_calls_with_spawned_children(verdicts: pd.DataFrame) ->
             verdicts["human"][mask],
             stats=es.PAIRED_STATS,
             categories=CATS,
-            n_resamples=300,
             rng=child,
+            options=es.BootstrapOptions(n_resamples=300),
         )
         assert res[key] == single, key
     # The routes really were exercised: tiny groups warn, big ones do not.
@@ -92,9 +92,8 @@ def test_single_functions_with_the_child_generator(verdicts: pd.DataFrame) -> No
         verdicts["human"].to_numpy(),
         stats=stats,
         categories=CATS,
-        n_resamples=250,
         rng=np.random.default_rng(3),
-        ci="percentile",
+        options=es.BootstrapOptions(n_resamples=250, ci="percentile"),
     )
     group_keys = list(res)
     for g in (0, 5, len(group_keys) - 1):
@@ -105,7 +104,7 @@ def test_single_functions_with_the_child_generator(verdicts: pd.DataFrame) -> No
         def child(g: int = g) -> np.random.Generator:
             return np.random.default_rng(3).spawn(len(group_keys))[g]
 
-        common: dict[str, Any] = {"n_resamples": 250, "ci": "percentile"}
+        common: dict[str, Any] = {"options": es.BootstrapOptions(n_resamples=250, ci="percentile")}
         kq = es.bootstrap_kappa(j, h, categories=CATS, weights="quadratic", rng=child(), **common)
         assert kq == res[key]["kappa_quadratic"]
         assert (
@@ -141,11 +140,19 @@ def test_accuracy_matches_bootstrap_accuracy_in_distribution() -> None:
     j = np.where(rng.random(3000) < 0.7, h, rng.integers(1, 6, 3000))
     groups = np.repeat(["x", "y"], 1500)
     res = es.bootstrap_by_group(
-        groups, j, h, stats=["accuracy"], categories=CATS, n_resamples=4000, rng=rng
+        groups,
+        j,
+        h,
+        stats=["accuracy"],
+        categories=CATS,
+        rng=rng,
+        options=es.BootstrapOptions(n_resamples=4000),
     )
     for key in ("x", "y"):
         m = groups == key
-        ref = es.bootstrap_accuracy(h[m], j[m], n_resamples=4000, rng=np.random.default_rng(1))
+        ref = es.bootstrap_accuracy(
+            h[m], j[m], rng=np.random.default_rng(1), options=es.BootstrapOptions(n_resamples=4000)
+        )
         got = res[key]["accuracy"]
         assert got.value == ref.value
         assert got.ci_low == pytest.approx(ref.ci_low, abs=0.004)
@@ -159,7 +166,12 @@ def test_one_dimensional_keys_missing_and_empty_groups() -> None:
     b = rng.integers(1, 4, groups.size).astype(float)
     a[groups == 2] = np.nan  # group 2: every item lacks a judge score
     res = es.bootstrap_by_group(
-        groups, a, b, stats=["kappa", "signed_bias"], n_resamples=100, rng=rng
+        groups,
+        a,
+        b,
+        stats=["kappa", "signed_bias"],
+        rng=rng,
+        options=es.BootstrapOptions(n_resamples=100),
     )
     assert list(res) == [1.0, 2.0, 3.0]
     empty = res[2.0]["kappa"]
@@ -175,7 +187,12 @@ def test_pooled_categories_shared_by_every_group() -> None:
     b = np.array([1, 2, 2, 2] * 20 + [3, 1, 3, 3] * 20)
     g = np.repeat(["p", "q"], 80)
     res = es.bootstrap_by_group(
-        g, a, b, stats=["gwet_ac1"], n_resamples=50, rng=np.random.default_rng(0)
+        g,
+        a,
+        b,
+        stats=["gwet_ac1"],
+        rng=np.random.default_rng(0),
+        options=es.BootstrapOptions(n_resamples=50),
     )
     assert res["p"]["gwet_ac1"].value == pytest.approx(
         es.gwet_ac1(a[:80], b[:80], categories=[1, 2, 3]).value

@@ -27,10 +27,9 @@ def test_kappa_interval_coverage(ci: str) -> None:
             cells % 3,
             categories=[0, 1, 2],
             weights="quadratic",
-            n_resamples=500,
             rng=rng,
-            ci=ci,
-        )  # type: ignore[arg-type]
+            options=es.BootstrapOptions(n_resamples=500, ci=ci),  # type: ignore[arg-type]
+        )
         hits += res.ci_low <= truth <= res.ci_high  # type: ignore[operator]
     assert 0.93 <= hits / REPS <= 0.97, hits / REPS
 
@@ -59,9 +58,8 @@ def test_alpha_interval_coverage() -> None:
             data,
             level_of_measurement="nominal",
             value_domain=[0, 1, 2, 3],
-            n_resamples=500,
             rng=rng,
-            ci="bca",
+            options=es.BootstrapOptions(n_resamples=500, ci="bca"),
         )
         hits += res.ci_low <= truth <= res.ci_high  # type: ignore[operator]
     assert 0.93 <= hits / REPS <= 0.97, hits / REPS

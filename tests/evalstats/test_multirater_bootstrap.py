@@ -74,7 +74,11 @@ def check_against_reference(
     n = st.item_stats.shape[0]
     draws = np.random.default_rng(seed).multinomial(n, mult / n, size=b)
     np.testing.assert_allclose(st.fn(draws @ rows), lib_boot, rtol=0, atol=1e-12)
-    pct = public(data, n_resamples=b, rng=np.random.default_rng(seed), ci="percentile")
+    pct = public(
+        data,
+        rng=np.random.default_rng(seed),
+        options=es.BootstrapOptions(n_resamples=b, ci="percentile"),
+    )
     assert pct.value == pytest.approx(theta, abs=1e-12)
     assert (pct.ci_low, pct.ci_high) == pytest.approx(
         percentile_interval(lib_boot, 0.95), abs=1e-12
@@ -86,7 +90,9 @@ def check_against_reference(
         lib_jk.append(reference(data[:, keep_all]))
         keep_all[col] = True
     lo, hi, _ = bca_interval(lib_boot, theta, np.array(lib_jk), 0.95, mult.astype(float))
-    bca = public(data, n_resamples=b, rng=np.random.default_rng(seed), ci="bca")
+    bca = public(
+        data, rng=np.random.default_rng(seed), options=es.BootstrapOptions(n_resamples=b, ci="bca")
+    )
     assert (bca.ci_low, bca.ci_high) == pytest.approx((lo, hi), abs=1e-12)
 
 
@@ -116,7 +122,9 @@ def test_fleiss_with_missing_equals_point_function(seed: int) -> None:
         return es.bootstrap_fleiss_kappa(d, categories=[0, 1, 2, 3], **kw)  # type: ignore[arg-type]
 
     check_against_reference(public, st, data, reference, seed)
-    res = es.bootstrap_fleiss_kappa(data, n_resamples=50, rng=np.random.default_rng(0))
+    res = es.bootstrap_fleiss_kappa(
+        data, rng=np.random.default_rng(0), options=es.BootstrapOptions(n_resamples=50)
+    )
     point = es.fleiss_kappa(data)
     assert res.value == pytest.approx(point.value, abs=1e-12)
     assert (res.n_items, res.n_ratings) == (point.n_items, point.n_ratings)
@@ -135,7 +143,7 @@ def test_gwet_multi_replicates_equal_point_function(seed: int) -> None:
         return es.bootstrap_gwet_ac1_multi(d, categories=[0, 1, 2, 3], **kw)  # type: ignore[arg-type]
 
     check_against_reference(public, st, data, reference, seed)
-    res = public(data, n_resamples=20, rng=np.random.default_rng(0))
+    res = public(data, rng=np.random.default_rng(0), options=es.BootstrapOptions(n_resamples=20))
     assert res.n_items == es.gwet_ac1_multi(data).n_items
 
 
@@ -151,7 +159,7 @@ def test_percent_agreement_multi_replicates(mode: str) -> None:
         return es.bootstrap_percent_agreement_multi(d, mode=mode, **kw)  # type: ignore[arg-type]
 
     check_against_reference(public, st, data, reference, 3)
-    res = public(data, n_resamples=20, rng=np.random.default_rng(0))
+    res = public(data, rng=np.random.default_rng(0), options=es.BootstrapOptions(n_resamples=20))
     point = es.percent_agreement_multi(data, mode=mode)  # type: ignore[arg-type]
     assert (res.n_items, res.n_pairs, res.n_ratings) == (
         point.n_items,
@@ -162,12 +170,14 @@ def test_percent_agreement_multi_replicates(mode: str) -> None:
 
 def test_fleiss_agrees_with_slow_loop_over_statsmodels() -> None:
     data = ratings(4, 120, 9)
-    fast = es.bootstrap_fleiss_kappa(data, n_resamples=2000, rng=np.random.default_rng(1))
+    fast = es.bootstrap_fleiss_kappa(
+        data, rng=np.random.default_rng(1), options=es.BootstrapOptions(n_resamples=2000)
+    )
     slow = es.bootstrap_items(
         lambda items: statsmodels_fleiss(items.T),
         data.T,
-        n_resamples=2000,
         rng=np.random.default_rng(2),
+        options=es.BootstrapOptions(n_resamples=2000),
     )
     width = slow.ci_high - slow.ci_low  # type: ignore[operator]
     assert fast.value == pytest.approx(slow.value, abs=1e-12)
@@ -179,9 +189,14 @@ def test_perfect_agreement_and_bad_mode() -> None:
     data = np.tile(np.array([0, 1, 2, 3] * 20, dtype=float), (3, 1))
     rng = np.random.default_rng(0)
     for fn in (es.bootstrap_fleiss_kappa, es.bootstrap_gwet_ac1_multi):
-        res = fn(data, n_resamples=100, rng=rng)
+        res = fn(data, rng=rng, options=es.BootstrapOptions(n_resamples=100))
         assert res.value == pytest.approx(1.0)
         assert res.ci_low == pytest.approx(1.0) and res.ci_high == pytest.approx(1.0)
-    assert es.bootstrap_percent_agreement_multi(data, rng=rng, n_resamples=50).value == 1.0
+    assert (
+        es.bootstrap_percent_agreement_multi(
+            data, rng=rng, options=es.BootstrapOptions(n_resamples=50)
+        ).value
+        == 1.0
+    )
     with pytest.raises(ValueError, match="mode must be"):
         es.bootstrap_percent_agreement_multi(data, mode="most", rng=rng)  # type: ignore[arg-type]

@@ -74,10 +74,11 @@ def test_bootstrap_interval_contains_estimate(n: int, p_agree: float, seed: int,
     rng = np.random.default_rng(seed)
     a = rng.integers(0, 3, n)
     b = np.where(rng.random(n) < p_agree, a, rng.integers(0, 3, n))
+    opts = es.BootstrapOptions(n_resamples=400, ci=ci)  # type: ignore[arg-type]
     for res in (
-        es.bootstrap_kappa(a, b, categories=[0, 1, 2], n_resamples=400, rng=rng, ci=ci),  # type: ignore[arg-type]
-        es.bootstrap_accuracy(a, b, n_resamples=400, rng=rng, ci=ci),  # type: ignore[arg-type]
-        es.bootstrap_alpha(np.vstack([a, b]).astype(float), n_resamples=400, rng=rng, ci=ci),  # type: ignore[arg-type]
+        es.bootstrap_kappa(a, b, categories=[0, 1, 2], rng=rng, options=opts),
+        es.bootstrap_accuracy(a, b, rng=rng, options=opts),
+        es.bootstrap_alpha(np.vstack([a, b]).astype(float), rng=rng, options=opts),
     ):
         assert res.ci_low is not None and res.ci_high is not None
         assert res.ci_low <= res.value <= res.ci_high
@@ -112,7 +113,9 @@ def test_bca_close_to_scipy_bootstrap() -> None:
     """Our BCa (vectorised mean) vs scipy.stats.bootstrap BCa on a skewed sample."""
     rng = np.random.default_rng(2)
     x = rng.lognormal(0, 1, 80)
-    ours = es.bootstrap_mean(x, n_resamples=40_000, rng=np.random.default_rng(3), ci="bca")
+    ours = es.bootstrap_mean(
+        x, rng=np.random.default_rng(3), options=es.BootstrapOptions(n_resamples=40_000)
+    )
     ref = stats.bootstrap(
         (x,), np.mean, n_resamples=40_000, method="BCa", rng=np.random.default_rng(4)
     )
@@ -120,15 +123,25 @@ def test_bca_close_to_scipy_bootstrap() -> None:
     assert ours.ci_low == pytest.approx(ref.confidence_interval.low, abs=0.05 * sd)
     assert ours.ci_high == pytest.approx(ref.confidence_interval.high, abs=0.05 * sd)
     # BCa is skewed to the right for a right-skewed mean; percentile less so.
-    pct = es.bootstrap_mean(x, n_resamples=40_000, rng=np.random.default_rng(3), ci="percentile")
+    pct = es.bootstrap_mean(
+        x,
+        rng=np.random.default_rng(3),
+        options=es.BootstrapOptions(n_resamples=40_000, ci="percentile"),
+    )
     assert ours.ci_high > pct.ci_high  # type: ignore[operator]
 
 
 def test_bca_and_percentile_agree_for_symmetric_statistic() -> None:
     rng = np.random.default_rng(8)
     x = rng.normal(0, 1, 2000)
-    bca = es.bootstrap_mean(x, n_resamples=20_000, rng=np.random.default_rng(1), ci="bca")
-    pct = es.bootstrap_mean(x, n_resamples=20_000, rng=np.random.default_rng(1), ci="percentile")
+    bca = es.bootstrap_mean(
+        x, rng=np.random.default_rng(1), options=es.BootstrapOptions(n_resamples=20_000)
+    )
+    pct = es.bootstrap_mean(
+        x,
+        rng=np.random.default_rng(1),
+        options=es.BootstrapOptions(n_resamples=20_000, ci="percentile"),
+    )
     assert bca.ci_low == pytest.approx(pct.ci_low, abs=0.003)
     assert bca.ci_high == pytest.approx(pct.ci_high, abs=0.003)
 
@@ -137,14 +150,14 @@ def test_generic_loop_bootstrap_agrees_with_vectorised() -> None:
     rng = np.random.default_rng(5)
     a = rng.integers(0, 3, 150)
     b = np.where(rng.random(150) < 0.7, a, rng.integers(0, 3, 150))
-    fast = es.bootstrap_kappa(a, b, n_resamples=4000, rng=np.random.default_rng(0), ci="percentile")
+    opts = es.BootstrapOptions(n_resamples=4000, ci="percentile")
+    fast = es.bootstrap_kappa(a, b, rng=np.random.default_rng(0), options=opts)
     slow = es.bootstrap_items(
         lambda x, y: es.cohen_kappa(x, y, categories=[0, 1, 2]).value,
         a,
         b,
-        n_resamples=4000,
         rng=np.random.default_rng(1),
-        ci="percentile",
+        options=opts,
     )
     assert fast.value == slow.value
     assert fast.ci_low == pytest.approx(slow.ci_low, abs=0.015)
@@ -153,7 +166,9 @@ def test_generic_loop_bootstrap_agrees_with_vectorised() -> None:
 
 def test_small_n_warns() -> None:
     rng = np.random.default_rng(0)
-    res = es.bootstrap_kappa([0, 1, 1, 0, 1], [0, 1, 0, 0, 1], n_resamples=100, rng=rng)
+    res = es.bootstrap_kappa(
+        [0, 1, 1, 0, 1], [0, 1, 0, 0, 1], rng=rng, options=es.BootstrapOptions(n_resamples=100)
+    )
     assert res.n_items == 5 and any("only 5 items" in w for w in res.warnings)
 
 
@@ -164,7 +179,7 @@ def test_self_preference_and_length_bias() -> None:
     fam = rng.choice([1, 2], n)
     # The judge copies humans but flips 20% of the losses of its own family into wins.
     judge = np.where((human != fam) & (rng.random(n) < 0.2), fam, human)
-    res = es.self_preference(judge, human, fam, n_resamples=1000, rng=rng)
+    res = es.self_preference(judge, human, fam, rng=rng)
     win_j = np.mean(np.where(judge == fam, 1, np.where(judge == 0, 0.5, 0)))
     win_h = np.mean(np.where(human == fam, 1, np.where(human == 0, 0.5, 0)))
     assert res.value == pytest.approx(win_j - win_h)
@@ -172,7 +187,9 @@ def test_self_preference_and_length_bias() -> None:
     length_diff = rng.normal(0, 100, n)
     score_h = rng.normal(0, 1, n)
     score_j = score_h + 0.005 * length_diff + rng.normal(0, 0.5, n)
-    lb = es.length_bias(length_diff, score_j, score_h, rng=rng, n_resamples=500)
+    lb = es.length_bias(
+        length_diff, score_j, score_h, rng=rng, options=es.BootstrapOptions(n_resamples=500)
+    )
     assert lb.value == pytest.approx(stats.spearmanr(length_diff, score_j - score_h)[0])
     assert lb.ci_low is not None and lb.ci_low > 0.4
     ties = es.longer_preference_among_ties([1, 2, 1, 0], [0, 0, 0, 0], [10, 5, 3, 1], [5, 10, 9, 2])

@@ -82,9 +82,9 @@ def test_cohen_kappa_vs_sklearn(weights: str | None, seed: int) -> None:
         a,
         b,
         categories=cats,
-        weights=weights,
-        n_resamples=200,  # type: ignore[arg-type]
+        weights=weights,  # type: ignore[arg-type]
         rng=np.random.default_rng(1),
+        options=es.BootstrapOptions(n_resamples=200),
     )
     assert boot.value == pytest.approx(expected, abs=1e-12)
 
@@ -120,9 +120,9 @@ def test_correlations_vs_scipy(method: str) -> None:
         b = es.bootstrap_correlation(
             xs,
             ys,
-            method=method,
-            n_resamples=50,  # type: ignore[arg-type]
+            method=method,  # type: ignore[arg-type]
             rng=np.random.default_rng(0),
+            options=es.BootstrapOptions(n_resamples=50),
         )
         assert b.value == pytest.approx(float(expected), abs=1e-10)
 

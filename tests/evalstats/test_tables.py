@@ -110,12 +110,12 @@ def test_replicates_equal_libraries_on_resampled_data(n: int, seed: int) -> None
         zip(names, (fn for _, fn in _table_fns(names, CATS.size, CATS * 1.0)), strict=True)
     )
     pct = es.bootstrap_paired(
-        judge, human, stats=names, categories=CATS, n_resamples=b,
-        rng=np.random.default_rng(seed + 100), ci="percentile",
+        judge, human, stats=names, categories=CATS, rng=np.random.default_rng(seed + 100),
+        options=es.BootstrapOptions(n_resamples=b, ci="percentile"),
     )  # fmt: skip
     bca = es.bootstrap_paired(
-        judge, human, stats=names, categories=CATS, n_resamples=b,
-        rng=np.random.default_rng(seed + 100), ci="bca",
+        judge, human, stats=names, categories=CATS, rng=np.random.default_rng(seed + 100),
+        options=es.BootstrapOptions(n_resamples=b, ci="bca"),
     )  # fmt: skip
     for name in names:
         lib = LIBRARY[name]
@@ -159,11 +159,12 @@ def test_cell_engine_is_the_generic_engine(
     a = rng.integers(0, c, n)
     b = np.where(rng.random(n) < 0.6, a, rng.integers(0, c, n))
     weights: Literal["quadratic"] | None
+    opts = es.BootstrapOptions(n_resamples=300, ci=ci)
     for weights in (None, "quadratic"):
         w = K.weight_matrix(c, weights)
         fast = es.bootstrap_kappa(
-            a, b, categories=list(range(c)), weights=weights, n_resamples=300,
-            rng=np.random.default_rng(3), ci=ci,
+            a, b, categories=list(range(c)), weights=weights, rng=np.random.default_rng(3),
+            options=opts,
         )  # fmt: skip
 
         def kernel(s: np.ndarray, w: np.ndarray = w) -> np.ndarray:
@@ -172,9 +173,8 @@ def test_cell_engine_is_the_generic_engine(
         generic = es.bootstrap_from_item_stats(
             _one_hot(a * c + b, c * c),
             kernel,
-            n_resamples=300,
             rng=np.random.default_rng(3),
-            ci=ci,
+            options=opts,
             method="cohen_kappa" + (f"[{weights}]" if weights else ""),
             n_ratings=2 * n,
         )
@@ -185,7 +185,8 @@ def test_single_stat_functions_share_the_draw_with_bootstrap_paired() -> None:
     judge, human = likert_pairs(600, 3)
     judge = judge.astype(float)
     judge[:7] = np.nan
-    common: dict[str, Any] = {"categories": CATS, "n_resamples": 400}
+    opts = es.BootstrapOptions(n_resamples=400)
+    common: dict[str, Any] = {"categories": CATS, "options": opts}
     multi = es.bootstrap_paired(
         judge, human, stats=es.PAIRED_STATS, rng=np.random.default_rng(5), **common
     )
@@ -206,7 +207,7 @@ def test_single_stat_functions_share_the_draw_with_bootstrap_paired() -> None:
             judge, human, rng=np.random.default_rng(5), **common
         ),
         "macro_f1": es.bootstrap_macro_f1(
-            human, judge, labels=CATS, n_resamples=400, rng=np.random.default_rng(5)
+            human, judge, labels=CATS, rng=np.random.default_rng(5), options=opts
         ),
     }
     for name, single in singles.items():
@@ -222,13 +223,13 @@ def test_agrees_with_slow_loop_bootstrap(ci: Literal["bca", "percentile"]) -> No
     names = ["kendall_tau_b", "spearman", "mae"]
     if ci == "percentile":  # the loop is slow: the other statistics once
         names += ["gwet_ac1", "macro_f1"]
+    opts = es.BootstrapOptions(n_resamples=2000, ci=ci)
     fast = es.bootstrap_paired(
-        judge, human, stats=names, categories=CATS, n_resamples=2000,
-        rng=np.random.default_rng(1), ci=ci,
-    )  # fmt: skip
+        judge, human, stats=names, categories=CATS, rng=np.random.default_rng(1), options=opts
+    )
     for name, est in fast.items():
         slow = es.bootstrap_items(
-            LIBRARY[name], judge, human, n_resamples=2000, rng=np.random.default_rng(2), ci=ci
+            LIBRARY[name], judge, human, rng=np.random.default_rng(2), options=opts
         )
         assert est.value == pytest.approx(slow.value, abs=1e-12)
         width = slow.ci_high - slow.ci_low  # type: ignore[operator]
@@ -246,10 +247,18 @@ def test_ordinal_string_labels_rank_by_category_order() -> None:
         (es.bootstrap_spearman, stats.spearmanr),
         (es.bootstrap_kendall_tau, stats.kendalltau),
     ):
-        res = fn(labels[j], labels[h], categories=scale, n_resamples=200, rng=rng)
+        res = fn(
+            labels[j],
+            labels[h],
+            categories=scale,
+            rng=rng,
+            options=es.BootstrapOptions(n_resamples=200),
+        )
         assert res.value == pytest.approx(float(ref(j, h).statistic), abs=1e-12)
         # Alphabetical order (fair < good < great < poor) would give another value.
-        alpha_order = fn(labels[j], labels[h], n_resamples=50, rng=rng).value
+        alpha_order = fn(
+            labels[j], labels[h], rng=rng, options=es.BootstrapOptions(n_resamples=50)
+        ).value
         assert alpha_order != pytest.approx(res.value)
 
 
@@ -257,17 +266,25 @@ def test_continuous_scores_fall_back_to_item_routes() -> None:
     rng = np.random.default_rng(6)
     h = rng.normal(0, 1, 400)
     j = h + rng.normal(0.2, 0.5, 400)
-    sp = es.bootstrap_spearman(j, h, n_resamples=200, rng=rng, ci="percentile")
+    sp = es.bootstrap_spearman(
+        j, h, rng=rng, options=es.BootstrapOptions(n_resamples=200, ci="percentile")
+    )
     assert sp.value == pytest.approx(float(stats.spearmanr(j, h).statistic), abs=1e-12)
     assert sp.has_interval
-    mae = es.bootstrap_mean_absolute_error(j, h, n_resamples=200, rng=rng)
+    mae = es.bootstrap_mean_absolute_error(
+        j, h, rng=rng, options=es.BootstrapOptions(n_resamples=200)
+    )
     assert mae.value == pytest.approx(mean_absolute_error(h, j), abs=1e-12)
-    bias = es.bootstrap_signed_bias(j, h, n_resamples=2000, rng=rng, ci="percentile")
+    bias = es.bootstrap_signed_bias(
+        j, h, rng=rng, options=es.BootstrapOptions(n_resamples=2000, ci="percentile")
+    )
     t_ci = stats.ttest_1samp(j - h, 0).confidence_interval(0.95)
     assert bias.ci_low == pytest.approx(t_ci.low, abs=0.01)
     assert bias.ci_high == pytest.approx(t_ci.high, abs=0.01)
     with pytest.raises(ValueError, match="discrete scale"):
-        es.bootstrap_paired(j, h, stats=["mae"], n_resamples=10, rng=rng)
+        es.bootstrap_paired(
+            j, h, stats=["mae"], rng=rng, options=es.BootstrapOptions(n_resamples=10)
+        )
 
 
 def test_bad_input_is_named() -> None:
@@ -281,7 +298,7 @@ def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="same length"):
         es.bootstrap_paired([1, 2, 3], [1, 2], stats=["kappa"], rng=rng)
     with pytest.raises(ValueError, match="ci must be"):
-        es.bootstrap_paired([1, 2], [1, 2], stats=["kappa"], rng=rng, ci="normal")  # type: ignore[arg-type]
+        es.BootstrapOptions(ci="normal")  # type: ignore[arg-type]
 
 
 def test_degenerate_inputs_warn_not_raise() -> None:
@@ -291,5 +308,7 @@ def test_degenerate_inputs_warn_not_raise() -> None:
     same = es.bootstrap_paired([2] * 80, [2] * 80, stats=["kappa", "spearman"], rng=rng)
     assert np.isnan(same["kappa"].value) and same["kappa"].ci_low is None
     assert any("interval not computed" in w for w in same["spearman"].warnings)
-    tiny = es.bootstrap_gwet_ac1([1, 2, 1, 2, 2], [1, 2, 2, 2, 1], n_resamples=50, rng=rng)
+    tiny = es.bootstrap_gwet_ac1(
+        [1, 2, 1, 2, 2], [1, 2, 2, 2, 1], rng=rng, options=es.BootstrapOptions(n_resamples=50)
+    )
     assert any("only 5 items" in w for w in tiny.warnings)
