@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from reviewhub.api.errors import NotFound, ValidationFailed
-from reviewhub.api.pagination import DefaultCursorPagination
+from reviewhub.api.pagination import PAGE_PARAMETERS, DefaultCursorPagination, paginated
 from studies.access import study_get_for_actor
 from studies.models import Comparison, Criterion, Membership, Output, Study
 
@@ -216,10 +216,9 @@ class MyAnnotationsView(APIView):
         tags=TAG_ANNOTATE,
         parameters=[
             OpenApiParameter("revisable", OpenApiTypes.BOOL, description="Only revisable ones"),
-            OpenApiParameter("cursor", OpenApiTypes.STR),
-            OpenApiParameter("page_size", OpenApiTypes.INT),
+            *PAGE_PARAMETERS,
         ],
-        responses={200: MyAnnotationSerializer(many=True), **ERRORS},
+        responses={200: paginated(MyAnnotationSerializer), **ERRORS},
         summary="Your own annotations in this study (cursor-paginated, newest first)",
     )
     def get(self, request: Request, slug: str) -> Response:
@@ -242,13 +241,14 @@ class MyAnnotationDetailView(APIView):
     )
     def patch(self, request: Request, slug: str, annotation_id: int) -> Response:
         study = _annotator_study(request, slug)
-        data = _validated(ReviseRequestSerializer, request.data)
+        # Someone else's annotation is a 404 before the body is looked at (no 400 first).
         if (
             not selectors.my_annotations(study=study, annotator=_user(request))
             .filter(pk=annotation_id)
             .exists()
         ):
             raise NotFound("Annotation not found.")
+        data = _validated(ReviseRequestSerializer, request.data)
         annotation = services.annotation_revise(
             annotation_id=annotation_id,
             annotator=_user(request),
@@ -412,7 +412,8 @@ def _subject(study: Study, data: dict[str, Any]) -> dict[str, Any]:
 class AdjudicationListView(APIView):
     @extend_schema(
         tags=TAG_LEAD,
-        responses={200: AdjudicationSerializer(many=True), **ERRORS},
+        parameters=PAGE_PARAMETERS,
+        responses={200: paginated(AdjudicationSerializer), **ERRORS},
         summary="Adjudications (history; the latest per subject and criterion is in force)",
     )
     def get(self, request: Request, slug: str) -> Response:
@@ -447,7 +448,8 @@ class AdjudicationListView(APIView):
 class GoldLabelListView(APIView):
     @extend_schema(
         tags=TAG_LEAD,
-        responses={200: GoldLabelSerializer(many=True), **ERRORS},
+        parameters=PAGE_PARAMETERS,
+        responses={200: paginated(GoldLabelSerializer), **ERRORS},
         summary="Gold labels (known answers used for quality control)",
     )
     def get(self, request: Request, slug: str) -> Response:
@@ -482,6 +484,10 @@ class MemberInviteView(APIView):
         request=InviteRequestSerializer,
         responses={201: InviteResponseSerializer, **ERRORS},
         summary="Invite a person (creates the account with a one-time password if new)",
+        description="An existing account is invited by `username` and only gets the "
+        "membership: `one_time_password` is null and `email` is empty (another account's "
+        "address is never shown). With only an `email`, a new account named after the "
+        "address is created; addresses are never looked up.",
     )
     def post(self, request: Request, slug: str) -> Response:
         study = _lead_study(request, slug, write=True)
@@ -494,6 +500,9 @@ class MemberInviteView(APIView):
             invited_by=_user(request),
         )
         body = member_dict(user, data["role"])
+        if password is None:
+            # Not created by this call: nothing of the account beyond what the lead typed.
+            body["email"] = ""
         body["one_time_password"] = password
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -502,8 +511,16 @@ class MemberPasswordResetView(APIView):
     @extend_schema(
         tags=TAG_LEAD,
         request=None,
-        responses={200: PasswordResetResponseSerializer, **ERRORS},
+        responses={
+            200: PasswordResetResponseSerializer,
+            403: OpenApiResponse(description="Not a lead here, or the account may not be reset."),
+            **ERRORS,
+        },
         summary="Reset a member's password to a new one-time password (shown once)",
+        description="A lead may reset only an account that this study's invitation created and "
+        "that has no access beyond this study (no other study, no lead role, not staff or "
+        "admin); otherwise 403 `password_reset_refused` with `details.reason` "
+        "`not_created_here` or `wider_access`. An admin may reset any member's.",
     )
     def post(self, request: Request, slug: str, user_id: int) -> Response:
         study = _lead_study(request, slug, write=True)

@@ -2,7 +2,9 @@
 criterion), as CSV or JSON Lines, streamed in id order with a bounded number of queries.
 
 Lead-only: the rows name the candidate(s). Pairwise values are canonical (A = output_a) with
-`presented_swapped` saying whether the annotator saw output_b on the left.
+`presented_swapped` saying whether the annotator saw output_b on the left. `draw_kind` and
+`inclusion_probability` come from the queue entry the annotation was made on, so that
+estimates can weight each subject by 1 / pi (empty for imported annotations, which have none).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ COLUMNS = [
     "flags",
     "time_on_task_ms",
     "plan_version",
+    "draw_kind",
+    "inclusion_probability",
     "presented_swapped",
     "source",
     "created_at",
@@ -64,7 +68,7 @@ def export_rows(*, study: Study) -> Iterator[dict[str, Any]]:
             "annotator",
             "criterion",
             "plan",
-            "assignment",
+            "assignment__entry",
             "output__item",
             "output__candidate",
             "comparison__item",
@@ -83,6 +87,7 @@ def export_rows(*, study: Study) -> Iterator[dict[str, Any]]:
             candidate = a.comparison.output_a.candidate.name
             candidate_b = a.comparison.output_b.candidate.name
             subject = "comparison"
+        entry = a.assignment.entry if a.assignment is not None else None
         yield {
             "annotation_id": a.pk,
             "item_external_id": item.external_id,
@@ -103,6 +108,8 @@ def export_rows(*, study: Study) -> Iterator[dict[str, Any]]:
             "flags": {k: bool(a.flags.get(k, False)) for k in FLAG_KEYS},
             "time_on_task_ms": a.time_on_task_ms,
             "plan_version": a.plan.version if a.plan is not None else None,
+            "draw_kind": entry.draw_kind if entry is not None else None,
+            "inclusion_probability": entry.inclusion_probability if entry is not None else None,
             "presented_swapped": bool(a.assignment.swapped) if a.assignment else None,
             "source": a.source,
             "created_at": a.created_at.isoformat(),

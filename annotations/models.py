@@ -28,7 +28,8 @@ class SamplingPlan(models.Model):
     gold_rate = models.FloatField(default=0.0)
     is_active = models.BooleanField(default=True)
     # What the sampler derived from the spec: the seed it used, the population and allocation
-    # per stratum, the number of gold entries (reports need these to weight the sample).
+    # per stratum, the number of gold entries, the design and pi range per stratum and the
+    # entries per draw kind (reports need these to weight the sample).
     summary = models.JSONField(default=dict, blank=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
@@ -50,6 +51,13 @@ class SamplingPlan(models.Model):
 class QueueEntry(models.Model):
     """One subject (output or comparison) that the plan sends to k annotators."""
 
+    class DrawKind(models.TextChoices):
+        # Values match annotations.sampling.DRAW_KINDS (the sampler is pure and names them).
+        RANDOM = "random", "Random draw"  # drawn by the plan's probability design
+        CENSUS = "census", "Census"  # mode "all": every eligible subject, pi = 1
+        GOLD = "gold", "Gold"  # quality control: chosen from the gold pool, not a random draw
+        ESCALATION = "escalation", "Escalation"  # sent to humans by a rule, not a random draw
+
     plan = models.ForeignKey(SamplingPlan, on_delete=models.CASCADE, related_name="entries")
     output = models.ForeignKey(
         Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
@@ -68,8 +76,16 @@ class QueueEntry(models.Model):
     sort_key = models.BigIntegerField(default=0)
     # The subject's label in the plan's stratum dimension ("" when the plan has none).
     stratum = models.CharField(max_length=200, blank=True, default="")
-    # Relative selection weight used by the sampler (1.0 unless disagreement weighting).
+    # Relative selection weight used by the sampler (1.0 unless disagreement weighting): the
+    # size measure of a pi-ps draw. Estimators use `inclusion_probability`, not this.
     sample_weight = models.FloatField(default=1.0)
+
+    draw_kind = models.CharField(max_length=10, choices=DrawKind.choices, default=DrawKind.RANDOM)
+    # First-order inclusion probability of the subject under the plan's design (random and
+    # census entries), for Horvitz-Thompson re-weighting: 1 / pi is the subject's weight. NULL
+    # for gold and escalation entries, and for random entries of weighted plans drawn before
+    # probabilities were recorded (their draw had no closed-form pi).
+    inclusion_probability = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -88,6 +104,22 @@ class QueueEntry(models.Model):
             models.CheckConstraint(
                 condition=Q(done_count__lte=F("needed") - F("leased_count")),
                 name="queueentry_not_overleased",
+            ),
+            # A probability is in (0, 1], and only probability draws have one: an estimator
+            # never weights a gold or escalated entry as if it had been drawn at random.
+            models.CheckConstraint(
+                condition=Q(inclusion_probability__isnull=True)
+                | Q(
+                    inclusion_probability__gt=0,
+                    inclusion_probability__lte=1,
+                    draw_kind__in=["random", "census"],
+                ),
+                name="queueentry_inclusion_probability",
+            ),
+            models.CheckConstraint(
+                condition=Q(is_gold=True, draw_kind="gold")
+                | (Q(is_gold=False) & ~Q(draw_kind="gold")),
+                name="queueentry_gold_draw_kind",
             ),
         ]
         indexes = [

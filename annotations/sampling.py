@@ -1,20 +1,31 @@
-"""Which subjects (outputs or comparisons) a sampling plan sends to humans.
+"""Which subjects (outputs or comparisons) a sampling plan sends to humans, and with what
+probability.
 
 Pure functions over plain data (no ORM): the service gathers the population, the judges'
 uncertainty and the gold pool, and stores what these functions return. Every draw uses an
 explicit seeded `numpy.random.Generator`, so a plan can be rebuilt exactly from its spec.
 
 Modes:
-- ``all``: every eligible subject.
+- ``all``: every eligible subject (a census: inclusion probability 1).
 - ``per_stratum``: ``n`` subjects from every stratum of ``dimension`` (all of a smaller stratum).
 - ``proportional``: ``total`` subjects split in proportion to stratum sizes, but no stratum gets
   fewer than ``min_per_stratum`` (or its size, if smaller); see `allocate_proportional`.
 
-``disagreement_weight`` w > 0 makes the draw inside a stratum favour subjects the judges are
-unsure about: a subject's selection weight is ``1 + w * u`` with ``u`` in [0, 1] (see
-`judge_uncertainty`), and subjects are drawn without replacement with probability proportional
-to weight (numpy's successive sampling). The weights are stored per queue entry so that
-estimates can be re-weighted.
+Inside a stratum h with N_h subjects and n_h to draw, the design is:
+- simple random sampling without replacement when every subject has the same weight (always
+  so without ``disagreement_weight``): inclusion probability pi = n_h / N_h;
+- with ``disagreement_weight`` w > 0 and unequal weights, randomised systematic sampling with
+  probability proportional to size (pi-ps; Hartley & Rao 1962): a subject's size is its
+  selection weight ``1 + w * u`` with ``u`` in [0, 1] (see `judge_uncertainty`),
+  pi_i = n_h * x_i / sum(x), and subjects whose pi would reach 1 are taken with certainty and
+  the rest recomputed (see `pps_inclusion_probabilities`). Successive sampling
+  (``rng.choice(p=..., replace=False)``) is deliberately not used: its inclusion probabilities
+  are not proportional to the weights and have no closed form.
+
+Every random draw records its first-order inclusion probability, so that estimates can be
+re-weighted (Horvitz-Thompson: mean = sum(y_i / pi_i) / N). Gold entries are not random draws
+(``draw_kind`` "gold", no probability); "escalation" is reserved for subjects sent to humans by
+a decision rule, which are not random draws either.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,6 +44,21 @@ MODES = ("all", "per_stratum", "proportional")
 SUBJECTS = ("output", "comparison")
 UNKNOWN_STRATUM = "unknown"
 SORT_KEY_LIMIT = 2**31  # sort keys stay below this so the per-annotator hash fits in 63 bits
+
+# How a queue entry came to be (QueueEntry.draw_kind has the same values). Only "random" and
+# "census" entries are probability draws and carry an inclusion probability.
+DRAW_RANDOM = "random"
+DRAW_CENSUS = "census"
+DRAW_GOLD = "gold"
+DRAW_ESCALATION = "escalation"
+DRAW_KINDS = (DRAW_RANDOM, DRAW_CENSUS, DRAW_GOLD, DRAW_ESCALATION)
+
+# Designs inside one stratum, as recorded in the plan summary.
+DESIGN_CENSUS = "census"  # mode "all": every subject, pi = 1
+DESIGN_TAKE_ALL = "take_all"  # n_h >= N_h: the whole stratum, pi = 1
+DESIGN_NONE = "none"  # n_h = 0: nothing drawn, pi = 0 (the stratum cannot be estimated)
+DESIGN_SRSWOR = "srswor"  # equal weights: simple random sampling, pi = n_h / N_h
+DESIGN_PPS = "pps_systematic"  # unequal weights: randomised systematic pi-ps
 
 
 @dataclass(frozen=True)
@@ -70,15 +96,64 @@ class Subject:
     uncertainty: float = 0.0
 
 
+class Draw(NamedTuple):
+    """One queue entry to create. The first five fields keep the order of the former tuple."""
+
+    id: int
+    stratum: str
+    weight: float  # selection weight: the size measure of a pi-ps draw, 1.0 otherwise
+    is_gold: bool
+    sort_key: int
+    draw_kind: str
+    # First-order inclusion probability under the plan's design; None for non-random entries.
+    inclusion_probability: float | None
+
+
+@dataclass(frozen=True)
+class StratumDesign:
+    """How one stratum was sampled; sum of pi over the stratum equals `drawn`."""
+
+    design: str
+    population: int
+    drawn: int
+    certainty: int  # subjects with pi = 1 (all of them in a census or take-all stratum)
+    pi_min: float
+    pi_max: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "design": self.design,
+            "population": self.population,
+            "drawn": self.drawn,
+            "certainty": self.certainty,
+            "pi_min": self.pi_min,
+            "pi_max": self.pi_max,
+        }
+
+
+@dataclass(frozen=True)
+class Design:
+    """The plan's design over the regular (non-gold) frame, before any random number is used."""
+
+    allocation: dict[str, int]
+    strata: dict[str, StratumDesign]
+    # Every frame subject's inclusion probability (0 in a stratum that gets no draws).
+    probabilities: dict[int, float]
+
+
 @dataclass(frozen=True)
 class SampleResult:
-    # (subject id, stratum, selection weight, is_gold, sort_key), in draw order.
-    chosen: list[tuple[int, str, float, bool, int]]
+    chosen: list[Draw]  # in draw order: regular entries by stratum and id, then gold
     population: dict[str, int]
     allocation: dict[str, int]
     gold_available: int
     gold_chosen: int
     warnings: list[str] = field(default_factory=list)
+    designs: dict[str, StratumDesign] = field(default_factory=dict)
+
+    def draw_kinds(self) -> dict[str, int]:
+        """Entries per draw kind (for the plan summary)."""
+        return dict(sorted(Counter(d.draw_kind for d in self.chosen).items()))
 
 
 def _int_field(raw: Mapping[str, Any], name: str, *, minimum: int) -> int | None:
@@ -255,20 +330,128 @@ def judge_uncertainty(
     return result
 
 
-def weighted_draw(
-    ids: Sequence[int], weights: Sequence[float], n: int, rng: np.random.Generator
-) -> list[int]:
-    """n ids without replacement, with probability proportional to weight."""
+def pps_inclusion_probabilities(sizes: Sequence[float] | np.ndarray, n: int) -> np.ndarray:
+    """First-order inclusion probabilities of a pi-ps design of n from units of the given sizes.
+
+    pi_i = n * x_i / sum(x); a unit whose pi would be >= 1 is taken with certainty (pi = 1) and
+    the others are recomputed with n reduced by the certainty units, until none is >= 1 (the
+    standard treatment, e.g. Sarndal, Swensson & Wretman, Model Assisted Survey Sampling,
+    3.6). The result sums to n. By hand: sizes [1, 2, 3, 4] with n = 2 give
+    [0.2, 0.4, 0.6, 0.8]; sizes [1, 1, 2, 8, 16] with n = 3 take 16, then 8 (2 * 8 / 12 > 1),
+    and split the last draw over [1, 1, 2]: [0.25, 0.25, 0.5, 1, 1].
+    """
+    x = np.asarray(sizes, dtype=float)
+    if x.ndim != 1 or not np.all(np.isfinite(x)) or np.any(x <= 0):
+        raise ValueError("sizes must be finite and positive")
+    if n >= len(x):
+        return np.ones(len(x))
+    if n <= 0:
+        return np.zeros(len(x))
+    certain = np.zeros(len(x), dtype=bool)
+    pi = np.ones(len(x))
+    while True:
+        rest = ~certain
+        m = n - int(certain.sum())
+        # m >= 1 and some unit stays below 1: the rest sums to m < len(rest) with all sizes > 0.
+        share = m * x[rest] / x[rest].sum()
+        over = share >= 1.0
+        if not over.any():
+            pi[rest] = share
+            return pi
+        certain[np.flatnonzero(rest)[over]] = True
+
+
+def pps_systematic_draw(pi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Indices drawn by randomised systematic sampling with inclusion probabilities `pi`.
+
+    Certainty units (pi = 1) are taken; the others are put in a random order, laid end to end
+    as intervals of length pi_i, and hit by the points U, U + 1, ..., U + m - 1 with
+    U ~ Uniform[0, 1) and m = sum of their pi. Each interval is at most 1 long, so unit i is hit
+    with probability exactly pi_i; the random order (Hartley & Rao 1962) lets any two units be
+    drawn together, which a fixed order would not.
+    """
+    certain = np.flatnonzero(pi >= 1.0)
+    rest = np.flatnonzero((pi > 0.0) & (pi < 1.0))
+    m = round(float(pi[rest].sum()))
+    if m == 0:
+        return np.sort(certain)
+    order = rng.permutation(rest)
+    cum = np.cumsum(pi[order])
+    # pi sums to the integer m up to rounding; pin the end so the last point stays inside.
+    cum *= m / cum[-1]
+    cum[-1] = m
+    points = rng.random() + np.arange(m)
+    hits = np.minimum(np.searchsorted(cum, points, side="right"), len(order) - 1)
+    picked = order[hits]
+    if len(set(picked.tolist())) != m:  # cannot happen with every pi < 1; a guard, not a path
+        raise AssertionError("systematic draw hit a unit twice")
+    return np.sort(np.concatenate([certain, picked]))
+
+
+def srs_draw(ids: Sequence[int], n: int, rng: np.random.Generator) -> list[int]:
+    """n ids by simple random sampling without replacement (all of them when n >= len)."""
     if n >= len(ids):
         return list(ids)
     if n <= 0:
         return []
-    w = np.asarray(weights, dtype=float)
-    if np.allclose(w, w[0]):
-        picked = rng.choice(len(ids), size=n, replace=False)
-    else:
-        picked = rng.choice(len(ids), size=n, replace=False, p=w / w.sum())
-    return [ids[int(i)] for i in picked]
+    return [ids[int(i)] for i in rng.choice(len(ids), size=n, replace=False)]
+
+
+def _weights(spec: SamplingSpec, members: Sequence[Subject]) -> list[float]:
+    return [1.0 + spec.disagreement_weight * s.uncertainty for s in members]
+
+
+def _allocation(spec: SamplingSpec, sizes: Mapping[str, int]) -> dict[str, int]:
+    if spec.mode == "all":
+        return dict(sizes)
+    if spec.mode == "per_stratum":
+        assert spec.n is not None
+        return allocate_per_stratum(sizes, spec.n)
+    assert spec.total is not None
+    return allocate_proportional(sizes, spec.total, spec.min_per_stratum)
+
+
+def _strata(population: Sequence[Subject]) -> dict[str, list[Subject]]:
+    by_stratum: dict[str, list[Subject]] = defaultdict(list)
+    for subject in population:
+        by_stratum[subject.stratum].append(subject)
+    return {h: by_stratum[h] for h in sorted(by_stratum)}
+
+
+def design(*, spec: SamplingSpec, population: Sequence[Subject]) -> Design:
+    """The design of a plan over its regular frame: allocation, and every subject's pi.
+
+    Needs no random numbers: the inclusion probabilities are a property of the design, the
+    same for every seed.
+    """
+    by_stratum = _strata(population)
+    sizes = {h: len(members) for h, members in by_stratum.items()}
+    allocation = _allocation(spec, sizes)
+    strata: dict[str, StratumDesign] = {}
+    probabilities: dict[int, float] = {}
+    for h, members in by_stratum.items():
+        n_h, size = allocation[h], len(members)
+        weights = _weights(spec, members)
+        if spec.mode == "all":
+            name, pi = DESIGN_CENSUS, np.ones(size)
+        elif n_h >= size:
+            name, pi = DESIGN_TAKE_ALL, np.ones(size)
+        elif n_h <= 0:
+            name, pi = DESIGN_NONE, np.zeros(size)
+        elif np.allclose(weights, weights[0]):
+            name, pi = DESIGN_SRSWOR, np.full(size, n_h / size)
+        else:
+            name, pi = DESIGN_PPS, pps_inclusion_probabilities(weights, n_h)
+        strata[h] = StratumDesign(
+            design=name,
+            population=size,
+            drawn=min(n_h, size),
+            certainty=int((pi >= 1.0).sum()),
+            pi_min=float(pi.min()),
+            pi_max=float(pi.max()),
+        )
+        probabilities.update((s.id, float(p)) for s, p in zip(members, pi, strict=True))
+    return Design(allocation=allocation, strata=strata, probabilities=probabilities)
 
 
 def gold_target(n_regular: int, gold_rate: float) -> int:
@@ -288,28 +471,28 @@ def draw(
     """Choose the regular and gold subjects of a plan. Deterministic given `spec.seed`.
 
     `population` excludes the gold subjects; both sequences are sorted by id by the caller, so
-    the same database state and seed always give the same plan.
+    the same database state and seed always give the same plan. Every regular entry carries
+    its inclusion probability under `design`; gold entries carry none.
     """
     rng = np.random.default_rng(spec.seed)
-    by_stratum: dict[str, list[Subject]] = defaultdict(list)
-    for subject in population:
-        by_stratum[subject.stratum].append(subject)
-    sizes = {h: len(members) for h, members in sorted(by_stratum.items())}
-    if spec.mode == "all":
-        allocation = dict(sizes)
-    elif spec.mode == "per_stratum":
-        assert spec.n is not None
-        allocation = allocate_per_stratum(sizes, spec.n)
-    else:
-        assert spec.total is not None
-        allocation = allocate_proportional(sizes, spec.total, spec.min_per_stratum)
-    chosen: list[tuple[int, str, float, bool]] = []
-    for h in sorted(sizes):
-        members = by_stratum[h]
-        weights = [1.0 + spec.disagreement_weight * s.uncertainty for s in members]
-        picked = set(weighted_draw([s.id for s in members], weights, allocation[h], rng))
+    by_stratum = _strata(population)
+    plan_design = design(spec=spec, population=population)
+    regular_kind = DRAW_CENSUS if spec.mode == "all" else DRAW_RANDOM
+    chosen: list[tuple[int, str, float, bool, str, float | None]] = []
+    for h, members in by_stratum.items():
+        weights = _weights(spec, members)
+        stratum = plan_design.strata[h]
+        if stratum.design == DESIGN_PPS:
+            pi = np.array([plan_design.probabilities[s.id] for s in members])
+            picked = {members[int(i)].id for i in pps_systematic_draw(pi, rng)}
+        else:
+            # Unweighted strata keep the draw they always had, so plans made before pi-ps
+            # existed rebuild to the same subjects from their seed.
+            picked = set(srs_draw([s.id for s in members], stratum.drawn, rng))
         chosen.extend(
-            (s.id, h, w, False) for s, w in zip(members, weights, strict=True) if s.id in picked
+            (s.id, h, w, False, regular_kind, plan_design.probabilities[s.id])
+            for s, w in zip(members, weights, strict=True)
+            if s.id in picked
         )
     warnings: list[str] = []
     n_gold = gold_target(len(chosen), gold_rate)
@@ -319,16 +502,28 @@ def draw(
             "subjects have gold labels; all of them are used."
         )
         n_gold = len(gold)
-    gold_ids = set(weighted_draw([g.id for g in gold], [1.0] * len(gold), n_gold, rng))
-    chosen.extend((g.id, g.stratum, 1.0, True) for g in gold if g.id in gold_ids)
+    gold_ids = set(srs_draw([g.id for g in gold], n_gold, rng))
+    chosen.extend((g.id, g.stratum, 1.0, True, DRAW_GOLD, None) for g in gold if g.id in gold_ids)
     sort_keys = rng.integers(0, SORT_KEY_LIMIT, size=len(chosen))
     return SampleResult(
-        chosen=[(*c, int(k)) for c, k in zip(chosen, sort_keys, strict=True)],
-        population=sizes,
-        allocation=allocation,
+        chosen=[
+            Draw(
+                id=sid,
+                stratum=h,
+                weight=w,
+                is_gold=is_gold,
+                sort_key=int(key),
+                draw_kind=kind,
+                inclusion_probability=pi,
+            )
+            for (sid, h, w, is_gold, kind, pi), key in zip(chosen, sort_keys, strict=True)
+        ],
+        population={h: len(members) for h, members in by_stratum.items()},
+        allocation=plan_design.allocation,
         gold_available=len(gold),
         gold_chosen=len(gold_ids),
         warnings=warnings,
+        designs=plan_design.strata,
     )
 
 

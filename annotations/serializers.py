@@ -150,6 +150,15 @@ class SamplingPlanCreateSerializer(serializers.Serializer):
 class SamplingPlanSerializer(serializers.ModelSerializer):
     rubric_version = serializers.IntegerField(source="rubric.version")
     created_by = serializers.CharField(source="created_by.username", default=None)
+    summary = serializers.JSONField(
+        read_only=True,
+        help_text='{"seed", "population": {stratum: N_h}, "allocation": {stratum: n_h}, '
+        '"entries", "gold_available", "gold_entries", "carried_over_annotators", "warnings", '
+        '"designs": {stratum: {"design": "census"|"take_all"|"srswor"|"pps_systematic"|"none", '
+        '"population", "drawn", "certainty", "pi_min", "pi_max"}}, '
+        '"draw_kinds": {"random"|"census"|"gold"|"escalation": count}}; plans drawn before '
+        "inclusion probabilities were recorded have no designs or draw_kinds.",
+    )
 
     class Meta:
         model = SamplingPlan

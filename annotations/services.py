@@ -333,6 +333,16 @@ def _lease_until(now: datetime, minutes: int | None) -> datetime:
 # --- people -------------------------------------------------------------------------------
 
 
+class PasswordResetRefused(Forbidden):
+    """A lead asked for the password of an account they may not take over (403).
+
+    `details.reason` is "not_created_here" (the account was not created by this study's
+    invitation) or "wider_access" (it has access beyond this study: another study, a lead role,
+    staff or admin)."""
+
+    code = "password_reset_refused"
+
+
 def _one_time_password() -> str:
     return secrets.token_urlsafe(12)
 
@@ -349,7 +359,13 @@ def annotator_invite(
 
     Returns (user, one-time password) when the account was created here, else (user, None).
     The password is shown once to the lead and never stored in clear; the new user should change
-    it at /accounts/password_change/.
+    it at /accounts/password_change/. The membership records that this study created the
+    account, which is what later lets its leads reset that password (annotator_password_reset).
+
+    An existing account is found by its username only, and gets the membership and nothing
+    else: no credentials, and nothing about it (its e-mail address) goes back to the lead. An
+    e-mail address is never looked up: that would tell a lead which addresses have accounts.
+    With only an e-mail, a new account is created, named after the address's local part.
     """
     _require_lead(study=study, user=invited_by)
     if role not in Membership.Role.values:
@@ -369,60 +385,108 @@ def annotator_invite(
         raise ValidationFailed(
             "Give a username or an email.", details={"username": "required", "email": "required"}
         )
+    by_username = bool(username)
+    if not username:
+        username = email.split("@", 1)[0]
     with transaction.atomic():
-        user = None
-        if username:
-            user = UserModel.objects.filter(username=username).first()
-        elif email:
-            user = UserModel.objects.filter(email__iexact=email).order_by("id").first()
-            if user is None:
-                username = email.split("@", 1)[0]
+        user = UserModel.objects.filter(username=username).first() if by_username else None
         password: str | None = None
         if user is None:
+            _new_username_check(username)
+            password = _one_time_password()
             try:
-                UnicodeUsernameValidator()(username)
-            except DjangoValidationError as exc:
-                raise ValidationFailed(
-                    "username may contain only letters, digits and @/./+/-/_.",
-                    details={"username": "invalid"},
-                ) from exc
-            if len(username) > 150:
-                raise ValidationFailed("username is too long.", details={"username": "too long"})
-            if UserModel.objects.filter(username=username).exists():
+                with transaction.atomic():
+                    user = UserModel.objects.create_user(
+                        username=username, email=email, password=password
+                    )
+            except IntegrityError as exc:
+                # A concurrent invite created the same username first.
                 raise Conflict(
                     f"A user named '{username}' already exists; invite them by username.",
                     details={"username": "taken"},
-                )
-            password = _one_time_password()
-            user = UserModel.objects.create_user(username=username, email=email, password=password)
+                ) from exc
         # The studies app owns the membership rules (the owner always stays a lead).
-        membership_set(study=study, user=user, role=role)
+        membership, _outcome = membership_set(study=study, user=user, role=role)
+        if password is not None:
+            # Recorded only here, in the transaction that created the account; re-inviting
+            # or adding a member through the studies API never sets it.
+            Membership.objects.filter(pk=membership.pk).update(created_account=True)
     return user, password
+
+
+def _new_username_check(username: str) -> None:
+    try:
+        UnicodeUsernameValidator()(username)
+    except DjangoValidationError as exc:
+        raise ValidationFailed(
+            "username may contain only letters, digits and @/./+/-/_.",
+            details={"username": "invalid"},
+        ) from exc
+    if len(username) > 150:
+        raise ValidationFailed("username is too long.", details={"username": "too long"})
+    if UserModel.objects.filter(username=username).exists():
+        # Only reached with an e-mail and no username: the derived name is taken.
+        raise Conflict(
+            f"A user named '{username}' already exists; invite them by username.",
+            details={"username": "taken"},
+        )
 
 
 def annotator_password_reset(*, study: Study, user: Any, by: User) -> str:
     """Give a member a new one-time password (returned once).
 
-    A lead may reset the password of annotators and viewers of their study who are not leads
-    anywhere nor staff, so that a lead cannot take over an account with wider access than their
-    own; admins (superusers) may reset anyone's.
+    A lead may reset the password only of an account that this study's invitation created
+    (Membership.created_account) and that has no access beyond this study: no membership in
+    another study, no lead role anywhere, not the owner of a study, not staff, not an admin.
+    Anything else would let a lead sign in as someone who can see more than they can (a member
+    of another study, above all). Refusals are a 403 `password_reset_refused` naming the
+    reason. Admins (superusers) may reset anyone's.
     """
     is_admin = bool(getattr(by, "is_superuser", False))
     if not is_admin:
         _require_lead(study=study, user=by)
-    if not Membership.objects.filter(study=study, user=user).exists():
-        raise NotFound("No such member in this study.")
-    if not is_admin and (
-        user.is_superuser
-        or user.is_staff
-        or Membership.objects.filter(user=user, role=Membership.Role.LEAD).exists()
-    ):
-        raise Forbidden("Only an admin can reset the password of a lead or staff account.")
-    password = _one_time_password()
     with transaction.atomic():
-        user.set_password(password)
-        user.save(update_fields=["password"])
+        # The account's row lock makes the checks hold until the password is set: adding a
+        # membership for the account (its foreign key check) or changing its staff flags waits.
+        # The membership's lock holds its role.
+        accounts = UserModel.objects.filter(pk=user.pk)
+        memberships = Membership.objects.filter(study=study, user_id=user.pk)
+        if connection.features.has_select_for_update:
+            accounts = accounts.select_for_update()
+            memberships = memberships.select_for_update()
+        account = accounts.first()
+        membership = memberships.first()
+        if account is None or membership is None:
+            raise NotFound("No such member in this study.")
+        if not is_admin:
+            _password_reset_check(study=study, account=account, membership=membership)
+        password = _one_time_password()
+        account.set_password(password)
+        account.save(update_fields=["password"])
     return password
+
+
+def _password_reset_check(*, study: Study, account: Any, membership: Membership) -> None:
+    if not membership.created_account:
+        raise PasswordResetRefused(
+            "This account was not created by an invitation to this study, so only an admin can "
+            "reset its password (its owner can change it at /accounts/password_change/).",
+            details={"reason": "not_created_here"},
+        )
+    wider = (
+        account.is_superuser
+        or account.is_staff
+        or Membership.objects.filter(user_id=account.pk)
+        .exclude(study=study, role__in=[Membership.Role.ANNOTATOR, Membership.Role.VIEWER])
+        .exists()
+        or Study.objects.filter(owner_id=account.pk).exists()
+    )
+    if wider:
+        raise PasswordResetRefused(
+            "This account has access beyond this study (another study, a lead role, staff or "
+            "admin), so only an admin can reset its password.",
+            details={"reason": "wider_access"},
+        )
 
 
 # --- sampling plans -------------------------------------------------------------------------
@@ -566,20 +630,25 @@ def sampling_plan_create(
                 "gold_entries": result.gold_chosen,
                 "carried_over_annotators": sum(len(v) for v in prior.values()),
                 "warnings": result.warnings,
+                # Per stratum: the design and its inclusion probabilities (docs/annotation.md).
+                "designs": {h: d.as_dict() for h, d in result.designs.items()},
+                "draw_kinds": result.draw_kinds(),
             },
         )
         entries = [
             QueueEntry(
                 plan=plan,
-                is_gold=is_gold,
+                is_gold=draw.is_gold,
                 needed=k,
-                done_count=min(k, len(prior.get(sid, ()))),
-                sort_key=sort_key,
-                stratum=stratum,
-                sample_weight=weight,
-                **{subject_field: sid},
+                done_count=min(k, len(prior.get(draw.id, ()))),
+                sort_key=draw.sort_key,
+                stratum=draw.stratum,
+                sample_weight=draw.weight,
+                draw_kind=draw.draw_kind,
+                inclusion_probability=draw.inclusion_probability,
+                **{subject_field: draw.id},
             )
-            for sid, stratum, weight, is_gold, sort_key in result.chosen
+            for draw in result.chosen
         ]
         QueueEntry.objects.bulk_create(entries, batch_size=1000)
         if prior:
@@ -754,13 +823,27 @@ def _candidates(plan: SamplingPlan, annotator_id: int) -> QuerySet[QueueEntry]:
 
 
 # PostgreSQL claims an entry in ONE statement: pick a candidate in the annotator's window and
-# order (SKIP LOCKED), take a lease slot on it, and insert the assignment. Nothing is held
-# between round trips, so 50 annotators do not queue behind each other's transactions. The
-# check constraint queueentry_not_overleased is the last line of defence against over-leasing.
+# order (SKIP LOCKED), take a lease slot on it, and insert the assignment. No entry lock is
+# held between round trips, so 50 annotators do not queue behind each other's transactions.
+# The check constraint queueentry_not_overleased is the last line of defence against
+# over-leasing.
+# `mine` first: when the annotator already holds a live lease in the plan, the statement
+# returns it and claims nothing. The caller holds the annotator's queue lock, and this
+# statement's snapshot is newer than the lock, so a lease committed by the same annotator's
+# concurrent call (a second tab) is seen here even where the plan query's `has_unfinished`
+# predates it.
 _CLAIM_SQL = """
-WITH cand AS (
+WITH mine AS (
+    SELECT a.id FROM annotations_assignment a
+    JOIN annotations_queueentry e ON e.id = a.entry_id
+    WHERE a.annotator_id = %(annotator)s AND a.status = 'leased'
+      AND a.lease_expires_at > %(now)s AND e.plan_id = %(plan)s
+    ORDER BY a.id
+    LIMIT 1
+), cand AS (
     SELECT e.id FROM annotations_queueentry e
-    WHERE e.plan_id = %(plan)s
+    WHERE NOT EXISTS (SELECT 1 FROM mine)
+      AND e.plan_id = %(plan)s
       AND e.done_count < e.needed
       AND e.done_count + e.leased_count < e.needed
       AND e.sort_key >= %(lo)s AND e.sort_key < %(hi)s
@@ -781,16 +864,32 @@ WITH cand AS (
     UPDATE annotations_queueentry q SET leased_count = q.leased_count + 1
     FROM picked WHERE q.id = picked.id
     RETURNING q.id, picked.comparison_id
+), claimed AS (
+    INSERT INTO annotations_assignment
+        (entry_id, annotator_id, status, lease_expires_at, swapped, carried_over, started_at)
+    SELECT bumped.id, %(annotator)s, 'leased', %(expires)s,
+           (bumped.comparison_id IS NOT NULL AND random() < 0.5), false, %(now)s
+    FROM bumped
+    RETURNING {returning}
 )
-INSERT INTO annotations_assignment
-    (entry_id, annotator_id, status, lease_expires_at, swapped, carried_over, started_at)
-SELECT bumped.id, %(annotator)s, 'leased', %(expires)s,
-       (bumped.comparison_id IS NOT NULL AND random() < 0.5), false, %(now)s
-FROM bumped
-RETURNING {returning}
+SELECT {returning} FROM claimed
+UNION ALL
+SELECT {returning_mine} FROM annotations_assignment a WHERE a.id IN (SELECT id FROM mine)
 """
 
 _ASSIGNMENT_COLUMNS = [str(f.column) for f in Assignment._meta.concrete_fields]
+_claim_sqls: dict[str, str] = {}
+
+
+def _claim_sql(window: str) -> str:
+    sql = _claim_sqls.get(window)
+    if sql is None:
+        sql = _claim_sqls[window] = _CLAIM_SQL.format(
+            window=window,
+            returning=", ".join(_ASSIGNMENT_COLUMNS),
+            returning_mine=", ".join(f"a.{c}" for c in _ASSIGNMENT_COLUMNS),
+        )
+    return sql
 
 
 def _claim_postgres(
@@ -813,8 +912,7 @@ def _claim_postgres(
     with connection.cursor() as cursor:
         for attempt in range(CLAIM_RETRIES):
             for lo, hi, window in windows if attempt == 0 else windows[2:]:
-                sql = _CLAIM_SQL.format(window=window, returning=", ".join(_ASSIGNMENT_COLUMNS))
-                cursor.execute(sql, {**params, "lo": lo, "hi": hi})
+                cursor.execute(_claim_sql(window), {**params, "lo": lo, "hi": hi})
                 row = cursor.fetchone()
                 if row is not None:
                     return Assignment.from_db(
@@ -873,13 +971,42 @@ def assignment_next(
     In order: their live lease (a reload or a second tab gets the same one); an expired lease
     of theirs whose entry still has room (resumed, never a second row); a new entry they were
     never assigned, chosen in their own random order. None when nothing is left for them.
+
+    Calls by the same annotator in the same study are serialised (see `_next_serialised`), so
+    that two tabs asking at the same instant get one lease, not one each; different annotators
+    never wait for each other here.
     """
-    plan = _active_plan_for_annotator(study=study, annotator=annotator)
-    if plan is None:
-        return None
     now = timezone.now()
+    # Before the annotator's transaction: the sweep locks other people's entries, which must
+    # not stay locked until this call commits.
     _maybe_sweep(now)
     expires = _lease_until(now, lease_minutes)
+    for _attempt in range(5):
+        try:
+            with transaction.atomic():
+                return _next_serialised(
+                    study=study, annotator=annotator, now=now, expires=expires
+                )
+        except IntegrityError:
+            # The check constraint caught a race with another annotator's claim (the
+            # transaction is rolled back): look again from the start.
+            continue
+    return None
+
+
+def _next_serialised(
+    *, study: Study, annotator: User, now: datetime, expires: datetime
+) -> Assignment | None:
+    """assignment_next's body, inside its transaction.
+
+    The first statement takes the annotator's queue lock for the study (PostgreSQL: a
+    transaction advisory lock; SQLite: the IMMEDIATE transaction already holds the database's
+    write lock), so a second call of the same annotator waits until the first has committed
+    its lease, and then finds and returns that lease.
+    """
+    plan = _active_plan_for_annotator(study=study, annotator=annotator, lock=True)
+    if plan is None:
+        return None
     unfinished = (
         list(
             Assignment.objects.select_related("entry")
@@ -902,52 +1029,49 @@ def assignment_next(
         if resumed is not None:
             return resumed
     claim = _claim_postgres if connection.vendor == "postgresql" else _claim_orm
-    for _attempt in range(5):
-        try:
-            claimed = claim(plan, annotator.pk, now=now, expires=expires)
-        except IntegrityError:
-            # A concurrent call by the same annotator (second tab) took the same entry, or the
-            # check constraint caught a race: look again.
-            live = (
-                Assignment.objects.select_related("entry")
-                .filter(
-                    entry__plan=plan,
-                    annotator_id=annotator.pk,
-                    status=Assignment.Status.LEASED,
-                    lease_expires_at__gt=now,
-                )
-                .order_by("id")
-                .first()
-            )
-            if live is not None:
-                return live
-            continue
-        if claimed is None:
-            return None
-        return claimed
-    return None
+    return claim(plan, annotator.pk, now=now, expires=expires)
 
+
+def _queue_lock_key(study_id: int, user_id: int) -> int:
+    """The advisory lock key of one annotator's "next" calls in one study (a signed bigint).
+
+    A hash, because the two-key form takes only 32-bit ids; a collision merely makes two
+    annotators wait for each other's "next" for a few milliseconds."""
+    digest = hashlib.sha256(f"reviewhub.queue_next:{study_id}:{user_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 _PLAN = RowShape(SamplingPlan, "p")
 
 
-def _active_plan_for_annotator(*, study: Study, annotator: User) -> SamplingPlan | None:
+def _active_plan_for_annotator(
+    *, study: Study, annotator: User, lock: bool = False
+) -> SamplingPlan | None:
     """The active plan, checking in the same query that the caller may annotate (403).
 
     The plan carries `has_unfinished`: whether the caller holds a lease or an expired lease in
-    it, so that the common case (none) costs no extra round trip."""
+    it, so that the common case (none) costs no extra round trip.
+
+    With `lock` (inside a transaction, PostgreSQL), the same statement first takes the
+    caller's queue lock for the study (`_queue_lock_key`), held until the transaction ends; it
+    costs no round trip of its own. This statement's snapshot predates the wait for the lock,
+    so `has_unfinished` may miss a lease that a concurrent call of the same annotator has just
+    committed: the claim statement, which runs after the lock, checks for that lease itself
+    (see _CLAIM_SQL)."""
+    locking = lock and connection.vendor == "postgresql"
     # Precompiled (see reviewhub/rawrows.py): this runs on every "next".
     row = fetch_one(
-        f"SELECT {_PLAN.select}, EXISTS(SELECT 1 FROM {Assignment._meta.db_table} a "
+        ("WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s)) " if locking else "")
+        + f"SELECT {_PLAN.select}, EXISTS(SELECT 1 FROM {Assignment._meta.db_table} a "
         f"JOIN {QueueEntry._meta.db_table} e ON e.id = a.entry_id WHERE e.plan_id = p.id "
         "AND a.annotator_id = %s AND a.status IN (%s, %s)), "
         f"EXISTS(SELECT 1 FROM {Membership._meta.db_table} m WHERE m.study_id = %s "
         "AND m.user_id = %s AND m.role IN (%s, %s)) "
-        f"FROM {SamplingPlan._meta.db_table} p WHERE p.study_id = %s AND p.is_active "
-        "ORDER BY p.version DESC LIMIT 1",
-        [annotator.pk, Assignment.Status.LEASED.value, Assignment.Status.EXPIRED.value,
-         study.pk, annotator.pk, Membership.Role.LEAD.value, Membership.Role.ANNOTATOR.value,
-         study.pk],
+        f"FROM {'lk, ' if locking else ''}{SamplingPlan._meta.db_table} p "
+        "WHERE p.study_id = %s AND p.is_active ORDER BY p.version DESC LIMIT 1",
+        ([_queue_lock_key(study.pk, annotator.pk)] if locking else [])
+        + [annotator.pk, Assignment.Status.LEASED.value, Assignment.Status.EXPIRED.value,
+           study.pk, annotator.pk, Membership.Role.LEAD.value, Membership.Role.ANNOTATOR.value,
+           study.pk],
     )
     plan = None
     if row is not None:

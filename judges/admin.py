@@ -38,6 +38,11 @@ class JudgeVersionAdmin(admin.ModelAdmin):
     readonly_fields = ("judge", "version", "content_hash", "config", "model_family",
                        "created_at")
 
+    def has_add_permission(self, request, obj=None) -> bool:
+        # Every field is read-only, so the add form saved an empty row (a 500 on the NOT NULL
+        # version); versions come only from a config through judges.services.
+        return False
+
     @admin.display(description="hash")
     def short_hash(self, obj: JudgeVersion) -> str:
         return obj.content_hash[:12]

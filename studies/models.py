@@ -55,6 +55,10 @@ class Membership(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
     role = models.CharField(max_length=10, choices=Role.choices)
+    # The account was created by an invitation to this study (annotations.annotator_invite).
+    # Only then may the study's leads reset its password, and only while it has no access
+    # beyond this study: a lead must never gain an account that can see more than they can.
+    created_account = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

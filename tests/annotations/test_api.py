@@ -143,8 +143,10 @@ def test_next_and_submit_round_trips_stay_few(
     # the rubric has annotations).
     for _ in range(2):
         _submit(client, _next(client)["assignment"]["assignment_id"])
-    # token, study + role, plan + membership + own leases, claim, context, progress
-    with django_assert_max_num_queries(6):
+    # token, study + role, BEGIN, plan + membership + own leases (+ the annotator's queue lock,
+    # in the same statement), claim, COMMIT, context, progress. The transaction serialises one
+    # annotator's concurrent calls (two tabs get one lease; test_queue_concurrency.py).
+    with django_assert_max_num_queries(8):
         aid = _next(client)["assignment"]["assignment_id"]
     # token, study + role, own assignment, BEGIN, entry and assignment locked together,
     # insert, both updates in one statement, COMMIT, progress

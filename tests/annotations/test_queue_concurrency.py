@@ -1,14 +1,20 @@
-"""The queue under real concurrency on PostgreSQL: 50 annotator threads, each with its own
-database connection, pull and submit 2,000 outputs with k = 3."""
+"""The queue under real concurrency: 50 annotator threads, each with its own database connection,
+pull and submit 2,000 outputs with k = 3 (PostgreSQL); one annotator's simultaneous "next" calls
+(two tabs) get one lease (PostgreSQL and SQLite)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +28,7 @@ from tests.factories import MembershipFactory, StudyFactory, UserFactory
 
 from .factories import annotators_make, passing_labels, world_build
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 N_OUTPUTS = 2000
 K = 3
@@ -61,6 +67,7 @@ def _setup_big_study() -> tuple[Study, list[Any], Any]:
     return study, annotators, lead
 
 
+@pytest.mark.postgres
 def test_fifty_annotators_two_thousand_outputs_k3(settings: Any) -> None:
     settings.REVIEWHUB_LEASE_SWEEP_SECONDS = 1
     assert connection.vendor == "postgresql"
@@ -143,6 +150,7 @@ def test_fifty_annotators_two_thousand_outputs_k3(settings: Any) -> None:
     assert elapsed < 150, f"took {elapsed:.1f}s"
 
 
+@pytest.mark.postgres
 def test_concurrent_identical_submits_make_one_set(study: Study, lead: Any) -> None:
     world_build(study=study, strata={"en": 2})
     (annotator,) = annotators_make(study, 1)
@@ -170,6 +178,7 @@ def test_concurrent_identical_submits_make_one_set(study: Study, lead: Any) -> N
     assert QueueEntry.objects.get(pk=a.entry_id).done_count == 1
 
 
+@pytest.mark.postgres
 def test_concurrent_next_never_overleases(study: Study, lead: Any) -> None:
     """Ten annotators race for a single output with k = 3: exactly three get it."""
     world_build(study=study, strata={"en": 1})
@@ -191,3 +200,94 @@ def test_concurrent_next_never_overleases(study: Study, lead: Any) -> None:
     entry = QueueEntry.objects.get()
     assert entry.leased_count == 3
     assert Assignment.objects.filter(status="leased").count() == 3
+
+
+N_TABS = 4
+TRIALS = 30
+
+
+def _two_tab_trials(*, trials: int = TRIALS, tabs: int = N_TABS) -> int:
+    """Run `trials` rounds of `tabs` simultaneous "next" calls by one annotator; return in how
+    many rounds they were handed more than one assignment (the caller asserts 0)."""
+    lead = UserFactory(username="tabs-lead")
+    study = StudyFactory(owner=lead, slug="tabs")
+    MembershipFactory(study=study, user=lead, role=Membership.Role.LEAD)
+    # Room for every tab of every round to take an entry of its own, so that running dry never
+    # hides a second lease.
+    world_build(study=study, strata={"en": trials * tabs + 10})
+    (annotator,) = annotators_make(study, 1, prefix="tabs")
+    services.sampling_plan_create(
+        study=study, spec={"mode": "all", "seed": 3}, k=2, gold_rate=0.0, created_by=lead
+    )
+    diverged = 0
+    for _round in range(trials):
+        got: list[int | None] = [None] * tabs
+
+        def take(i: int, got: list[int | None] = got) -> None:
+            a = services.assignment_next(study=study, annotator=annotator)
+            got[i] = a.pk if a is not None else None
+
+        errors = _threads(tabs, take)
+        if errors:
+            raise errors[0]
+        assert None not in got, got
+        diverged += len(set(got)) > 1
+        leased = list(Assignment.objects.filter(annotator=annotator, status="leased"))
+        if len(set(got)) == 1:
+            assert [a.pk for a in leased] == [got[0]]
+        # End whatever was handed out, so that the next round starts with no live lease.
+        for a in leased:
+            services.assignment_skip(assignment=a, annotator=annotator)
+    # Nothing was over-leased along the way.
+    assert set(QueueEntry.objects.values_list("leased_count", flat=True)) == {0}
+    return diverged
+
+
+@pytest.mark.postgres
+def test_simultaneous_next_calls_of_one_annotator_get_one_lease_postgres() -> None:
+    """Tabs of one annotator asking at the same instant all get the same assignment (the docs'
+    promise for a reload or a second tab): serialised per (study, annotator)."""
+    assert connection.vendor == "postgresql"
+    diverged = _two_tab_trials()
+    assert diverged == 0, f"{diverged} of {TRIALS} rounds handed out more than one lease"
+
+
+# The same rounds on SQLite. Django's SQLite test database lives in memory with a shared cache,
+# where concurrent writers fail at once with "database table is locked" instead of waiting, so
+# the rounds run in a child process against a database file configured like the embedded
+# default (WAL, IMMEDIATE transactions, busy timeout); the schema is built from the models.
+_SQLITE_CHILD = """
+import json, os, sys
+sys.path.insert(0, os.getcwd())
+import django
+django.setup()
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+settings.MIGRATION_MODULES = {app.label: None for app in django.apps.apps.get_app_configs()}
+settings.REVIEWHUB_LEASE_SWEEP_SECONDS = 0
+call_command("migrate", run_syncdb=True, verbosity=0)
+assert connection.vendor == "sqlite", connection.vendor
+from tests.annotations.test_queue_concurrency import _two_tab_trials
+print(json.dumps({"diverged": _two_tab_trials()}))
+"""
+
+
+def test_simultaneous_next_calls_of_one_annotator_get_one_lease_sqlite(tmp_path: Any) -> None:
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'tabs.sqlite3'}",
+        "DJANGO_SETTINGS_MODULE": "reviewhub.settings",
+        "REVIEWHUB_LOG_LEVEL": "WARNING",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _SQLITE_CHILD],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    diverged = json.loads(done.stdout.strip().splitlines()[-1])["diverged"]
+    assert diverged == 0, f"{diverged} of {TRIALS} rounds handed out more than one lease"

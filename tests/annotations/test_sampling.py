@@ -1,5 +1,6 @@
 """Sampling plans: allocation arithmetic (checked against hand-computed figures), stratified and
-proportional draws, gold mixing, judge-disagreement weighting and plan versioning."""
+proportional draws, gold mixing, judge-disagreement weighting and plan versioning. The designs'
+inclusion probabilities are checked by simulation in test_inclusion_probability.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import uuid
 from collections import Counter
 from typing import Any
 
-import numpy as np
 import pytest
 
 from annotations import sampling, services
@@ -124,6 +124,9 @@ def test_plan_all(world: World, lead: Any) -> None:
     assert _strata_counts(plan) == {"en": 6, "de": 3, "fr": 1}
     assert set(plan.entries.values_list("needed", flat=True)) == {3}
     assert isinstance(plan.summary["seed"], int)
+    # A census: every entry is certain.
+    assert set(plan.entries.values_list("draw_kind", "inclusion_probability")) == {("census", 1.0)}
+    assert {d["design"] for d in plan.summary["designs"].values()} == {"census"}
 
 
 @pytest.mark.django_db
@@ -139,9 +142,18 @@ def test_plan_per_stratum_exact(study: Study, lead: Any) -> None:
     assert _strata_counts(plan) == {"en": 10, "de": 10, "fr": 4}
     assert plan.summary["allocation"] == {"de": 10, "en": 10, "fr": 4}
     assert plan.summary["population"] == {"de": 20, "en": 50, "fr": 4}
-    # Every chosen output belongs to the stratum it is filed under.
+    # Every chosen output belongs to the stratum it is filed under, and carries pi = n_h / N_h
+    # (simple random sampling inside the stratum; fr is taken whole).
+    expected_pi = {"en": 10 / 50, "de": 10 / 20, "fr": 1.0}
     for entry in plan.entries.select_related("output__item"):
         assert entry.output.item.strata["lang"] == entry.stratum
+        assert entry.draw_kind == "random"
+        assert entry.inclusion_probability == pytest.approx(expected_pi[entry.stratum])
+    assert {h: d["design"] for h, d in plan.summary["designs"].items()} == {
+        "de": "srswor",
+        "en": "srswor",
+        "fr": "take_all",
+    }
 
 
 @pytest.mark.django_db
@@ -191,6 +203,9 @@ def test_gold_rate(study: Study, lead: Any) -> None:
         gold_outputs
     )
     assert plan.summary["gold_entries"] == 8 and plan.summary["gold_available"] == 20
+    # Gold is chosen for quality control, not drawn from the frame: no inclusion probability.
+    assert set(gold_entries.values_list("draw_kind", "inclusion_probability")) == {("gold", None)}
+    assert plan.summary["draw_kinds"] == {"census": 70, "gold": 8}
 
 
 @pytest.mark.django_db
@@ -243,15 +258,14 @@ def test_disagreement_weight_favours_uncertain_outputs(study: Study, lead: Any) 
     weights = dict(weighted.entries.values_list("output_id", "sample_weight"))
     assert all(weights[pk] == 10.0 for pk in picked & contested)
     assert all(weights[pk] == 1.0 for pk in picked - contested)
-    # Successive sampling of 20 from 20 items of weight 10 and 80 of weight 1: the expected
-    # number of contested picks is ~14 (simulated independently below); uniform gives 4.
-    rng = np.random.default_rng(0)
-    w = np.array([10.0] * 20 + [1.0] * 80)
-    sims = [
-        int((rng.choice(100, 20, replace=False, p=w / w.sum()) < 20).sum()) for _ in range(2000)
-    ]
-    expected = float(np.mean(sims))
-    assert 12 < expected < 16
+    # pi-ps of 20 from 20 items of size 10 and 80 of size 1 (sum 280): a contested output is
+    # drawn with probability 20 * 10 / 280 = 5/7, any other with 20 / 280 = 1/14, so ~14.3
+    # contested picks are expected; a uniform draw would expect 4.
+    pis = dict(weighted.entries.values_list("output_id", "inclusion_probability"))
+    assert all(pis[pk] == pytest.approx(5 / 7) for pk in picked & contested)
+    assert all(pis[pk] == pytest.approx(1 / 14) for pk in picked - contested)
+    assert set(weighted.entries.values_list("draw_kind", flat=True)) == {"random"}
+    assert weighted.summary["designs"]["en"]["design"] == "pps_systematic"
     assert len(picked & contested) >= 10
     plain = services.sampling_plan_create(
         study=study,

@@ -1,6 +1,8 @@
 """`manage.py token_create USERNAME --name NAME [--study SLUG] [--write]`: print a new API token.
 
-The secret is printed once; only its hash is stored.
+The secret is printed once; only its hash is stored. stdout carries the secret and nothing
+else (the note about the token, errors and the project's logs go to stderr), so that
+`TOKEN=$(python manage.py token_create alice --write)` captures exactly the secret.
 """
 
 from __future__ import annotations
