@@ -8,6 +8,7 @@ filesystem Celery broker under ./var) unless DATABASE_URL / CELERY_BROKER_URL ar
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -79,18 +80,27 @@ def demo(argv: list[str]) -> int:
     ensure_env_file()
     env = dict(os.environ)
     env.setdefault("DJANGO_DEBUG", "1")
+    # A local model server or the simulated provider (tests/judges/provider_server.py) runs on
+    # loopback: the demo lists it, as an operator would (docs/judges.md).
+    env.setdefault("REVIEWHUB_JUDGE_ALLOWED_BASE_URLS",
+                   "https://api.openai.com,https://api.anthropic.com,http://127.0.0.1:*")
     host = env.get("REVIEWHUB_DEMO_ADDR", "127.0.0.1:8000")
     manage("migrate", "--noinput", env=env)
     manage("demo_seed", *argv, env=env)
+    # `-B` embeds celery beat, which sends the periodic tasks: the judge-run sweeper above all
+    # (expired leases, idle runs; docs/judge_runs.md). The demo's one worker is the only one,
+    # so it is also the one beat; its schedule file is under the var folder (settings).
     worker = subprocess.Popen(
-        [str(PY), "-m", "celery", "-A", "reviewhub", "worker", "--loglevel", "INFO",
+        [str(PY), "-m", "celery", "-A", "reviewhub", "worker", "-B", "--loglevel", "INFO",
          "--pool", "threads", "--concurrency", "8", "-Q", "celery,judges"],
-        cwd=ROOT, env=env,
+        # Its own process group (Ctrl-C reaches it as the SIGTERM below, once), so that the
+        # embedded beat child can be stopped with it if the worker has to be killed.
+        cwd=ROOT, env=env, start_new_session=True,
     )
     server = subprocess.Popen(
         [str(PY), "manage.py", "runserver", "--noreload", host], cwd=ROOT, env=env
     )
-    say(f"serving http://{host}/  (Ctrl-C stops the server and the worker)")
+    say(f"serving http://{host}/  (Ctrl-C stops the server and the worker with its beat)")
     try:
         while server.poll() is None and worker.poll() is None:
             time.sleep(0.5)
@@ -105,6 +115,8 @@ def demo(argv: list[str]) -> int:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(worker.pid, signal.SIGKILL)  # whatever of the worker's group is left
     return server.returncode or 0
 
 

@@ -1,14 +1,18 @@
 """Celery adapters for judge runs: ids in, a service call, the retry policy.
 
-- `judges.run_work(run_id)`: one batch task = one `executor.run_drain` time slice. It keeps a
-  successor queued while the run has work, so a run is a chain of bounded tasks; several
-  chains run per run (`REVIEWHUB_JUDGE_TASKS_PER_RUN`) so the queue never drains while one
-  hands over. Job-level retries (transient provider errors) are NOT Celery retries: the job
-  goes back to `queued` in the database with its backoff (`available_at`), which survives any
-  worker or broker loss. The task itself retries only on database/broker connection errors.
+- `judges.run_work(run_id)`: one batch task = one `executor.run_drain` time slice. After every
+  drain it schedules a successor while the run has queued jobs, due when the earliest becomes
+  claimable (`successor_countdown`, read from the database once the drain has recorded
+  everything), so a run is a chain of bounded tasks that never stalls waiting for the
+  sweeper; several chains run per run (`REVIEWHUB_JUDGE_TASKS_PER_RUN`) so the queue never
+  drains while one hands over. Job-level retries (transient provider errors) are NOT Celery
+  retries: the job goes back to `queued` in the database with its backoff (`available_at`),
+  which survives any worker or broker loss. The task itself retries only on database/broker
+  connection errors.
 - `judges.sweep()`: the sweeper (see `runs.judge_sweep`), run by celery beat
-  (`CELERY_BEAT_SCHEDULE` in settings; start a worker with `-B` or a separate `celery beat`),
-  once when a worker starts (`worker_ready`), or by `manage.py judge_sweep`.
+  (`CELERY_BEAT_SCHEDULE` in settings; compose's `beat` service, the demo worker's `-B`),
+  once when a worker starts (`worker_ready`), or by `manage.py judge_sweep`. Only it brings
+  back a run whose worker was killed (see below), so every deployment runs exactly one beat.
 
 All tasks are `acks_late` (the project default, repeated here on purpose): a SIGKILLed worker's
 message stays unacknowledged. Redis only redelivers it after the visibility timeout, so the
@@ -34,9 +38,15 @@ from . import executor, runs
 logger = logging.getLogger(__name__)
 
 QUEUE = "judges"
-# Bounds on how long a successor waits for the next retry or lease expiry.
+# Bounds on how long a successor waits for the next retry or lease expiry. A retry further
+# away than the maximum (a long Retry-After) is reached by successors that find nothing yet
+# and wait again.
 MIN_COUNTDOWN_S = 0.05
 MAX_COUNTDOWN_S = 300.0
+# A drain that claimed nothing although jobs were claimable (a budget waiting for the costs of
+# calls in flight, a claim racing another worker's) and saw no live lease to wait for looks
+# again after this long.
+IDLE_RECHECK_S = 1.0
 
 
 def judge_run_enqueue(*, run_id: int, n: int = 1, countdown: float | None = None) -> int:
@@ -68,12 +78,9 @@ def judge_run_enqueue(*, run_id: int, n: int = 1, countdown: float | None = None
 def judge_run_work(run_id: int) -> dict[str, Any]:
     """Drain one time slice of a run, then keep the chain going while work remains."""
     report = executor.run_drain(run_id=run_id)
-    if report.state == "sliced":
-        judge_run_enqueue(run_id=run_id)
-    elif report.state == "idle" and report.remaining and report.next_available_at is not None:
-        wait = (report.next_available_at - timezone.now()).total_seconds()
-        judge_run_enqueue(run_id=run_id,
-                          countdown=min(MAX_COUNTDOWN_S, max(MIN_COUNTDOWN_S, wait)))
+    countdown = successor_countdown(run_id=run_id, claimed=report.claimed)
+    if countdown is not None:
+        judge_run_enqueue(run_id=run_id, countdown=countdown or None)
     logger.info(
         "judge run %s slice: state=%s claimed=%s recorded=%s discarded=%s verdicts=%s "
         "max_in_flight=%s remaining=%s finished=%s", run_id, report.state, report.claimed,
@@ -82,6 +89,36 @@ def judge_run_work(run_id: int) -> dict[str, Any]:
     )
     return {"state": report.state, "claimed": report.claimed, "recorded": report.recorded,
             "remaining": report.remaining, "finished": report.run_finished}
+
+
+def successor_countdown(*, run_id: int, claimed: int) -> float | None:
+    """Seconds until this chain's next batch task should run (0: now); None: no successor.
+
+    Decided from the database after the drain has recorded everything it claimed, never from
+    the drain's own report: its last claim can predate the retries its last chunk put back
+    (they would otherwise wait for the sweeper) and, for a cost-limited run, the costs that
+    let the next claim go past the probe calls. So after every drain, a run with queued jobs
+    has a successor, due when the earliest of them becomes claimable. A run that is no longer
+    running gets none, and its queued jobs are cancelled (`runs.run_settle`).
+    """
+    wake = runs.run_wake(run_id=run_id)
+    if wake is None:
+        runs.run_settle(run_id=run_id)
+        return None
+    now = timezone.now()
+    if wake.due_at is not None:  # every queued job waits for its retry time
+        wait = (wake.due_at - now).total_seconds()
+    elif claimed:
+        return 0.0
+    elif wake.next_lease_expiry_at is not None:
+        # Claimable jobs but this drain got none while other calls are in flight: whoever
+        # holds them schedules its own successor when they are recorded (a budget then has
+        # the costs it waited for), so this chain waits for their leases (their worker may be
+        # lost) rather than polling.
+        wait = (wake.next_lease_expiry_at - now).total_seconds()
+    else:
+        wait = IDLE_RECHECK_S
+    return min(MAX_COUNTDOWN_S, max(MIN_COUNTDOWN_S, wait))
 
 
 def _enqueue(run_id: int, n: int) -> None:
@@ -93,7 +130,8 @@ def _enqueue(run_id: int, n: int) -> None:
 def judge_sweep_task() -> dict[str, Any]:
     result = runs.judge_sweep(enqueue=_enqueue)
     return {"requeued": result.requeued, "failed": result.failed,
-            "runs_finished": result.runs_finished, "runs_kicked": result.runs_kicked}
+            "runs_finished": result.runs_finished, "runs_kicked": result.runs_kicked,
+            "settled": result.settled}
 
 
 # Young-generation threshold for worker processes (CPython's default is 700 allocations).

@@ -27,7 +27,9 @@ Decisions worth knowing (also in docs/judges.md):
   claims happen under the run row lock. `max_cost` is checked before each claim against the
   cost recorded so far plus the average cost of a call for the calls in flight, so a run can
   overshoot by at most the spread of the calls in flight. Hitting either stops the run:
-  queued jobs are cancelled, running ones finish, `status=stopped`, `stop_reason` has figures.
+  queued jobs are cancelled, running ones finish, `status=stopped`, `stop_reason` has figures;
+  a retry one of those calls asks for is cancelled too (`run_settle`), so a stopped run never
+  keeps queued jobs. Calls under a lapsed lease do not count as in flight.
 - **Attempts**: each claim is one attempt. Transient errors re-queue the job with a jittered,
   capped exponential backoff that honours Retry-After (a Retry-After above the cap is honoured
   as sent); after `REVIEWHUB_JUDGE_MAX_ATTEMPTS` the job fails with `error_kind="transient"`.
@@ -51,7 +53,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
 from reviewhub.api.errors import Conflict, ValidationFailed
@@ -560,10 +562,18 @@ class ClaimResult:
     remaining: int = 0
 
 
-def _cost_so_far(run: JudgeRun) -> tuple[float, int, int]:
+def _cost_so_far(run: JudgeRun, now: datetime | None = None) -> tuple[float, int, int]:
+    """(cost recorded, calls priced, calls in flight).
+
+    In flight = running under a live lease. A job whose lease lapsed is not in flight (its
+    worker is presumed dead, and this claim may take it again); counted, a probe of
+    `COST_PROBE_CALLS` lost with its worker would hold a cost-limited run in "budget_wait"
+    until the sweeper re-queued the jobs, or for ever without one.
+    """
     agg = JudgeJob.objects.filter(run=run).aggregate(
         spent=Sum("cost"), priced=Count("cost"),
-        running=Count("id", filter=Q(status=JudgeJob.Status.RUNNING)),
+        running=Count("id", filter=Q(status=JudgeJob.Status.RUNNING,
+                                     lease_expires_at__gte=now or timezone.now())),
     )
     return float(agg["spent"] or 0.0), int(agg["priced"] or 0), int(agg["running"] or 0)
 
@@ -784,7 +794,7 @@ def jobs_claim(
         if run.max_calls is not None:
             allowance = min(allowance, run.max_calls - run.calls_made)
         if run.max_cost is not None:
-            spent, priced, running = _cost_so_far(run)
+            spent, priced, running = _cost_so_far(run, now)
             if spent >= run.max_cost:
                 allowance = 0
             elif priced:
@@ -1237,6 +1247,124 @@ def verdicts_finalize(*, run_id: int) -> int:
     return verdicts_build(subjects=missing) if missing else 0
 
 
+# --- after a drain: the next wake-up, settling, stalls ---------------------------------------
+
+INACTIVE_RUN_STATUSES = (JudgeRun.Status.DONE, JudgeRun.Status.CANCELLED,
+                         JudgeRun.Status.STOPPED, JudgeRun.Status.FAILED)
+
+
+@dataclass(frozen=True)
+class RunWake:
+    """What a running run's queue holds: whether, and from when, a batch task has work.
+
+    Read from the database after a drain has recorded everything it claimed, so it sees the
+    retries that drain's last chunk put back (the drain's own report may predate them).
+    """
+
+    queued: int
+    ready: int  # queued and claimable now
+    unscheduled: int  # queued with no retry time (claimable since they were queued)
+    running: int  # running under a live lease (a worker is on it)
+    lapsed: int  # running with an expired lease (its worker is presumed lost)
+    next_retry_at: datetime | None  # the earliest `available_at` of the queued jobs
+    next_lease_expiry_at: datetime | None  # the earliest live lease's expiry
+    last_activity_at: datetime | None
+
+    @property
+    def due_at(self) -> datetime | None:
+        """When the earliest queued job becomes claimable (None: claimable now)."""
+        return None if self.ready else self.next_retry_at
+
+    @property
+    def claimable_from(self) -> datetime | None:
+        """Since (or from) when the earliest queued job is claimable; None: since queued."""
+        return None if self.unscheduled else self.next_retry_at
+
+
+def run_wake(*, run_id: int, now: datetime | None = None) -> RunWake | None:
+    """The queue of a running run with queued jobs (one query); None when there is no such
+    run, it is not running, or it has no queued job (nothing to wake up for)."""
+    now = now or timezone.now()
+    st = JudgeJob.Status
+    ready_q = Q(status=st.QUEUED) & (Q(available_at__isnull=True) | Q(available_at__lte=now))
+    agg = JudgeJob.objects.filter(
+        run_id=run_id, run__status=JudgeRun.Status.RUNNING, status__in=ACTIVE_JOB_STATUSES
+    ).aggregate(
+        queued=Count("id", filter=Q(status=st.QUEUED)),
+        ready=Count("id", filter=ready_q),
+        unscheduled=Count("id", filter=Q(status=st.QUEUED, available_at__isnull=True)),
+        running=Count("id", filter=Q(status=st.RUNNING, lease_expires_at__gte=now)),
+        lapsed=Count("id", filter=Q(status=st.RUNNING, lease_expires_at__lt=now)),
+        next_retry_at=Min("available_at", filter=Q(status=st.QUEUED)),
+        next_lease_expiry_at=Min("lease_expires_at",
+                                 filter=Q(status=st.RUNNING, lease_expires_at__gte=now)),
+        last_activity_at=Max("run__last_activity_at"),
+    )
+    if not agg["queued"]:
+        return None
+    return RunWake(**agg)
+
+
+def run_settle(*, run_id: int) -> int:
+    """Cancel the queued jobs of a run that is no longer running; return how many.
+
+    A run stops (budget) or is cancelled while calls are in flight; those calls finish and are
+    recorded, and a transient error among them is recorded as "queued, retry later", as is a
+    lapsed lease the sweeper re-queues. Nothing claims jobs of a run that is not running, so
+    they would stay queued for ever, and the run would look half-alive; cancelled, they are
+    what `judge_run_resume` picks up. Under the run row lock, as resume changes the status.
+    """
+    with transaction.atomic():
+        run = JudgeRun.objects.select_for_update().filter(
+            pk=run_id, status__in=INACTIVE_RUN_STATUSES).first()
+        if run is None:
+            return 0
+        n = JudgeJob.objects.filter(run=run, status=JudgeJob.Status.QUEUED).update(
+            status=JudgeJob.Status.CANCELLED, finished_at=timezone.now(),
+            available_at=None, error=f"run {run.status} before this job was retried",
+        )
+    if n:
+        logger.info("judge run %s (%s): %s queued jobs cancelled", run_id, run.status, n)
+    return n
+
+
+# How long past its due time (the last claim, or the next retry) a run may sit with queued
+# jobs and no claim before its page calls it stalled. Longer than the waits the chain of batch
+# tasks schedules itself for ready work (a second at most) and than a worker's start-up; at
+# least two sweeps, so that a sweeper that runs has had its chance.
+STALL_GRACE_MIN_S = 60.0
+
+
+def run_stall_grace_s() -> float:
+    return max(STALL_GRACE_MIN_S, 2 * float(settings.REVIEWHUB_JUDGE_SWEEP_INTERVAL_S))
+
+
+@dataclass(frozen=True)
+class RunStall:
+    """A running run that nothing is working on and nothing is due to wake."""
+
+    queued: int
+    lapsed: int
+    idle_since: datetime  # the later of the last claim and the earliest retry time
+
+
+def run_stall(*, run_id: int, now: datetime | None = None) -> RunStall | None:
+    """The run's stall, if it has one: queued jobs, no job under a live lease, and neither a
+    claim nor a retry time within `run_stall_grace_s()` of now. Jobs still marked running
+    with an expired lease count as lost (their worker died), not as running."""
+    now = now or timezone.now()
+    wake = run_wake(run_id=run_id, now=now)
+    if wake is None or wake.running:
+        return None
+    marks = [t for t in (wake.last_activity_at, wake.claimable_from) if t is not None]
+    if not marks:
+        return None
+    idle_since = max(marks)
+    if (now - idle_since).total_seconds() <= run_stall_grace_s():
+        return None
+    return RunStall(queued=wake.queued, lapsed=wake.lapsed, idle_since=idle_since)
+
+
 # --- sweeping -------------------------------------------------------------------------------
 
 
@@ -1246,6 +1374,7 @@ class SweepResult:
     failed: int = 0
     runs_finished: int = 0
     runs_kicked: list[int] = field(default_factory=list)
+    settled: int = 0  # queued jobs of runs no longer running, cancelled (`run_settle`)
 
 
 def judge_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = None) -> SweepResult:
@@ -1255,7 +1384,8 @@ def judge_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = None) 
     attempts); the lease token is cleared, so the lost worker's late result is discarded. A run
     that still has work but no claim or record for longer than a lease gets fresh batch tasks
     (its messages may have died with the worker, e.g. unacknowledged ones that Redis only
-    redelivers after the visibility timeout).
+    redelivers after the visibility timeout). Queued jobs of runs that are no longer running
+    are cancelled (`run_settle`).
     """
     now = now or timezone.now()
     result = SweepResult()
@@ -1267,6 +1397,10 @@ def judge_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = None) 
             status=JudgeJob.Status.QUEUED, lease_token="", lease_expires_at=None,
             error="lease expired (worker lost?); re-queued",
         )
+    unsettled = JudgeRun.objects.filter(status__in=INACTIVE_RUN_STATUSES).filter(
+        Exists(JudgeJob.objects.filter(run=OuterRef("pk"), status=JudgeJob.Status.QUEUED)))
+    for run_id in unsettled.values_list("id", flat=True):
+        result.settled += run_settle(run_id=run_id)
     idle_before = now - timedelta(seconds=settings.REVIEWHUB_JUDGE_LEASE_S)
     for run_id in JudgeRun.objects.filter(status=JudgeRun.Status.RUNNING).values_list(
         "id", flat=True
@@ -1285,6 +1419,6 @@ def judge_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = None) 
                 if queued:
                     _on_commit_enqueue(run_id, queued, enqueue)
                     result.runs_kicked.append(run_id)
-    if result.requeued or result.failed or result.runs_kicked:
+    if result.requeued or result.failed or result.runs_kicked or result.settled:
         logger.info("judge sweep: %s", result)
     return result

@@ -25,7 +25,7 @@ from studies.models import (
     Study,
 )
 
-KEY_ENV = "REVIEWHUB_TEST_JUDGE_KEY"
+KEY_ENV = "RH_TEST_RUN_JUDGE_API_KEY"
 
 
 @dataclass

@@ -251,3 +251,147 @@ def test_rate_limit_caps_calls_in_flight_inside_the_worker(
     assert elapsed >= 0.8
     assert Verdict.objects.filter(run=run).count() == 40
 
+
+
+# --- the chain of batch tasks: after every drain, queued work has a successor ----------------
+
+
+class Broker:
+    """Stands in for Celery under the `judges.run_work` adapter: keeps the successors that each
+    drain schedules (with their countdowns) and delivers them when they are due, one at a time,
+    the way a worker would. Nothing else wakes the run: no sweeper runs here."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from judges import celery_tasks
+
+        self.due: list[tuple[float, int]] = []  # (monotonic due time, run id)
+        self.sent: list[float | None] = []  # countdowns sent by the drain that ran last
+        monkeypatch.setattr(celery_tasks, "judge_run_enqueue", self._enqueue)
+
+    def _enqueue(self, *, run_id: int, n: int = 1, countdown: float | None = None) -> int:
+        for _ in range(n):
+            self.due.append((time.monotonic() + (countdown or 0.0), run_id))
+            self.sent.append(countdown)
+        return n
+
+    def chain(self, run: JudgeRun, *, chains: int = 1, max_drains: int = 60) -> list[Any]:
+        """Deliver tasks until the run leaves `running`; after each drain, assert that a run
+        left with queued jobs got a successor, due no later than its earliest retry."""
+        from django.utils import timezone
+
+        from judges.celery_tasks import MAX_COUNTDOWN_S, judge_run_work
+
+        self.due = [(time.monotonic(), run.pk)] * chains
+        results = []
+        for _ in range(max_drains):
+            if not self.due:
+                break
+            self.due.sort()
+            at, run_id = self.due.pop(0)
+            time.sleep(max(0.0, at - time.monotonic()))
+            self.sent = []
+            results.append(judge_run_work(run_id))
+            run.refresh_from_db()
+            queued = JudgeJob.objects.filter(run=run, status="queued")
+            if run.status != JudgeRun.Status.RUNNING:
+                assert not queued.exists(), f"a {run.status} run kept queued jobs"
+                continue
+            if not queued.exists():
+                continue
+            assert self.sent, (
+                f"the drain left {queued.count()} queued jobs and scheduled no successor "
+                f"(drain: {results[-1]})")
+            ready = queued.filter(available_at__isnull=True).exists() or queued.filter(
+                available_at__lte=timezone.now()).exists()
+            earliest = min(c or 0.0 for c in self.sent)
+            if ready:
+                assert earliest <= 2.0, self.sent
+            else:
+                first = queued.order_by("available_at").values_list(
+                    "available_at", flat=True).first()
+                assert first is not None
+                wait = (first - timezone.now()).total_seconds()
+                assert earliest <= min(MAX_COUNTDOWN_S, max(0.0, wait) + 0.5), (earliest, wait)
+        run.refresh_from_db()
+        assert run.status != JudgeRun.Status.RUNNING, (
+            f"stalled: run still running with {self.due!r} scheduled after {len(results)} "
+            f"drains; jobs {dict(JudgeJob.objects.filter(run=run).values_list('id', 'status'))}")
+        return results
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Broker:
+    settings.REVIEWHUB_JUDGE_CONCURRENCY = 16
+    settings.REVIEWHUB_JUDGE_TASK_SLICE_S = 60
+    return Broker(monkeypatch)
+
+
+def _last_output_fails_once(data: StudyData, server: ProviderServer, fault: Any) -> int:
+    """The last output's first call answers `fault` after every other call has answered, so
+    that its transient error is in the drain's last chunk."""
+    token = f"[o{len(data.outputs) - 1}]"
+    hits: list[int] = []
+
+    def handler(req: Any) -> Any:
+        if token in req.prompt_text() and not hits:
+            hits.append(1)
+            return slow(0.3, then=fault)
+        return None
+
+    server.handler = handler
+    return data.outputs[-1].pk
+
+
+@pytest.mark.parametrize("n_items", [1, 4], ids=["one-job", "last-of-eight"])
+@pytest.mark.parametrize(
+    "fault", [server_error(503), rate_limited(None, retry_after_ms="400")], ids=["503", "429"])
+def test_a_transient_error_in_the_last_chunk_gets_a_successor_at_its_retry_time(
+    study: Any, provider_server: ProviderServer, judge_key_env: str, broker: Broker,
+    n_items: int, fault: Any,
+) -> None:
+    data = build_study_data(study, n_items=n_items, n_candidates=1 if n_items == 1 else 2)
+    output_id = _last_output_fails_once(data, provider_server, fault)
+    run = start(data, provider_server, [data.binary])
+    t0 = time.monotonic()
+    results = broker.chain(run)
+    assert run.status == "done" and len(results) == 2, results
+    job = JudgeJob.objects.get(run=run, output_id=output_id)
+    assert job.status == "done" and job.attempts == 2
+    assert Verdict.objects.filter(run=run, is_scored=True).count() == len(data.outputs)
+    # The retry waited for its backoff (and the 429's retry-after-ms), not for a sweeper.
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("budget_calls", [None, 20], ids=["budget-enough", "budget-runs-out"])
+def test_a_cost_limited_run_never_stalls_after_its_probe_calls(
+    study: Any, provider_server: ProviderServer, judge_key_env: str, broker: Broker,
+    budget_calls: int | None,
+) -> None:
+    from judges.runs import COST_PROBE_CALLS
+
+    data = build_study_data(study, n_items=20, n_candidates=2)  # 40 jobs
+    # What one call costs with this judge and these outputs, measured on a throwaway run.
+    probe_version = make_version(data.study, llm_config(provider_server.openai_base_url),
+                                 name="price-probe")
+    probe = judge_run_start(study=data.study, judge_version=probe_version,
+                            criteria=[data.binary], enqueue=EnqueueSpy())
+    drive(probe)
+    costs = [c for c in JudgeJob.objects.filter(run=probe).values_list("cost", flat=True)]
+    per_call = max(c for c in costs if c is not None)
+    provider_server.reset()
+    max_cost = per_call * (budget_calls if budget_calls else 1000)
+    version = make_version(data.study, llm_config(provider_server.openai_base_url))
+    run = judge_run_start(study=data.study, judge_version=version, criteria=[data.binary],
+                          max_cost=max_cost, enqueue=EnqueueSpy())
+    broker.chain(run, chains=3)
+    jobs = JudgeJob.objects.filter(run=run)
+    statuses = set(jobs.values_list("status", flat=True))
+    assert provider_server.count() > COST_PROBE_CALLS
+    if budget_calls is None:
+        assert run.status == "done" and statuses == {"done"}
+    else:
+        # The budget ends the run in a clear state: stopped with the figures, nothing queued.
+        assert run.status == "stopped" and run.stop_reason.startswith("max_cost reached")
+        assert statuses <= {"done", "cancelled"} and "cancelled" in statuses
+        spent = sum(c or 0.0 for c in jobs.values_list("cost", flat=True))
+        assert spent <= max_cost * 1.5

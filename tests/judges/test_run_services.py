@@ -365,3 +365,139 @@ def test_concurrent_claims_never_share_a_job(study: Any) -> None:
     assert len(flat) == len(set(flat)) == 160
     run.refresh_from_db()
     assert run.calls_made == 160
+
+
+# --- after a drain: successors, settling, stalls ---------------------------------------------
+
+
+def test_a_probe_lost_with_its_worker_does_not_hold_a_cost_limited_run(data: StudyData) -> None:
+    run = start(data, max_cost=10.0)
+    probe = jobs_claim(run_id=run.pk, limit=100, lease_token="dead")
+    assert len(probe.jobs) == 8
+    assert jobs_claim(run_id=run.pk, limit=100, lease_token="w").state == "budget_wait"
+    # The worker holding the probe dies: its leases lapse, nothing was priced.
+    JudgeJob.objects.filter(run=run, status="running").update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1))
+    again = jobs_claim(run_id=run.pk, limit=100, lease_token="live")
+    assert again.state == "ok" and len(again.jobs) == 8
+    assert {j.pk for j in again.jobs} == {j.pk for j in probe.jobs}  # older work first
+    assert all(j.attempts == 2 for j in again.jobs)
+
+
+def test_successor_countdown_follows_what_the_database_holds(
+    data: StudyData, settings: Any
+) -> None:
+    from judges.celery_tasks import (
+        IDLE_RECHECK_S,
+        MAX_COUNTDOWN_S,
+        MIN_COUNTDOWN_S,
+        successor_countdown,
+    )
+
+    settings.REVIEWHUB_JUDGE_LEASE_S = 120
+    run = start(data)
+    # Claimable work, and this drain claimed some: at once.
+    assert successor_countdown(run_id=run.pk, claimed=5) == 0.0
+    # Claimable, but this drain got none while another worker's calls are in flight: wait for
+    # their leases, not a busy poll.
+    held = jobs_claim(run_id=run.pk, limit=4, lease_token="other")
+    wait = successor_countdown(run_id=run.pk, claimed=0)
+    assert wait is not None and 110 <= wait <= 120
+    jobs_record(outcomes=[done(j, "other") for j in held.jobs])
+    assert successor_countdown(run_id=run.pk, claimed=0) == IDLE_RECHECK_S
+    # Every queued job waits for a retry: due at the earliest one.
+    soon = timezone.now() + timedelta(seconds=7)
+    queued = JudgeJob.objects.filter(run=run, status="queued")
+    first = queued.order_by("id").first()
+    assert first is not None
+    queued.update(available_at=soon + timedelta(seconds=30))
+    JudgeJob.objects.filter(pk=first.pk).update(available_at=soon)
+    wait = successor_countdown(run_id=run.pk, claimed=3)
+    assert wait is not None and 6 <= wait <= 7
+    JudgeJob.objects.filter(pk=first.pk).update(available_at=timezone.now() - timedelta(1))
+    assert successor_countdown(run_id=run.pk, claimed=3) == 0.0
+    # A Retry-After of an hour: successors hop at most MAX_COUNTDOWN_S at a time.
+    queued.update(available_at=timezone.now() + timedelta(hours=1))
+    assert successor_countdown(run_id=run.pk, claimed=0) == MAX_COUNTDOWN_S
+    queued.update(available_at=timezone.now() - timedelta(milliseconds=1))
+    assert successor_countdown(run_id=run.pk, claimed=0) == IDLE_RECHECK_S
+    # No queued job left (only another worker's calls in flight): the chain ends.
+    claim = jobs_claim(run_id=run.pk, limit=100, lease_token="last")
+    assert claim.jobs and successor_countdown(run_id=run.pk, claimed=0) is None
+    assert MIN_COUNTDOWN_S > 0
+
+
+@pytest.mark.parametrize("how", ["budget", "cancel"])
+def test_retries_recorded_after_a_run_ended_are_cancelled_not_left_queued(
+    data: StudyData, how: str, django_capture_on_commit_callbacks: Any
+) -> None:
+    from judges.celery_tasks import successor_countdown
+
+    run = start(data, max_calls=4 if how == "budget" else None)
+    in_flight = jobs_claim(run_id=run.pk, limit=4, lease_token="t").jobs
+    if how == "budget":
+        assert jobs_claim(run_id=run.pk, limit=4, lease_token="u").state == "stopped"
+    else:
+        judge_run_cancel(run=run)
+    # The calls in flight come back: one transient error (a retry), the rest done.
+    retry_at = timezone.now() + timedelta(seconds=1)
+    jobs_record(outcomes=[
+        JobOutcome(job_id=in_flight[0].pk, lease_token="t", status="queued",
+                   error_kind="transient", error="HTTP 503", available_at=retry_at),
+        *[done(j, "t") for j in in_flight[1:]],
+    ])
+    assert JudgeJob.objects.filter(run=run, status="queued").count() == 1
+    assert successor_countdown(run_id=run.pk, claimed=4) is None
+    run.refresh_from_db()
+    retried = JudgeJob.objects.get(pk=in_flight[0].pk)
+    assert run.status == ("stopped" if how == "budget" else "cancelled")
+    assert retried.status == "cancelled" and retried.error.startswith(f"run {run.status}")
+    assert not JudgeJob.objects.filter(run=run, status="queued").exists()
+    # ... and resuming picks it up like every other cancelled job.
+    judge_run_resume(run=run, max_calls=100 if how == "budget" else None, enqueue=EnqueueSpy())
+    assert JudgeJob.objects.get(pk=in_flight[0].pk).status == "queued"
+
+
+def test_the_sweeper_cancels_queued_jobs_of_runs_that_ended(data: StudyData) -> None:
+    run = start(data)
+    claim = jobs_claim(run_id=run.pk, limit=2, lease_token="dead")
+    judge_run_cancel(run=run)
+    # The worker died: its leases lapse after the run was cancelled.
+    JudgeJob.objects.filter(pk__in=[j.pk for j in claim.jobs]).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1))
+    result = judge_sweep(enqueue=EnqueueSpy())
+    assert result.requeued == 2 and result.settled == 2
+    assert not JudgeJob.objects.filter(run=run, status__in=["queued", "running"]).exists()
+    assert judge_sweep(enqueue=EnqueueSpy()).settled == 0
+
+
+def test_run_stall_needs_queued_work_nobody_claims_past_its_due_time(
+    data: StudyData, settings: Any
+) -> None:
+    from judges.runs import run_stall, run_stall_grace_s
+
+    settings.REVIEWHUB_JUDGE_SWEEP_INTERVAL_S = 10
+    grace = run_stall_grace_s()
+    assert grace == 60.0
+    run = start(data)
+    now = timezone.now()
+    assert run_stall(run_id=run.pk) is None  # just started
+    later = now + timedelta(seconds=grace + 5)
+    stall = run_stall(run_id=run.pk, now=later)
+    assert stall is not None and stall.queued == 12 and stall.lapsed == 0
+    # A job in flight under a live lease: someone is working on it.
+    claim = jobs_claim(run_id=run.pk, limit=1, lease_token="t")
+    assert run_stall(run_id=run.pk, now=timezone.now() + timedelta(seconds=grace + 5)) is None
+    # ... but once its lease has lapsed too, its worker is presumed lost.
+    lapse = timezone.now() + timedelta(seconds=settings.REVIEWHUB_JUDGE_LEASE_S + 1)
+    stall = run_stall(run_id=run.pk, now=lapse + timedelta(seconds=grace))
+    assert stall is not None and stall.lapsed == 1 and stall.queued == 11
+    jobs_record(outcomes=[done(j, "t") for j in claim.jobs])
+    # Everything waits for a retry later than the last claim: not stalled before it is due.
+    retry = timezone.now() + timedelta(seconds=600)
+    JudgeJob.objects.filter(run=run, status="queued").update(available_at=retry)
+    assert run_stall(run_id=run.pk, now=retry + timedelta(seconds=grace - 1)) is None
+    stall = run_stall(run_id=run.pk, now=retry + timedelta(seconds=grace + 1))
+    assert stall is not None and stall.idle_since == retry
+    judge_run_cancel(run=run)
+    assert run_stall(run_id=run.pk, now=retry + timedelta(hours=1)) is None

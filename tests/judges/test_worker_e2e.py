@@ -2,9 +2,10 @@
 
 The worker runs `celery -A reviewhub worker` with DATABASE_URL pointing at pytest-django's
 test database (`test_<name>`); `transactional_db` makes every row the test writes visible to
-it. Three scenarios: a run completes; the worker is SIGKILLed mid-run and a fresh worker
-finishes it with every job done exactly once; the Redis broker is restarted mid-run and the
-run continues once it is back (the database is the source of truth).
+it. Three scenarios: a run completes; the worker running a run is SIGKILLed mid-run and the
+run recovers through the sweeper sent by celery beat, started as docker-compose.yml starts it,
+with every job done exactly once; the Redis broker is restarted mid-run and the run continues
+once it is back (the database is the source of truth).
 """
 
 from __future__ import annotations
@@ -79,6 +80,30 @@ class Workers:
         self.logs.append(log)
         return proc
 
+    def start_beat(self, **env_extra: str) -> subprocess.Popen[bytes]:
+        """celery beat with the command of docker-compose.yml's `beat` service."""
+        command = compose_command("beat")
+        assert command[:4] == ["celery", "-A", "reviewhub", "beat"], command
+        env = dict(os.environ)
+        env.update({
+            "DATABASE_URL": _db_url(), "CELERY_BROKER_URL": self.broker,
+            "REDIS_URL": self.redis_url, "REVIEWHUB_JUDGE_SWEEP_INTERVAL_S": "1",
+            # The schedule file goes where settings put it: under the var folder.
+            "REVIEWHUB_VAR_DIR": str(self.tmp / "beat-var"), "PYTHONUNBUFFERED": "1",
+        })
+        env.update(env_extra)
+        (self.tmp / "beat-var").mkdir(exist_ok=True)
+        log = self.tmp / "beat.log"
+        proc = subprocess.Popen([sys.executable, "-m", *command], cwd=ROOT, env=env,
+                                stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs.append(proc)
+        self.logs.append(log)
+        return proc
+
+    def log_of(self, proc: subprocess.Popen[bytes]) -> str:
+        return self.logs[self.procs.index(proc)].read_text(errors="replace")
+
     def kill(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
         try:
             os.killpg(proc.pid, sig)
@@ -101,6 +126,14 @@ class Workers:
     def tail(self) -> str:
         return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-4000:]
                          for p in self.logs if p.exists())
+
+
+def compose_command(service: str) -> list[str]:
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    command = spec["services"][service]["command"]
+    return list(command) if isinstance(command, list) else str(command).split()
 
 
 @pytest.fixture
@@ -176,26 +209,50 @@ def test_a_worker_completes_a_run(study: Any, workers: Workers) -> None:
         assert sum(calls_per_output(server).values()) == 200  # no retries were needed
 
 
-def test_sigkilled_worker_loses_no_job_and_a_new_worker_finishes(
-    study: Any, workers: Workers
+def test_sigkilled_worker_loses_no_job_and_the_beat_sweeper_recovers_the_run(
+    study: Any, workers: Workers, settings: Any
 ) -> None:
-    with ProviderServer(latency_s=0.25) as server:
-        first = workers.start()
+    # One chain of batch tasks, so that one worker holds all of the run (a second chain could
+    # land on the survivor, which would then finish the run without the sweeper).
+    settings.REVIEWHUB_JUDGE_TASKS_PER_RUN = 1
+    worker_command = compose_command("worker")
+    assert "-B" not in worker_command and "--beat" not in worker_command  # one beat: its own
+    with ProviderServer(latency_s=0.5) as server:
+        beat = workers.start_beat()
+        first, second = workers.start(), workers.start()
+        # Both ready before the run exists: their start-up sweeps (sent when a worker is
+        # ready) find nothing to do, so only a sweep that beat sends can wake the run later.
+        for proc in (first, second):
+            def ready(p: subprocess.Popen[bytes] = proc) -> bool:
+                return " ready." in workers.log_of(p)
+
+            wait_for(ready, 60, "the workers to be ready", workers)
         run, data = start_run(study, server)
         done = JudgeJob.objects.filter(run=run, status="done")
         wait_for(lambda: done.count() >= 40, 120, "40 jobs done", workers)
-        workers.kill(first, signal.SIGKILL)
+        holders = [p for p in (first, second) if "judges.run_work[" in workers.log_of(p)]
+        assert len(holders) == 1, workers.tail()
+        holder = holders[0]
+        survivor = second if holder is first else first
+        workers.kill(holder, signal.SIGKILL)
         running_at_kill = set(JudgeJob.objects.filter(run=run, status="running")
                               .values_list("id", flat=True))
         assert running_at_kill, "the kill should interrupt calls in flight"
         assert JudgeRun.objects.get(pk=run.pk).status == "running"
-        workers.start(beat=True)
+        # Nobody calls the sweeper: beat sends it every second; the killed worker's message
+        # stays unacknowledged (Redis would redeliver it after an hour).
         wait_for(lambda: JudgeRun.objects.get(pk=run.pk).status == "done", 180,
-                 "the run to finish after the restart", workers)
+                 "the run to finish after the kill", workers)
         assert_exactly_once(run, data, server)
         # The interrupted jobs were claimed again after their lease expired.
         reclaimed = JudgeJob.objects.filter(id__in=running_at_kill)
         assert all(j.attempts >= 2 for j in reclaimed)
+        # ... by the survivor, woken by a sweep that beat sent: its own start-up sweep ran
+        # before the run existed.
+        assert "Sending due task judges-sweep (judges.sweep)" in workers.log_of(beat)
+        kicked = re.compile(r"judges\.sweep\[[^\]]+\] succeeded .*'runs_kicked': \[[^\]]*\b"
+                            + str(run.pk) + r"\b")
+        assert kicked.search(workers.log_of(survivor)), workers.tail()
 
 
 def _free_port() -> int:

@@ -28,7 +28,8 @@ class Command(BaseCommand):
             result = judge_sweep(enqueue=_enqueue)
             self.stdout.write(
                 f"requeued={result.requeued} failed={result.failed} "
-                f"runs_finished={result.runs_finished} runs_kicked={result.runs_kicked}"
+                f"runs_finished={result.runs_finished} runs_kicked={result.runs_kicked} "
+                f"settled={result.settled}"
             )
             if every <= 0:
                 return
