@@ -36,8 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewhub.settings")
 os.environ.setdefault("DJANGO_DEBUG", "1")
-KEY_ENV = "REVIEWHUB_BENCH_JUDGE_KEY"
+KEY_ENV = "RH_BENCH_JUDGE_API_KEY"
 os.environ.setdefault(KEY_ENV, "sk-bench-not-a-real-key")
+# The simulated provider listens on a random loopback port, listed as an operator would.
+os.environ.setdefault("REVIEWHUB_JUDGE_ALLOWED_BASE_URLS", "http://127.0.0.1:*")
 
 
 def proc_cpu_s(pid: int) -> float:

@@ -23,8 +23,7 @@ from studies.access import study_get_for_actor
 from studies.models import Comparison, Membership, Study
 from studies.serializers import ErrorSerializer
 
-from . import judge_selectors as selectors
-from . import services
+from . import selectors, services
 from .models import Judge, JudgeVersion
 from .preview import judge_version_preview
 from .serializers import (

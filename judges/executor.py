@@ -50,9 +50,11 @@ from django.utils import timezone
 
 from studies.models import Comparison, Criterion, Item, Output
 
+from .config import JudgeNetworkPolicy
 from .models import Judge, JudgeJob, JudgeRun, JudgeVersion
 from .prompts import PromptRenderer
 from .providers import (
+    ProviderConfigError,
     ProviderError,
     ProviderRequest,
     ProviderResult,
@@ -332,6 +334,11 @@ class DrainContext:
         self._template_fields: dict[int, dict[str, Any]] = {}
         self._limits: dict[tuple[str, str], tuple[str, ProviderLimits] | None] = {}
         self._renderer: PromptRenderer | None = None
+        # What a provider says on error reaches leads (job errors, raw excerpts) only from a
+        # base URL the operator listed; an endpoint admitted as a private-network host could be
+        # any local service (see judges/config.py).
+        self.show_error_bodies = bool(self.is_llm and JudgeNetworkPolicy.from_settings()
+                                      .base_url_listed(str(self.config.get("base_url", ""))))
 
     def criterion(self, crit_id: int) -> Criterion:
         crit = self.criteria.get(crit_id)
@@ -490,14 +497,37 @@ def _attempt_errors(job: ClaimedJob, entry: Mapping[str, Any]) -> dict[str, Any]
     return details
 
 
-def _error_outcome(job: ClaimedJob, token: str, exc: ProviderError, now: datetime) -> JobOutcome:
+# The start of the reasons `providers._transport_error` gives; anything else said about an
+# unlisted endpoint's answer is replaced by "provider error".
+_GENERIC_REASONS = ("timeout", "connection error", "cannot send request",
+                    "undecodable response body")
+
+
+def error_reason_shown(exc: ProviderError, *, show_body: bool) -> str:
+    """The reason recorded (and shown to leads) for a failed call.
+
+    From an unlisted endpoint only the HTTP status and a generic reason: its body (an error
+    message, a refusal, the bytes of a status line a non-HTTP service sent back) is never
+    repeated. Our own configuration errors are always shown in full.
+    """
+    if show_body or isinstance(exc, ProviderConfigError):
+        return str(exc)[:ERROR_MAX_CHARS]
+    text = str(exc)
+    label = next((g for g in _GENERIC_REASONS if text.startswith(g)), "provider error")
+    status = f" (HTTP {exc.http_status})" if exc.http_status is not None else ""
+    return (f"{label}{status}; the provider's answer is not shown because the base URL is not "
+            "listed in REVIEWHUB_JUDGE_ALLOWED_BASE_URLS")
+
+
+def _error_outcome(job: ClaimedJob, token: str, exc: ProviderError, now: datetime, *,
+                   show_body: bool = True) -> JobOutcome:
     transient = isinstance(exc, TransientProviderError)
     retry_after = getattr(exc, "retry_after_s", None) if transient else None
-    reason = str(exc)[:ERROR_MAX_CHARS]
+    reason = error_reason_shown(exc, show_body=show_body)
     entry = {"attempt": job.attempts, "reason": reason, "http_status": exc.http_status,
              "transient": transient, "retry_after_s": retry_after}
     details = _attempt_errors(job, entry)
-    excerpt = (exc.body_excerpt or "")[:RAW_RESPONSE_MAX_CHARS]
+    excerpt = (exc.body_excerpt or "")[:RAW_RESPONSE_MAX_CHARS] if show_body else ""
     if transient and job.attempts < settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS:
         delay = backoff_delay(attempt=job.attempts, retry_after_s=retry_after)
         return JobOutcome(
@@ -588,7 +618,8 @@ def outcome_for_call(
 ) -> JobOutcome:
     """Turn one call's result or error into the outcome to record (pure, no I/O)."""
     if call.error is not None:
-        return _error_outcome(job, token, call.error, now or timezone.now())
+        return _error_outcome(job, token, call.error, now or timezone.now(),
+                              show_body=dctx.show_error_bodies)
     assert call.result is not None
     return _parsed_outcome(job, token, call.result.text, dctx, call.result)
 
@@ -743,7 +774,7 @@ def _dispatch(
         try:
             prepared = _prepare(job, dctx, views, pairs)
         except ProviderError as exc:
-            ready.append(_error_outcome(job, token, exc, now))
+            ready.append(_error_outcome(job, token, exc, now, show_body=dctx.show_error_bodies))
             continue
         except Exception as exc:  # a config that cannot become a request fails the job
             ready.append(JobOutcome(

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .providers import ChatMessage, ProviderConfigError, ProviderRequest
+from .providers import ChatMessage, ProviderConfigError, ProviderRequest, TransientProviderError
 
 PLACEHOLDERS = (
     "input", "context", "reference", "output", "output_a", "output_b", "criterion_name",
@@ -347,6 +347,15 @@ def api_key_resolve(config: Mapping[str, Any]) -> str | None:
     name = config.get("api_key_env")
     if not name:
         return None
+    # Checked again here, where the environment is read: a config stored before the operator's
+    # allow-lists existed (or narrowed) must not send DJANGO_SECRET_KEY as a bearer token, and
+    # a key only ever goes to a listed base URL.
+    from .config import JudgeNetworkPolicy
+
+    refusal = JudgeNetworkPolicy.from_settings().key_send_refusal(
+        str(name), base_url=str(config.get("base_url", "")))
+    if refusal is not None:
+        raise ProviderConfigError(refusal)
     value = os.environ.get(str(name), "")
     if not value:
         raise ProviderConfigError(
@@ -368,20 +377,28 @@ def provider_request_for(
     *, config: Mapping[str, Any], ctx: SubjectContext, resolve_key: bool = True
 ) -> ProviderRequest:
     """The `ProviderRequest` for one call. Raises ProviderConfigError when the key's env var
-    is unset or the base URL is no longer allow-listed (the operator may have narrowed it).
+    is unset, the base URL or the key variable is not (or no longer) allowed by the operator's
+    allow-lists (see judges/config.py); TransientProviderError when a private-network host
+    does not resolve right now.
 
     `resolve_key=False` builds the request without reading the environment (the preview).
     """
-    from django.conf import settings
-
-    from .config import base_url_allowed
+    from .config import JudgeNetworkPolicy
 
     base_url = str(config.get("base_url", ""))
-    allowed = list(settings.REVIEWHUB_JUDGE_ALLOWED_BASE_URLS)
-    if not base_url_allowed(base_url, allowed):
-        raise ProviderConfigError(
-            f"base_url {base_url!r} is not allowed by REVIEWHUB_JUDGE_ALLOWED_BASE_URLS"
-        )
+    policy = JudgeNetworkPolicy.from_settings()
+    # The host is resolved again here: a private-network endpoint admitted at validation may
+    # have moved (and a listed one needs no lookup).
+    access = policy.base_url_access(base_url)
+    if access.kind == "refused":
+        if access.transient:
+            raise TransientProviderError(access.reason)
+        raise ProviderConfigError(access.reason)
+    if config.get("api_key_env"):  # also for the preview, which reads no key
+        refusal = policy.key_send_refusal(str(config["api_key_env"]), base_url=base_url,
+                                          listed=access.listed)
+        if refusal is not None:
+            raise ProviderConfigError(refusal)
     params = config.get("parameters") or {}
     schema = None
     if config.get("response_format", "json_schema") == "json_schema":

@@ -11,8 +11,9 @@ from .models import Judge, JudgeVersion
 
 
 class JudgeSerializer(serializers.ModelSerializer):
+    # Null once the creating account is deleted (on_delete=SET_NULL) or for seeded judges.
     created_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True)
+        slug_field="username", read_only=True, allow_null=True)
     versions_count = serializers.IntegerField(read_only=True)
     latest_version = serializers.IntegerField(read_only=True, allow_null=True)
 

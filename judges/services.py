@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from reviewhub.api.errors import Conflict, ValidationFailed
-from studies.models import Study
+from reviewhub.bulkcopy import BATCH, bulk_insert
+from studies.criteria import criterion_value_num
+from studies.models import Criterion, Study
 
-from .config import config_hash, config_validate
-from .models import Judge, JudgeVersion
+from .config import JudgeNetworkPolicy, config_hash, config_validate, resolve_host
+from .models import Judge, JudgeVersion, Verdict
 
 MAX_NAME_CHARS = 200
 
@@ -23,8 +28,11 @@ def judge_config_validate(config: Any, *, kind: str | None = None) -> dict[str, 
     `kind` is the judge's kind ("llm" | "programmatic" | "imported"); None infers it from the
     config (a "check" field means programmatic). Raises ValidationFailed naming the field.
     """
+    policy = JudgeNetworkPolicy.from_settings()
     return config_validate(
-        config, kind=kind, allowed_base_urls=list(settings.REVIEWHUB_JUDGE_ALLOWED_BASE_URLS)
+        config, kind=kind, allowed_base_urls=policy.allowed_base_urls,
+        allowed_key_env=policy.key_env_allowed, reserved_key_env=policy.reserved_key_env,
+        allow_private_base_urls=policy.allow_private, resolve=resolve_host,
     )
 
 
@@ -86,3 +94,206 @@ def judge_version_get_or_create(*, judge: Judge, config: Any) -> VersionOutcome:
 def judge_version_for_config(*, judge: Judge, config: Any) -> JudgeVersion:
     """The contract entry point: validate, canonicalise, hash; existing or new version."""
     return judge_version_get_or_create(judge=judge, config=config).version
+
+
+# --- Imported judges and verdicts (the `imports` app writes through these) -------------------
+
+
+def _imported_version_hash(label: str, value_type: str) -> str:
+    # Imported versions are identified by the file's version label and value type only (not by
+    # their config), so that a later model-family mapping updates the same version.
+    canon = json.dumps({"imported_label": label, "value_type": value_type}, sort_keys=True)
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ImportedVersionOutcome:
+    version: JudgeVersion
+    judge_created: bool
+    version_created: bool
+
+
+def judge_imported_version_get_or_create(
+    *,
+    study: Study,
+    name: str,
+    label: str,
+    value_type: str,
+    model_family: str = "",
+    created_by: Any = None,
+) -> ImportedVersionOutcome:
+    """The imported judge `name` (created with `judge_create`'s rules) and its version `label`.
+
+    Refuses (ValidationFailed, field rater_id) a name that belongs to a judge of another kind:
+    imported ratings never mix with a runnable judge's verdicts. A non-empty `model_family`
+    updates an existing version's family.
+    """
+    if value_type not in ("label", "continuous"):
+        raise ValidationFailed(
+            f"value_type must be 'label' or 'continuous', got {value_type!r}.",
+            details={"field": "value_type"},
+        )
+    judge = Judge.objects.filter(study=study, name=name).first()
+    judge_created = False
+    if judge is None:
+        judge = judge_create(
+            study=study, name=name, kind=Judge.Kind.IMPORTED,
+            description="Ratings imported from a file", created_by=created_by,
+        )
+        judge_created = True
+    elif judge.kind != Judge.Kind.IMPORTED:
+        raise ValidationFailed(
+            f"The ratings did not validate: rater_id: '{name}' is an existing {judge.kind} "
+            "judge; imported ratings need their own judge name",
+            details={"errors": [f"rater_id: '{name}' is an existing {judge.kind} judge"],
+                     "error_count": 1},
+        )
+    digest = _imported_version_hash(label, value_type)
+    with transaction.atomic():
+        # Lock the judge row so that concurrent importers number versions in turn.
+        Judge.objects.select_for_update().filter(pk=judge.pk).first()
+        version = JudgeVersion.objects.filter(judge=judge, content_hash=digest).first()
+        if version is not None:
+            if model_family and version.model_family != model_family:
+                version.model_family = model_family
+                version.save(update_fields=["model_family"])
+            return ImportedVersionOutcome(version, judge_created, False)
+        last = (
+            JudgeVersion.objects.filter(judge=judge).order_by("-version")
+            .values_list("version", flat=True).first()
+        )
+        version = JudgeVersion.objects.create(
+            judge=judge, version=(last or 0) + 1, content_hash=digest, model_family=model_family,
+            config={"imported": True, "label": label, "value_type": value_type},
+        )
+    return ImportedVersionOutcome(version, judge_created, True)
+
+
+@dataclass(frozen=True)
+class VerdictImport:
+    """One imported verdict: canonical value per presentation order ("" for single outputs,
+    "ab"/"ba" for a comparison: which output the judge saw first, in canonical terms)."""
+
+    criterion: Criterion
+    orders: Mapping[str, str]
+    continuous: bool = False
+
+
+@dataclass
+class VerdictBulkCounts:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+
+def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
+    """value, value_num, details and n_samples of an imported verdict, by the judge-run rules.
+
+    The value must be one the criterion defines (`criterion_value_num`, as for run verdicts);
+    continuous scores only on ordinal criteria and finite. Two orders of a pair combine as in
+    `judges.aggregation.combine_pairwise`: the label when they agree, a tie when they do not.
+    Raises ValidationFailed naming the criterion.
+    """
+    crit = spec.criterion
+    orders = dict(spec.orders)
+    if not orders or (("" in orders) and len(orders) > 1) or not set(orders) <= {"", "ab", "ba"}:
+        raise ValidationFailed(f"verdict on '{crit.key}': give one value, or one per order ab/ba.",
+                               details={"field": "orders"})
+    details: dict[str, Any] = {"imported": True}
+    if spec.continuous:
+        details["value_type"] = "continuous"
+    if "" in orders:
+        value = orders[""]
+    else:
+        details["orders"] = dict(sorted(orders.items()))
+        vals = list(orders.values())
+        value = vals[0] if len(set(vals)) == 1 else "tie"
+        if len(vals) == 2:
+            details["position_inconsistent"] = len(set(vals)) > 1
+    value_num: float | None
+    if spec.continuous:
+        num = _finite(value)
+        if crit.scale != Criterion.Scale.ORDINAL or num is None:
+            raise ValidationFailed(
+                f"verdict on '{crit.key}': continuous scores are finite numbers on ordinal "
+                f"criteria ('{crit.key}' is {crit.scale}, value {value!r}).",
+                details={"field": "value"},
+            )
+        value_num = num
+    else:
+        for v in orders.values():
+            try:
+                criterion_value_num(crit, v)
+            except ValueError as exc:
+                raise ValidationFailed(f"verdict on '{crit.key}': {exc}",
+                                       details={"field": "value"}) from None
+        value_num = criterion_value_num(crit, value)
+    return {"value": value, "value_num": value_num, "details": details,
+            "n_samples": max(1, len(orders))}
+
+
+def _finite(raw: str) -> float | None:
+    try:
+        num = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return num if math.isfinite(num) else None
+
+
+def verdicts_import_bulk(
+    *, verdicts: Mapping[tuple[int, int, str, int], VerdictImport]
+) -> VerdictBulkCounts:
+    """Upsert imported verdicts keyed by (judge version, criterion, subject kind, subject id).
+
+    Every verdict is checked by `verdict_import_fields` before anything is written; new rows go
+    in with COPY on PostgreSQL, changed ones are updated, equal ones counted. One transaction.
+    """
+    counts = VerdictBulkCounts()
+    if not verdicts:
+        return counts
+    fields_by_key = {key: verdict_import_fields(spec) for key, spec in verdicts.items()}
+    versions = {k[0] for k in verdicts}
+    crits = {k[1] for k in verdicts}
+    postgres = connection.vendor == "postgresql"
+    with transaction.atomic():
+        existing: dict[tuple[int, int, str, int], Verdict] = {}
+        for v in Verdict.objects.filter(
+            judge_version_id__in=versions, criterion_id__in=crits
+        ).only("id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
+               "value_num", "details", "n_samples", "is_scored"):
+            subj = ("output", v.output_id) if v.output_id else ("comparison", v.comparison_id)
+            existing[(v.judge_version_id, v.criterion_id, *subj)] = v  # type: ignore[index]
+        new: list[dict[str, Any]] = []
+        changed: list[Verdict] = []
+        for key, fields in fields_by_key.items():
+            cur = existing.get(key)
+            if cur is None:
+                is_output = key[2] == "output"
+                new.append({
+                    "judge_version_id": key[0],
+                    "criterion_id": key[1],
+                    "output_id": key[3] if is_output else None,
+                    "comparison_id": None if is_output else key[3],
+                    "source": Verdict.Source.IMPORT.value,
+                    "is_scored": True,
+                    "value": fields["value"],
+                    "value_num": fields["value_num"],
+                    # COPY writes JSON text verbatim; bulk_create wants the object.
+                    "details": json.dumps(fields["details"]) if postgres else fields["details"],
+                    "n_samples": fields["n_samples"],
+                })
+            elif (cur.value, cur.details, cur.is_scored) != (
+                fields["value"], fields["details"], True
+            ):
+                for k, val in fields.items():
+                    setattr(cur, k, val)
+                cur.is_scored = True
+                changed.append(cur)
+            else:
+                counts.unchanged += 1
+        bulk_insert(Verdict, new)
+        Verdict.objects.bulk_update(
+            changed, ["value", "value_num", "details", "n_samples", "is_scored"], batch_size=BATCH
+        )
+    counts.created, counts.updated = len(new), len(changed)
+    return counts

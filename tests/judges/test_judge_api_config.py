@@ -23,11 +23,15 @@ from reviewhub.api.errors import Conflict, ValidationFailed
 from tests.judges.judge_fixtures import llm_config
 
 LOCAL = "http://127.0.0.1:8000/v1"
-ALLOWED = ["https://api.openai.com", "https://api.anthropic.com", "https://gw.corp.example/llm"]
+# Loopback is callable only because it is listed (nothing is implicit).
+ALLOWED = ["https://api.openai.com", "https://api.anthropic.com", "https://gw.corp.example/llm",
+           "http://127.0.0.1:8000"]
+KEYS_ALLOWED = ["*_API_KEY", "RH_TEST_JUDGE_KEY", "RH_JUDGE_KEY", "_PRIVATE", "VLLM_*"]
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
-    return config_validate(config, kind="llm", allowed_base_urls=ALLOWED)
+    return config_validate(config, kind="llm", allowed_base_urls=ALLOWED,
+                           allowed_key_env=KEYS_ALLOWED)
 
 
 # --- allow-list ----------------------------------------------------------------------------
@@ -36,8 +40,8 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("url", [
     "https://api.openai.com/v1", "https://api.openai.com:443/v1", "https://api.anthropic.com",
     "https://gw.corp.example/llm", "https://gw.corp.example/llm/v1",
-    "http://127.0.0.1:8000/v1", "http://127.8.9.10:1/v1", "http://localhost:11434/v1",
-    "http://[::1]:8080/v1", "http://LOCALHOST:4000",
+    "https://gw.corp.example/llm/", "https://API.OpenAI.com/v1", "http://127.0.0.1:8000/v1",
+    "http://127.0.0.1:8000",
 ])
 def test_allowed_urls(url: str) -> None:
     assert base_url_allowed(url, ALLOWED)
@@ -49,6 +53,9 @@ def test_allowed_urls(url: str) -> None:
     "https://api.openai.com:8443/v1", "https://gw.corp.example/llm-other",
     "https://gw.corp.example/", "http://10.0.0.5:8000/v1", "http://169.254.169.254/latest",
     "http://0.0.0.0:8000/v1", "https://evil.example/v1",
+    # loopback is no longer implicit: only the listed host and port are
+    "http://127.0.0.1:8001/v1", "http://127.8.9.10:1/v1", "http://localhost:8000/v1",
+    "http://localhost:11434/v1", "http://[::1]:8000/v1", "http://LOCALHOST:4000",
 ])
 def test_refused_urls_name_the_url_and_the_setting(url: str) -> None:
     with pytest.raises(ValidationFailed) as info:
@@ -75,6 +82,46 @@ def test_service_reads_the_allow_list_setting() -> None:
         assert judge_config_validate(config)["base_url"] == "https://vllm.internal.example/v1"
 
 
+def test_service_reads_the_key_allow_list_setting() -> None:
+    config = llm_config("https://api.openai.com/v1", api_key_env="VLLM_TOKEN")
+    with pytest.raises(ValidationFailed) as info:
+        judge_config_validate(config)
+    assert info.value.details["field"] == "api_key_env"
+    assert "REVIEWHUB_JUDGE_KEY_ENV_ALLOWED" in info.value.message
+    with override_settings(REVIEWHUB_JUDGE_KEY_ENV_ALLOWED=["VLLM_TOKEN"]):
+        assert judge_config_validate(config)["api_key_env"] == "VLLM_TOKEN"
+
+
+def test_service_reads_the_private_network_setting() -> None:
+    config = llm_config("http://localhost:11434/v1", api_key_env=None)
+    with override_settings(REVIEWHUB_JUDGE_ALLOWED_BASE_URLS=["https://api.openai.com"]):
+        with pytest.raises(ValidationFailed) as info:
+            judge_config_validate(config)
+        assert info.value.code == "base_url_not_allowed"
+        with override_settings(REVIEWHUB_JUDGE_ALLOW_PRIVATE_NETWORKS=True):
+            assert judge_config_validate(config)["base_url"] == "http://localhost:11434/v1"
+
+
+def test_default_settings_list_no_loopback_and_only_api_key_names() -> None:
+    """What an operator gets without setting anything (the test run itself lists its
+    loopback provider in pyproject.toml, as an operator would)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REVIEWHUB_JUDGE_")}
+    code = ("import json, reviewhub.settings as s; print(json.dumps(["
+            "s.REVIEWHUB_JUDGE_ALLOWED_BASE_URLS, s.REVIEWHUB_JUDGE_ALLOW_PRIVATE_NETWORKS, "
+            "s.REVIEWHUB_JUDGE_KEY_ENV_ALLOWED]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                             os.path.abspath(__file__)))))
+    urls, private, keys = json.loads(out.stdout.strip().splitlines()[-1])
+    assert urls == ["https://api.openai.com", "https://api.anthropic.com"]
+    assert private is False and keys == ["*_API_KEY"]
+
+
 # --- keys ----------------------------------------------------------------------------------
 
 
@@ -93,6 +140,16 @@ def test_api_key_env_must_be_a_variable_name(value: str) -> None:
 @pytest.mark.parametrize("value", ["OPENAI_API_KEY", "RH_JUDGE_KEY", "_PRIVATE", "VLLM_KEY_2"])
 def test_api_key_env_names_accepted(value: str) -> None:
     assert validate(llm_config(LOCAL, api_key_env=value))["api_key_env"] == value
+
+
+@pytest.mark.parametrize("value", ["DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL",
+                                   "CELERY_BROKER_URL", "PATH", "REVIEWHUB_API_KEY",
+                                   "DJANGO_API_KEY", "OTHER_SECRET"])
+def test_api_key_env_off_the_allow_list_names_the_field(value: str) -> None:
+    with pytest.raises(ValidationFailed) as info:
+        validate(llm_config(LOCAL, api_key_env=value))
+    assert info.value.details["field"] == "api_key_env"
+    assert info.value.code == "api_key_env_not_allowed"
 
 
 def test_no_key_env_is_allowed_for_local_servers() -> None:
@@ -182,7 +239,7 @@ def test_hash_ignores_key_order_but_not_content() -> None:
         {"user_prompt": {"binary": "Grade {output} strictly."}},
         {"system_prompt": "Be harsh."}, {"response_format": "text"},
         {"parser": {"fallback": "none"}}, {"samples": 3}, {"logprobs": True},
-        {"base_url": "http://127.0.0.1:8001/v1"},
+        {"base_url": "https://gw.corp.example/llm/v1"},
     ]
     hashes = {config_hash(a)}
     for change in changes:

@@ -36,7 +36,8 @@ BLOCK_RE = re.compile(r"<<<(END )?(INPUT|CONTEXT|REFERENCE|OUTPUT(?: [AB])?) ([0
 
 
 def cfg(**overrides: Any) -> dict[str, Any]:
-    return config_validate(llm_config(BASE, **overrides), kind="llm", allowed_base_urls=[])
+    return config_validate(llm_config(BASE, **overrides), kind="llm", allowed_base_urls=[BASE],
+                           allowed_key_env=["RH_TEST_JUDGE_KEY"])
 
 
 def user_text(config: dict[str, Any], ctx: Any) -> str:
@@ -223,7 +224,8 @@ def test_provider_request_without_key_env_sends_no_key() -> None:
 def test_provider_request_rechecks_allow_list(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RH_TEST_JUDGE_KEY", "k")
     config = config_validate(llm_config("https://gw.example.com/v1"), kind="llm",
-                             allowed_base_urls=["https://gw.example.com"])
+                             allowed_base_urls=["https://gw.example.com"],
+                             allowed_key_env=["RH_TEST_JUDGE_KEY"])
     with pytest.raises(ProviderConfigError) as info:
         provider_request_for(config=config, ctx=binary_ctx())
     assert "REVIEWHUB_JUDGE_ALLOWED_BASE_URLS" in info.value.reason
