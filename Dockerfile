@@ -1,10 +1,15 @@
 # ReviewHub: one image for the web process (gunicorn) and the Celery workers.
 FROM python:3.11-slim-bookworm
 
+# Static files are collected into the image (not under REVIEWHUB_VAR_DIR, which compose mounts
+# as a volume that would keep the files of an older image) and WhiteNoise serves the collected,
+# pre-compressed copies from there.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    REVIEWHUB_VAR_DIR=/var/lib/reviewhub
+    REVIEWHUB_VAR_DIR=/var/lib/reviewhub \
+    DJANGO_STATIC_ROOT=/app/staticfiles \
+    REVIEWHUB_STATIC_USE_FINDERS=0
 
 WORKDIR /app
 RUN useradd --system --create-home --home-dir /home/reviewhub reviewhub \

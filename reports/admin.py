@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from .models import AgreementReport
+from .models import ReportSnapshot
 
 
-@admin.register(AgreementReport)
-class AgreementReportAdmin(admin.ModelAdmin):
-    list_display = ("id", "study", "plan", "status", "short_fingerprint", "created_by",
+@admin.register(ReportSnapshot)
+class ReportSnapshotAdmin(admin.ModelAdmin):
+    list_display = ("id", "kind", "study", "plan", "status", "short_fingerprint", "created_by",
                     "created_at", "computed_at")
-    list_filter = ("status", "study")
+    list_filter = ("kind", "status", "study")
     search_fields = ("study__slug", "input_fingerprint", "error")
     list_select_related = ("study", "plan", "created_by")
-    readonly_fields = ("input_fingerprint", "result", "error", "computed_at", "created_at")
+    readonly_fields = ("input_fingerprint", "result", "result_version", "error", "computed_at",
+                       "created_at")
 
     @admin.display(description="inputs")
-    def short_fingerprint(self, obj: AgreementReport) -> str:
+    def short_fingerprint(self, obj: ReportSnapshot) -> str:
         return obj.input_fingerprint[:12]

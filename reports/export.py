@@ -1,4 +1,4 @@
-"""CSV exports of every table of a stored agreement report."""
+"""CSV exports of every table of a stored agreement report (read from the typed result)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .agreement import lookup
+from .results import AgreementResult
 
 TABLES = ("cells", "confusion", "bias", "ceiling", "system")
 
@@ -23,21 +23,15 @@ def _safe(value: Any) -> Any:
     return value
 
 
-def _names(
-    result: Mapping[str, Any],
-) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
-    return lookup(result, "judges"), lookup(result, "criteria")
-
-
-def table_rows(result: Mapping[str, Any], table: str) -> tuple[list[str], Iterable[list[Any]]]:
+def table_rows(result: AgreementResult, table: str) -> tuple[list[str], Iterable[list[Any]]]:
     """Header and rows of one table (`TABLES`) of a result."""
-    judges, crits = _names(result)
+    judges, crits = result.judges_by_id(), result.criteria_by_id()
 
     def jname(jid: Any) -> str:
-        return judges[int(jid)]["display"] if jid is not None and int(jid) in judges else ""
+        return judges[int(jid)].display if jid is not None and int(jid) in judges else ""
 
     def ckey(cid: Any) -> str:
-        return crits[int(cid)]["key"] if int(cid) in crits else str(cid)
+        return crits[int(cid)].key if int(cid) in crits else str(cid)
 
     if table == "cells":
         header = [
@@ -62,27 +56,27 @@ def table_rows(result: Mapping[str, Any], table: str) -> tuple[list[str], Iterab
         ]
 
         def cells() -> Iterable[list[Any]]:
-            for c in result.get("cells", []):
-                for name, m in c["metrics"].items():
+            for c in result.cells:
+                for name, m in c.metrics.items():
                     yield [
-                        jname(c["judge_version"]),
-                        c["judge_version"],
-                        ckey(c["criterion"]),
-                        c["dimension"],
-                        c["label"],
-                        c["n_subjects"],
-                        c["n_items"],
-                        c["n_humans"],
+                        jname(c.judge_version),
+                        c.judge_version,
+                        ckey(c.criterion),
+                        c.dimension,
+                        c.label,
+                        c.n_subjects,
+                        c.n_items,
+                        c.n_humans,
                         name,
-                        m.get("value"),
-                        m.get("ci_low"),
-                        m.get("ci_high"),
-                        name == c["primary_metric"],
-                        c["ceiling"].get("point"),
-                        c["ceiling"].get("point_metric"),
-                        c["verdict"],
-                        c["verdict_basis"],
-                        c["verdict_reason"],
+                        m.value,
+                        m.ci_low,
+                        m.ci_high,
+                        name == c.primary_metric,
+                        c.ceiling.get("point"),
+                        c.ceiling.get("point_metric"),
+                        c.verdict,
+                        c.verdict_basis,
+                        c.verdict_reason,
                     ]
 
         return header, cells()
@@ -99,7 +93,7 @@ def table_rows(result: Mapping[str, Any], table: str) -> tuple[list[str], Iterab
         ]
 
         def conf() -> Iterable[list[Any]]:
-            for c in result.get("confusion", []):
+            for c in result.confusion:
                 for i, row in enumerate(c["matrix"]):
                     for k, n in enumerate(row):
                         yield [
@@ -142,7 +136,7 @@ def table_rows(result: Mapping[str, Any], table: str) -> tuple[list[str], Iterab
                 b.get("method"),
                 b.get("note"),
             ]
-            for b in result.get("bias", [])
+            for b in result.bias
         )
     if table == "ceiling":
         header = [
@@ -165,17 +159,20 @@ def table_rows(result: Mapping[str, Any], table: str) -> tuple[list[str], Iterab
         ]
 
         def ceil() -> Iterable[list[Any]]:
-            rows = [(None, c) for c in result.get("ceiling", [])] + [
+            rows: list[tuple[int | None, Mapping[str, Any]]] = [
+                (None, c) for c in result.ceiling
+            ]
+            rows += [
                 (
-                    c["judge_version"],
+                    c.judge_version,
                     {
-                        **c["ceiling"],
-                        "criterion": c["criterion"],
-                        "dimension": c["dimension"],
-                        "label": c["label"],
+                        **c.ceiling,
+                        "criterion": c.criterion,
+                        "dimension": c.dimension,
+                        "label": c.label,
                     },
                 )
-                for c in result.get("cells", [])
+                for c in result.cells
             ]
             for jid, c in rows:
                 a = c.get("alpha") or {}
@@ -214,7 +211,7 @@ def table_rows(result: Mapping[str, Any], table: str) -> tuple[list[str], Iterab
         ]
 
         def system() -> Iterable[list[Any]]:
-            for s in result.get("system", []):
+            for s in result.system:
                 per = (s.get("per_subject_kendall") or {}).get("value")
                 for method in ("kendall", "spearman", "pearson"):
                     m = s[method]
@@ -235,7 +232,8 @@ def table_rows(result: Mapping[str, Any], table: str) -> tuple[list[str], Iterab
     raise ValueError(f"unknown table {table!r}")
 
 
-def table_csv(result: Mapping[str, Any], table: str) -> str:
+def table_csv(result: AgreementResult, table: str) -> str:
+    """One table of a result as CSV; text that starts like a formula is neutralised."""
     header, rows = table_rows(result, table)
     buf = io.StringIO()
     writer = csv.writer(buf)

@@ -1,4 +1,6 @@
-"""Report snapshots: the inputs' fingerprint, the parameters, the plan version, the numbers."""
+"""Report snapshots: the kind, the inputs' fingerprint, the parameters, the plan version, the
+numbers. Every kind of report (agreement now; calibration and selection next) shares this one
+row and one lifecycle (reports/services.py, reports/kinds.py)."""
 
 from __future__ import annotations
 
@@ -8,23 +10,31 @@ from django.db import models
 from studies.models import AnalysisPlan, Study
 
 
-class AgreementReport(models.Model):
+class ReportSnapshot(models.Model):
+    class Kind(models.TextChoices):
+        AGREEMENT = "agreement", "Agreement"
+
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
         RUNNING = "running", "Running"
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
 
-    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="agreement_reports")
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="report_snapshots")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.AGREEMENT)
     plan = models.ForeignKey(
         AnalysisPlan, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    # {"seed", "n_resamples", "ci", "level", "min_items", "epsilon", "margin", "crosses", ...}
+    # Validated by the kind's params_validate; for agreement: {"seed", "n_resamples", "ci",
+    # "level", "min_items", "epsilon", "margin", "crosses", ...}
     params = models.JSONField(default=dict)
     input_fingerprint = models.CharField(max_length=64, blank=True)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True)
     result = models.JSONField(null=True, blank=True)
+    # The schema version of `result` (reports/results.py); null until a result is recorded.
+    # Readers refuse a version they do not know instead of misreading its keys.
+    result_version = models.PositiveSmallIntegerField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -40,7 +50,8 @@ class AgreementReport(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # The index keeps its name from when the table held agreement reports only.
         indexes = [models.Index(fields=["study", "-id"], name="agreementreport_study")]
 
     def __str__(self) -> str:
-        return f"agreement report {self.pk}"
+        return f"{self.kind} report {self.pk}"

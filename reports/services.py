@@ -1,15 +1,15 @@
-"""Writes for reports: create an agreement report snapshot and compute it (see docs/reports.md).
+"""Writes for report snapshots: create one and compute it, for every kind (docs/reports.md).
 
-`report_build` validates the parameters, stores a pending report and enqueues its computation
-on commit; `report_compute` (called by the Celery task) claims the row, computes with no
-transaction open and records the result with a conditional update, so a redelivered task
-neither computes twice nor overwrites a finished report.
+`report_build` validates the parameters with the kind's rules, stores a pending snapshot and
+enqueues its computation on commit; `report_compute` (called by the Celery task, and directly
+by `manage.py report`) claims the row, computes with no transaction open and records the
+result with a conditional update, so a redelivered task neither computes twice nor overwrites
+a finished snapshot. What differs between kinds lives in reports/kinds.py.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from django.conf import settings
@@ -19,39 +19,26 @@ from django.utils import timezone
 from reviewhub.api.errors import NotFound, ValidationFailed
 from studies.models import AnalysisPlan, Study
 
-from .agreement import compute_report, input_fingerprint, params_validate
-from .models import AgreementReport
-from .selectors import rating_data_load
+from .kinds import kind_get
+from .models import ReportSnapshot
 
 logger = logging.getLogger(__name__)
 
 
-def _plan_defaults(params: dict[str, Any], plan: AnalysisPlan | None) -> dict[str, Any]:
-    """Parameters the caller left out are taken from the analysis plan where it says them."""
-    if plan is None:
-        return params
-    spec = plan.spec or {}
-    out = dict(params)
-    if "strata" not in out and isinstance(spec.get("strata"), list) and spec["strata"]:
-        out["strata"] = [str(s) for s in spec["strata"]]
-    min_labels = spec.get("min_human_labels_per_stratum")
-    if "min_items" not in out and isinstance(min_labels, int) and min_labels >= 2:
-        out["min_items"] = min_labels
-    return out
-
-
-def report_build(
+def report_snapshot_create(
     *,
     study: Study,
+    kind: str = ReportSnapshot.Kind.AGREEMENT,
     params: dict[str, Any] | None,
     plan: AnalysisPlan | None = None,
     created_by: Any,
-) -> AgreementReport:
-    """Create a pending agreement report and enqueue its computation once the row is committed.
+) -> ReportSnapshot:
+    """Validate and store a pending snapshot without enqueueing it (see `report_build`).
 
     Without an explicit `plan` the study's latest locked analysis plan (if any) is recorded and
-    supplies defaults for `strata` and `min_items`.
+    supplies the defaults the kind takes from a plan.
     """
+    spec = kind_get(kind)
     if plan is not None and plan.study_id != study.pk:
         raise NotFound("Analysis plan not found in this study.")
     if plan is None:
@@ -65,72 +52,73 @@ def report_build(
             "params must be an object",
             details={"errors": [{"path": "params", "message": "must be an object"}]},
         )
-    resolved = params_validate(_plan_defaults(dict(params or {}), plan))
-    from .celery_tasks import agreement_report_compute
+    resolved = spec.params_validate(spec.plan_defaults(dict(params or {}), plan))
+    return ReportSnapshot.objects.create(
+        study=study, kind=spec.key, plan=plan, params=resolved, created_by=created_by
+    )
+
+
+def report_build(
+    *,
+    study: Study,
+    kind: str = ReportSnapshot.Kind.AGREEMENT,
+    params: dict[str, Any] | None,
+    plan: AnalysisPlan | None = None,
+    created_by: Any,
+) -> ReportSnapshot:
+    """Create a pending snapshot of `kind` and enqueue its computation once it is committed."""
+    from .celery_tasks import report_compute_task
 
     with transaction.atomic():
-        report = AgreementReport.objects.create(
-            study=study, plan=plan, params=resolved, created_by=created_by
+        report = report_snapshot_create(
+            study=study, kind=kind, params=params, plan=plan, created_by=created_by
         )
-        transaction.on_commit(lambda: agreement_report_compute.delay(report.pk))
+        transaction.on_commit(lambda: report_compute_task.delay(report.pk))
     return report
 
 
-def _json_safe(value: Any) -> Any:
-    """Non-finite floats become null: PostgreSQL's JSON has no NaN."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        return _json_safe(value.item())
-    return value
+def report_compute(*, report_id: int) -> ReportSnapshot:
+    """Compute a pending snapshot (idempotent: a finished or running one is left alone).
 
-
-def report_compute(*, report_id: int) -> AgreementReport:
-    """Compute a pending report (idempotent: a finished or running report is left alone)."""
+    A snapshot "running" for longer than REVIEWHUB_REPORT_STALE_S is reclaimed: its worker
+    died before recording. A failure is recorded on the row (status failed, the error text)
+    rather than raised, so a redelivery does not loop on it; `report_retry` starts it again.
+    """
     with transaction.atomic():
-        report = AgreementReport.objects.select_for_update().filter(pk=report_id).first()
+        report = ReportSnapshot.objects.select_for_update().filter(pk=report_id).first()
         if report is None:
-            raise NotFound(f"Agreement report {report_id} not found.")
+            raise NotFound(f"Report {report_id} not found.")
         stale = (
-            report.status == AgreementReport.Status.RUNNING
+            report.status == ReportSnapshot.Status.RUNNING
             and report.started_at is not None
             and (timezone.now() - report.started_at).total_seconds()
             > settings.REVIEWHUB_REPORT_STALE_S
         )
-        if report.status != AgreementReport.Status.PENDING and not stale:
+        if report.status != ReportSnapshot.Status.PENDING and not stale:
             return report
-        report.status = AgreementReport.Status.RUNNING
+        report.status = ReportSnapshot.Status.RUNNING
         report.started_at = timezone.now()
         report.save(update_fields=["status", "started_at"])
     try:
-        p = report.params
-        data = rating_data_load(
-            study=report.study,
-            criterion_keys=p.get("criteria"),
-            judge_version_ids=p.get("judges"),
-            candidate_names=p.get("candidates"),
-        )
-        fingerprint = input_fingerprint(data)
-        result = compute_report(data, p)
-        result["plan_version"] = report.plan.version if report.plan is not None else None
-        result["fingerprint"] = fingerprint
-        result = _json_safe(result)
+        spec = kind_get(report.kind)
+        inputs = spec.load(report.study, report.params)
+        fingerprint = spec.fingerprint(inputs)
+        plan_version = report.plan.version if report.plan is not None else None
+        typed = spec.compute(inputs, report.params, plan_version, fingerprint)
+        result = typed.to_json()
     except Exception as exc:
-        logger.exception("agreement report %s failed", report_id)
-        AgreementReport.objects.filter(pk=report_id, status=AgreementReport.Status.RUNNING).update(
-            status=AgreementReport.Status.FAILED,
+        logger.exception("%s report %s failed", report.kind, report_id)
+        ReportSnapshot.objects.filter(pk=report_id, status=ReportSnapshot.Status.RUNNING).update(
+            status=ReportSnapshot.Status.FAILED,
             error=f"{type(exc).__name__}: {exc}",
             computed_at=timezone.now(),
         )
         report.refresh_from_db()
         return report
-    AgreementReport.objects.filter(pk=report_id, status=AgreementReport.Status.RUNNING).update(
-        status=AgreementReport.Status.DONE,
+    ReportSnapshot.objects.filter(pk=report_id, status=ReportSnapshot.Status.RUNNING).update(
+        status=ReportSnapshot.Status.DONE,
         result=result,
+        result_version=typed.version,
         input_fingerprint=fingerprint,
         error="",
         computed_at=timezone.now(),
@@ -139,15 +127,15 @@ def report_compute(*, report_id: int) -> AgreementReport:
     return report
 
 
-def report_retry(*, report: AgreementReport) -> AgreementReport:
-    """Put a failed report back to pending and enqueue it again."""
-    from .celery_tasks import agreement_report_compute
+def report_retry(*, report: ReportSnapshot) -> ReportSnapshot:
+    """Put a failed snapshot back to pending and enqueue it again."""
+    from .celery_tasks import report_compute_task
 
     with transaction.atomic():
-        updated = AgreementReport.objects.filter(
-            pk=report.pk, status=AgreementReport.Status.FAILED
-        ).update(status=AgreementReport.Status.PENDING, error="")
+        updated = ReportSnapshot.objects.filter(
+            pk=report.pk, status=ReportSnapshot.Status.FAILED
+        ).update(status=ReportSnapshot.Status.PENDING, error="")
         if updated:
-            transaction.on_commit(lambda: agreement_report_compute.delay(report.pk))
+            transaction.on_commit(lambda: report_compute_task.delay(report.pk))
     report.refresh_from_db()
     return report

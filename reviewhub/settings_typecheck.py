@@ -6,4 +6,4 @@ import os
 
 os.environ.setdefault("DJANGO_SECRET_KEY", "typecheck-only-placeholder")
 
-from reviewhub.settings import *  # noqa: E402, F403
+from reviewhub.settings import *  # noqa: F403

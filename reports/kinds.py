@@ -1,0 +1,123 @@
+"""The registry of report kinds: what differs between kinds of report snapshot.
+
+Every kind shares one lifecycle (reports/services.py: validate, record the plan, claim,
+fingerprint, compute with no transaction open, record conditionally, retry) and one Celery
+task; a kind only says how to validate its parameters, load its inputs, fingerprint them,
+compute a typed result, and read a stored result back. Agreement is the first kind;
+calibration and selection register here when they arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from reviewhub.api.errors import ValidationFailed
+from studies.models import AnalysisPlan, Study
+
+
+class SnapshotResult(Protocol):
+    """What every kind's typed result offers the lifecycle."""
+
+    @property
+    def version(self) -> int: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class ReportKind:
+    """One kind of report snapshot.
+
+    ``compute`` receives the loaded inputs, the validated parameters, the plan version and the
+    inputs' fingerprint, and returns the typed result; ``result_from_json`` reads a stored
+    result of ``result_version`` back into the same type.
+    """
+
+    key: str
+    result_version: int
+    params_validate: Callable[[Mapping[str, Any] | None], dict[str, Any]]
+    plan_defaults: Callable[[dict[str, Any], AnalysisPlan | None], dict[str, Any]]
+    load: Callable[[Study, Mapping[str, Any]], Any]
+    fingerprint: Callable[[Any], str]
+    compute: Callable[[Any, Mapping[str, Any], int | None, str], SnapshotResult]
+    result_from_json: Callable[[Mapping[str, Any]], SnapshotResult]
+
+
+def _agreement_plan_defaults(params: dict[str, Any], plan: AnalysisPlan | None) -> dict[str, Any]:
+    """Parameters the caller left out are taken from the analysis plan where it says them."""
+    if plan is None:
+        return params
+    spec = plan.spec or {}
+    out = dict(params)
+    if "strata" not in out and isinstance(spec.get("strata"), list) and spec["strata"]:
+        out["strata"] = [str(s) for s in spec["strata"]]
+    min_labels = spec.get("min_human_labels_per_stratum")
+    if "min_items" not in out and isinstance(min_labels, int) and min_labels >= 2:
+        out["min_items"] = min_labels
+    return out
+
+
+def _agreement_load(study: Study, params: Mapping[str, Any]) -> Any:
+    from calibration.frames import rating_data_load
+
+    return rating_data_load(
+        study=study,
+        criterion_keys=params.get("criteria"),
+        judge_version_ids=params.get("judges"),
+        candidate_names=params.get("candidates"),
+    )
+
+
+def _agreement_compute(
+    data: Any, params: Mapping[str, Any], plan_version: int | None, fingerprint: str
+) -> SnapshotResult:
+    from .agreement import compute_report
+    from .results import AgreementResult, json_safe
+
+    raw = compute_report(data, params)
+    raw["plan_version"] = plan_version
+    raw["fingerprint"] = fingerprint
+    return AgreementResult.from_json(json_safe(raw))
+
+
+def _agreement_kind() -> ReportKind:
+    from .agreement import input_fingerprint, params_validate
+    from .results import AGREEMENT_RESULT_VERSION, AgreementResult
+
+    return ReportKind(
+        key="agreement",
+        result_version=AGREEMENT_RESULT_VERSION,
+        params_validate=params_validate,
+        plan_defaults=_agreement_plan_defaults,
+        load=_agreement_load,
+        fingerprint=input_fingerprint,
+        compute=_agreement_compute,
+        result_from_json=AgreementResult.from_json,
+    )
+
+
+_FACTORIES: dict[str, Callable[[], ReportKind]] = {"agreement": _agreement_kind}
+_CACHE: dict[str, ReportKind] = {}
+
+
+def kind_names() -> list[str]:
+    """The registered kinds, in registration order."""
+    return list(_FACTORIES)
+
+
+def kind_get(key: str) -> ReportKind:
+    """The registered kind, or a 400 naming `kind`."""
+    factory = _FACTORIES.get(key)
+    if factory is None:
+        raise ValidationFailed(
+            f"Unknown report kind {key!r}; known kinds: {', '.join(_FACTORIES)}.",
+            details={"errors": [{"path": "kind", "message": "unknown report kind"}]},
+        )
+    if key not in _CACHE:
+        _CACHE[key] = factory()
+    return _CACHE[key]
+
+
+__all__ = ["ReportKind", "SnapshotResult", "kind_get", "kind_names"]
