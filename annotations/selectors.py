@@ -27,7 +27,7 @@ from studies.models import Criterion, Item, Output, RubricVersion, Study
 
 from .constants import FLAG_LABELS, SEVERITY_QUESTION, SEVERITY_SCALE
 from .models import Adjudication, Annotation, Assignment, GoldLabel, QueueEntry, SamplingPlan
-from .services import _cached_plan_criteria, active_plan, is_failure
+from .services.common import _cached_plan_criteria, active_plan, is_failure
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from reviewhub.api.errors import AppError, NotFound
+from reviewhub.pages import page_study, strict_csp
 from studies.models import Comparison, Membership, Output
 from studies.selectors import rubric_current
-from studies.views import page_study, strict_csp
 
-from . import judge_selectors as selectors
+from . import selectors
 from .preview import judge_version_preview
 
 # The form lists this many outputs/comparisons; any other id can still be typed in.

@@ -6,34 +6,31 @@ import json
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods
 
-from reviewhub.api.errors import AppError, Forbidden
-from studies.access import study_get_for_actor
+from reviewhub.api.errors import AppError
+from reviewhub.pages import page_study
 from studies.models import Membership, Study
 
 from . import charts, selectors, services
-from .agreement import DEFAULT_PARAMS, lookup
+from .agreement import DEFAULT_PARAMS
 from .export import TABLES
-from .models import AgreementReport
+from .models import ReportSnapshot
+from .results import AgreementResult
 
 
 def _lead_study(request: HttpRequest, slug: str) -> Study:
-    try:
-        study, _ = study_get_for_actor(user=request.user, slug=slug, min_role=Membership.Role.LEAD)
-    except Forbidden as exc:
-        raise PermissionDenied(exc.message) from exc
-    except AppError as exc:
-        raise Http404(exc.message) from exc
+    # A 404 for every refusal, as on every other page: annotators (who grade blind) and viewers
+    # get the same answer as a stranger, so these pages reveal nothing about the study's judges.
+    study, _role = page_study(request, slug, min_role=Membership.Role.LEAD)
     return study
 
 
-def _report(study: Study, report_id: int) -> AgreementReport:
+def _report(study: Study, report_id: int) -> ReportSnapshot:
     report = selectors.report_get(study=study, report_id=report_id)
     if report is None:
         raise Http404("No such report")
@@ -97,15 +94,20 @@ def reports_list(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
+def _result(report: ReportSnapshot) -> AgreementResult | None:
+    """The typed result of a finished report (None before it is finished)."""
+    return AgreementResult.from_json(report.result) if report.result else None
+
+
 def _audit_sections(
-    result: dict[str, Any], study: Study, report: AgreementReport
+    result: AgreementResult, study: Study, report: ReportSnapshot
 ) -> list[dict[str, Any]]:
-    judges = lookup(result, "judges")
+    judges = result.judges_by_id()
     sections = []
-    for crit in result.get("criteria", []):
-        cid = crit["id"]
+    for crit in result.criteria:
+        cid = crit.id
         hm = charts.heatmap_data(result, cid)
-        ceilings = [c for c in result.get("ceiling", []) if c["criterion"] == cid]
+        ceilings = [c for c in result.ceiling if c["criterion"] == cid]
         if not hm["judges"] and not ceilings:
             continue
         table = []
@@ -117,11 +119,11 @@ def _audit_sections(
                     None
                     if c is None
                     else {
-                        "m": c["metrics"].get(c["primary_metric"], {}),
-                        "verdict": c["verdict"],
-                        "n": c["n_subjects"],
-                        "reason": c["verdict_reason"],
-                        "metric": c["primary_metric"],
+                        "m": c.primary,
+                        "verdict": c.verdict,
+                        "n": c.n_subjects,
+                        "reason": c.verdict_reason,
+                        "metric": c.primary_metric,
                     }
                 )
             table.append(
@@ -132,44 +134,44 @@ def _audit_sections(
                     "ceiling": hm["ceilings"].get((dim, lab)),
                 }
             )
-        overall = [
-            c for c in result.get("cells", []) if c["criterion"] == cid and c["dimension"] == ""
-        ]
+        overall = [c for c in result.cells_for(criterion=cid) if c.dimension == ""]
         confusion = [
-            {"judge": judges[c["judge_version"]]["display"], **c}
-            for c in result.get("confusion", [])
+            {"judge": judges[c["judge_version"]].display, **c}
+            for c in result.confusion
             if c["criterion"] == cid and c["dimension"] == ""
         ]
         for c in confusion:
             c["rows_zipped"] = list(zip(c["labels"], c["matrix"], strict=True))
         examples = [
             {
-                "judge": judges[d["judge_version"]]["display"],
+                "judge": judges[d["judge_version"]].display,
                 **d,
                 "url": reverse(
                     "reports-disagreements", kwargs={"slug": study.slug, "report_id": report.pk}
                 )
                 + f"?judge={d['judge_version']}&criterion={cid}",
             }
-            for d in result.get("disagreements", [])
+            for d in result.disagreements
             if d["criterion"] == cid
         ]
         system = [
-            {"judge": judges[s["judge_version"]]["display"], **s}
-            for s in result.get("system", [])
+            {"judge": judges[s["judge_version"]].display, **s}
+            for s in result.system
             if s["criterion"] == cid
         ]
         sections.append(
             {
                 "criterion": crit,
-                "judges": [judges[j]["display"] for j in hm["judges"]],
+                "judges": [judges[j].display for j in hm["judges"]],
                 "table": table,
                 "truncated": hm["truncated"],
                 "overall": [
                     {
-                        "judge": judges[c["judge_version"]]["display"],
-                        **c,
-                        "metric_items": sorted(c["metrics"].items()),
+                        "judge": judges[c.judge_version].display,
+                        "alt_test": c.alt_test,
+                        "verdict": c.verdict,
+                        "verdict_reason": c.verdict_reason,
+                        "metric_items": sorted(c.metrics.items()),
                     }
                     for c in overall
                 ],
@@ -185,20 +187,21 @@ def _audit_sections(
     return sections
 
 
+@require_GET
 @login_required
 def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpResponse:
     study = _lead_study(request, slug)
     report = _report(study, report_id)
-    result = report.result or {}
-    judges = lookup(result, "judges")
-    crits = lookup(result, "criteria")
+    result = _result(report)
+    judges = result.judges_by_id() if result else {}
+    crits = result.criteria_by_id() if result else {}
     bias = [
         {
-            "judge": judges.get(b["judge_version"], {}).get("display", "?"),
-            "criterion": crits.get(b["criterion"], {}).get("key", "?"),
+            "judge": judges[b["judge_version"]].display if b["judge_version"] in judges else "?",
+            "criterion": crits[b["criterion"]].key if b["criterion"] in crits else "?",
             **b,
         }
-        for b in result.get("bias", [])
+        for b in (result.bias if result else ())
     ]
     export = reverse("reports-api-export", kwargs={"slug": slug, "report_id": report.pk})
     return render(
@@ -215,7 +218,7 @@ def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpRespons
             "bias_url": reverse("reports-bias", kwargs={"slug": slug, "report_id": report.pk}),
             "params_json": json.dumps(report.params, indent=1, sort_keys=True),
             "refresh": report.status
-            in (AgreementReport.Status.PENDING, AgreementReport.Status.RUNNING),
+            in (ReportSnapshot.Status.PENDING, ReportSnapshot.Status.RUNNING),
         },
     )
 
@@ -227,6 +230,7 @@ def _svg_response(content: bytes) -> HttpResponse:
     return response
 
 
+@require_GET
 @login_required
 def report_heatmap(request: HttpRequest, slug: str, report_id: int) -> HttpResponse:
     study = _lead_study(request, slug)
@@ -235,25 +239,29 @@ def report_heatmap(request: HttpRequest, slug: str, report_id: int) -> HttpRespo
         criterion = int(request.GET.get("criterion", ""))
     except ValueError as exc:
         raise Http404("criterion must be an id") from exc
-    if not report.result or criterion not in lookup(report.result, "criteria"):
+    result = _result(report)
+    if result is None or criterion not in result.criteria_by_id():
         raise Http404("No such criterion in this report")
-    return _svg_response(charts.heatmap_svg(report.result, criterion))
+    return _svg_response(charts.heatmap_svg(result, criterion))
 
 
+@require_GET
 @login_required
 def report_bias(request: HttpRequest, slug: str, report_id: int) -> HttpResponse:
     study = _lead_study(request, slug)
     report = _report(study, report_id)
-    if not report.result:
+    result = _result(report)
+    if result is None:
         raise Http404("Report not finished")
-    return _svg_response(charts.bias_svg(report.result))
+    return _svg_response(charts.bias_svg(result))
 
 
+@require_GET
 @login_required
 def report_disagreements(request: HttpRequest, slug: str, report_id: int) -> HttpResponse:
     study = _lead_study(request, slug)
     report = _report(study, report_id)
-    result = report.result or {}
+    result = _result(report)
     try:
         jid, cid = int(request.GET.get("judge", "")), int(request.GET.get("criterion", ""))
     except ValueError as exc:
@@ -261,7 +269,7 @@ def report_disagreements(request: HttpRequest, slug: str, report_id: int) -> Htt
     entry = next(
         (
             d
-            for d in result.get("disagreements", [])
+            for d in (result.disagreements if result else ())
             if d["judge_version"] == jid and d["criterion"] == cid
         ),
         None,
@@ -281,8 +289,8 @@ def report_disagreements(request: HttpRequest, slug: str, report_id: int) -> Htt
             "entry": entry,
             "page": page,
             "rows": rows,
-            "judge": lookup(result, "judges").get(jid, {}),
-            "criterion": lookup(result, "criteria").get(cid, {}),
+            "judge": result.judges_by_id().get(jid) if result else None,
+            "criterion": result.criteria_by_id().get(cid) if result else None,
             "audit_url": reverse("reports-audit", kwargs={"slug": slug, "report_id": report.pk}),
         },
     )

@@ -22,7 +22,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def setup(study: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     sent: list[tuple[int, int]] = []
-    monkeypatch.setattr("judges.runs._default_enqueue", lambda run_id, n: sent.append((run_id, n)))
+    monkeypatch.setattr(
+        "judges.runs.lifecycle._default_enqueue", lambda run_id, n: sent.append((run_id, n))
+    )
     data = build_study_data(study)
     version = make_version(study, llm_config("http://127.0.0.1:9/v1"))
     return data, version, sent
@@ -138,7 +140,9 @@ def test_run_page_renders_for_leads_and_hides_from_others(
     assert page.status_code == 200
     html = page.content.decode()
     assert f'data-progress-url="/api/studies/alpha/judge-runs/{run.pk}"' in html
-    assert 'id="p-queued">12<' in html and "setTimeout(poll" in html
+    # The live polling is a same-origin script (the page's CSP refuses inline scripts).
+    assert 'id="p-queued">12<' in html and 'src="/static/js/run_detail.js"' in html
+    assert "<script>" not in html
     assert client.get("/studies/alpha/judge-runs/").status_code == 200
     client.force_login(UserFactory(username="stranger"))
     assert client.get(f"/studies/alpha/judge-runs/{run.pk}/").status_code == 404

@@ -1,0 +1,78 @@
+"""Gold labels: a lead's known answer for a subject and criterion (canonical encoding)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from reviewhub.api.errors import NotFound, ValidationFailed
+from studies.models import Comparison, Criterion, Output, Study
+
+from ..constants import SEVERITY_MIN
+from ..models import GoldLabel
+from .common import _require_lead
+from .labels import label_clean
+
+
+def _subject_check(
+    *, study: Study, criterion: Criterion, output: Output | None, comparison: Comparison | None
+) -> dict[str, Any]:
+    if criterion.rubric.study_id != study.pk:
+        raise NotFound("Criterion not found in this study.")
+    if (output is None) == (comparison is None):
+        raise ValidationFailed(
+            "Give exactly one of output or comparison.",
+            details={"output": "exactly one", "comparison": "exactly one"},
+        )
+    if criterion.scale == Criterion.Scale.PAIRWISE and comparison is None:
+        raise ValidationFailed(
+            "A pairwise criterion labels a comparison.", details={"comparison": "required"}
+        )
+    if criterion.scale != Criterion.Scale.PAIRWISE and output is None:
+        raise ValidationFailed(
+            f"Criterion '{criterion.key}' labels an output.", details={"output": "required"}
+        )
+    if output is not None:
+        if output.study_id != study.pk:
+            raise NotFound("Output not found in this study.")
+        return {"output": output}
+    assert comparison is not None
+    if comparison.study_id != study.pk:
+        raise NotFound("Comparison not found in this study.")
+    return {"comparison": comparison}
+
+
+def gold_label_set(
+    *,
+    study: Study,
+    criterion: Criterion,
+    value: str,
+    user: User,
+    output: Output | None = None,
+    comparison: Comparison | None = None,
+) -> GoldLabel:
+    """A lead's known answer for a subject (canonical encoding); replaces an earlier one."""
+    _require_lead(study=study, user=user)
+    subject = _subject_check(study=study, criterion=criterion, output=output, comparison=comparison)
+    clean = _canonical_value(criterion, value)
+    with transaction.atomic():
+        gold, _ = GoldLabel.objects.update_or_create(
+            criterion=criterion, **subject, defaults={"value": clean, "created_by": user}
+        )
+    return gold
+
+
+def _canonical_value(criterion: Criterion, value: Any) -> str:
+    """Validate a value in canonical encoding (no severity involved)."""
+    raw: dict[str, Any] = {"value": value}
+    try:
+        clean = label_clean(criterion=criterion, raw=raw, field="value")
+    except ValidationFailed as exc:
+        # A failing value without severity is fine here: only the value matters.
+        if "value.severity" not in exc.details:
+            raise
+        raw["severity"] = SEVERITY_MIN
+        clean = label_clean(criterion=criterion, raw=raw, field="value")
+    return clean.value

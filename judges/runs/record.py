@@ -1,0 +1,167 @@
+"""Recording call outcomes on claimed jobs while their lease token still matches."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ..models import JudgeJob
+
+
+@dataclass
+class JobOutcome:
+    """The result of one claimed job, ready to record (built by the executor, no ORM)."""
+
+    job_id: int
+    lease_token: str
+    status: str  # done | unparseable | failed | queued (transient, retry later)
+    error_kind: str = ""
+    error: str = ""
+    raw_response: str = ""
+    parsed_value: str = ""
+    value_num: float | None = None
+    probability: float | None = None
+    rationale: str = ""
+    http_status: int | None = None
+    provider_request_id: str = ""
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    latency_ms: float | None = None
+    cost: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    available_at: datetime | None = None
+
+
+_RECORD_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("status", "varchar"), ("error_kind", "varchar"), ("error", "text"),
+    ("raw_response", "text"), ("parsed_value", "varchar"), ("value_num", "double precision"),
+    ("probability", "double precision"), ("rationale", "text"), ("http_status", "integer"),
+    ("provider_request_id", "varchar"), ("tokens_in", "integer"), ("tokens_out", "integer"),
+    ("latency_ms", "double precision"), ("cost", "double precision"), ("details", "jsonb"),
+    ("available_at", "timestamptz"), ("finished_at", "timestamptz"),
+)
+
+
+def _outcome_row(o: JobOutcome, now: datetime) -> tuple[Any, ...]:
+    """The values of `_RECORD_COLUMNS`, in that order."""
+    return (
+        o.status, o.error_kind, o.error, o.raw_response, o.parsed_value[:200], o.value_num,
+        o.probability, o.rationale, o.http_status, o.provider_request_id[:200], o.tokens_in,
+        o.tokens_out, o.latency_ms, o.cost, o.details, o.available_at,
+        None if o.status == JudgeJob.Status.QUEUED else now,
+    )
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _finite_or_text(row: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    # JSON has no NaN/Infinity; as strings they still reach a double precision column intact.
+    for name in names:
+        value = row[name]
+        if isinstance(value, float) and not math.isfinite(value):
+            row[name] = str(value).replace("inf", "Infinity").replace("nan", "NaN")
+    return row
+
+
+def _rows_json(rows: Iterable[Mapping[str, Any]]) -> str:
+    """A chunk's rows as ONE JSON parameter for `json_to_recordset`.
+
+    One text parameter instead of a VALUES list of (rows x columns) placeholders: psycopg
+    parses and caches the statement once, the rows are encoded by the C JSON encoder and
+    decoded by PostgreSQL, and nothing is adapted value by value in Python.
+    """
+    items = list(rows)
+    text = json.dumps(items, ensure_ascii=False, default=_json_default)
+    if "\\u0000" in text or _LONE_SURROGATE.search(text):
+        # PostgreSQL text and jsonb cannot hold NUL, and a lone UTF-16 surrogate (which
+        # json.loads makes of a "\\ud800" in a provider's answer) cannot even be encoded to
+        # send; one such answer would fail the statement for the whole chunk. Both become
+        # U+FFFD. (The NUL check can also hit an escaped backslash followed by "u0000"; the
+        # slow path then changes nothing.)
+        text = json.dumps(_storable(items), ensure_ascii=False, default=_json_default)
+    return text
+
+
+# NUL and unpaired surrogates: what ingest refuses (studies/ingest.py) and a judge's answer,
+# which is recorded rather than refused, has replaced. Every write of job and verdict rows goes
+# through `_storable`: here on PostgreSQL (only when the chunk's JSON shows one), on the ORM
+# path value by value (SQLite cannot encode a lone surrogate either).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_storable(v) for v in value)
+    return value
+
+
+_RECORD_FLOATS = tuple(name for name, pgtype in _RECORD_COLUMNS if pgtype == "double precision")
+
+
+def _record_postgres(outcomes: Sequence[JobOutcome], now: datetime) -> list[int]:
+    """One UPDATE … FROM json_to_recordset(…) for the whole chunk, conditional on each lease."""
+    names = [name for name, _ in _RECORD_COLUMNS]
+    rows = (
+        _finite_or_text({"id": o.job_id, "token": o.lease_token,
+                         **dict(zip(names, _outcome_row(o, now), strict=True))}, _RECORD_FLOATS)
+        for o in outcomes
+    )
+    # The recordset declares `details` as json; the column is jsonb.
+    decl = ", ".join(f"{name} {'json' if name == 'details' else pgtype}"
+                     for name, pgtype in _RECORD_COLUMNS)
+    sets = ", ".join(f"{name} = v.{name}" + ("::jsonb" if name == "details" else "")
+                     for name in names)
+    sql = (
+        f"UPDATE {JudgeJob._meta.db_table} AS j SET {sets}, lease_token = '', "
+        "lease_expires_at = NULL "
+        f"FROM json_to_recordset(%s::json) AS v(id bigint, token varchar, {decl}) "
+        "WHERE j.id = v.id AND j.lease_token = v.token AND j.status = 'running' RETURNING j.id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [_rows_json(rows)])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def jobs_record(*, outcomes: Sequence[JobOutcome]) -> list[int]:
+    """Record call outcomes; return the ids actually recorded.
+
+    Each row is updated only while it is still `running` under the same lease token, so a late
+    or duplicate delivery (the lease expired and another worker re-claimed the job, or the same
+    outcome is recorded twice) changes nothing: every job ends exactly once.
+    """
+    if not outcomes:
+        return []
+    now = timezone.now()
+    if connection.vendor == "postgresql":
+        # A single statement is atomic on its own; BEGIN/COMMIT would only add round trips.
+        return _record_postgres(outcomes, now)
+    recorded = []
+    names = [name for name, _ in _RECORD_COLUMNS]
+    with transaction.atomic():
+        for o in outcomes:
+            n = JudgeJob.objects.filter(
+                id=o.job_id, lease_token=o.lease_token, status=JudgeJob.Status.RUNNING
+            ).update(lease_token="", lease_expires_at=None,
+                     **dict(zip(names, _storable(_outcome_row(o, now)), strict=True)))
+            if n:
+                recorded.append(o.job_id)
+    return recorded
