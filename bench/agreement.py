@@ -8,7 +8,7 @@ annotations; one stratum dimension with 20 labels. Report: every judge x criteri
 tests, bias audits and examples.
 
 Prints: the in-memory report time (frames built directly), the PostgreSQL load time of the same
-data through `reports.selectors.rating_data_load` (with --db), the fingerprint time, peak RSS,
+data through `calibration.frames.rating_data_load` (with --db), the fingerprint time, peak RSS,
 and the naive approach (a Python loop calling krippendorff.alpha / sklearn / scipy.stats once
 per resample per cell) timed on a subset of cells and extrapolated linearly to all 252.
 
@@ -117,7 +117,7 @@ def synthesise(seed: int = 1) -> dict[str, Any]:
 
 def frames(raw: dict[str, Any]) -> Any:
     """RatingData built directly from the arrays (the in-memory path)."""
-    from reports.selectors import CriterionInfo, JudgeInfo, RatingData
+    from calibration.frames import CriterionInfo, JudgeInfo, RatingData
 
     crits = {}
     for ci, (key, scale, k) in enumerate(raw["scales"]):
@@ -260,7 +260,7 @@ def db_write(raw: dict[str, Any]) -> float:
 
     from annotations.models import Annotation
     from judges.models import Judge, JudgeVersion, Verdict
-    from reports.importers.generic import _bulk_insert
+    from reviewhub.bulkcopy import bulk_insert
     from studies.models import Candidate, Criterion, Item, Output, RubricVersion, Study
 
     User = get_user_model()
@@ -305,7 +305,7 @@ def db_write(raw: dict[str, Any]) -> float:
         cands = [
             Candidate.objects.create(study=study, name=f"m{c}").pk for c in range(N_CANDIDATES)
         ]
-        _bulk_insert(
+        bulk_insert(
             Output,
             [
                 {
@@ -352,7 +352,7 @@ def db_write(raw: dict[str, Any]) -> float:
             return ("calm", "neutral", "rude")[v], None
 
         subj, ci, rater, val = raw["verdicts"]
-        _bulk_insert(
+        bulk_insert(
             Verdict,
             [
                 {
@@ -367,7 +367,7 @@ def db_write(raw: dict[str, Any]) -> float:
             ],
         )
         subj, ci, rater, val = raw["annotations"]
-        _bulk_insert(
+        bulk_insert(
             Annotation,
             [
                 {
@@ -396,8 +396,8 @@ def db_load(raw: dict[str, Any], reuse: bool) -> dict[str, Any]:
     from django.core.management import call_command
     from django.db import connection
 
+    from calibration.frames import rating_data_load
     from reports.agreement import input_fingerprint
-    from reports.selectors import rating_data_load
     from studies.models import Study
 
     # A fresh database (a new machine) has no tables yet; migrating an up-to-date one is a no-op.

@@ -121,6 +121,7 @@ def judge_imported_version_get_or_create(
     value_type: str,
     model_family: str = "",
     created_by: Any = None,
+    description: str = "Ratings imported from a file",
 ) -> ImportedVersionOutcome:
     """The imported judge `name` (created with `judge_create`'s rules) and its version `label`.
 
@@ -138,7 +139,7 @@ def judge_imported_version_get_or_create(
     if judge is None:
         judge = judge_create(
             study=study, name=name, kind=Judge.Kind.IMPORTED,
-            description="Ratings imported from a file", created_by=created_by,
+            description=description, created_by=created_by,
         )
         judge_created = True
     elif judge.kind != Judge.Kind.IMPORTED:
@@ -241,17 +242,17 @@ def _finite(raw: str) -> float | None:
 
 
 def verdicts_import_bulk(
-    *, verdicts: Mapping[tuple[int, int, str, int], VerdictImport]
+    *, verdicts: Mapping[tuple[int, int, str, int], VerdictImport], rationale: str = ""
 ) -> VerdictBulkCounts:
     """Upsert imported verdicts keyed by (judge version, criterion, subject kind, subject id).
 
-    Every verdict is checked by `verdict_import_fields` before anything is written; new rows go
-    in with COPY on PostgreSQL, changed ones are updated, equal ones counted. One transaction.
+    Every verdict is checked by `verdict_import_fields` before anything is written (the writes
+    follow the loop that checks them); new rows go in with COPY on PostgreSQL, changed ones are
+    updated, equal ones counted. One transaction.
     """
     counts = VerdictBulkCounts()
     if not verdicts:
         return counts
-    fields_by_key = {key: verdict_import_fields(spec) for key, spec in verdicts.items()}
     versions = {k[0] for k in verdicts}
     crits = {k[1] for k in verdicts}
     postgres = connection.vendor == "postgresql"
@@ -265,7 +266,8 @@ def verdicts_import_bulk(
             existing[(v.judge_version_id, v.criterion_id, *subj)] = v  # type: ignore[index]
         new: list[dict[str, Any]] = []
         changed: list[Verdict] = []
-        for key, fields in fields_by_key.items():
+        for key, spec in verdicts.items():
+            fields = verdict_import_fields(spec)
             cur = existing.get(key)
             if cur is None:
                 is_output = key[2] == "output"
@@ -281,6 +283,7 @@ def verdicts_import_bulk(
                     # COPY writes JSON text verbatim; bulk_create wants the object.
                     "details": json.dumps(fields["details"]) if postgres else fields["details"],
                     "n_samples": fields["n_samples"],
+                    "rationale": rationale,
                 })
             elif (cur.value, cur.details, cur.is_scored) != (
                 fields["value"], fields["details"], True

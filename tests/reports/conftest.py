@@ -11,9 +11,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from annotations.models import Annotation
+from imports.datasets import dataset_import
 from judges.models import Verdict
-from reports.importers import dataset_import
-from reports.models import AgreementReport
+from reports.models import ReportSnapshot
 from reports.services import report_compute
 from reviewhub.celery import app as celery_app
 from studies.models import Membership, Study
@@ -42,7 +42,7 @@ def study_delete(study: Study) -> None:
     users = list(Membership.objects.filter(study=study).values_list("user_id", flat=True))
     Verdict.objects.filter(criterion__rubric__study=study).delete()
     Annotation.objects.filter(criterion__rubric__study=study).delete()
-    AgreementReport.objects.filter(study=study).delete()
+    ReportSnapshot.objects.filter(study=study).delete()
     owner_id = study.owner_id
     study.delete()
     get_user_model().objects.filter(pk__in=[*users, owner_id]).delete()
@@ -57,11 +57,11 @@ def imported_study(slug: str, datasets: list[str], data_dir: Path) -> Study:
     return study
 
 
-def computed_report(study: Study, params: dict[str, Any]) -> AgreementReport:
+def computed_report(study: Study, params: dict[str, Any]) -> ReportSnapshot:
     """A report computed synchronously through the service (the Celery task's code path)."""
     from reports.agreement import params_validate
 
-    report = AgreementReport.objects.create(
+    report = ReportSnapshot.objects.create(
         study=study, params=params_validate(params), created_by=study.owner
     )
     return report_compute(report_id=report.pk)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from reports.agreement import TOO_FEW
-from reports.models import AgreementReport
+from reports.models import ReportSnapshot
 
 from .conftest import computed_report, module_study
 
@@ -36,7 +36,7 @@ PUBLISHED_ALPHA = {
 @pytest.fixture(scope="module")
 def judge_bench(
     request: pytest.FixtureRequest, django_db_setup: Any, django_db_blocker: Any
-) -> Iterator[dict[str, AgreementReport]]:
+) -> Iterator[dict[str, ReportSnapshot]]:
     studies = {}
     gens = []
     for name in ("newsroom", "dices-350-crowdsourced", "dices-990", "recipes"):
@@ -50,10 +50,10 @@ def judge_bench(
         next(gen, None)
 
 
-def test_all_twelve_published_human_alphas(judge_bench: dict[str, AgreementReport]) -> None:
+def test_all_twelve_published_human_alphas(judge_bench: dict[str, ReportSnapshot]) -> None:
     got = {}
     for name, report in judge_bench.items():
-        assert report.status == AgreementReport.Status.DONE, report.error
+        assert report.status == ReportSnapshot.Status.DONE, report.error
         keys = {c["id"]: c["key"] for c in report.result["criteria"]}
         for row in report.result["ceiling"]:
             if row["label"] == "overall":
@@ -64,7 +64,7 @@ def test_all_twelve_published_human_alphas(judge_bench: dict[str, AgreementRepor
     assert got == PUBLISHED_ALPHA
 
 
-def test_rating_positions_are_raters(judge_bench: dict[str, AgreementReport]) -> None:
+def test_rating_positions_are_raters(judge_bench: dict[str, ReportSnapshot]) -> None:
     rows = {
         r["criterion"]: r
         for r in judge_bench["dices-990"].result["ceiling"]
@@ -92,7 +92,7 @@ HANNA_SYSTEMS = [
 @pytest.fixture(scope="module")
 def hanna(
     request: pytest.FixtureRequest, django_db_setup: Any, django_db_blocker: Any
-) -> Iterator[AgreementReport]:
+) -> Iterator[ReportSnapshot]:
     for study in module_study(request, django_db_blocker, "hanna-test", ["hanna"]):
         with django_db_blocker.unblock():
             report = computed_report(
@@ -102,12 +102,12 @@ def hanna(
         yield report
 
 
-def _judges(report: AgreementReport) -> dict[int, dict[str, Any]]:
+def _judges(report: ReportSnapshot) -> dict[int, dict[str, Any]]:
     return {j["id"]: j for j in report.result["judges"]}
 
 
-def test_bleu_vs_human_relevance(hanna: AgreementReport) -> None:
-    assert hanna.status == AgreementReport.Status.DONE, hanna.error
+def test_bleu_vs_human_relevance(hanna: ReportSnapshot) -> None:
+    assert hanna.status == ReportSnapshot.Status.DONE, hanna.error
     judges = _judges(hanna)
     crits = {c["key"]: c["id"] for c in hanna.result["criteria"]}
     bleu = next(
@@ -125,7 +125,7 @@ def test_bleu_vs_human_relevance(hanna: AgreementReport) -> None:
     assert "qwk" not in m and "clustered by item" in m["spearman"]["method"]
 
 
-def test_system_level_high_while_per_story_low(hanna: AgreementReport) -> None:
+def test_system_level_high_while_per_story_low(hanna: ReportSnapshot) -> None:
     judges = _judges(hanna)
     llm = [s for s in hanna.result["system"] if judges[s["judge_version"]]["judge"] != "BLEU"]
     assert len(llm) == 5 * 4 * 6
@@ -139,7 +139,7 @@ def test_system_level_high_while_per_story_low(hanna: AgreementReport) -> None:
     assert best["kendall"]["ci_low"] <= best["kendall"]["value"] <= best["kendall"]["ci_high"]
 
 
-def test_hanna_verdicts_use_the_alt_test(hanna: AgreementReport) -> None:
+def test_hanna_verdicts_use_the_alt_test(hanna: ReportSnapshot) -> None:
     overall = [c for c in hanna.result["cells"] if c["label"] == "overall"]
     assert overall and all(c["verdict_basis"] == "alt_test" for c in overall)
     assert all(c["verdict"] != TOO_FEW for c in overall)

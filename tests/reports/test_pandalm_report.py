@@ -12,11 +12,11 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from annotations.models import Annotation
+from calibration.frames import rating_data_load
+from imports.datasets import dataset_import
+from imports.generic import importer_username
 from reports.agreement import NOT_TRUSTWORTHY, TRUSTWORTHY, input_fingerprint
-from reports.importers import dataset_import
-from reports.importers.generic import importer_username
-from reports.models import AgreementReport
-from reports.selectors import rating_data_load
+from reports.models import ReportSnapshot
 from studies.models import Study
 
 from .conftest import computed_report, module_study, shared_data_dir
@@ -55,8 +55,8 @@ def _confusion(result: dict[str, Any], judge: int, label: str = "overall") -> di
 
 
 def test_report_finished_and_snapshots_inputs(pandalm: dict[str, Any]) -> None:
-    report: AgreementReport = pandalm["report"]
-    assert report.status == AgreementReport.Status.DONE, report.error
+    report: ReportSnapshot = pandalm["report"]
+    assert report.status == ReportSnapshot.Status.DONE, report.error
     assert len(report.input_fingerprint) == 64
     assert report.result["fingerprint"] == report.input_fingerprint
     assert "alternative annotator test" in report.result["rule"]

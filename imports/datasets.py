@@ -1,7 +1,7 @@
 """Converters from the public evaluation data sets to generic rating rows.
 
 Each converter reads the source files and yields rows of the generic format
-(`reports.importers.generic`), so that the data sets go through exactly the same validation and
+(`imports.generic`), so that the data sets go through exactly the same validation and
 writing as any user's file. The mapping choices (documented in docs/import-ratings.md) follow
 each data set's README and the published evaluation code.
 """
@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .generic import ScaleSpec, scale_parse
+from studies.models import Study
+
+from .generic import ImportSummary, ScaleSpec, ratings_import, scale_parse
 
 Row = tuple[int, dict[str, Any]]
 
@@ -350,3 +352,13 @@ def dataset_rows(name: str, data_dir: Path) -> DatasetRows:
 
 def iter_rows(ds: DatasetRows) -> Iterator[Row]:
     yield from ds.rows
+
+
+def dataset_import(
+    *, study: Study, name: str, data_dir: Path, created_by: Any = None
+) -> ImportSummary:
+    """Convert a public data set to generic rows and import them with `ratings_import`."""
+    ds = dataset_rows(name, Path(data_dir))
+    return ratings_import(
+        study=study, rows=ds.rows, scales=ds.scales, families=ds.families, created_by=created_by
+    )

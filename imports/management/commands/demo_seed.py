@@ -9,7 +9,6 @@ unless `--reset` is given.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from pathlib import Path
@@ -22,7 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from reviewhub import demo_data as dd
+from imports import demo_data as dd
 
 LOGINS = {"lead": "demo-lead-pass", "annotator": "demo-annotator-pass",
           "annotator2": "demo-annotator2-pass"}
@@ -124,7 +123,7 @@ class Command(BaseCommand):
     def _delete(self, study: Any) -> None:
         from annotations.models import Annotation
         from judges.models import JudgeJob, JudgeRun, Verdict
-        from reports.models import AgreementReport
+        from reports.models import ReportSnapshot
 
         with transaction.atomic():
             # Verdicts and annotations protect their criteria; remove them first.
@@ -132,7 +131,7 @@ class Command(BaseCommand):
             Verdict.objects.filter(criterion__rubric__study=study).delete()
             JudgeJob.objects.filter(run__study=study).delete()
             JudgeRun.objects.filter(study=study).delete()
-            AgreementReport.objects.filter(study=study).delete()
+            ReportSnapshot.objects.filter(study=study).delete()
             study.delete()
 
     def _build(self, n_items: int) -> None:
@@ -176,10 +175,20 @@ class Command(BaseCommand):
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     def _simulated_ratings(self, outputs: list[dd.DemoOutput]) -> None:
-        """Simulated judge verdicts on every output, simulated humans on a subset."""
-        from annotations.models import Annotation
-        from judges.models import Judge, JudgeVersion, Verdict
+        """Simulated judge verdicts on every output, simulated humans on a subset.
+
+        Written through the owning apps' import services, so the simulated labels obey the
+        same rules (values, severity only on failures) as real ones.
+        """
+        from annotations.imports_service import annotation_import_clean, annotations_import_bulk
+        from annotations.services.labels import CleanLabel
+        from judges.services import (
+            VerdictImport,
+            judge_imported_version_get_or_create,
+            verdicts_import_bulk,
+        )
         from studies.models import Membership, Output, Study
+        from studies.services import membership_set
 
         study = Study.objects.get(slug=dd.DEMO_SLUG)
         rubric = study.rubric_versions.order_by("-version").first()
@@ -191,32 +200,23 @@ class Command(BaseCommand):
             .values_list("id", "item__external_id", "candidate__name")
         }
         rng = random.Random(23)
-        config: dict[str, Any] = {
-            "simulated": True,
-            "description": "Simulated judge: agrees with the simulated truth 94% of the time "
-                           "in English and 68% in German.",
-        }
-        judge = Judge.objects.create(study=study, name=SIM_JUDGE, kind=Judge.Kind.IMPORTED,
-                                     description=config["description"])
-        version = JudgeVersion.objects.create(
-            judge=judge, version=1, config=config, model_family="simulated",
-            content_hash=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest())
-        verdicts = []
+        version = judge_imported_version_get_or_create(
+            study=study, name=SIM_JUDGE, label="simulated", value_type="label",
+            model_family="simulated",
+            description="Simulated judge: agrees with the simulated truth 94% of the time "
+                        "in English and 68% in German.",
+        ).version
+        verdicts: dict[tuple[int, int, str, int], VerdictImport] = {}
         for o in outputs:
             oid = by_key[(o.item.external_id, o.candidate)]
             label = dd.simulated_judge_label(o, rng)
-            verdicts.append(Verdict(judge_version=version, criterion=crit["correct"],
-                                    output_id=oid, value=label,
-                                    value_num=1.0 if label == "pass" else 0.0,
-                                    source=Verdict.Source.IMPORT,
-                                    rationale="(simulated judge)"))
+            verdicts[(version.pk, crit["correct"].pk, "output", oid)] = VerdictImport(
+                criterion=crit["correct"], orders={"": label})
             noise = 0 if o.item.language == "en" else rng.choice([-2, -1, 1, 2])
             helpful = max(1, min(5, o.helpfulness + noise))
-            verdicts.append(Verdict(judge_version=version, criterion=crit["helpful"],
-                                    output_id=oid, value=str(helpful), value_num=float(helpful),
-                                    source=Verdict.Source.IMPORT,
-                                    rationale="(simulated judge)"))
-        Verdict.objects.bulk_create(verdicts, batch_size=2000)
+            verdicts[(version.pk, crit["helpful"].pk, "output", oid)] = VerdictImport(
+                criterion=crit["helpful"], orders={"": str(helpful)})
+        verdicts_import_bulk(verdicts=verdicts, rationale="(simulated judge)")
 
         User = get_user_model()
         annotators = []
@@ -224,12 +224,11 @@ class Command(BaseCommand):
             user, _ = User.objects.get_or_create(username=name, defaults={"is_active": False})
             user.set_unusable_password()
             user.save()
-            Membership.objects.get_or_create(study=study, user=user,
-                                             defaults={"role": Membership.Role.ANNOTATOR})
+            membership_set(study=study, user=user, role=Membership.Role.ANNOTATOR)
             annotators.append(user)
         users = {u.username: u for u in annotators}
         labelled_items = {it.external_id for it in dd.demo_items(len(outputs) // 3)[::2]}
-        annotations = []
+        labels: dict[tuple[int, int, str, int], CleanLabel] = {}
         for o in outputs:
             if o.item.external_id not in labelled_items:
                 continue
@@ -237,17 +236,13 @@ class Command(BaseCommand):
             for name, label, helpful, severity in dd.simulated_annotator_labels(
                 o, SIM_ANNOTATORS, rng
             ):
-                annotations.append(Annotation(
-                    annotator=users[name], criterion=crit["correct"], output_id=oid,
-                    value=label, value_num=1.0 if label == "pass" else 0.0,
-                    severity=severity, source=Annotation.Source.IMPORT,
-                    rationale="(simulated annotator)"))
-                annotations.append(Annotation(
-                    annotator=users[name], criterion=crit["helpful"], output_id=oid,
-                    value=str(helpful), value_num=float(helpful),
-                    severity=(rng.choice([2, 3]) if helpful < 4 else None),
-                    source=Annotation.Source.IMPORT, rationale="(simulated annotator)"))
-        Annotation.objects.bulk_create(annotations, batch_size=2000)
+                uid = users[name].pk
+                labels[(uid, crit["correct"].pk, "output", oid)] = annotation_import_clean(
+                    criterion=crit["correct"], value=label, severity=severity)
+                labels[(uid, crit["helpful"].pk, "output", oid)] = annotation_import_clean(
+                    criterion=crit["helpful"], value=str(helpful),
+                    severity=(rng.choice([2, 3]) if helpful < 4 else None))
+        annotations_import_bulk(labels=labels, rationale="(simulated annotator)")
 
     def _sampling_plan(self) -> None:
         from annotations.services import sampling_plan_create

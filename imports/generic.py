@@ -5,14 +5,15 @@ and resolves it against the study without writing; `ratings_import` (the service
 everything first and then writes ordinary ReviewHub rows in one transaction, so that reports
 treat imported and native data the same: Items (with strata), Candidates, Outputs,
 Comparisons, imported Judges / JudgeVersions / Verdicts, inactive annotator users with
-memberships, and Annotations. Re-importing the same rows changes nothing (upsert by natural
+memberships, and Annotations, each through the import services of the app that owns the table
+(`studies.imports_service`, `judges.services`, `annotations.imports_service`), which also hold
+the rules the rows must obey. Re-importing the same rows changes nothing (upsert by natural
 keys); any invalid row means nothing is written.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -21,27 +22,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.hashers import make_password
-from django.db import connection, models, transaction
-from django.db.models import Max
-from django.utils import timezone
+from django.db import transaction
 
-from annotations.models import Annotation
-from judges.models import Judge, JudgeVersion, Verdict
-from reviewhub.api.errors import ValidationFailed
-from studies.criteria import PAIRWISE_VALUES, criterion_allowed_values
-from studies.models import (
-    Candidate,
-    Comparison,
-    Criterion,
-    Item,
-    Membership,
-    Output,
-    RubricVersion,
-    StratumDimension,
-    Study,
+from annotations.imports_service import annotation_import_clean, annotations_import_bulk
+from annotations.services.labels import CleanLabel
+from judges.services import (
+    VerdictImport,
+    judge_imported_version_get_or_create,
+    verdicts_import_bulk,
 )
+from reviewhub.api.errors import ValidationFailed
+from studies import imports_service as studies_imports
+from studies.criteria import PAIRWISE_VALUES, criterion_allowed_values
+from studies.imports_service import (
+    criterion_import_problems,
+    criterion_unsaved,
+    importer_username,  # noqa: F401  (re-exported: the account name of an imported rater)
+)
+from studies.models import Criterion, Study
 
 MAX_ERRORS = 50
 BATCH = 5000
@@ -168,6 +166,10 @@ class ScaleSpec:
             return [{"value": p, "label": p} for p in self.points]
         return []
 
+    def criterion_fields(self, key: str) -> dict[str, Any]:
+        """The rubric criterion this spec creates (validated by `studies.spec`)."""
+        return {"key": key, "name": key, "scale": self.scale, "points": self.as_points()}
+
     def describe(self) -> str:
         if self.scale == "ordinal":
             return f"ordinal {self.points[0]}..{self.points[-1]}"
@@ -203,11 +205,21 @@ def scale_parse(text: str) -> ScaleSpec:
 class _CriterionView:
     """The scale facts validation needs, for an existing criterion or one to be created."""
 
-    def __init__(self, key: str, scale: str, values: list[str], existing: Criterion | None) -> None:
+    def __init__(
+        self,
+        key: str,
+        scale: str,
+        values: list[str],
+        existing: Criterion | None,
+        model: Criterion | None = None,
+    ) -> None:
         self.key = key
         self.scale = scale
         self.values = values
         self.existing = existing
+        # The stored criterion, or the unsaved one the import will create: the label rules of
+        # annotations and judges are checked against it.
+        self.model = existing if existing is not None else model
         self.lower = {v.lower(): v for v in values}
 
     def canonical(self, raw: str) -> str | None:
@@ -263,7 +275,7 @@ class _Rating:
     value_type: str
     criterion: str
     raw_value: str
-    severity: int | None
+    severity: Any  # an int when the cell is one; otherwise the text, refused by the label rule
     item: str
     # single output: (item, candidate); pairwise: ((item, cand_a), (item, cand_b)) + order
     output: tuple[str, str] | None = None
@@ -364,6 +376,16 @@ class _Plan:
     judge_value_types: dict[tuple[str, str], str]
 
 
+def _label_field(exc: ValidationFailed, criterion: str) -> str:
+    """The file column a label-rule error is about ("labels.KEY.severity" -> "severity")."""
+    details = exc.details if isinstance(exc.details, dict) else {}
+    for name in details:
+        tail = str(name)[len(criterion) + 1 :] if str(name).startswith(criterion + ".") else ""
+        if tail in ("severity", "severity_note"):
+            return "severity"
+    return "value"
+
+
 def _slug_ok(key: str) -> bool:
     return (
         bool(key)
@@ -441,14 +463,6 @@ def ratings_validate(
                     f"'{key}' exists as {crit.scale}; --scale says {scales[key].scale}",
                 )
             continue
-        if not _slug_ok(key):
-            problems.add(
-                line,
-                "criterion",
-                f"'{key}' is not a valid criterion key (letters, "
-                "digits, - and _; at most 60 characters)",
-            )
-            continue
         spec = scales.get(key) or _infer_scale(values_by_criterion[key], key in pairwise_criteria)
         if spec.scale == "categorical" and len(spec.points) < 2:
             problems.add(
@@ -458,13 +472,21 @@ def ratings_validate(
                 "give it explicitly (--scale KEY=ordinal:1-5, ...)",
             )
             continue
+        # The rubric's own rules decide whether the criterion may be created.
+        refused = criterion_import_problems(spec.criterion_fields(key))
+        if refused:
+            for message in refused:
+                problems.add(line, "criterion", message)
+            continue
         new_criteria[key] = spec
         values = (
             list(PAIRWISE_VALUES)
             if spec.scale == "pairwise"
             else (["pass", "fail"] if spec.scale == "binary" else list(spec.points))
         )
-        criteria[key] = _CriterionView(key, spec.scale, values, None)
+        criteria[key] = _CriterionView(
+            key, spec.scale, values, None, criterion_unsaved(spec.criterion_fields(key))
+        )
     for key, view in criteria.items():
         if (view.scale == "pairwise") != (key in pairwise_criteria):
             problems.add(
@@ -489,13 +511,22 @@ def ratings_validate(
                 )
             elif _as_number(r.raw_value) is None:
                 problems.add(r.line, "value", f"{r.raw_value!r} is not a finite number")
-        elif view.canonical(r.raw_value) is None:
+        elif (canon := view.canonical(r.raw_value)) is None:
             problems.add(
                 r.line,
                 "value",
                 f"{r.raw_value!r} is not a value of the {view.scale} "
                 f"criterion '{r.criterion}' (allowed: {', '.join(view.values)})",
             )
+        elif r.kind == "human" and view.model is not None:
+            # The annotations app's label rule (values, severity only on failures) applies to
+            # imported labels exactly as to submitted ones.
+            try:
+                annotation_import_clean(
+                    criterion=view.model, value=canon, severity=r.severity, field=r.criterion
+                )
+            except ValidationFailed as exc:
+                problems.add(r.line, _label_field(exc, r.criterion), exc.message)
         subject = r.output if r.output is not None else r.pair
         dedupe = (
             r.kind,
@@ -587,16 +618,16 @@ def _validate_row(
                 "value_type",
                 f"judge '{rater}' version '{judge_version}' mixes label and continuous values",
             )
-    severity: int | None = None
+    # Which severities are allowed is the annotations app's rule (checked with the criterion);
+    # here the cell only becomes an int when it holds one.
+    severity: Any = None
     sev_text = _text(row, "severity")
     if sev_text:
         sev = _as_number(sev_text)
         if kind != "human":
             problems.add(line, "severity", "only human ratings carry a severity")
-        elif sev is None or not float(sev).is_integer() or not 1 <= sev <= 5:
-            problems.add(line, "severity", f"must be an integer 1..5, got {sev_text!r}")
         else:
-            severity = int(sev)
+            severity = int(sev) if sev is not None and float(sev).is_integer() else sev_text
 
     strata, meta = _strata_and_meta(row)
     for dim in strata:
@@ -720,29 +751,8 @@ def _validate_row(
 # ---------------------------------------------------------------------------------------------
 
 
-def _value_num(scale: str, value: str, continuous: bool) -> float | None:
-    if continuous:
-        return float(value)
-    if scale == "binary":
-        return 1.0 if value == "pass" else 0.0
-    if scale == "pairwise":
-        return {"A": 1.0, "B": 0.0, "tie": 0.5}[value]
-    if scale == "ordinal":
-        return float(int(value))
-    return None
-
-
 def _continuous_text(raw: str) -> str:
     return repr(float(raw))
-
-
-def importer_username(study: Study, rater_id: str) -> str:
-    """The username of the inactive account that holds an imported human rater's labels."""
-    name = f"{study.slug}:{rater_id}"
-    if len(name) <= 150:
-        return name
-    digest = hashlib.sha256(rater_id.encode()).hexdigest()[:16]
-    return f"{study.slug}:{rater_id[: 150 - len(study.slug) - 18]}~{digest}"
 
 
 def ratings_import(
@@ -757,257 +767,82 @@ def ratings_import(
 
     `scales` gives the scale of criteria that do not exist yet (otherwise inferred from the
     values and stated in the summary's notes); `families` maps candidate and judge names to a
-    model family (for the self-preference audit).
+    model family (for the self-preference audit). Every table is written by its owning app's
+    import services (studies, judges, annotations), which also hold the rules the rows obey.
     """
     plan = ratings_validate(study=study, rows=rows, scales=scales)
     families = dict(families or {})
     summary = ImportSummary(rows=len(plan.ratings))
     with transaction.atomic():
         crit_by_key = _write_criteria(study, plan, summary, created_by)
-        item_ids = _write_items(study, plan, summary)
-        cand_ids = _write_candidates(study, plan, families, summary)
-        output_ids = _write_outputs(study, plan, item_ids, cand_ids, summary)
-        comparison_of = _write_comparisons(study, plan, item_ids, output_ids, summary)
-        user_ids = _write_humans(study, plan, summary)
+        item_ids, counts, n_dims = studies_imports.items_import_bulk(study=study, items=plan.items)
+        _bump(summary, "item", counts)
+        if n_dims:
+            summary.bump("created", "stratum_dimension", n_dims)
+        cand_ids, counts = studies_imports.candidates_import_bulk(
+            study=study, names={cand for (_, cand) in plan.outputs}, families=families
+        )
+        summary.bump("created", "candidate", counts.created)
+        if counts.updated:
+            summary.bump("updated", "candidate", counts.updated)
+        by_ids, counts = studies_imports.outputs_import_bulk(
+            study=study,
+            outputs={
+                (item_ids[item], cand_ids[cand]): spec
+                for (item, cand), spec in plan.outputs.items()
+            },
+        )
+        summary.bump("created", "output", counts.created)
+        summary.bump("updated", "output", counts.updated)
+        output_ids = {
+            (item, cand): by_ids[(item_ids[item], cand_ids[cand])] for (item, cand) in plan.outputs
+        }
+        comparison_of: dict[tuple[tuple[str, str], tuple[str, str]], tuple[int, bool]] = {}
+        if plan.pairs:
+            stored, counts = studies_imports.comparisons_import_bulk(
+                study=study,
+                pairs=[(item_ids[a[0]], output_ids[a], output_ids[b]) for a, b in plan.pairs],
+            )
+            summary.bump("created", "comparison", counts.created)
+            comparison_of = {
+                pair: stored[(output_ids[pair[0]], output_ids[pair[1]])] for pair in plan.pairs
+            }
+        raters = list({r.rater: None for r in plan.ratings if r.kind == "human"})
+        user_ids, n_users, n_members = studies_imports.annotator_accounts_import(
+            study=study, rater_ids=raters
+        )
+        summary.bump("created", "user", n_users)
+        summary.bump("created", "membership", n_members)
         version_ids = _write_judges(study, plan, families, created_by, summary)
         _write_ratings(plan, crit_by_key, output_ids, comparison_of, user_ids, version_ids, summary)
     return summary
+
+
+def _bump(summary: ImportSummary, model: str, counts: studies_imports.Counts) -> None:
+    summary.bump("created", model, counts.created)
+    summary.bump("updated", model, counts.updated)
+    if counts.unchanged:
+        summary.bump("unchanged", model, counts.unchanged)
 
 
 def _write_criteria(
     study: Study, plan: _Plan, summary: ImportSummary, created_by: Any
 ) -> dict[str, Criterion]:
     out = {k: v.existing for k, v in plan.criteria.items() if v.existing is not None}
-    if plan.new_criteria:
-        rubric = study.rubric_versions.order_by("-version").first()
-        if rubric is None:
-            rubric = RubricVersion.objects.create(
-                study=study,
-                version=1,
-                created_by=created_by,
-                notes="created by the ratings importer",
-            )
-        pos = (Criterion.objects.filter(rubric=rubric).aggregate(m=Max("position"))["m"] or 0) + 1
-        for i, (key, spec) in enumerate(plan.new_criteria.items()):
-            out[key] = Criterion.objects.create(
-                rubric=rubric,
-                key=key,
-                name=key,
-                scale=spec.scale,
-                points=spec.as_points(),
-                position=pos + i,
-            )
-            summary.criteria_created.append(key)
-            summary.notes.append(
-                f"criterion '{key}' created in rubric v{rubric.version} as {spec.describe()}"
-            )
-            summary.bump("created", "criterion")
+    created, rubric = studies_imports.criteria_import_create(
+        study=study,
+        specs=[spec.criterion_fields(key) for key, spec in plan.new_criteria.items()],
+        created_by=created_by,
+    )
+    for key, spec in plan.new_criteria.items():
+        out[key] = created[key]
+        assert rubric is not None
+        summary.criteria_created.append(key)
+        summary.notes.append(
+            f"criterion '{key}' created in rubric v{rubric.version} as {spec.describe()}"
+        )
+        summary.bump("created", "criterion")
     return out
-
-
-def _write_items(study: Study, plan: _Plan, summary: ImportSummary) -> dict[str, int]:
-    existing = {
-        it.external_id: it
-        for it in Item.objects.filter(study=study, external_id__in=list(plan.items))
-    }
-    new: list[Item] = []
-    changed: list[Item] = []
-    dims: dict[str, None] = {}
-    for ext, spec in plan.items.items():
-        for dim in spec["strata"]:
-            dims.setdefault(dim, None)
-        meta = {**spec["meta"], **spec["strata"]}
-        it = existing.get(ext)
-        if it is None:
-            new.append(
-                Item(
-                    study=study,
-                    external_id=ext,
-                    input=spec["input"],
-                    metadata=meta,
-                    strata=dict(spec["strata"]),
-                )
-            )
-            continue
-        merged_meta = {**(it.metadata or {}), **meta}
-        merged_strata = {**(it.strata or {}), **spec["strata"]}
-        new_input = spec["input"] or it.input
-        if merged_meta != it.metadata or merged_strata != it.strata or new_input != it.input:
-            it.metadata, it.strata, it.input = merged_meta, merged_strata, new_input
-            changed.append(it)
-        else:
-            summary.bump("unchanged", "item")
-    Item.objects.bulk_create(new, batch_size=BATCH)
-    Item.objects.bulk_update(changed, ["metadata", "strata", "input"], batch_size=BATCH)
-    summary.bump("created", "item", len(new))
-    summary.bump("updated", "item", len(changed))
-    # Strata columns become categorical dimensions reading the same metadata key, so that a
-    # later recompute of the scheme gives every item the label it was imported with.
-    have = set(StratumDimension.objects.filter(study=study).values_list("key", flat=True))
-    pos = StratumDimension.objects.filter(study=study).aggregate(m=Max("position"))["m"] or 0
-    for i, dim in enumerate(d for d in dims if d not in have):
-        StratumDimension.objects.create(
-            study=study,
-            key=dim,
-            name=dim,
-            kind="categorical",
-            source=f"metadata.{dim}",
-            config={},
-            position=pos + 1 + i,
-        )
-        summary.bump("created", "stratum_dimension")
-    return dict(
-        Item.objects.filter(study=study, external_id__in=list(plan.items)).values_list(
-            "external_id", "id"
-        )
-    )
-
-
-def _write_candidates(
-    study: Study, plan: _Plan, families: Mapping[str, str], summary: ImportSummary
-) -> dict[str, int]:
-    names = {cand for (_, cand) in plan.outputs}
-    existing = {c.name: c for c in Candidate.objects.filter(study=study, name__in=names)}
-    new = [
-        Candidate(study=study, name=n, model_id=n, model_family=families.get(n, ""))
-        for n in sorted(names)
-        if n not in existing
-    ]
-    Candidate.objects.bulk_create(new)
-    summary.bump("created", "candidate", len(new))
-    for name, cand in existing.items():
-        fam = families.get(name)
-        if fam and cand.model_family != fam:
-            cand.model_family = fam
-            cand.save(update_fields=["model_family", "updated_at"])
-            summary.bump("updated", "candidate")
-    return dict(Candidate.objects.filter(study=study, name__in=names).values_list("name", "id"))
-
-
-def _write_outputs(
-    study: Study,
-    plan: _Plan,
-    item_ids: Mapping[str, int],
-    cand_ids: Mapping[str, int],
-    summary: ImportSummary,
-) -> dict[tuple[str, str], int]:
-    existing: dict[tuple[int, int], Output] = {
-        (o.item_id, o.candidate_id): o
-        for o in Output.objects.filter(
-            study=study,
-            item_id__in=list(item_ids.values()),
-            candidate_id__in=list(cand_ids.values()),
-        )
-    }
-    new: list[Output] = []
-    changed: list[Output] = []
-    for (item, cand), spec in plan.outputs.items():
-        key = (item_ids[item], cand_ids[cand])
-        out = existing.get(key)
-        if out is None:
-            new.append(
-                Output(
-                    study=study,
-                    item_id=key[0],
-                    candidate_id=key[1],
-                    text=spec["text"],
-                    metadata={"import_output_id": spec["output_id"]},
-                )
-            )
-        elif spec["text"] and out.text != spec["text"]:
-            out.text = spec["text"]
-            changed.append(out)
-    Output.objects.bulk_create(new, batch_size=BATCH)
-    Output.objects.bulk_update(changed, ["text"], batch_size=BATCH)
-    summary.bump("created", "output", len(new))
-    summary.bump("updated", "output", len(changed))
-    ids = {
-        (i, c): oid
-        for oid, i, c in Output.objects.filter(
-            study=study,
-            item_id__in=list(item_ids.values()),
-            candidate_id__in=list(cand_ids.values()),
-        ).values_list("id", "item_id", "candidate_id")
-    }
-    return {(item, cand): ids[(item_ids[item], cand_ids[cand])] for (item, cand) in plan.outputs}
-
-
-def _write_comparisons(
-    study: Study,
-    plan: _Plan,
-    item_ids: Mapping[str, int],
-    output_ids: Mapping[tuple[str, str], int],
-    summary: ImportSummary,
-) -> dict[tuple[tuple[str, str], tuple[str, str]], tuple[int, bool]]:
-    """Comparison id per pair as written in the file, and whether it is stored reversed."""
-    if not plan.pairs:
-        return {}
-    out_ids = {output_ids[k] for pair in plan.pairs for k in pair}
-    existing = {
-        (a, b): cid
-        for cid, a, b in Comparison.objects.filter(
-            study=study, output_a_id__in=out_ids
-        ).values_list("id", "output_a_id", "output_b_id")
-    }
-    new: list[Comparison] = []
-    planned: set[tuple[int, int]] = set()
-    for pair in plan.pairs:
-        a, b = output_ids[pair[0]], output_ids[pair[1]]
-        if (a, b) in existing or (b, a) in existing or (b, a) in planned or (a, b) in planned:
-            continue
-        planned.add((a, b))
-        new.append(
-            Comparison(study=study, item_id=item_ids[pair[0][0]], output_a_id=a, output_b_id=b)
-        )
-    Comparison.objects.bulk_create(new, batch_size=BATCH)
-    summary.bump("created", "comparison", len(new))
-    existing = {
-        (a, b): cid
-        for cid, a, b in Comparison.objects.filter(
-            study=study, output_a_id__in=out_ids
-        ).values_list("id", "output_a_id", "output_b_id")
-    }
-    result: dict[tuple[tuple[str, str], tuple[str, str]], tuple[int, bool]] = {}
-    for pair in plan.pairs:
-        a, b = output_ids[pair[0]], output_ids[pair[1]]
-        result[pair] = (existing[(a, b)], False) if (a, b) in existing else (existing[(b, a)], True)
-    return result
-
-
-def _write_humans(study: Study, plan: _Plan, summary: ImportSummary) -> dict[str, int]:
-    User = get_user_model()
-    raters = list({r.rater: None for r in plan.ratings if r.kind == "human"})
-    names = {r: importer_username(study, r) for r in raters}
-    existing = dict(
-        User.objects.filter(username__in=list(names.values())).values_list("username", "id")
-    )
-    unusable = make_password(None)
-    new = [
-        User(username=names[r], is_active=False, password=unusable)
-        for r in raters
-        if names[r] not in existing
-    ]
-    User.objects.bulk_create(new, batch_size=BATCH)
-    summary.bump("created", "user", len(new))
-    ids = dict(User.objects.filter(username__in=list(names.values())).values_list("username", "id"))
-    members = set(
-        Membership.objects.filter(study=study, user_id__in=list(ids.values())).values_list(
-            "user_id", flat=True
-        )
-    )
-    new_members = [
-        Membership(study=study, user_id=uid, role=Membership.Role.ANNOTATOR)
-        for uid in ids.values()
-        if uid not in members
-    ]
-    Membership.objects.bulk_create(new_members, batch_size=BATCH)
-    summary.bump("created", "membership", len(new_members))
-    return {r: ids[names[r]] for r in raters}
-
-
-def _version_hash(label: str, value_type: str) -> str:
-    canon = json.dumps({"imported_label": label, "value_type": value_type}, sort_keys=True)
-    return hashlib.sha256(canon.encode()).hexdigest()
 
 
 def _write_judges(
@@ -1019,42 +854,19 @@ def _write_judges(
 ) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
     for (name, label), value_type in plan.judge_value_types.items():
-        judge = Judge.objects.filter(study=study, name=name).first()
-        if judge is None:
-            judge = Judge.objects.create(
-                study=study,
-                name=name,
-                kind=Judge.Kind.IMPORTED,
-                description="Ratings imported from a file",
-                created_by=created_by,
-            )
+        outcome = judge_imported_version_get_or_create(
+            study=study,
+            name=name,
+            label=label,
+            value_type=value_type,
+            model_family=families.get(name, ""),
+            created_by=created_by,
+        )
+        if outcome.judge_created:
             summary.bump("created", "judge")
-        elif judge.kind != Judge.Kind.IMPORTED:
-            raise ValidationFailed(
-                f"The ratings did not validate: rater_id: '{name}' is an existing {judge.kind} "
-                "judge; imported ratings need their own judge name",
-                details={
-                    "errors": [f"rater_id: '{name}' is an existing {judge.kind} judge"],
-                    "error_count": 1,
-                },
-            )
-        digest = _version_hash(label, value_type)
-        version = JudgeVersion.objects.filter(judge=judge, content_hash=digest).first()
-        family = families.get(name, "")
-        if version is None:
-            number = (judge.versions.aggregate(m=Max("version"))["m"] or 0) + 1
-            version = JudgeVersion.objects.create(
-                judge=judge,
-                version=number,
-                content_hash=digest,
-                model_family=family,
-                config={"imported": True, "label": label, "value_type": value_type},
-            )
+        if outcome.version_created:
             summary.bump("created", "judge_version")
-        elif family and version.model_family != family:
-            version.model_family = family
-            version.save(update_fields=["model_family"])
-        out[(name, label)] = version.pk
+        out[(name, label)] = outcome.version.pk
     return out
 
 
@@ -1068,8 +880,9 @@ def _write_ratings(
     summary: ImportSummary,
 ) -> None:
     # Canonical values per (rater, criterion, subject); judges may give both orders of a pair.
-    ann: dict[tuple[int, int, str, int], dict[str, Any]] = {}
-    ver: dict[tuple[int, int, str, int], dict[str, Any]] = {}
+    ann: dict[tuple[int, int, str, int], CleanLabel] = {}
+    ver: dict[tuple[int, int, str, int], dict[str, str]] = {}
+    ver_crit: dict[tuple[int, int, str, int], tuple[Criterion, bool]] = {}
     for r in plan.ratings:
         view = plan.criteria[r.criterion]
         crit = crit_by_key[r.criterion]
@@ -1085,191 +898,35 @@ def _write_ratings(
             assert r.output is not None
             subject = ("output", output_ids[r.output])
         if r.kind == "human":
-            ann[(user_ids[r.rater], crit.pk, *subject)] = {
-                "value": value,
-                "value_num": _value_num(view.scale, value, False),
-                "severity": r.severity,
-            }
+            # Validated in ratings_validate; this gives the stored form (value_num).
+            ann[(user_ids[r.rater], crit.pk, *subject)] = annotation_import_clean(
+                criterion=crit, value=value, severity=r.severity, field=r.criterion
+            )
         else:
             key = (version_ids[(r.rater, r.judge_version)], crit.pk, *subject)
-            entry = ver.setdefault(
-                key, {"orders": {}, "continuous": continuous, "scale": view.scale}
-            )
+            orders = ver.setdefault(key, {})
+            ver_crit[key] = (crit, continuous)
             # The order key records which output the judge saw first, in canonical terms.
             if r.pair is not None:
                 cid, reversed_ = comparison_of[r.pair]
-                entry["orders"]["ab" if (r.order == "ab") != reversed_ else "ba"] = value
+                orders["ab" if (r.order == "ab") != reversed_ else "ba"] = value
             else:
-                entry["orders"][""] = value
-    _upsert_annotations(ann, summary)
-    _upsert_verdicts(ver, summary)
-
-
-def _bulk_insert(model: type[models.Model], rows: list[dict[str, Any]]) -> None:
-    """Insert many rows of simple values (ints, floats, str, None).
-
-    On PostgreSQL this streams them with COPY: building 75k model instances for bulk_create
-    costs several seconds of pure Python, COPY a fraction of that. Every other concrete column
-    gets its model default, so columns added later with a default keep working.
-    """
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        model._default_manager.bulk_create([model(**r) for r in rows], batch_size=BATCH)
-        return
-    given = list(rows[0])
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    by_attname = {f.attname: f for f in fields}
-    now = timezone.now()
-    defaults: dict[str, Any] = {}
-    for f in fields:
-        if f.attname in given:
-            continue
-        column = str(f.column)
-        if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
-            defaults[column] = now
-        elif isinstance(f, models.JSONField):
-            defaults[column] = json.dumps(f.get_default())
-        else:
-            defaults[column] = f.get_default()
-    columns = [str(by_attname[a].column) for a in given] + list(defaults)
-    tail = tuple(defaults.values())
-    sql = f'COPY "{model._meta.db_table}" (' + ", ".join(f'"{c}"' for c in columns) + ") FROM STDIN"
-    with connection.cursor() as cur, cur.cursor.copy(sql) as copy:
-        for r in rows:
-            copy.write_row((*r.values(), *tail))
-
-
-def _upsert_annotations(
-    ann: Mapping[tuple[int, int, str, int], dict[str, Any]], summary: ImportSummary
-) -> None:
-    if not ann:
-        return
-    users = {k[0] for k in ann}
-    crits = {k[1] for k in ann}
-    existing: dict[tuple[int, int, str, int], Annotation] = {}
-    for a in Annotation.objects.filter(annotator_id__in=users, criterion_id__in=crits).only(
-        "id",
-        "annotator_id",
-        "criterion_id",
-        "output_id",
-        "comparison_id",
-        "value",
-        "value_num",
-        "severity",
-    ):
-        subj = ("output", a.output_id) if a.output_id else ("comparison", a.comparison_id)
-        existing[(a.annotator_id, a.criterion_id, *subj)] = a  # type: ignore[index]
-    new: list[dict[str, Any]] = []
-    changed: list[Annotation] = []
-    for key, spec in ann.items():
-        cur = existing.get(key)
-        if cur is None:
-            is_output = key[2] == "output"
-            new.append(
-                {
-                    "annotator_id": key[0],
-                    "criterion_id": key[1],
-                    "output_id": key[3] if is_output else None,
-                    "comparison_id": None if is_output else key[3],
-                    "value": spec["value"],
-                    "value_num": spec["value_num"],
-                    "severity": spec["severity"],
-                    "source": Annotation.Source.IMPORT.value,
-                }
-            )
-        elif (cur.value, cur.severity) != (spec["value"], spec["severity"]):
-            cur.value, cur.value_num, cur.severity = (
-                spec["value"],
-                spec["value_num"],
-                spec["severity"],
-            )
-            changed.append(cur)
-        else:
-            summary.bump("unchanged", "annotation")
-    _bulk_insert(Annotation, new)
-    Annotation.objects.bulk_update(changed, ["value", "value_num", "severity"], batch_size=BATCH)
-    summary.bump("created", "annotation", len(new))
-    summary.bump("updated", "annotation", len(changed))
-
-
-def _verdict_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
-    orders: dict[str, str] = spec["orders"]
-    details: dict[str, Any] = {"imported": True}
-    if spec["continuous"]:
-        details["value_type"] = "continuous"
-    if "" in orders:
-        value = orders[""]
-    else:
-        details["orders"] = dict(sorted(orders.items()))
-        vals = list(orders.values())
-        # Same rule as judge runs: consistent orders give that label, inconsistent ones a tie.
-        value = vals[0] if len(set(vals)) == 1 else "tie"
-        if len(vals) == 2:
-            details["position_inconsistent"] = len(set(vals)) > 1
-    return {
-        "value": value,
-        "value_num": _value_num(spec["scale"], value, spec["continuous"]),
-        "details": details,
-        "n_samples": max(1, len(orders)),
-    }
-
-
-def _upsert_verdicts(
-    ver: Mapping[tuple[int, int, str, int], dict[str, Any]], summary: ImportSummary
-) -> None:
-    if not ver:
-        return
-    versions = {k[0] for k in ver}
-    crits = {k[1] for k in ver}
-    existing: dict[tuple[int, int, str, int], Verdict] = {}
-    for v in Verdict.objects.filter(judge_version_id__in=versions, criterion_id__in=crits).only(
-        "id",
-        "judge_version_id",
-        "criterion_id",
-        "output_id",
-        "comparison_id",
-        "value",
-        "value_num",
-        "details",
-        "n_samples",
-        "is_scored",
-    ):
-        subj = ("output", v.output_id) if v.output_id else ("comparison", v.comparison_id)
-        existing[(v.judge_version_id, v.criterion_id, *subj)] = v  # type: ignore[index]
-    new: list[dict[str, Any]] = []
-    changed: list[Verdict] = []
-    for key, spec in ver.items():
-        fields = _verdict_fields(spec)
-        cur = existing.get(key)
-        if cur is None:
-            is_output = key[2] == "output"
-            new.append(
-                {
-                    "judge_version_id": key[0],
-                    "criterion_id": key[1],
-                    "output_id": key[3] if is_output else None,
-                    "comparison_id": None if is_output else key[3],
-                    "source": Verdict.Source.IMPORT.value,
-                    "is_scored": True,
-                    "value": fields["value"],
-                    "value_num": fields["value_num"],
-                    "details": json.dumps(fields["details"])
-                    if connection.vendor == "postgresql"
-                    else fields["details"],
-                    "n_samples": fields["n_samples"],
-                }
-            )
-        elif (cur.value, cur.details, cur.is_scored) != (fields["value"], fields["details"], True):
-            for k, v in fields.items():
-                setattr(cur, k, v)
-            cur.is_scored = True
-            changed.append(cur)
-        else:
-            summary.bump("unchanged", "verdict")
-    _bulk_insert(Verdict, new)
-    Verdict.objects.bulk_update(
-        changed, ["value", "value_num", "details", "n_samples", "is_scored"], batch_size=BATCH
+                orders[""] = value
+    counts = annotations_import_bulk(labels=ann)
+    if ann:
+        summary.bump("created", "annotation", counts.created)
+        summary.bump("updated", "annotation", counts.updated)
+        if counts.unchanged:
+            summary.bump("unchanged", "annotation", counts.unchanged)
+    vcounts = verdicts_import_bulk(
+        verdicts={
+            key: VerdictImport(criterion=crit, orders=orders, continuous=continuous)
+            for key, orders in ver.items()
+            for crit, continuous in (ver_crit[key],)
+        }
     )
-    summary.bump("created", "verdict", len(new))
-    summary.bump("updated", "verdict", len(changed))
+    if ver:
+        summary.bump("created", "verdict", vcounts.created)
+        summary.bump("updated", "verdict", vcounts.updated)
+        if vcounts.unchanged:
+            summary.bump("unchanged", "verdict", vcounts.unchanged)

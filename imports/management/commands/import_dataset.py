@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reports.importers import DATASETS, DatasetError, dataset_import
+from imports.datasets import DATASETS, DatasetError, dataset_import
 from reviewhub.api.errors import AppError
 
 from ._common import app_error_text, study_for_import

@@ -1,0 +1,300 @@
+"""Bulk writes of studies' tables for ratings imported from files (the `imports` app).
+
+The generic ratings importer resolves a file into plain mappings and calls these; they are
+the only code outside the API/ingest paths that writes items, candidates, outputs,
+comparisons, criteria, strata dimensions and the inactive accounts that hold imported human
+labels. Each call upserts by natural key (re-importing changes nothing) and returns the ids
+the importer needs next plus created/updated/unchanged counts. Callers hold the transaction
+that makes the whole import all-or-nothing; each service also opens its own (nested) one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
+from django.db import transaction
+from django.db.models import Max
+
+from .models import (
+    Candidate,
+    Comparison,
+    Criterion,
+    Item,
+    Membership,
+    Output,
+    RubricVersion,
+    StratumDimension,
+    Study,
+)
+from .spec import Problems, criteria_validate
+
+BATCH = 5000
+
+
+@dataclass
+class Counts:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+
+def _import_criterion_validate(
+    spec: Mapping[str, Any], problems: Problems | None = None
+) -> list[dict[str, Any]]:
+    # The rubric rules, with one exception a file forces: an ordinal scale read from ratings
+    # has no pass threshold (the file cannot say where passing starts), so it is checked with
+    # a stand-in threshold and stored without one until a lead sets it in the rubric.
+    fields = dict(spec)
+    stand_in = fields.get("scale") == "ordinal" and fields.get("pass_threshold") is None
+    if stand_in:
+        fields["pass_threshold"] = 1
+    out = criteria_validate([fields], problems=problems)
+    if stand_in:
+        for crit in out:
+            crit["pass_threshold"] = None
+    return out
+
+
+def criterion_import_problems(spec: Mapping[str, Any]) -> list[str]:
+    """Why a criterion the import would create is refused (the rubric rules); [] when fine."""
+    problems = Problems()
+    _import_criterion_validate(spec, problems)
+    return [p["message"] for p in problems.items]
+
+
+def criterion_unsaved(spec: Mapping[str, Any]) -> Criterion:
+    """An unsaved Criterion as `criteria_import_create` would store it (for validating labels
+    against a criterion that does not exist yet)."""
+    [normalised] = _import_criterion_validate(spec)
+    return Criterion(**normalised)
+
+
+def criteria_import_create(
+    *, study: Study, specs: Sequence[Mapping[str, Any]], created_by: Any = None
+) -> tuple[dict[str, Criterion], RubricVersion | None]:
+    """Append new criteria (validated by the rubric rules) to the study's latest rubric.
+
+    A study without a rubric gets v1. Returns the created criteria by key and the rubric.
+    """
+    if not specs:
+        return {}, None
+    normalised = [crit for spec in specs for crit in _import_criterion_validate(spec)]
+    with transaction.atomic():
+        rubric = study.rubric_versions.order_by("-version").first()
+        if rubric is None:
+            rubric = RubricVersion.objects.create(
+                study=study, version=1, created_by=created_by,
+                notes="created by the ratings importer",
+            )
+        pos = (Criterion.objects.filter(rubric=rubric).aggregate(m=Max("position"))["m"] or 0) + 1
+        out: dict[str, Criterion] = {}
+        for i, fields in enumerate(normalised):
+            crit = Criterion(rubric=rubric, **fields)
+            crit.position = pos + i
+            crit.save()
+            out[crit.key] = crit
+    return out, rubric
+
+
+def items_import_bulk(
+    *, study: Study, items: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[str, int], Counts, int]:
+    """Upsert items by external id: {"input", "strata", "meta"} each; metadata and strata merge
+    into what is stored. Returns (id per external id, item counts, strata dimensions created).
+
+    Strata columns become categorical dimensions reading the same metadata key, so that a later
+    recompute of the scheme gives every item the label it was imported with.
+    """
+    counts = Counts()
+    with transaction.atomic():
+        existing = {
+            it.external_id: it
+            for it in Item.objects.filter(study=study, external_id__in=list(items))
+        }
+        new: list[Item] = []
+        changed: list[Item] = []
+        dims: dict[str, None] = {}
+        for ext, spec in items.items():
+            for dim in spec["strata"]:
+                dims.setdefault(dim, None)
+            meta = {**spec["meta"], **spec["strata"]}
+            it = existing.get(ext)
+            if it is None:
+                new.append(Item(study=study, external_id=ext, input=spec["input"], metadata=meta,
+                                strata=dict(spec["strata"])))
+                continue
+            merged_meta = {**(it.metadata or {}), **meta}
+            merged_strata = {**(it.strata or {}), **spec["strata"]}
+            new_input = spec["input"] or it.input
+            if merged_meta != it.metadata or merged_strata != it.strata or new_input != it.input:
+                it.metadata, it.strata, it.input = merged_meta, merged_strata, new_input
+                changed.append(it)
+            else:
+                counts.unchanged += 1
+        Item.objects.bulk_create(new, batch_size=BATCH)
+        Item.objects.bulk_update(changed, ["metadata", "strata", "input"], batch_size=BATCH)
+        counts.created, counts.updated = len(new), len(changed)
+        have = set(StratumDimension.objects.filter(study=study).values_list("key", flat=True))
+        pos = StratumDimension.objects.filter(study=study).aggregate(m=Max("position"))["m"] or 0
+        added = [d for d in dims if d not in have]
+        for i, dim in enumerate(added):
+            StratumDimension.objects.create(
+                study=study, key=dim, name=dim, kind="categorical", source=f"metadata.{dim}",
+                config={}, position=pos + 1 + i,
+            )
+        ids = dict(
+            Item.objects.filter(study=study, external_id__in=list(items)).values_list(
+                "external_id", "id"
+            )
+        )
+    return ids, counts, len(added)
+
+
+def candidates_import_bulk(
+    *, study: Study, names: Iterable[str], families: Mapping[str, str]
+) -> tuple[dict[str, int], Counts]:
+    """Candidates by name (model id = name); a given family updates an existing candidate's."""
+    names = set(names)
+    counts = Counts()
+    with transaction.atomic():
+        existing = {c.name: c for c in Candidate.objects.filter(study=study, name__in=names)}
+        new = [
+            Candidate(study=study, name=n, model_id=n, model_family=families.get(n, ""))
+            for n in sorted(names)
+            if n not in existing
+        ]
+        Candidate.objects.bulk_create(new)
+        counts.created = len(new)
+        for name, cand in existing.items():
+            fam = families.get(name)
+            if fam and cand.model_family != fam:
+                cand.model_family = fam
+                cand.save(update_fields=["model_family", "updated_at"])
+                counts.updated += 1
+        ids = dict(
+            Candidate.objects.filter(study=study, name__in=names).values_list("name", "id")
+        )
+    return ids, counts
+
+
+def outputs_import_bulk(
+    *, study: Study, outputs: Mapping[tuple[int, int], Mapping[str, str]]
+) -> tuple[dict[tuple[int, int], int], Counts]:
+    """Outputs by (item id, candidate id): {"text", "output_id"} (the file's output id, kept in
+    metadata). A non-empty text replaces the stored one. Returns the id per key and counts."""
+    counts = Counts()
+    item_ids = {k[0] for k in outputs}
+    cand_ids = {k[1] for k in outputs}
+    with transaction.atomic():
+        existing: dict[tuple[int, int], Output] = {
+            (o.item_id, o.candidate_id): o
+            for o in Output.objects.filter(
+                study=study, item_id__in=item_ids, candidate_id__in=cand_ids
+            )
+        }
+        new: list[Output] = []
+        changed: list[Output] = []
+        for key, spec in outputs.items():
+            out = existing.get(key)
+            if out is None:
+                new.append(Output(study=study, item_id=key[0], candidate_id=key[1],
+                                  text=spec["text"],
+                                  metadata={"import_output_id": spec["output_id"]}))
+            elif spec["text"] and out.text != spec["text"]:
+                out.text = spec["text"]
+                changed.append(out)
+        Output.objects.bulk_create(new, batch_size=BATCH)
+        Output.objects.bulk_update(changed, ["text"], batch_size=BATCH)
+        counts.created, counts.updated = len(new), len(changed)
+        ids = {
+            (i, c): oid
+            for oid, i, c in Output.objects.filter(
+                study=study, item_id__in=item_ids, candidate_id__in=cand_ids
+            ).values_list("id", "item_id", "candidate_id")
+        }
+    return {k: ids[k] for k in outputs}, counts
+
+
+def comparisons_import_bulk(
+    *, study: Study, pairs: Sequence[tuple[int, int, int]]
+) -> tuple[dict[tuple[int, int], tuple[int, bool]], Counts]:
+    """Comparisons for (item id, output a id, output b id) triples; a pair stored the other way
+    round is the same comparison. Returns, per (a, b) as given, the comparison id and whether
+    it is stored reversed (b, a)."""
+    counts = Counts()
+    if not pairs:
+        return {}, counts
+    out_ids = {o for _, a, b in pairs for o in (a, b)}
+
+    def stored() -> dict[tuple[int, int], int]:
+        return {
+            (a, b): cid
+            for cid, a, b in Comparison.objects.filter(
+                study=study, output_a_id__in=out_ids
+            ).values_list("id", "output_a_id", "output_b_id")
+        }
+
+    with transaction.atomic():
+        existing = stored()
+        new: list[Comparison] = []
+        planned: set[tuple[int, int]] = set()
+        for item_id, a, b in pairs:
+            if {(a, b), (b, a)} & (set(existing) | planned):
+                continue
+            planned.add((a, b))
+            new.append(Comparison(study=study, item_id=item_id, output_a_id=a, output_b_id=b))
+        Comparison.objects.bulk_create(new, batch_size=BATCH)
+        counts.created = len(new)
+        existing = stored()
+    result: dict[tuple[int, int], tuple[int, bool]] = {}
+    for _, a, b in pairs:
+        result[(a, b)] = (existing[(a, b)], False) if (a, b) in existing else (
+            existing[(b, a)], True)
+    return result, counts
+
+
+def importer_username(study: Study, rater_id: str) -> str:
+    """The username of the inactive account that holds an imported human rater's labels."""
+    name = f"{study.slug}:{rater_id}"
+    if len(name) <= 150:
+        return name
+    digest = hashlib.sha256(rater_id.encode()).hexdigest()[:16]
+    return f"{study.slug}:{rater_id[: 150 - len(study.slug) - 18]}~{digest}"
+
+
+def annotator_accounts_import(
+    *, study: Study, rater_ids: Sequence[str]
+) -> tuple[dict[str, int], int, int]:
+    """Inactive accounts (no usable password) with annotator membership for imported raters.
+
+    Returns (user id per rater id, users created, memberships created).
+    """
+    User = get_user_model()
+    names = {r: importer_username(study, r) for r in rater_ids}
+    with transaction.atomic():
+        existing = set(
+            User.objects.filter(username__in=list(names.values())).values_list(
+                "username", flat=True
+            )
+        )
+        unusable = make_password(None)
+        new = [User(username=names[r], is_active=False, password=unusable)
+               for r in rater_ids if names[r] not in existing]
+        User.objects.bulk_create(new, batch_size=BATCH)
+        ids = dict(
+            User.objects.filter(username__in=list(names.values())).values_list("username", "id")
+        )
+        members = set(
+            Membership.objects.filter(study=study, user_id__in=list(ids.values())).values_list(
+                "user_id", flat=True
+            )
+        )
+        new_members = [Membership(study=study, user_id=uid, role=Membership.Role.ANNOTATOR)
+                       for uid in ids.values() if uid not in members]
+        Membership.objects.bulk_create(new_members, batch_size=BATCH)
+    return {r: ids[names[r]] for r in rater_ids}, len(new), len(new_members)
