@@ -32,11 +32,10 @@ except ImportError:  # pragma: no cover - exercised only where threadpoolctl is 
     threadpool_limits = None
 
 import evalstats as es
+from calibration.frames import CriterionInfo, JudgeInfo, RatingData, value_text
 from evalstats.clustered import coarsen, finite_percentile_interval, rank_corr_rows
 from reviewhub.api.errors import ValidationFailed
 from studies.strata import cross_label
-
-from .selectors import CriterionInfo, JudgeInfo, RatingData, value_text
 
 RESULT_VERSION = 1
 # Threads computing criteria and judge versions side by side (see compute_report); 1 computes

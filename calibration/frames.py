@@ -1,0 +1,707 @@
+"""The evidence read model: every rating of a study as column frames (the one reader of ratings
+for statistics; reports and calibration read through `rating_data_load`).
+
+The loaders read `values_list` querysets (no model instances) straight into columns, because a
+report may read a million verdicts: model instances would cost tens of seconds. On PostgreSQL
+the compiled query runs inside `COPY (...) TO STDOUT` and pandas parses the CSV stream, so no
+Python object is made per value (bench/agreement.py's 1.1 M ratings with their subjects and
+strata: 1.3-1.5 s instead of 3.2-3.5 s with tuples); other databases (SQLite) iterate the tuples
+and give the same frames. Everything per rating (probability, severity, inclusion probability,
+timestamps) comes through the same statement as the rating itself (joins, never a query per
+row); gold labels and adjudications are one query each, joined on (subject, criterion) in
+pandas. A load costs at most `LOAD_MAX_QUERIES` queries whatever the study's size.
+
+Subjects (what a rating is about) are encoded as one integer: ``2 * output_id`` for a single
+output and ``2 * comparison_id + 1`` for a comparison.
+
+``RatingData.ratings``, one row per rating with a value the statistics can read (a stored
+value outside the criterion's scale is dropped):
+
+=====================  ==================  ===================================================
+column                 dtype               meaning (NULL/NaN when)
+=====================  ==================  ===================================================
+subject                int64               encoded subject (see above)
+criterion              int64               criterion id (``RatingData.criteria``)
+rater                  int64               judge version id (judges) or user id (annotators)
+is_judge               bool                True for a judge verdict, False for an annotation
+continuous             bool                the rater is a continuous-score judge version
+num                    float64             the code the statistics use: category index
+                                           (categorical), tie 0 / A 1 / B 2 (pairwise), the
+                                           number otherwise (pass 1 / fail 0, ordinal level,
+                                           continuous score); never NaN
+value                  str                 the stored value as text ("pass", "3", "A", ...)
+value_num              float64             the stored numeric value (NaN for categorical
+                                           labels and whenever none was stored)
+probability            float64             the judge's probability or confidence of its
+                                           verdict (NaN for annotations and for verdicts
+                                           whose provider gave none)
+severity               float64             the annotator's 1-5 severity of a failure (NaN for
+                                           verdicts and for annotations that gave none)
+inclusion_probability  float64             first-order inclusion probability of the subject
+                                           in the human sample, from the queue entry the
+                                           annotation was graded from (NaN for verdicts,
+                                           imported annotations and non-random draws)
+draw_kind              object (str|None)   how that queue entry was drawn: "random",
+                                           "census", "gold" or "escalation" (None for
+                                           verdicts and for annotations not graded from the
+                                           queue)
+gold                   bool                the (subject, criterion) has a gold label
+gold_label             object (str|None)   the gold label's stored value (None without one)
+adjudicated_label      object (str|None)   the latest adjudication's stored value for the
+                                           (subject, criterion) (None without one)
+created_at             datetime64[us, UTC] when the verdict or annotation was recorded
+=====================  ==================  ===================================================
+
+``RatingData.subjects`` (index ``subject``): item (int64), candidate (int64), candidate_b
+(int64, -1 for outputs), length and length_b (float64 text lengths, length_b NaN for outputs).
+``RatingData.items`` (index ``item``): external_id plus one str column per stratum dimension
+(``RatingData.dimensions``; "unknown" when the item has no label). ``RatingData.orders``: the
+presentation orders of pairwise judge verdicts that record both (subject, criterion, rater,
+ab, ba as pairwise codes). `evidence_frame` joins them all into one flat frame.
+
+Selections (`rating_data_load`): criteria by key, judge versions by id, candidates by name (a
+comparison is kept when both its candidates are), strata by dimension -> labels (a subject is
+kept when its item's label is listed for every dimension given), and a time window on the
+ratings' `created_at` (``since`` inclusive, ``until`` exclusive).
+
+Column sets (`rating_data_load(columns=...)`): ``"evidence"`` (the default) gives every column
+above. ``"agreement"`` gives only the six the agreement report reads (subject, criterion,
+rater, num, is_judge, continuous, in that order; `AGREEMENT_COLUMNS`) and its statements read
+nothing else: per criterion group one value column (value_num, or value for categorical
+criteria), no join to the assignment and queue entry, no gold label or adjudication query, no
+created_at in the select list (a time window still filters on it in WHERE). The evidence
+columns nearly double a load (bench/agreement.py's 1.1 M ratings: 3.9 s -> 7.3 s; a tenth of
+that study: 0.23 s -> 0.35 s), so a caller that reads none of them (the agreement report,
+reports/kinds.py) asks for ``"agreement"``; the `subjects`, `items` and `orders` frames
+are the same in both sets. An agreement load costs at most `LOAD_MAX_QUERIES_AGREEMENT`
+queries.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from django.core.exceptions import EmptyResultSet
+from django.db import connections
+from django.db.models import (
+    BigIntegerField,
+    CharField,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    QuerySet,
+    Value,
+)
+from django.db.models.functions import Cast, Coalesce, Length
+
+from annotations.models import Adjudication, Annotation, GoldLabel
+from judges.models import JudgeVersion, Verdict
+from studies.criteria import criterion_allowed_values
+from studies.models import Candidate, Comparison, Criterion, Item, Output, StratumDimension, Study
+
+# Queries of one `rating_data_load`, whatever the study's size (criteria, judge versions,
+# candidates, verdicts x2, annotations x2, gold labels, adjudications, outputs, comparisons,
+# items, stratum dimensions, pairwise orders). tests/calibration/test_frames.py holds it.
+LOAD_MAX_QUERIES = 14
+# The same for columns="agreement": no gold label and no adjudication query.
+LOAD_MAX_QUERIES_AGREEMENT = 12
+
+ColumnSet = Literal["agreement", "evidence"]
+# The ratings columns of columns="agreement" (the first six of "evidence", in the same order).
+AGREEMENT_COLUMNS = ("subject", "criterion", "rater", "num", "is_judge", "continuous")
+
+
+@dataclass(frozen=True)
+class CriterionInfo:
+    id: int
+    key: str
+    name: str
+    scale: str
+    # Stored values in scale order (ordinal "1".."k", categorical labels, pass/fail, A/B/tie).
+    values: tuple[str, ...]
+    rubric_version: int
+
+
+@dataclass(frozen=True)
+class JudgeInfo:
+    id: int
+    judge: str
+    version: int
+    label: str
+    model_family: str
+    value_type: str  # "label" | "continuous"
+    kind: str
+
+    @property
+    def display(self) -> str:
+        return f"{self.judge} {self.label}" if self.label else f"{self.judge} v{self.version}"
+
+
+@dataclass
+class RatingData:
+    """Everything a report reads, as frames keyed by integer ids (columns: module docstring)."""
+
+    criteria: dict[int, CriterionInfo]
+    judges: dict[int, JudgeInfo]
+    candidates: dict[int, tuple[str, str]]  # id -> (name, model_family)
+    ratings: pd.DataFrame
+    subjects: pd.DataFrame
+    items: pd.DataFrame
+    dimensions: list[str]
+    orders: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+# Codes used by the statistics: nominal scales get category indices; pairwise follows the
+# PandaLM/evalstats convention tie = 0, A = 1, B = 2; ordinal and continuous keep the number.
+PAIRWISE_CODE = {"tie": 0.0, "A": 1.0, "B": 2.0}
+_PAIRWISE_FROM_NUM = {1.0: 1.0, 0.0: 2.0, 0.5: 0.0}
+
+# The per-rating columns read with each rating, in statement order after (subject, criterion,
+# rater); text columns are read literally (see `_values_frame`).
+_EXTRA = ["value", "value_num", "probability", "severity", "inclusion", "draw_kind", "created"]
+_EXTRA_TEXT = ["value", "draw_kind"]
+
+
+def _created_expr(vendor: str) -> Any:
+    """created_at as read: on PostgreSQL integer microseconds since the epoch, because parsing
+    a million timestamps from COPY's text costs more than the rest of the load; elsewhere the
+    driver's datetimes. EXTRACT(EPOCH) is numeric (exact) on PostgreSQL 14+."""
+    if vendor == "postgresql":
+        return Func(
+            F("created_at"),
+            template="(EXTRACT(EPOCH FROM %(expressions)s) * 1000000)::bigint",
+            output_field=BigIntegerField(),
+        )
+    return F("created_at")
+
+
+def _subject_expr() -> Any:
+    return Coalesce(F("output_id") * 2, F("comparison_id") * 2 + 1, output_field=IntegerField())
+
+
+def _frame(rows: list[tuple[Any, ...]], names: Sequence[str]) -> pd.DataFrame:
+    if not rows:
+        return pd.DataFrame({n: pd.Series(dtype="float64") for n in names})
+    cols = list(zip(*rows, strict=True))
+    return pd.DataFrame({n: np.asarray(c) for n, c in zip(names, cols, strict=True)})
+
+
+def _values_frame(
+    qs: QuerySet[Any], names: Sequence[str], text: Sequence[str] = ()
+) -> pd.DataFrame:
+    """The rows of a `values_list` queryset as a frame, one column per value, in query order.
+
+    PostgreSQL: COPY of the compiled query as CSV, parsed by pandas. Integer columns come back
+    as int64 and the others as float64 (NULL -> NaN). PostgreSQL prints the shortest text that
+    reads back as the same double and pandas' parser reads it back exactly, so the frame holds
+    the values `_frame` builds from the driver's tuples. Columns named in `text` are read as
+    strings, taken literally (no "NA" -> NaN conversion; the columns read so are NOT NULL).
+    Other databases: `_frame` over the tuples.
+    """
+    conn = connections[qs.db]
+    if conn.vendor != "postgresql":
+        return _frame(list(qs), names)
+    try:
+        sql, params = qs.query.get_compiler(using=qs.db).as_sql()
+    except EmptyResultSet:  # e.g. criterion_id__in=[]: the ORM would not query either
+        return _frame([], names)
+    buf = io.BytesIO()
+    copy_sql = f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)"
+    started = time.perf_counter()
+    with conn.cursor() as cursor:
+        raw = cursor.cursor  # the driver's cursor: Django's wrapper passes no COPY parameters
+        if not hasattr(raw, "copy"):  # psycopg2 has no cursor.copy(); read the tuples instead
+            return _frame(list(qs), names)
+        # psycopg 3 merges the parameters client-side for COPY (it takes no bind parameters).
+        with raw.copy(copy_sql, params) as copy:
+            for block in copy:
+                buf.write(block)
+    if conn.queries_logged:
+        # The driver's COPY bypasses Django's query log; record it so that query-count bounds
+        # (and debug tooling) see the same statements on every backend.
+        conn.queries_log.append(
+            {"sql": f"{copy_sql} -- params {params!r}",
+             "time": f"{time.perf_counter() - started:.3f}"}
+        )
+    if buf.tell() == 0:
+        return _frame([], names)
+    buf.seek(0)
+    numeric = [n for n in names if n not in text]
+    return pd.read_csv(
+        buf,
+        header=None,
+        names=list(names),
+        dtype={n: str for n in text},
+        keep_default_na=False,
+        # An unquoted empty field is NULL in PostgreSQL's CSV; text columns keep "" as "".
+        na_values={n: [""] for n in numeric},
+        engine="c",
+    )
+
+
+def _timestamps(values: pd.Series) -> pd.Series:
+    """created_at as UTC timestamps, from epoch microseconds (PostgreSQL) or aware datetimes."""
+    if len(values) == 0:
+        return pd.Series(pd.DatetimeIndex([], tz="UTC"), dtype="datetime64[us, UTC]")
+    if values.dtype == object and isinstance(values.iloc[0], datetime):
+        out = pd.to_datetime(values, utc=True)
+    else:  # PostgreSQL: integer microseconds since the epoch (see `_created_expr`)
+        out = pd.to_datetime(values.to_numpy(dtype="int64"), unit="us", utc=True)
+    return pd.Series(out, index=values.index).astype("datetime64[us, UTC]")
+
+
+def _text_or_none(values: pd.Series) -> pd.Series:
+    """A text column with "" (how COPY and the SQL below spell "none") as None."""
+    arr = values.astype(object).to_numpy() if len(values) else np.array([], dtype=object)
+    out = arr.copy()
+    out[pd.isna(arr) | (arr == "")] = None
+    return pd.Series(out, index=values.index, dtype=object)
+
+
+def _ratings(
+    qs: QuerySet[Any],
+    rater_field: str,
+    crits: dict[int, CriterionInfo],
+    is_judge: bool,
+    continuous: set[int],
+    evidence: bool = True,
+) -> pd.DataFrame:
+    """Ratings of one model as codes plus, when `evidence`, their per-rating evidence (module
+    docstring); without it the statements read only subject, criterion, rater and the value."""
+    nominal_text = [c.id for c in crits.values() if c.scale == "categorical"]
+    numeric = [c.id for c in crits.values() if c.scale != "categorical"]
+    if not evidence:
+        # Columns come out as AGREEMENT_COLUMNS by construction (tests hold the order).
+        lean = _lean_parts(qs, rater_field, crits, numeric, nominal_text)
+        return _codes(lean, crits, is_judge, continuous)
+    parts: list[pd.DataFrame] = []
+    if is_judge:
+        extra = {
+            "r_probability": F("probability"),
+            "r_severity": Value(None, output_field=FloatField()),
+            "r_inclusion": Value(None, output_field=FloatField()),
+            "r_draw_kind": Value("", output_field=CharField()),
+        }
+    else:
+        # LEFT JOINs through the nullable assignment -> queue entry: NULL when not queued.
+        extra = {
+            "r_probability": Value(None, output_field=FloatField()),
+            "r_severity": Cast("severity", FloatField()),
+            "r_inclusion": F("assignment__entry__inclusion_probability"),
+            "r_draw_kind": Coalesce(
+                "assignment__entry__draw_kind", Value(""), output_field=CharField()
+            ),
+        }
+    base = qs.annotate(
+        subject=_subject_expr(), r_created=_created_expr(connections[qs.db].vendor), **extra
+    )
+    tail = (
+        "value",
+        "value_num",
+        "r_probability",
+        "r_severity",
+        "r_inclusion",
+        "r_draw_kind",
+        "r_created",
+    )
+    names = ["subject", "criterion", "rater", *_EXTRA]
+    for ids in (numeric, nominal_text):
+        if not ids:
+            continue
+        df = _values_frame(
+            base.filter(criterion_id__in=ids).values_list(
+                "subject", "criterion_id", rater_field, *tail
+            ),
+            names,
+            text=_EXTRA_TEXT,
+        )
+        df["num"] = df["value_num"] if ids is numeric else _category_codes(df, crits, ids)
+        parts.append(df)
+    if not parts:
+        parts = [_frame([], [*names, "num"])]
+    out = _codes(parts, crits, is_judge, continuous)
+    # The columns the agreement report has always read come first, in their historical order.
+    return pd.DataFrame(
+        {
+            "subject": out["subject"],
+            "criterion": out["criterion"],
+            "rater": out["rater"],
+            "num": out["num"],
+            "is_judge": out["is_judge"],
+            "continuous": out["continuous"],
+            "value": out["value"].astype(object).fillna("").astype(str),
+            "value_num": out["value_num"].astype("float64"),
+            "probability": out["probability"].astype("float64"),
+            "severity": out["severity"].astype("float64"),
+            "inclusion_probability": out["inclusion"].astype("float64"),
+            "draw_kind": _text_or_none(out["draw_kind"]),
+            "created_at": _timestamps(out["created"]),
+        }
+    )
+
+
+def _lean_parts(
+    qs: QuerySet[Any],
+    rater_field: str,
+    crits: dict[int, CriterionInfo],
+    numeric: list[int],
+    nominal_text: list[int],
+) -> list[pd.DataFrame]:
+    """(subject, criterion, rater, num) frames reading one value column per criterion group:
+    value_num for numeric scales, value (as text, coded here) for categorical ones."""
+    parts: list[pd.DataFrame] = []
+    base = qs.annotate(subject=_subject_expr())
+    if numeric:
+        parts.append(
+            _values_frame(
+                base.filter(criterion_id__in=numeric).values_list(
+                    "subject", "criterion_id", rater_field, "value_num"
+                ),
+                ["subject", "criterion", "rater", "num"],
+            )
+        )
+    if nominal_text:
+        df = _values_frame(
+            base.filter(criterion_id__in=nominal_text).values_list(
+                "subject", "criterion_id", rater_field, "value"
+            ),
+            ["subject", "criterion", "rater", "value"],
+            text=["value"],
+        )
+        df["num"] = _category_codes(df, crits, nominal_text)
+        parts.append(df.drop(columns=["value"]))
+    return parts or [_frame([], ["subject", "criterion", "rater", "num"])]
+
+
+def _category_codes(
+    df: pd.DataFrame, crits: dict[int, CriterionInfo], ids: Sequence[int]
+) -> np.ndarray:
+    """Category index of each row's `value` in its criterion's scale (NaN when not on it)."""
+    codes = np.full(len(df), np.nan)
+    texts = df["value"].astype(object).to_numpy() if len(df) else np.array([], dtype=object)
+    crit_arr = df["criterion"].to_numpy()
+    for cid in ids:
+        mask = crit_arr == cid
+        if mask.any():
+            lookup = pd.Index(list(crits[cid].values))
+            found = lookup.get_indexer(pd.Index(texts[mask]))
+            codes[mask] = np.where(found >= 0, found, np.nan)
+    return codes
+
+
+def _codes(
+    parts: list[pd.DataFrame],
+    crits: dict[int, CriterionInfo],
+    is_judge: bool,
+    continuous: set[int],
+) -> pd.DataFrame:
+    """The frames of one model as one, with integer ids, pairwise codes, is_judge, continuous."""
+    out = pd.concat(parts, ignore_index=True)
+    out = out.astype({"subject": "int64", "criterion": "int64", "rater": "int64"})
+    out["num"] = out["num"].astype("float64")
+    # Pairwise values arrive as value_num (A 1, B 0, tie 0.5); recode to tie 0, A 1, B 2.
+    pair_ids = [c.id for c in crits.values() if c.scale == "pairwise"]
+    if pair_ids:
+        mask = out["criterion"].isin(pair_ids).to_numpy()
+        out.loc[mask, "num"] = out.loc[mask, "num"].map(_PAIRWISE_FROM_NUM).astype("float64")
+    out["is_judge"] = is_judge
+    if is_judge and continuous:
+        out["continuous"] = out["rater"].isin(list(continuous))
+    else:
+        out["continuous"] = False
+    return out
+
+
+def _labels(qs: QuerySet[Any], latest: bool) -> pd.DataFrame:
+    """(subject, criterion) -> stored value of gold labels or adjudications (latest by id)."""
+    df = _values_frame(
+        qs.annotate(subject=_subject_expr())
+        .order_by("id")
+        .values_list("subject", "criterion_id", "value"),
+        ["subject", "criterion", "label"],
+        text=["label"],
+    )
+    df = df.astype({"subject": "int64", "criterion": "int64"})
+    df["label"] = df["label"].astype(object)
+    if latest:
+        df = df.drop_duplicates(["subject", "criterion"], keep="last")
+    return df
+
+
+def _attach_labels(ratings: pd.DataFrame, labels: pd.DataFrame, column: str) -> pd.Series:
+    """`labels` looked up by each rating's (subject, criterion), None where there is none."""
+    if ratings.empty or labels.empty:
+        return pd.Series([None] * len(ratings), index=ratings.index, dtype=object)
+    key = pd.MultiIndex.from_arrays([labels["subject"], labels["criterion"]])
+    at = key.get_indexer(pd.MultiIndex.from_arrays([ratings["subject"], ratings["criterion"]]))
+    values = labels["label"].to_numpy(dtype=object)
+    out = np.where(at >= 0, values[np.maximum(at, 0)], None)
+    return pd.Series(out, index=ratings.index, dtype=object, name=column)
+
+
+def rating_data_load(
+    *,
+    study: Study,
+    criterion_keys: Sequence[str] | None = None,
+    judge_version_ids: Sequence[int] | None = None,
+    candidate_names: Sequence[str] | None = None,
+    strata: Mapping[str, Sequence[str]] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    columns: ColumnSet = "evidence",
+) -> RatingData:
+    """Load a study's ratings with their evidence, subjects and strata (module docstring).
+
+    `strata` maps a dimension key to the labels kept; `since` (inclusive) and `until`
+    (exclusive) bound the ratings' `created_at`. `columns` picks the ratings' column set:
+    "evidence" (every column, at most `LOAD_MAX_QUERIES` queries) or "agreement" (only
+    `AGREEMENT_COLUMNS`, at most `LOAD_MAX_QUERIES_AGREEMENT` queries).
+    """
+    if columns not in ("agreement", "evidence"):
+        raise ValueError(f"columns must be 'agreement' or 'evidence', not {columns!r}")
+    evidence = columns == "evidence"
+    crit_qs = Criterion.objects.filter(rubric__study=study).select_related("rubric")
+    if criterion_keys:
+        crit_qs = crit_qs.filter(key__in=list(criterion_keys))
+    crits = {
+        c.pk: CriterionInfo(
+            id=c.pk,
+            key=c.key,
+            name=c.name,
+            scale=c.scale,
+            values=tuple(criterion_allowed_values(c)),
+            rubric_version=c.rubric.version,
+        )
+        for c in crit_qs.order_by("rubric__version", "position", "id")
+    }
+    jv_qs = JudgeVersion.objects.filter(judge__study=study).select_related("judge")
+    if judge_version_ids:
+        jv_qs = jv_qs.filter(pk__in=list(judge_version_ids))
+    judges = {
+        v.pk: JudgeInfo(
+            id=v.pk,
+            judge=v.judge.name,
+            version=v.version,
+            label=str((v.config or {}).get("label", "")) if v.judge.kind == "imported" else "",
+            model_family=v.model_family,
+            value_type=str((v.config or {}).get("value_type", "label")),
+            kind=v.judge.kind,
+        )
+        for v in jv_qs.order_by("judge__name", "version")
+    }
+    continuous = {j.id for j in judges.values() if j.value_type == "continuous"}
+    candidates = {c.pk: (c.name, c.model_family) for c in Candidate.objects.filter(study=study)}
+
+    window: dict[str, datetime] = {}
+    if since is not None:
+        window["created_at__gte"] = since
+    if until is not None:
+        window["created_at__lt"] = until
+    verdict_qs = Verdict.objects.filter(
+        criterion_id__in=list(crits), is_scored=True, judge_version_id__in=list(judges), **window
+    )
+    ann_qs = Annotation.objects.filter(criterion_id__in=list(crits), **window)
+    verdicts = _ratings(verdict_qs, "judge_version_id", crits, True, continuous, evidence)
+    annotations = _ratings(ann_qs, "annotator_id", crits, False, set(), evidence)
+    ratings = pd.concat([verdicts, annotations], ignore_index=True)
+    ratings = ratings[ratings["num"].notna()].reset_index(drop=True)
+    if evidence:
+        gold = _labels(GoldLabel.objects.filter(criterion_id__in=list(crits)), latest=False)
+        adjudicated = _labels(
+            Adjudication.objects.filter(criterion_id__in=list(crits)), latest=True
+        )
+        ratings["gold_label"] = _attach_labels(ratings, gold, "gold_label")
+        ratings["gold"] = ratings["gold_label"].notna().to_numpy(dtype=bool)
+        ratings["adjudicated_label"] = _attach_labels(ratings, adjudicated, "adjudicated_label")
+        ratings = ratings[
+            [
+                *AGREEMENT_COLUMNS, "value", "value_num", "probability", "severity",
+                "inclusion_probability", "draw_kind", "gold", "gold_label", "adjudicated_label",
+                "created_at",
+            ]
+        ]
+
+    outs = _values_frame(
+        Output.objects.filter(study=study).values_list(
+            "id", "item_id", "candidate_id", Length("text")
+        ),
+        ["id", "item", "candidate", "length"],
+    )
+    subjects_o = pd.DataFrame(
+        {
+            "subject": outs["id"].to_numpy(dtype="int64") * 2,
+            "item": outs["item"].to_numpy(dtype="int64"),
+            "candidate": outs["candidate"].to_numpy(dtype="int64"),
+            "candidate_b": np.full(len(outs), -1, dtype="int64"),
+            "length": outs["length"].to_numpy(dtype="float64"),
+            "length_b": np.full(len(outs), np.nan),
+        }
+    )
+    cmp_rows = list(
+        Comparison.objects.filter(study=study).values_list(
+            "id", "item_id", "output_a_id", "output_b_id"
+        )
+    )
+    cmps = _frame(cmp_rows, ["id", "item", "a", "b"])
+    by_output = outs.set_index("id") if len(outs) else outs
+    if len(cmps):
+        a = by_output.loc[cmps["a"].to_numpy()]
+        b = by_output.loc[cmps["b"].to_numpy()]
+        subjects_c = pd.DataFrame(
+            {
+                "subject": cmps["id"].to_numpy(dtype="int64") * 2 + 1,
+                "item": cmps["item"].to_numpy(dtype="int64"),
+                "candidate": a["candidate"].to_numpy(dtype="int64"),
+                "candidate_b": b["candidate"].to_numpy(dtype="int64"),
+                "length": a["length"].to_numpy(dtype="float64"),
+                "length_b": b["length"].to_numpy(dtype="float64"),
+            }
+        )
+        subjects = pd.concat([subjects_o, subjects_c], ignore_index=True)
+    else:
+        subjects = subjects_o
+    subjects = subjects.set_index("subject").sort_index()
+    if candidate_names:
+        keep_ids = {cid for cid, (name, _) in candidates.items() if name in set(candidate_names)}
+        ok = subjects["candidate"].isin(keep_ids) & (
+            (subjects["candidate_b"] < 0) | subjects["candidate_b"].isin(keep_ids)
+        )
+        subjects = subjects[ok]
+        ratings = ratings[ratings["subject"].isin(subjects.index)].reset_index(drop=True)
+
+    item_rows = list(Item.objects.filter(study=study).values_list("id", "external_id", "strata"))
+    dim_order = list(
+        StratumDimension.objects.filter(study=study)
+        .order_by("position", "id")
+        .values_list("key", flat=True)
+    )
+    seen_dims: dict[str, None] = {d: None for d in dim_order}
+    for _, _, item_strata in item_rows:
+        for d in item_strata or {}:
+            seen_dims.setdefault(str(d), None)
+    dimensions = list(seen_dims)
+    items = pd.DataFrame(
+        {
+            "external_id": [r[1] for r in item_rows],
+            **{d: [str((r[2] or {}).get(d, "unknown")) for r in item_rows] for d in dimensions},
+        },
+        index=pd.Index([r[0] for r in item_rows], dtype="int64", name="item"),
+    )
+    if strata:
+        keep = np.ones(len(items), dtype=bool)
+        for dim, labels in strata.items():
+            column = items[dim] if dim in items.columns else pd.Series("unknown", index=items.index)
+            keep &= column.isin([str(label) for label in labels]).to_numpy()
+        subjects = subjects[subjects["item"].isin(items.index[keep])]
+        ratings = ratings[ratings["subject"].isin(subjects.index)].reset_index(drop=True)
+
+    orders = _orders_load(crits, judges, window)
+    if strata:
+        orders = orders[orders["subject"].isin(subjects.index)].reset_index(drop=True)
+    return RatingData(
+        criteria=crits,
+        judges=judges,
+        candidates=candidates,
+        ratings=ratings,
+        subjects=subjects,
+        items=items,
+        dimensions=dimensions,
+        orders=orders,
+    )
+
+
+def _orders_load(
+    crits: dict[int, CriterionInfo],
+    judges: dict[int, JudgeInfo],
+    window: Mapping[str, datetime] | None = None,
+) -> pd.DataFrame:
+    """Pairwise judge verdicts that record both presentation orders (for position bias)."""
+    pair_ids = [c.id for c in crits.values() if c.scale == "pairwise"]
+    cols = ["subject", "criterion", "rater", "ab", "ba"]
+    if not pair_ids or not judges:
+        return _frame([], cols)
+    rows = []
+    for jv, cid, comp, details in Verdict.objects.filter(
+        criterion_id__in=pair_ids,
+        judge_version_id__in=list(judges),
+        is_scored=True,
+        comparison_id__isnull=False,
+        **(window or {}),
+    ).values_list("judge_version_id", "criterion_id", "comparison_id", "details"):
+        orders = (details or {}).get("orders") or {}
+        if "ab" in orders and "ba" in orders:
+            ab, ba = PAIRWISE_CODE.get(orders["ab"]), PAIRWISE_CODE.get(orders["ba"])
+            if ab is not None and ba is not None:
+                rows.append((comp * 2 + 1, cid, jv, ab, ba))
+    return _frame(rows, cols)
+
+
+def evidence_frame(data: RatingData) -> pd.DataFrame:
+    """One flat frame: `ratings` with each subject's item, candidate(s) and strata (one
+    ``stratum:<dimension>`` column each), rater_kind ("judge" | "human") and, for pairwise judge
+    verdicts that record both, the presentation orders ``order_ab`` / ``order_ba`` (codes; NaN
+    otherwise). Rows and their order are those of `ratings`."""
+    r = data.ratings
+    out = r.copy()
+    at = data.subjects.index.get_indexer(r["subject"].to_numpy())
+    found = at >= 0
+    pick = np.maximum(at, 0)
+    for col, missing in (("item", -1), ("candidate", -1), ("candidate_b", -1)):
+        values = data.subjects[col].to_numpy(dtype="int64")
+        out[col] = np.where(found, values[pick] if len(values) else missing, missing)
+    item_at = data.items.index.get_indexer(out["item"].to_numpy())
+    for dim in data.dimensions:
+        labels = data.items[dim].to_numpy(dtype=object)
+        out[f"stratum:{dim}"] = np.where(
+            item_at >= 0, labels[np.maximum(item_at, 0)] if len(labels) else None, None
+        )
+    out["rater_kind"] = np.where(r["is_judge"].to_numpy(dtype=bool), "judge", "human")
+    o = data.orders
+    out["order_ab"] = np.nan
+    out["order_ba"] = np.nan
+    if len(o) and len(r):
+        key = pd.MultiIndex.from_arrays([o["subject"], o["criterion"], o["rater"]])
+        rk = pd.MultiIndex.from_arrays([r["subject"], r["criterion"], r["rater"]])
+        hit = key.get_indexer(rk)
+        hit = np.where(r["is_judge"].to_numpy(dtype=bool), hit, -1)
+        ok = hit >= 0
+        for col in ("ab", "ba"):
+            vals = o[col].to_numpy(dtype="float64")
+            out[f"order_{col}"] = np.where(ok, vals[np.maximum(hit, 0)], np.nan)
+    return out
+
+
+def value_text(scale: str, values: Sequence[str], code: float, continuous: bool) -> str:
+    """The canonical stored value of a code (used by the fingerprint and the examples page)."""
+    if continuous:
+        return repr(float(code))
+    if scale == "pairwise":
+        return {0.0: "tie", 1.0: "A", 2.0: "B"}[float(code)]
+    if scale == "binary":
+        return "pass" if code == 1.0 else "fail"
+    if scale == "ordinal":
+        return str(int(code))
+    return values[int(code)]
+
+
+__all__ = [
+    "AGREEMENT_COLUMNS",
+    "LOAD_MAX_QUERIES",
+    "LOAD_MAX_QUERIES_AGREEMENT",
+    "PAIRWISE_CODE",
+    "ColumnSet",
+    "CriterionInfo",
+    "JudgeInfo",
+    "RatingData",
+    "evidence_frame",
+    "rating_data_load",
+    "value_text",
+]
