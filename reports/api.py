@@ -7,20 +7,22 @@ from typing import Any
 from django.http import HttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from reviewhub.api.errors import Forbidden, NotFound, ValidationFailed
-from reviewhub.api.pagination import DefaultCursorPagination
+from reviewhub.api.pagination import PAGE_PARAMETERS, DefaultCursorPagination, paginated
 from studies.access import study_get_for_actor
 from studies.models import AnalysisPlan, Membership, Study
+from studies.serializers import ErrorSerializer
 
 from . import selectors, services
 from .export import TABLES, table_csv
-from .models import AgreementReport
+from .models import ReportSnapshot
+from .results import AgreementResult
 
 
 def study_for_reports(request: Request, slug: str, *, write: bool = False) -> Study:
@@ -48,7 +50,7 @@ class ReportSerializer(serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
 
     class Meta:
-        model = AgreementReport
+        model = ReportSnapshot
         fields = [
             "id",
             "status",
@@ -62,10 +64,10 @@ class ReportSerializer(serializers.ModelSerializer):
             "url",
         ]
 
-    def get_plan_version(self, obj: AgreementReport) -> int | None:
+    def get_plan_version(self, obj: ReportSnapshot) -> int | None:
         return obj.plan.version if obj.plan_id and obj.plan else None
 
-    def get_url(self, obj: AgreementReport) -> str:
+    def get_url(self, obj: ReportSnapshot) -> str:
         return reverse("reports-api-detail", kwargs={"slug": obj.study.slug, "report_id": obj.pk})
 
 
@@ -77,7 +79,8 @@ class ReportDetailSerializer(ReportSerializer):
 class ReportListCreateView(APIView):
     """GET: the study's reports (cursor pages, no results); POST: build a new report (202)."""
 
-    @extend_schema(operation_id="agreement_reports_list", responses=ReportSerializer(many=True))
+    @extend_schema(operation_id="agreement_reports_list", parameters=PAGE_PARAMETERS,
+                   responses=paginated(ReportSerializer))
     def get(self, request: Request, slug: str) -> Response:
         study = study_for_reports(request, slug)
         paginator = DefaultCursorPagination()
@@ -124,7 +127,12 @@ class ReportExportView(APIView):
     @extend_schema(
         operation_id="agreement_reports_export",
         parameters=[OpenApiParameter("table", OpenApiTypes.STR, enum=list(TABLES))],
-        responses={(200, "text/csv"): OpenApiTypes.STR},
+        responses={
+            (200, "text/csv"): OpenApiTypes.STR,
+            (409, "application/json"): OpenApiResponse(
+                ErrorSerializer, description="The report is not finished (pending, running "
+                                             "or failed)."),
+        },
     )
     def get(self, request: Request, slug: str, report_id: int) -> Any:
         study = study_for_reports(request, slug)
@@ -137,14 +145,15 @@ class ReportExportView(APIView):
         report = selectors.report_get(study=study, report_id=report_id)
         if report is None:
             raise NotFound(f"Agreement report {report_id} not found.")
-        if report.status != AgreementReport.Status.DONE or not report.result:
+        if report.status != ReportSnapshot.Status.DONE or not report.result:
             from reviewhub.api.errors import Conflict
 
             raise Conflict(
                 f"Report {report_id} is {report.status}; exports need a finished report."
             )
         response = HttpResponse(
-            table_csv(report.result, table), content_type="text/csv; charset=utf-8"
+            table_csv(AgreementResult.from_json(report.result), table),
+            content_type="text/csv; charset=utf-8",
         )
         response["Content-Disposition"] = (
             f'attachment; filename="{study.slug}-report-{report.pk}-{table}.csv"'

@@ -8,7 +8,6 @@ has a table fallback on the audit page.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
 from typing import Any
 
 import matplotlib
@@ -17,7 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .agreement import TOO_FEW, TRUSTWORTHY, lookup
+from .agreement import TOO_FEW, TRUSTWORTHY
+from .results import AgreementResult
 
 plt.rcParams["svg.hashsalt"] = "reviewhub"
 _MARK = {TRUSTWORTHY: "trustworthy", "not trustworthy": "not trustworthy", TOO_FEW: "too few"}
@@ -35,33 +35,32 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def heatmap_data(result: Mapping[str, Any], criterion: int) -> dict[str, Any]:
-    """Rows (strata), columns (judge versions), the cells and the human ceiling per row."""
-    judges = lookup(result, "judges")
-    cells = [c for c in result.get("cells", []) if c["criterion"] == criterion]
+def heatmap_data(result: AgreementResult, criterion: int) -> dict[str, Any]:
+    """Rows (strata), columns (judge versions), the cells (typed) and the human ceiling per
+    row."""
+    judges = result.judges_by_id()
+    cells = result.cells_for(criterion=criterion)
     ceilings = {
-        (c["dimension"], c["label"]): c
-        for c in result.get("ceiling", [])
-        if c["criterion"] == criterion
+        (c["dimension"], c["label"]): c for c in result.ceiling if c["criterion"] == criterion
     }
-    jids = sorted({c["judge_version"] for c in cells}, key=lambda j: judges[j]["display"])
+    jids = sorted({c.judge_version for c in cells}, key=lambda j: judges[j].display)
     rows: list[tuple[str, str]] = []
     for c in cells:
-        key = (c["dimension"], c["label"])
+        key = (c.dimension, c.label)
         if key not in rows:
             rows.append(key)
-    by = {(c["dimension"], c["label"], c["judge_version"]): c for c in cells}
+    by = {(c.dimension, c.label, c.judge_version): c for c in cells}
     return {
         "rows": rows[:MAX_ROWS],
         "truncated": max(0, len(rows) - MAX_ROWS),
         "judges": jids,
-        "names": [judges[j]["display"] for j in jids],
+        "names": [judges[j].display for j in jids],
         "cells": by,
         "ceilings": ceilings,
     }
 
 
-def heatmap_svg(result: Mapping[str, Any], criterion: int) -> bytes:
+def heatmap_svg(result: AgreementResult, criterion: int) -> bytes:
     """Judge x stratum heat-map of the primary metric with intervals, ceiling column beside."""
     d = heatmap_data(result, criterion)
     rows, jids = d["rows"], d["judges"]
@@ -74,13 +73,13 @@ def heatmap_svg(result: Mapping[str, Any], criterion: int) -> bytes:
             c = d["cells"].get((dim, lab, jid))
             if c is None:
                 continue
-            m = c["metrics"].get(c["primary_metric"], {})
-            if m.get("value") is not None:
-                values[r, k] = m["value"]
+            m = c.primary
+            value, lo, hi = (m.value, m.ci_low, m.ci_high) if m else (None, None, None)
+            if value is not None:
+                values[r, k] = value
             texts[r][k] = (
-                f"{_fmt(m.get('value'))} [{_fmt(m.get('ci_low'))}, "
-                f"{_fmt(m.get('ci_high'))}]\n{_MARK.get(c['verdict'], c['verdict'])}"
-                f" (n={c['n_subjects']})"
+                f"{_fmt(value)} [{_fmt(lo)}, {_fmt(hi)}]\n{_MARK.get(c.verdict, c.verdict)}"
+                f" (n={c.n_subjects})"
             )
         ceil = d["ceilings"].get((dim, lab))
         if ceil is not None and ceil.get("point") is not None:
@@ -107,6 +106,14 @@ def heatmap_svg(result: Mapping[str, Any], criterion: int) -> bytes:
     return _svg(fig)
 
 
+def _display(judge: Any) -> str:
+    return "?" if judge is None else str(judge.display)
+
+
+def _key(criterion: Any) -> str:
+    return "?" if criterion is None else str(criterion.key)
+
+
 _REFERENCE = {
     "position: flip rate": 0.0,
     "position: first-slot preference": 0.5,
@@ -114,11 +121,11 @@ _REFERENCE = {
 }
 
 
-def bias_svg(result: Mapping[str, Any]) -> bytes:
+def bias_svg(result: AgreementResult) -> bytes:
     """Forest plot of the bias audits: estimate, interval and the no-bias reference."""
-    judges = lookup(result, "judges")
-    crits = lookup(result, "criteria")
-    rows = [b for b in result.get("bias", []) if b.get("value") is not None][:MAX_ROWS]
+    judges = result.judges_by_id()
+    crits = result.criteria_by_id()
+    rows = [b for b in result.bias if b.get("value") is not None][:MAX_ROWS]
     fig, ax = plt.subplots(figsize=(8, 1.0 + 0.4 * max(1, len(rows))))
     for i, b in enumerate(rows):
         v, lo, hi = b["value"], b.get("ci_low"), b.get("ci_high")
@@ -128,11 +135,17 @@ def bias_svg(result: Mapping[str, Any]) -> bytes:
         ref = _REFERENCE.get(b["audit"], 0.0)
         ax.plot([ref], [i], "|", color="black", markersize=14)
     labels = [
-        f"{judges.get(b['judge_version'], {}).get('display', '?')} · "
-        f"{crits.get(b['criterion'], {}).get('key', '?')} · {b['audit']}"
+        f"{_display(judges.get(b['judge_version']))} · "
+        f"{_key(crits.get(b['criterion']))} · {b['audit']}"
         for b in rows
     ]
-    ax.set_yticks(range(len(rows)), labels or [""], fontsize=7)
+    # One tick per label: matplotlib refuses a label list longer than the tick list, which a
+    # report without bias audits (no pairwise judges, no ties) would otherwise give.
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    if not rows:
+        ax.text(0.5, 0.5, "No bias audits in this report.", ha="center", va="center",
+                transform=ax.transAxes, fontsize=9)
+        ax.set_xticks([])
     ax.invert_yaxis()
     ax.set_title("Bias audits: estimate with interval; black tick = no bias", fontsize=9)
     ax.grid(axis="x", alpha=0.3)

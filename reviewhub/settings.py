@@ -7,6 +7,7 @@ fresh machine with only Python can run the demo; production sets both and the ha
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -42,21 +43,38 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    # Swagger UI's files, pinned by this package's version and served from our own origin.
+    "drf_spectacular_sidecar",
+    # Sign-in failure lockout (see reviewhub/throttling.py).
+    "axes",
     "reviewhub",
     "studies",
     "judges",
     "annotations",
+    "calibration",
     "reports",
+    "imports",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Outside everything below so that its headers reach every response, refusals included.
+    "reviewhub.middleware.SecurityHeadersMiddleware",
+    # Static files with DEBUG off (gunicorn serves no files of its own).
+    "reviewhub.middleware.StaticFilesMiddleware",
+    # Before CsrfViewMiddleware, which reads form bodies: no body is read before its size is
+    # checked.
+    "reviewhub.middleware.RequestLimitsMiddleware",
+    # NUL in a query parameter or form field: a 400 naming it (PostgreSQL text cannot hold it).
+    "reviewhub.api.middleware.RejectUnstorableTextMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: turns a locked-out sign-in into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "reviewhub.urls"
@@ -146,11 +164,62 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = Path(env("DJANGO_STATIC_ROOT", default="") or VAR_DIR / "static")
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# WhiteNoise serves /static/ from the web process. After `collectstatic` (the Docker image runs
+# it) it serves STATIC_ROOT with pre-compressed copies; without it, it finds the files where
+# they live (app folders, static/), which is what a plain checkout, the demo and the tests use.
+WHITENOISE_USE_FINDERS = env.bool("REVIEWHUB_STATIC_USE_FINDERS", default=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Compressed copies without hashed names: templates resolve {% static %} the same way
+    # whether or not collectstatic ran.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# --- Cache (throttle counters) ------------------------------------------------------------
+# Shared by every web process through Redis when REDIS_URL is set; process-local memory in
+# the embedded default (one runserver process in the demo).
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": REDIS_URL, "KEY_PREFIX": "reviewhub-cache"}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                          "KEY_PREFIX": "reviewhub-cache"}}
+
+# --- Credential throttles (see reviewhub/throttling.py and docs/deploy.md) -----------------
+AUTHENTICATION_BACKENDS = [
+    "reviewhub.throttling.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Proxies in front of the web process that append to X-Forwarded-For (0: use REMOTE_ADDR).
+# Throttles key on the client address, so set this exactly: too high lets clients pick it.
+REVIEWHUB_TRUSTED_PROXY_COUNT = env.int("REVIEWHUB_TRUSTED_PROXY_COUNT", default=0)
+# Failed sign-ins per (username, client address) before the pair is locked out...
+AXES_FAILURE_LIMIT = env.int("REVIEWHUB_LOGIN_FAILURE_LIMIT", default=10)
+# ...for this many minutes after the latest attempt (any attempt while locked restarts it).
+REVIEWHUB_LOGIN_LOCKOUT_MINUTES = env.float("REVIEWHUB_LOGIN_LOCKOUT_MINUTES", default=15.0)
+AXES_COOLOFF_TIME = timedelta(minutes=REVIEWHUB_LOGIN_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "reviewhub.throttling.client_ip"
+AXES_LOCKOUT_CALLABLE = "reviewhub.throttling.login_lockout_response"
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+# Failures are kept (admin: Axes > Access attempts; `manage.py axes_reset` unlocks); a row per
+# successful sign-in is not.
+AXES_DISABLE_ACCESS_LOG = True
+# No banner on every process start (management commands print to stdout).
+AXES_VERBOSE = False
+# Requests with an invalid API token per client address ("N/s", "N/m", "N/h" or "N/d"); past it
+# every token request from that address gets 429 with Retry-After until the window clears.
+REVIEWHUB_TOKEN_FAILURE_RATE = env("REVIEWHUB_TOKEN_FAILURE_RATE", default="20/m")
 
 # --- Limits -----------------------------------------------------------------------------
-# Bulk ingest bodies above this many bytes get a 413 before any parsing.
+# Bulk ingest bodies (streamed to a temporary file) above this many bytes get a 413 before
+# any parsing.
 REVIEWHUB_MAX_UPLOAD_BYTES = env.int("REVIEWHUB_MAX_UPLOAD_BYTES", default=200 * 1024 * 1024)
-DATA_UPLOAD_MAX_MEMORY_SIZE = REVIEWHUB_MAX_UPLOAD_BYTES
+# Every other request body (JSON, forms) above this many bytes gets a 413 before it is read
+# (reviewhub/middleware.py); Django's own form-parsing bound follows it.
+REVIEWHUB_MAX_REQUEST_BYTES = env.int("REVIEWHUB_MAX_REQUEST_BYTES", default=1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = REVIEWHUB_MAX_REQUEST_BYTES
 # A single text field (item input, output text) may not exceed this many characters.
 REVIEWHUB_MAX_FIELD_CHARS = env.int("REVIEWHUB_MAX_FIELD_CHARS", default=1_000_000)
 
@@ -166,6 +235,15 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "reviewhub.api.errors.exception_handler",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # Strict JSON: NaN/Infinity, 1e400, NUL, lone surrogates and duplicate keys are a 400
+    # naming the JSON path (reviewhub/api/strictjson.py).
+    "DEFAULT_PARSER_CLASSES": [
+        "reviewhub.api.parsers.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    # OPTIONS describes the view without running it (the schema at /api/schema/ has the rest).
+    "DEFAULT_METADATA_CLASS": "reviewhub.api.metadata.ViewMetadata",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "ReviewHub API",
@@ -173,11 +251,24 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Every operation documents the error responses every endpoint can give (401, 403, 404,
+    # 405, 406, 413, 415, 429, ...) in the one error shape.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "reviewhub.api.schema.document_error_responses",
+    ],
+    # /api/docs/ loads Swagger UI from drf-spectacular-sidecar (pinned in constraints.txt),
+    # never from a CDN: it works offline and runs only code we ship.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Security hardening (production: DJANGO_DEBUG=0 plus these) -------------------------
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
-SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)
+# Secure cookies everywhere once http is redirected to https; on any https request the
+# session and CSRF cookies are marked Secure regardless (reviewhub/middleware.py).
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=SECURE_SSL_REDIRECT)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
@@ -186,6 +277,17 @@ if env.bool("DJANGO_BEHIND_PROXY", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy of every HTML page that sets none of its own (sign-in, admin, report
+# pages, ...). Pages hold model output: no inline script, no foreign origins, no framing.
+# /api/docs/ relaxes style-src only (reviewhub/urls.py).
+REVIEWHUB_CSP = env(
+    "REVIEWHUB_CSP",
+    default=(
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+        "form-action 'self'"
+    ),
+)
 
 # --- Logging ----------------------------------------------------------------------------
 LOG_LEVEL = env("REVIEWHUB_LOG_LEVEL", default="INFO")
@@ -193,17 +295,34 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"stdout": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout",
+    # stderr, not stdout: a command's stdout is its output (`TOKEN=$(manage.py token_create
+    # ...)` must capture the secret alone), and containers collect both streams anyway.
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
                             "formatter": "plain"}},
-    "root": {"handlers": ["stdout"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"},
+                # Lockouts are warnings; the info lines (one per sign-in) are noise.
+                "axes": {"level": "WARNING"}},
 }
 
 # --- Judges (see docs/judges.md) ----------------------------------------------------------
-# Base URLs a judge may call: scheme://host[:port] prefixes; loopback is always allowed.
+# Judge network and key allow-lists (docs/judges.md, "Network and key allow-lists"); checked
+# when a judge version is created and again by the worker before every call.
+# Base URLs a judge may call: scheme://host[:port][/path] prefixes, compared after
+# normalisation; ":*" as the port admits any port. Nothing is implicit, loopback included.
 REVIEWHUB_JUDGE_ALLOWED_BASE_URLS = env.list(
     "REVIEWHUB_JUDGE_ALLOWED_BASE_URLS",
     default=["https://api.openai.com", "https://api.anthropic.com"],
+)
+# Also admit unlisted endpoints on loopback/private/link-local addresses (development only):
+# they are called without a key and their error bodies are never shown to leads.
+REVIEWHUB_JUDGE_ALLOW_PRIVATE_NETWORKS = env.bool(
+    "REVIEWHUB_JUDGE_ALLOW_PRIVATE_NETWORKS", default=False
+)
+# Environment variables a judge's api_key_env may name (names or glob patterns). ReviewHub's
+# own (DJANGO_*, DATABASE_*, REDIS_*, CELERY_*, REVIEWHUB_*, every setting name, ...) never.
+REVIEWHUB_JUDGE_KEY_ENV_ALLOWED = env.list(
+    "REVIEWHUB_JUDGE_KEY_ENV_ALLOWED", default=["*_API_KEY"]
 )
 
 # --- Judge runs (queue, rate limits, sweeper; see judges/runs.py and docs/judges.md) ---------
@@ -234,6 +353,10 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"queue": "judges", "expires": REVIEWHUB_JUDGE_SWEEP_INTERVAL_S},
     },
 }
+# Where celery beat keeps its schedule state (last run of each entry). Exactly one beat runs per
+# deployment (compose's `beat` service, the demo worker's `-B`); without one no sweep runs
+# after the start-up one, and a run whose worker was killed never recovers (docs/deploy.md).
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # --- Annotations (see docs/annotation.md) ---------------------------------------------------
 # Minutes an annotator holds an output before it returns to the pool (heartbeats extend it).
@@ -284,6 +407,6 @@ SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
     "JudgeKindEnum": "judges.models.Judge.Kind",
     "JudgeRunStatusEnum": "judges.models.JudgeRun.Status",
     "JudgeJobStatusEnum": "judges.models.JudgeJob.Status",
-    "AgreementReportStatusEnum": "reports.models.AgreementReport.Status",
+    "AgreementReportStatusEnum": "reports.models.ReportSnapshot.Status",
     "AssignmentStatusEnum": "annotations.models.Assignment.Status",
 }

@@ -55,6 +55,7 @@ from .serializers import (
     RubricUpdateSerializer,
     RubricVersionSerializer,
     StrataSerializer,
+    StrataUpdateResultSerializer,
     StrataUpdateSerializer,
     StudyPatchSerializer,
     StudySerializer,
@@ -329,8 +330,8 @@ class StrataScheme(generics.GenericAPIView):
                          "counts": _strata_counts(study)})
 
     @extend_schema(summary="Replace the strata scheme (items are relabelled)",
-                   request=StrataUpdateSerializer, responses={200: StrataSerializer, **ERRORS,
-                                                              **CONFLICT})
+                   request=StrataUpdateSerializer,
+                   responses={200: StrataUpdateResultSerializer, **ERRORS, **CONFLICT})
     def put(self, request: Request, slug: str) -> Response:
         study, _ = _study(request, slug, write=True, lead=True)
         body = _body(request)
@@ -557,9 +558,11 @@ class TokenListCreate(generics.ListAPIView):
         if _fake(self):
             return ApiToken.objects.none()
         _token_manager_check(self.request, write=False)
-        return ApiToken.objects.filter(user_id=_user(self.request).pk).select_related("study")
+        # A revoked token is gone from the API (as DELETE promises); the admin keeps the record.
+        return ApiToken.objects.filter(user_id=_user(self.request).pk,
+                                       revoked_at__isnull=True).select_related("study")
 
-    @extend_schema(summary="Your API tokens (secrets are never shown again)",
+    @extend_schema(summary="Your live API tokens (secrets are never shown again)",
                    responses={200: ApiTokenSerializer(many=True), 403: ERRORS[403]})
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
@@ -590,7 +593,7 @@ class TokenDetail(generics.GenericAPIView):
 
     def _token(self, request: Request, token_id: int) -> ApiToken:
         token = ApiToken.objects.select_related("study").filter(
-            pk=token_id, user_id=_user(request).pk).first()
+            pk=token_id, user_id=_user(request).pk, revoked_at__isnull=True).first()
         if token is None:
             raise NotFound(f"Token {token_id} not found.")
         return token
@@ -600,8 +603,11 @@ class TokenDetail(generics.GenericAPIView):
         _token_manager_check(request, write=False)
         return Response(ApiTokenSerializer(self._token(request, token_id)).data)
 
-    @extend_schema(summary="Revoke one of your tokens", responses={200: ApiTokenSerializer,
-                                                                   **ERRORS})
+    @extend_schema(summary="Revoke one of your tokens",
+                   description="Answers the revoked token once; from then on the token is "
+                               "gone: it authenticates nothing, is not listed, and GET or "
+                               "DELETE on it answer 404.",
+                   responses={200: ApiTokenSerializer, **ERRORS})
     def delete(self, request: Request, token_id: int) -> Response:
         _token_manager_check(request, write=True)
         token = services.api_token_revoke(token=self._token(request, token_id))

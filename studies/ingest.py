@@ -41,6 +41,7 @@ from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
 from reviewhub.api.errors import Conflict, PayloadTooLarge, UnsupportedMediaType, ValidationFailed
+from reviewhub.api.strictjson import decoder_fast
 
 from .models import Candidate, Item, Output, Study
 from .services import study_strata_recompute
@@ -383,7 +384,19 @@ def _json_error(exc: Exception) -> str:
         return f"not valid JSON: {exc.msg} at column {exc.colno}"
     if isinstance(exc, RecursionError):
         return "not valid JSON: nested too deeply"
-    return f"not valid JSON: {exc}"
+    # The strict decoder's refusals (a non-finite number such as 1e400, a duplicate key) and
+    # int()'s digit limit: the message says what is wrong.
+    return f"not accepted: {exc}"
+
+
+# Every JSON document in an ingest file refuses duplicate keys and numbers that overflow a
+# double (1e400, which json.loads turns into inf: jsonb refuses it, and no "Infinity" in the
+# text would flag the row for the deep check) as row errors naming the key or the number. The
+# NaN / Infinity literals, NUL and lone surrogates are checked per field (RowValidator), so
+# that the error names the field.
+_STRICT_JSON = decoder_fast(allow_nan_literals=True)
+# Only to find where a refused array element ends, so that the next one can be read.
+_LENIENT_JSON = json.JSONDecoder()
 
 
 def _type_name(value: Any) -> str:
@@ -440,7 +453,7 @@ def _iter_ndjson(stream: IO[bytes], counter: _ByteCounter) -> Iterator[RawRecord
     # The hot loop of a big import: progress is counted inline and records are built with
     # positional arguments, because per-line overhead here is most of pass 1's cost.
     on_bytes, pending = counter.on_bytes, 0
-    loads = json.loads
+    loads = _STRICT_JSON.decode
     line_no = 0
     seen = False
     for raw in stream:
@@ -476,8 +489,7 @@ def _iter_ndjson(stream: IO[bytes], counter: _ByteCounter) -> Iterator[RawRecord
                 line_no, "(row)", f"each line must be a JSON object, got {_type_name(obj)}"
             )])
             continue
-        yield RawRecord(line_no, None, obj, None,
-                        "\\u" in text or "NaN" in text or "Infinity" in text, None, len(text))
+        yield RawRecord(line_no, None, obj, None, _suspicious(text), None, len(text))
     if on_bytes is not None and pending:
         on_bytes(pending)
     if not seen:
@@ -497,7 +509,7 @@ class _JsonArrayReader:
         self.stream = stream
         self.counter = counter
         self.decoder = codecs.getincrementaldecoder("utf-8")()
-        self.decoder_json = json.JSONDecoder()
+        self.decoder_json = _STRICT_JSON
         self.buf = ""
         self.pos = 0
         self.line = 1  # line of buf[pos]
@@ -588,12 +600,14 @@ class _JsonArrayReader:
             return
         while True:
             line = self.line
-            obj, end = self._decode_element(index)
+            obj, end, refused = self._decode_element(index)
             buf, start = self.buf, self.pos
             suspicious = (buf.find("\\u", start, end) != -1 or buf.find("NaN", start, end) != -1
                           or buf.find("Infinity", start, end) != -1)
             self._advance_to(end)
-            if isinstance(obj, dict):
+            if refused is not None:
+                yield RawRecord(line, index, None, [RowError(line, "(row)", refused, index)])
+            elif isinstance(obj, dict):
                 yield RawRecord(line, index, obj, None, suspicious, size=end - start)
             else:
                 yield RawRecord(line, index, None, [RowError(
@@ -620,12 +634,22 @@ class _JsonArrayReader:
                 RowError(self.line, "(row)", reason, index)
             ]))
 
-    def _decode_element(self, index: int) -> tuple[Any, int]:
+    def _decode_element(self, index: int) -> tuple[Any, int, str | None]:
+        """(element, end, None), or (None, end, reason) for a well-formed element that the
+        strict decoder refuses (a row error: the next element can still be read)."""
         want = _READ_CHUNK
         while True:
             try:
                 obj, end = self.decoder_json.raw_decode(self.buf, self.pos)
             except (ValueError, RecursionError) as exc:
+                if type(exc) is ValueError:
+                    try:
+                        _, end = _LENIENT_JSON.raw_decode(self.buf, self.pos)
+                    except (ValueError, RecursionError):
+                        pass  # cut short by the buffer: read more, as below
+                    else:
+                        if end < len(self.buf) or self.eof:
+                            return None, end, _json_error(exc)
                 if not self.eof and self._fill(want):
                     want *= 2
                     continue
@@ -638,7 +662,7 @@ class _JsonArrayReader:
             # A number or literal that ends exactly at the buffer's end may be cut short.
             if end == len(self.buf) and not self.eof and self._fill(want):
                 continue
-            return obj, end
+            return obj, end, None
 
     def _expect_end(self) -> None:
         if self._skip_ws() != "":
@@ -837,8 +861,9 @@ def _deep_check(value: Any, top: str = "") -> None:
         elif isinstance(node, float):
             if not math.isfinite(node):
                 where = f"at {_json_path(path)}: " if path else ""
-                raise _Invalid(f"{where}NaN and Infinity are not valid JSON numbers "
-                               "(PostgreSQL jsonb rejects them)")
+                name = "NaN" if math.isnan(node) else ("Infinity" if node > 0 else "-Infinity")
+                raise _Invalid(f"{where}NaN and Infinity are not valid JSON numbers (PostgreSQL "
+                               f"jsonb rejects them): got {name}")
         elif isinstance(node, dict):
             for key, child in node.items():
                 match = _BAD_CHARS.search(key)
@@ -976,7 +1001,7 @@ class RowValidator:
     @staticmethod
     def _parse_cell_json(cell: str) -> Any:
         try:
-            value = json.loads(cell)
+            value = _STRICT_JSON.decode(cell)
         except (ValueError, RecursionError) as exc:
             raise _Invalid(f"the cell is {_json_error(exc)}") from None
         if _suspicious(cell):
@@ -1162,7 +1187,7 @@ class RowValidator:
             if declared != "json":
                 return text(raw), Item.InputFormat.TEXT
             try:
-                parsed = json.loads(raw)
+                parsed = _STRICT_JSON.decode(raw)
             except (ValueError, RecursionError) as exc:
                 raise _Invalid(f"input_format is 'json' but input is {_json_error(exc)}"
                                ) from None

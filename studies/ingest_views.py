@@ -17,6 +17,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from reviewhub.middleware import LengthRequired, length_required_message
+
 from . import ingest
 from .access import study_get_for_actor
 from .models import Membership
@@ -47,6 +49,9 @@ class BulkIngestView(APIView):
     kind: ClassVar[ingest.Kind]
     # The body is read raw from the stream; DRF's parsers would load it all into memory.
     parser_classes: list[Any] = []
+    # The one kind of endpoint allowed a large body: it enforces REVIEWHUB_MAX_UPLOAD_BYTES
+    # itself while spooling, so RequestLimitsMiddleware's small limit does not apply.
+    streams_request_body = True
 
     def post(self, request: Request, slug: str) -> Response:
         study, _ = study_get_for_actor(
@@ -54,9 +59,13 @@ class BulkIngestView(APIView):
             min_role=Membership.Role.LEAD,
         )
         fmt = ingest.format_for_content_type(request.META.get("CONTENT_TYPE", ""))
-        with ingest.upload_spool(
-            request.stream, content_length=_content_length(request)
-        ) as body:
+        content_length = _content_length(request)
+        if content_length is None and request.META.get("HTTP_TRANSFER_ENCODING"):
+            # A chunked body reads as empty from the WSGI stream: refuse rather than report an
+            # empty file (RequestLimitsMiddleware refuses chunked bodies earlier already). With
+            # neither header the body is empty by HTTP's rules.
+            raise LengthRequired(length_required_message())
+        with ingest.upload_spool(request.stream, content_length=content_length) as body:
             result = ingest.ingest_run(study=study, kind=self.kind, stream=body, fmt=fmt)
         return Response(result.as_dict())
 
@@ -80,6 +89,8 @@ def _schema(kind: str, key: str) -> Any:
             404: OpenApiResponse(ErrorSerializer, description="No such study, or no access."),
             409: OpenApiResponse(ErrorSerializer, description="Closed study or concurrent "
                                                               "change; nothing written."),
+            411: OpenApiResponse(ErrorSerializer, description="No Content-Length (chunked "
+                                                              "bodies are not accepted)."),
             413: OpenApiResponse(ErrorSerializer, description="Body over "
                                                               "REVIEWHUB_MAX_UPLOAD_BYTES."),
             415: OpenApiResponse(ErrorSerializer, description="Unsupported Content-Type."),

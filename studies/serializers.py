@@ -166,8 +166,14 @@ class StrataSerializer(serializers.Serializer):
         child=serializers.DictField(child=serializers.IntegerField()), read_only=True,
         help_text="Items per label, per dimension.",
     )
-    items_changed = serializers.IntegerField(read_only=True, required=False,
-                                             help_text="PUT only: items whose labels changed.")
+
+
+class StrataUpdateResultSerializer(StrataSerializer):
+    """PUT's answer: GET's plus how many items were relabelled (a read-only field is required
+    in the response schema, so GET, which has no such count, must not share this one)."""
+
+    items_changed = serializers.IntegerField(read_only=True,
+                                             help_text="Items whose labels changed.")
 
 
 class StrataUpdateSerializer(serializers.Serializer):

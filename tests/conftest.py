@@ -100,3 +100,24 @@ def client_for() -> Callable[..., APIClient]:
         return client
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def throttle_counters_reset() -> None:
+    """Every test starts with no bad-token counts (kept in the cache, which outlives a test).
+
+    Sign-in lockouts live in the database (django-axes) and go with each test's transaction.
+    With Redis as the cache, only ReviewHub's own keys are removed: the same database number
+    also holds the provider rate-limit counters of other tests.
+    """
+    from django.core.cache import caches
+    from django.core.cache.backends.redis import RedisCache
+
+    backend = caches["default"]
+    if isinstance(backend, RedisCache):
+        client = backend._cache.get_client(None, write=True)
+        keys = list(client.scan_iter(match=f"{backend.key_prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    else:
+        backend.clear()

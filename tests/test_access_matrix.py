@@ -50,12 +50,12 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from annotations import services as annotation_services
 from annotations.models import Annotation, Assignment, SamplingPlan
+from imports.generic import ratings_import, ratings_read
 from judges.models import Judge, JudgeRun, JudgeVersion
 from judges.runs import judge_run_start
 from judges.services import judge_create, judge_version_for_config
 from reports.agreement import params_validate
-from reports.importers import ratings_import, ratings_read
-from reports.models import AgreementReport
+from reports.models import ReportSnapshot
 from reports.services import report_compute
 from studies.models import AnalysisPlan, ApiToken, Criterion, Item, Membership, Output, Study
 from tests.factories import MembershipFactory, StudyFactory, UserFactory, api_token_create
@@ -378,11 +378,11 @@ def _seed() -> Seeded:
     version = judge_version_for_config(judge=check, config={"check": "length", "max": 1000})
     run = judge_run_start(study=study, judge_version=version, criteria=[criterion],
                           created_by=lead, enqueue=lambda run_id, n: None)
-    report = AgreementReport.objects.create(
+    report = ReportSnapshot.objects.create(
         study=study, params=params_validate({"n_resamples": 100, "min_items": 5}),
         created_by=lead)
     report = report_compute(report_id=report.pk)
-    assert report.status == AgreementReport.Status.DONE, report.error
+    assert report.status == ReportSnapshot.Status.DONE, report.error
     result = report.result or {}
     crit_id = result["criteria"][0]["id"]
     disagreeing = result["disagreements"][0]

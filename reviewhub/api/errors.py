@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import page_not_found, server_error
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import status
 from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
 
 
 class AppError(Exception):
@@ -79,6 +79,10 @@ _DRF_CODES = {
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF exception handler: AppError and DRF's own exceptions in the one error shape."""
+    # Imported here: rest_framework.views loads the parser classes (reviewhub.api.parsers,
+    # which import this module) when it is first imported.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
     if isinstance(exc, AppError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status_code)
     if isinstance(exc, Http404):
@@ -98,3 +102,20 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         details = {}
     response.data = error_body(code, message, details)
     return response
+
+
+def not_found_handler(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """handler404: under /api/ a URL that matches no route (e.g. `/api/tokens/abc`) answers in
+    the one error shape, like every other API 404; pages keep Django's HTML page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body("not_found", "No such API endpoint or resource."),
+                            status=status.HTTP_404_NOT_FOUND)
+    return page_not_found(request, exception or Http404())
+
+
+def server_error_handler(request: HttpRequest) -> HttpResponse:
+    """handler500: API clients get the one error shape (never a traceback: DEBUG is off)."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body("server_error", "Internal server error."),
+                            status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    return server_error(request)

@@ -1,0 +1,75 @@
+"""OpenAPI post-processing: the error responses that every operation can give.
+
+Views document the errors of their own logic (400 validation, 409 conflicts, ...). Some
+answers come from the plumbing in front of every view: an invalid or missing token (401), a
+token without the scope or role (403), a study one cannot see (404), too many failed tokens
+(429), a NUL in a query parameter or a malformed JSON body (400), and for bodies an unsupported
+media type (415), a body over the limit (413) or one without a length (411). Declaring them
+here, once, keeps the schema true for every endpoint, including ones added later; each has the
+one error body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR_REF = {"$ref": "#/components/schemas/Error"}
+
+_ALWAYS = {
+    "400": "Invalid request: a parameter or the body did not validate (details.errors names "
+           "each problem).",
+    "401": "No credentials, or an invalid or revoked API token.",
+    "403": "The token or role does not allow this.",
+    "404": "No such resource, or no access to it.",
+    "406": "None of the media types in Accept can be produced.",
+    "429": "Too many failed authentication attempts from this address (Retry-After).",
+}
+_WITH_BODY = {
+    "411": "A body without Content-Length (chunked bodies are not accepted).",
+    "413": "The request body is over the size limit.",
+    "415": "Unsupported Content-Type.",
+}
+_METHODS = ("get", "put", "post", "patch", "delete", "head", "options", "trace")
+
+_ERROR_SCHEMA = {
+    "type": "object",
+    "description": 'The one error body: {"error": {"code", "message", "details"}}.',
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "details": {},
+            },
+            "required": ["code", "message", "details"],
+        },
+    },
+    "required": ["error"],
+}
+
+
+def document_error_responses(result: dict[str, Any], generator: Any, request: Any,
+                             public: bool) -> dict[str, Any]:
+    """drf-spectacular POSTPROCESSING_HOOKS entry (see the module docstring)."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas.setdefault("Error", _ERROR_SCHEMA)
+    for path, item in result.get("paths", {}).items():
+        if not path.startswith("/api/"):
+            continue
+        for method, operation in item.items():
+            if method not in _METHODS:
+                continue
+            responses = operation.setdefault("responses", {})
+            wanted = dict(_ALWAYS)
+            if method in ("put", "post", "patch"):
+                wanted.update(_WITH_BODY)
+            for code, description in wanted.items():
+                responses.setdefault(code, {"description": description})
+            for code, response in responses.items():
+                if not code.isdigit() or int(code) < 400:
+                    continue
+                # Errors are JSON even where the success body is CSV or SVG.
+                content = response.setdefault("content", {})
+                content.setdefault("application/json", {"schema": ERROR_REF})
+    return result
