@@ -20,8 +20,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from reviewhub.api.errors import NotFound, ValidationFailed
 from reviewhub.api.pagination import PAGE_PARAMETERS, DefaultCursorPagination, paginated
+from reviewhub.errors import NotFound, ValidationFailed
 from studies.access import study_get_for_actor
 from studies.models import Comparison, Criterion, Membership, Output, Study
 

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 
 MODES = ("all", "per_stratum", "proportional")
 SUBJECTS = ("output", "comparison")

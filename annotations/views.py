@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from reviewhub.api.errors import AppError, ValidationFailed, error_body
+from reviewhub.errors import AppError, ValidationFailed, error_body
 from reviewhub.pages import page_study, strict_csp
 from studies.models import Comparison, Criterion, Membership, Output, Study
 

@@ -31,7 +31,7 @@ from judges.services import (
     judge_imported_version_get_or_create,
     verdicts_import_bulk,
 )
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 from studies import imports_service as studies_imports
 from studies.criteria import PAIRWISE_VALUES, criterion_allowed_values
 from studies.imports_service import (

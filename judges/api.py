@@ -17,8 +17,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from reviewhub.api.errors import Forbidden, ValidationFailed
 from reviewhub.api.pagination import DefaultCursorPagination
+from reviewhub.errors import Forbidden, ValidationFailed
 from studies.access import study_get_for_actor
 from studies.models import Comparison, Membership, Study
 from studies.serializers import ErrorSerializer

@@ -20,7 +20,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 
 SCALES = ("binary", "ordinal", "pairwise", "categorical")
 SINGLE_SCALES = ("binary", "ordinal", "categorical")

@@ -11,7 +11,7 @@ import dataclasses
 import json
 from typing import Any
 
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 from studies.models import Comparison, Criterion, Output
 
 from .models import Judge, JudgeVersion

@@ -84,7 +84,7 @@ def placeholders_in(template: str) -> set[str]:
 
 def template_validate(template: str, *, field: str = "template") -> set[str]:
     """The known placeholders used; ValidationFailed naming any unknown ones."""
-    from reviewhub.api.errors import ValidationFailed
+    from reviewhub.errors import ValidationFailed
 
     names = placeholders_in(template)
     unknown = sorted(names - set(PLACEHOLDERS))

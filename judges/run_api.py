@@ -22,8 +22,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from reviewhub.api.errors import ValidationFailed
 from reviewhub.api.pagination import DefaultCursorPagination
+from reviewhub.errors import ValidationFailed
 from studies.access import study_get_for_actor
 from studies.models import Criterion, Membership, Study
 

@@ -9,7 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from reviewhub.api.errors import Forbidden, NotFound
+from reviewhub.errors import Forbidden, NotFound
 from studies.access import study_get_for_actor
 from studies.models import Membership, Study
 

@@ -10,7 +10,7 @@ from typing import Any
 from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
-from reviewhub.api.errors import NotFound, ValidationFailed
+from reviewhub.errors import NotFound, ValidationFailed
 from studies.models import Comparison, Criterion, Output, Study
 from studies.selectors import rubric_current
 

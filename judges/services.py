@@ -11,8 +11,8 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
-from reviewhub.api.errors import Conflict, ValidationFailed
 from reviewhub.bulkcopy import BATCH, bulk_insert
+from reviewhub.errors import Conflict, ValidationFailed
 from studies.criteria import criterion_value_num
 from studies.models import Criterion, Study
 

@@ -11,7 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from reviewhub.api.errors import AppError, NotFound
+from reviewhub.errors import AppError, NotFound
 from reviewhub.pages import page_study, strict_csp
 from studies.models import Comparison, Membership, Output
 from studies.selectors import rubric_current

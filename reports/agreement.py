@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - exercised only where threadpoolctl is 
 import evalstats as es
 from calibration.frames import CriterionInfo, JudgeInfo, RatingData, value_text
 from evalstats.clustered import coarsen, finite_percentile_interval, rank_corr_rows
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 from studies.strata import cross_label
 
 RESULT_VERSION = 1

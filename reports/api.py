@@ -13,8 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from reviewhub.api.errors import Forbidden, NotFound, ValidationFailed
 from reviewhub.api.pagination import PAGE_PARAMETERS, DefaultCursorPagination, paginated
+from reviewhub.errors import Forbidden, NotFound, ValidationFailed
 from studies.access import study_get_for_actor
 from studies.models import AnalysisPlan, Membership, Study
 from studies.serializers import ErrorSerializer
@@ -146,7 +146,7 @@ class ReportExportView(APIView):
         if report is None:
             raise NotFound(f"Agreement report {report_id} not found.")
         if report.status != ReportSnapshot.Status.DONE or not report.result:
-            from reviewhub.api.errors import Conflict
+            from reviewhub.errors import Conflict
 
             raise Conflict(
                 f"Report {report_id} is {report.status}; exports need a finished report."

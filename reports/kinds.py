@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 from studies.models import AnalysisPlan, Study
 
 

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from reviewhub.api.errors import NotFound, ValidationFailed
+from reviewhub.errors import NotFound, ValidationFailed
 from studies.models import AnalysisPlan, Study
 
 from .kinds import kind_get

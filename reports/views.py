@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from reviewhub.api.errors import AppError
+from reviewhub.errors import AppError
 from reviewhub.pages import page_study
 from studies.models import Membership, Study
 

@@ -12,6 +12,10 @@ class ReviewHubConfig(AppConfig):
     verbose_name = "ReviewHub"
 
     def ready(self) -> None:
+        # Create the Celery app before any task is sent, so that `shared_task`s bind to it
+        # (and its broker settings) rather than to Celery's default app.
+        from . import celery  # noqa: F401
+
         # Say which backends are in use, so that nobody mistakes the embedded default for the
         # full stack (and the reverse). The broker URL is logged with its password masked.
         db = settings.DATABASES["default"]

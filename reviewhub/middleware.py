@@ -23,7 +23,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-from reviewhub.api.errors import AppError, error_body
+from reviewhub.errors import AppError, error_body
 
 from .throttling import TokenFailureThrottle
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
 
-from reviewhub.api.errors import Forbidden, NotFound
+from reviewhub.errors import Forbidden, NotFound
 from studies.access import study_get_for_actor
 from studies.models import Membership, Study
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from reviewhub.api.errors import Forbidden, NotFound
+from reviewhub.errors import Forbidden, NotFound
 from reviewhub.rawrows import RowShape, fetch_one
 
 from .models import ApiToken, Membership, Study

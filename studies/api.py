@@ -20,8 +20,8 @@ from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from reviewhub.api.errors import Forbidden, NotFound, ValidationFailed
 from reviewhub.api.pagination import DefaultCursorPagination, IdCursorPagination
+from reviewhub.errors import Forbidden, NotFound, ValidationFailed
 
 from . import schema as _schema  # noqa: F401 - registers the auth extension
 from . import selectors, services

@@ -40,8 +40,8 @@ from django.conf import settings
 from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
-from reviewhub.api.errors import Conflict, PayloadTooLarge, UnsupportedMediaType, ValidationFailed
 from reviewhub.api.strictjson import decoder_fast
+from reviewhub.errors import Conflict, PayloadTooLarge, UnsupportedMediaType, ValidationFailed
 
 from .models import Candidate, Item, Output, Study
 from .services import study_strata_recompute

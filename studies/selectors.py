@@ -15,7 +15,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 
 from .criteria import (
     criterion_allowed_values,

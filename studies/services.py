@@ -17,7 +17,7 @@ from django.db.models import Case, IntegerField, Max, Value, When
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from reviewhub.api.errors import Conflict, NotFound, ValidationFailed
+from reviewhub.errors import Conflict, NotFound, ValidationFailed
 
 from .access import study_role
 from .authentication import token_generate

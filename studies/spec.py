@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonschema
 
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 
 from .criteria import criterion_has_pass_reading
 from .strata import DERIVED_SOURCES, METADATA_PREFIX, UNKNOWN, bin_labels, dimension_possible_labels
@@ -318,7 +318,7 @@ def _dimension_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
     cpath = join(path, "config")
     if not isinstance(config_raw, Mapping):
         bad("config", "config must be an object")
-    elif kind in _CONFIG_FIELDS:
+    elif isinstance(kind, str) and kind in _CONFIG_FIELDS:  # a list or object is unhashable
         for extra in sorted(set(config_raw) - _CONFIG_FIELDS[kind]):
             problems.add(join(cpath, extra), f"{label}: unknown config field for {kind}")
         if kind == "categorical":
@@ -334,7 +334,7 @@ def _dimension_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
             other = config_raw.get("other", "other")
             if not _label_ok(other):
                 problems.add(join(cpath, "other"), f"{label}: other must be a non-empty string")
-            elif other == UNKNOWN or (values and other in values):
+            elif other == UNKNOWN or other in config.get("values", ()):  # only a valid list
                 problems.add(join(cpath, "other"),
                              f"{label}: other label {other!r} clashes with another label")
             elif "values" in config:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import User
 
-from reviewhub.api.errors import Forbidden
+from reviewhub.errors import Forbidden
 from studies.access import study_role
 from studies.models import Criterion, Membership, RubricVersion, Study
 

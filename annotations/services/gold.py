@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from reviewhub.api.errors import NotFound, ValidationFailed
+from reviewhub.errors import NotFound, ValidationFailed
 from studies.models import Comparison, Criterion, Output, Study
 
 from ..constants import SEVERITY_MIN

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 from studies.models import Criterion
 
 from ..constants import FLAG_KEYS, PAIRWISE_VALUES, SEVERITY_MAX, SEVERITY_MIN

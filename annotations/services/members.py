@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import validate_email
 from django.db import IntegrityError, connection, transaction
 
-from reviewhub.api.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from reviewhub.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from studies.models import Membership, Study
 from studies.services import membership_set
 

@@ -13,7 +13,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from judges.models import Verdict
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 from studies.models import Comparison, Criterion, Output, Study
 
 from .. import sampling

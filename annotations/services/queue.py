@@ -28,7 +28,7 @@ from django.db.models import Exists, ExpressionWrapper, F, OuterRef, QuerySet, V
 from django.db.models.functions import Mod
 from django.utils import timezone
 
-from reviewhub.api.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from reviewhub.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from reviewhub.rawrows import RowShape, fetch_one
 from studies.models import Membership, Study
 

@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from reviewhub.api.errors import Conflict, NotFound, ValidationFailed
+from reviewhub.errors import Conflict, NotFound, ValidationFailed
 from reviewhub.rawrows import RowShape, db_value, fetch_one
 from studies.models import RubricVersion
 

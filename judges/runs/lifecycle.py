@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from reviewhub.api.errors import Conflict, ValidationFailed
+from reviewhub.errors import Conflict, ValidationFailed
 from studies.models import Criterion, Study
 
 from ..models import Judge, JudgeJob, JudgeRun, JudgeVersion

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import ValidationFailed
 from studies.models import Comparison, Output, StratumDimension, Study
 
 from .common import JOB_BULK_BATCH

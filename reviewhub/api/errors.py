@@ -1,7 +1,9 @@
-"""Typed application errors and the one place where every API error is rendered.
+"""The one place where every API error is rendered.
 
 Every 4xx/5xx body has the shape ``{"error": {"code", "message", "details"}}`` so that clients
-need one parser. Services raise the subclasses below; views never build error bodies by hand.
+need one parser. Services raise the typed errors of `reviewhub.errors` (plain Python, so that
+pure modules can raise them without importing Django or DRF); views never build error bodies by
+hand. The error classes are re-exported here so that existing imports keep working.
 """
 
 from __future__ import annotations
@@ -15,53 +17,30 @@ from rest_framework import exceptions as drf_exceptions
 from rest_framework import status
 from rest_framework.response import Response
 
+from reviewhub.errors import (
+    AppError,
+    Conflict,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    ValidationFailed,
+    error_body,
+)
 
-class AppError(Exception):
-    """Base class of errors that services raise for the API layer to render."""
-
-    status_code: int = status.HTTP_400_BAD_REQUEST
-    code = "bad_request"
-
-    def __init__(self, message: str, *, details: Any = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details if details is not None else {}
-        if code is not None:
-            self.code = code
-
-
-class ValidationFailed(AppError):
-    code = "validation_failed"
-
-
-class NotFound(AppError):
-    status_code = status.HTTP_404_NOT_FOUND
-    code = "not_found"
-
-
-class Forbidden(AppError):
-    status_code = status.HTTP_403_FORBIDDEN
-    code = "forbidden"
-
-
-class Conflict(AppError):
-    status_code = status.HTTP_409_CONFLICT
-    code = "conflict"
-
-
-class PayloadTooLarge(AppError):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    code = "payload_too_large"
-
-
-class UnsupportedMediaType(AppError):
-    status_code = status.HTTP_415_UNSUPPORTED_MEDIA_TYPE
-    code = "unsupported_media_type"
-
-
-def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details or {}}}
-
+__all__ = [
+    "AppError",
+    "Conflict",
+    "Forbidden",
+    "NotFound",
+    "PayloadTooLarge",
+    "UnsupportedMediaType",
+    "ValidationFailed",
+    "error_body",
+    "exception_handler",
+    "not_found_handler",
+    "server_error_handler",
+]
 
 _DRF_CODES = {
     drf_exceptions.NotAuthenticated: "not_authenticated",
@@ -79,8 +58,8 @@ _DRF_CODES = {
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF exception handler: AppError and DRF's own exceptions in the one error shape."""
-    # Imported here: rest_framework.views loads the parser classes (reviewhub.api.parsers,
-    # which import this module) when it is first imported.
+    # Imported here: rest_framework.views resolves DRF's settings (parser classes, this
+    # handler) when it is first imported, so importing it at module level invites a cycle.
     from rest_framework.views import exception_handler as drf_exception_handler
 
     if isinstance(exc, AppError):

@@ -12,7 +12,8 @@ from typing import IO, Any
 
 from rest_framework.parsers import JSONParser
 
-from .errors import AppError
+from reviewhub.errors import AppError
+
 from .strictjson import StrictJSONError, loads
 
 

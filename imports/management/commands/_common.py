@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from reports.management.commands._common import app_error_text
-from reviewhub.api.errors import AppError
+from reviewhub.errors import AppError
 from studies.models import Study
 from studies.services import study_create
 

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from imports.datasets import DATASETS, DatasetError, dataset_import
-from reviewhub.api.errors import AppError
+from reviewhub.errors import AppError
 
 from ._common import app_error_text, study_for_import
 

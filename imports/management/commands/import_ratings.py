@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from imports.generic import ratings_import, ratings_read, scale_parse
-from reviewhub.api.errors import AppError
+from reviewhub.errors import AppError
 
 from ._common import app_error_text, study_for_import
 

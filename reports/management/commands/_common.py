@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reviewhub.api.errors import AppError
+from reviewhub.errors import AppError
 
 
 def app_error_text(exc: AppError) -> str:

@@ -18,7 +18,7 @@ from reports.api import ReportDetailSerializer
 from reports.kinds import kind_get, kind_names
 from reports.models import ReportSnapshot
 from reports.services import report_compute, report_snapshot_create
-from reviewhub.api.errors import AppError
+from reviewhub.errors import AppError
 from studies.models import AnalysisPlan, Study
 
 from ._common import app_error_text

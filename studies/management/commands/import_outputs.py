@@ -14,7 +14,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from reviewhub.api.errors import AppError
+from reviewhub.errors import AppError
 from studies import ingest
 from studies.models import Study
 

@@ -13,7 +13,7 @@ import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from reviewhub.api import strictjson
-from reviewhub.api.errors import AppError
+from reviewhub.errors import AppError
 from studies.services import study_import
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reviewhub.api.errors import AppError
+from reviewhub.errors import AppError
 from studies.models import Study
 from studies.services import api_token_create
 
