@@ -8,6 +8,7 @@ The criterion value helpers are re-exported here: other apps import them from
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -94,6 +95,10 @@ def _json_scalar_variants(raw: str) -> list[Any]:
     try:
         parsed = json.loads(raw)
     except ValueError:
+        return variants
+    # NaN, Infinity and 1e400 parse as floats that JSON (and PostgreSQL's jsonb) cannot hold:
+    # such a value is matched as the string it is.
+    if isinstance(parsed, float) and not math.isfinite(parsed):
         return variants
     if isinstance(parsed, bool | int | float) and parsed != raw:
         variants.append(parsed)

@@ -283,6 +283,32 @@ def test_filter_names_with_nul_and_meta_filters(world: dict[str, Any]) -> None:
     assert r.json()["error"]["details"]["errors"][0]["parameter"] == "output_meta.k"
 
 
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "nan"])
+def test_metadata_filters_with_non_finite_numbers_match_as_text(world: dict[str, Any],
+                                                                literal: str) -> None:
+    """`meta.k=NaN` once became the jsonb literal NaN, which PostgreSQL refuses (500)."""
+    lead_c = world["clients"][0]
+    slug = world["params"]["slug"]
+    for path, name in ((f"/api/studies/{slug}/items", "meta.language"),
+                       (f"/api/studies/{slug}/outputs", "meta.language"),
+                       (f"/api/studies/{slug}/outputs", "output_meta.k")):
+        r = lead_c.get(path, {name: literal})
+        assert r.status_code == 200, (path, name, r.content[:300])
+        assert r.json()["results"] == []
+
+
+def test_the_web_servers_own_refusals_are_documented() -> None:
+    """gunicorn answers an over-long request line (414) or oversized headers (431) itself,
+    with a small HTML page; every operation says so."""
+    paths = _schema()["paths"]
+    for path, item in paths.items():
+        for method, operation in item.items():
+            if method not in ("get", "post", "put", "patch", "delete"):
+                continue
+            for code in ("414", "431"):
+                assert "text/html" in operation["responses"][code]["content"], (path, method)
+
+
 def test_login_and_form_posts_refuse_nul(world: dict[str, Any], client: Any) -> None:
     r = client.post("/accounts/login/", {"username": "le\x00ad", "password": "x"})
     assert r.status_code == 400 and b"username" in r.content

@@ -6,7 +6,7 @@ token without the scope or role (403), a study one cannot see (404), too many fa
 (429), a NUL in a query parameter or a malformed JSON body (400), and for bodies an unsupported
 media type (415), a body over the limit (413) or one without a length (411). Declaring them
 here, once, keeps the schema true for every endpoint, including ones added later; each has the
-one error body.
+one error body, except the two the web server itself answers (414, 431).
 """
 
 from __future__ import annotations
@@ -29,6 +29,14 @@ _WITH_BODY = {
     "413": "The request body is over the size limit.",
     "415": "Unsupported Content-Type.",
 }
+# Answered by the web server (gunicorn) before a request reaches ReviewHub, as its own small
+# HTML page: a request line over `--limit-request-line` (4094 bytes by default, so a long query
+# string) or oversized headers.
+_SERVER = {
+    "414": "The request line (path and query string) is too long for the web server.",
+    "431": "The request headers are too large for the web server.",
+}
+_SERVER_CONTENT = {"text/html": {"schema": {"type": "string"}}}
 _METHODS = ("get", "put", "post", "patch", "delete", "head", "options", "trace")
 
 _ERROR_SCHEMA = {
@@ -66,8 +74,10 @@ def document_error_responses(result: dict[str, Any], generator: Any, request: An
                 wanted.update(_WITH_BODY)
             for code, description in wanted.items():
                 responses.setdefault(code, {"description": description})
+            for code, description in _SERVER.items():
+                responses.setdefault(code, {"description": description, "content": _SERVER_CONTENT})
             for code, response in responses.items():
-                if not code.isdigit() or int(code) < 400:
+                if not code.isdigit() or int(code) < 400 or code in _SERVER:
                     continue
                 # Errors are JSON even where the success body is CSV or SVG.
                 content = response.setdefault("content", {})
