@@ -1,8 +1,14 @@
 """Figures from one schemathesis NDJSON report (written by `.ci/fuzz`).
 
-Prints the cases run, the failing checks grouped by (operation, check, status code) and the
-distinct 5xx, and exits 1 when any check failed or the server log shows a traceback. Standard
-library only: it runs beside the server, not inside it.
+Prints the cases run, the failing checks grouped by (operation, check, status code), the
+distinct 5xx and the errors the fuzzer reported, and exits 1 when any check failed, the server
+answered 5xx, a request failed at the network level (refused, reset, timed out: the server is in
+trouble), the report is incomplete (the fuzzer itself crashed) or the server log shows a
+traceback. An error raised inside the fuzzer while it generates cases (schemathesis' "Runtime
+Error", e.g. a generation strategy that raised) says nothing about the server: it is printed with
+its type and message, and does not fail the run, because it is not reproducible by seed (case
+generation is bounded by time) and no change to the server can fix it. Standard library only: it
+runs beside the server, not inside it.
 """
 
 from __future__ import annotations
@@ -12,6 +18,14 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+
+
+# Exception types schemathesis reports that mean the server did not answer properly.
+SERVER_TROUBLE = frozenset({
+    "ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", "ChunkedEncodingError",
+    "ContentDecodingError", "ProxyError", "SSLError", "TooManyRedirects", "RequestException",
+    "UnhealthyAPIError", "UnresponsiveOperationError", "ServerUnavailable",
+})
 
 
 def main() -> int:
@@ -25,8 +39,21 @@ def main() -> int:
     failures: Counter[tuple[str, str, str, int]] = Counter()
     server_errors: Counter[tuple[str, int]] = Counter()
     samples: dict[tuple[str, str, str, int], str] = {}
+    server_trouble: list[str] = []
+    fuzzer_errors: list[str] = []
+    finished_engine = False
     for line in args.ndjson.read_text().splitlines():
         event = json.loads(line)
+        if "EngineFinished" in event:
+            finished_engine = True
+        error = event.get("NonFatalError")
+        if error:
+            value = error.get("value") or {}
+            kind = str(value.get("type", "?"))
+            text = (f"{kind} in {error.get('label', '?')} (phase {error.get('phase')}): "
+                    f"{str(value.get('message', ''))[:400]}")
+            (server_trouble if kind in SERVER_TROUBLE else fuzzer_errors).append(text)
+            continue
         finished = event.get("ScenarioFinished")
         if not finished:
             continue
@@ -58,11 +85,22 @@ def main() -> int:
         print(f"  {code} {title}: {operation} -> {status} ({n}x)")
         print(f"      e.g. {samples[key]}")
 
+    for text in server_trouble:
+        print(f"  server trouble: {text}")
+    for text in fuzzer_errors:
+        print(f"  fuzzer error (not a finding about the server): {text}")
+    if not finished_engine:
+        print(f"{label}the report is incomplete: the fuzzer did not finish")
+
     tracebacks = 0
     if args.server_log and args.server_log.exists():
         tracebacks = args.server_log.read_text(errors="replace").count("Traceback (most recent")
         print(f"{label}server log tracebacks so far: {tracebacks}")
-    return 1 if failures or server_errors or tracebacks else 0
+    if cases == 0:
+        print(f"{label}no case ran")
+    bad = (failures or server_errors or tracebacks or server_trouble or not finished_engine
+           or cases == 0)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
