@@ -19,7 +19,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-
 # Exception types schemathesis reports that mean the server did not answer properly.
 SERVER_TROUBLE = frozenset({
     "ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", "ChunkedEncodingError",
