@@ -1,0 +1,92 @@
+"""Calibrated scores: one row per (output or comparison, criterion or the rubric) of one
+calibration snapshot.
+
+A calibration snapshot is a `reports.ReportSnapshot` of kind "calibration" (one lifecycle for
+every report kind); its rows live here, keyed by the snapshot's id as a plain integer because
+`calibration` sits to the right of `reports` in the app order and may not import it. Rows of a
+snapshot are written once, in one transaction, when the snapshot is computed, and never
+changed afterwards: a snapshot is immutable and the API serves any of them by id.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from judges.models import JudgeVersion
+from studies.models import Candidate, Comparison, Criterion, Output, Study
+
+
+class CalibratedScore(models.Model):
+    class Decision(models.TextChoices):
+        PASS = "pass", "Pass"
+        FAIL = "fail", "Fail"
+        ESCALATE = "escalate", "Escalate to a human"
+        HUMAN = "human", "Decided by humans"
+
+    class Source(models.TextChoices):
+        JUDGE = "judge", "Judge"
+        HUMAN = "human", "Human consensus"
+        ADJUDICATED = "adjudicated", "Adjudicated"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="+")
+    # The reports.ReportSnapshot (kind "calibration") these rows belong to.
+    snapshot_id = models.BigIntegerField()
+    output = models.ForeignKey(
+        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    comparison = models.ForeignKey(
+        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    candidate = models.ForeignKey(
+        Candidate, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    # Null for the rubric's aggregate row (`criterion_key` "rubric").
+    criterion = models.ForeignKey(
+        Criterion, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    criterion_key = models.CharField(max_length=64)
+    # The judge version whose verdict was calibrated (null for the rubric row and for rows
+    # decided by humans without a verdict).
+    judge_version = models.ForeignKey(
+        JudgeVersion, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    judge_version_hash = models.CharField(max_length=64, blank=True)
+    # The calibration cell the curve came from ("" for the whole study) and the item's labels.
+    stratum = models.CharField(max_length=255, blank=True)
+    strata = models.JSONField(default=dict)
+    raw_value = models.CharField(max_length=64, blank=True)
+    raw_confidence = models.FloatField(null=True, blank=True)
+    p_pass = models.FloatField()
+    p_low = models.FloatField(null=True, blank=True)
+    p_high = models.FloatField(null=True, blank=True)
+    decision = models.CharField(max_length=8, choices=Decision.choices)
+    expected_cost = models.FloatField()
+    source = models.CharField(max_length=12, choices=Source.choices)
+    plan_version = models.PositiveIntegerField(null=True, blank=True)
+    # Human labels behind the curve that produced p_pass (after shrinkage: the cell's own).
+    n_labels = models.PositiveIntegerField(default=0)
+    # The newest verdict, annotation or adjudication behind the row: what "changed since" reads.
+    evidence_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["snapshot_id", "id"]
+        indexes = [
+            models.Index(fields=["snapshot_id", "id"], name="calscore_snapshot_id"),
+            models.Index(fields=["study", "snapshot_id"], name="calscore_study_snapshot"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(output__isnull=False, comparison__isnull=True)
+                    | models.Q(output__isnull=True, comparison__isnull=False)
+                ),
+                name="calscore_one_subject",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(p_pass__gte=0.0, p_pass__lte=1.0), name="calscore_p_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"calibrated score {self.pk} (snapshot {self.snapshot_id})"
