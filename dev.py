@@ -101,6 +101,13 @@ def demo(argv: list[str]) -> int:
         [str(PY), "manage.py", "runserver", "--noreload", host], cwd=ROOT, env=env
     )
     say(f"serving http://{host}/  (Ctrl-C stops the server and the worker with its beat)")
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM (a supervisor, `kill`) must stop the worker too: it runs in its own process group
+    # and would outlive us if SIGTERM ended this process the default way, skipping `finally`.
+    signal.signal(signal.SIGTERM, stop)
     try:
         while server.poll() is None and worker.poll() is None:
             time.sleep(0.5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _demo_workers(port: int) -> list[int]:
+    """Pids of live Celery workers started by the demo on `port` (read from /proc)."""
+    pids = []
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit():
+            continue
+        try:
+            cmdline = (proc_dir / "cmdline").read_bytes().split(b"\0")
+            environ = (proc_dir / "environ").read_bytes().split(b"\0")
+            state = (proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state == "Z":
+            continue
+        if b"celery" in cmdline and f"REVIEWHUB_DEMO_ADDR=127.0.0.1:{port}".encode() in environ:
+            pids.append(int(proc_dir.name))
+    return pids
 
 
 def _free_port() -> int:
@@ -56,10 +76,20 @@ def test_demo_command_boots_and_healthz_answers(tmp_path: Path) -> None:
         assert "embedded default" in output  # the backend choice is logged
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=5) as r:
             assert r.status == 200
+        assert _demo_workers(port), "the demo's Celery worker is not running"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+    # SIGTERM to the demo stops its worker (own process group) and the embedded beat with it.
+    deadline = time.monotonic() + 15
+    while _demo_workers(port) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = _demo_workers(port)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"the demo's Celery worker outlived SIGTERM: pids {left}"
