@@ -544,7 +544,9 @@ class AnnotationExportView(_AnyFormatNegotiation):
     @extend_schema(
         tags=TAG_LEAD,
         parameters=[
-            OpenApiParameter("format", OpenApiTypes.STR, enum=["csv", "jsonl"], required=True)
+            OpenApiParameter("format", OpenApiTypes.STR, enum=["csv", "jsonl"], required=False,
+                             default="jsonl",
+                             description="JSON Lines (the default) or CSV.")
         ],
         responses={
             (200, "text/csv"): OpenApiTypes.STR,
@@ -555,7 +557,7 @@ class AnnotationExportView(_AnyFormatNegotiation):
     )
     def get(self, request: Request, slug: str) -> StreamingHttpResponse:
         study = _lead_study(request, slug)
-        fmt = request.query_params.get("format", "")
+        fmt = request.query_params.get("format", "jsonl")
         if fmt == "csv":
             response = StreamingHttpResponse(
                 export.export_csv(study=study), content_type="text/csv; charset=utf-8"

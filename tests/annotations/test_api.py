@@ -527,6 +527,12 @@ def test_export_csv_and_jsonl(
     assert len(lines) == 40 and set(lines[0]) == set(COLUMNS)
     assert lines[0]["severity_note"] == "=HYPERLINK(1)"
     assert lead_client.get(f"{_base()}/annotations/export?format=xml").status_code == 400
+    # Without ?format= the export is JSON Lines (docs/annotation.md), not a 400.
+    default = lead_client.get(f"{_base()}/annotations/export")
+    assert default.status_code == 200
+    assert default["Content-Type"] == "application/x-ndjson"
+    default_lines = b"".join(default.streaming_content).decode().splitlines()
+    assert [json.loads(line) for line in default_lines] == lines
 
 
 def test_list_endpoints_have_bounded_queries(
