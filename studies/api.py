@@ -544,7 +544,8 @@ def _token_manager_check(request: Request, *, write: bool) -> None:
     token = request.auth
     if isinstance(token, ApiToken):
         if token.study_id is not None:
-            raise Forbidden("Manage tokens in the browser or with an account-wide token.")
+            raise Forbidden("Manage tokens in the browser (/account/tokens/) or with an "
+                            "account-wide token.")
         if write and not token.can_write:
             raise Forbidden("This API token is read-only.")
 

@@ -1,4 +1,4 @@
-"""Pages: home (the user's studies) and study overview."""
+"""Pages: home (the user's studies), study overview, the account's API tokens."""
 
 from django.urls import path
 
@@ -7,4 +7,7 @@ from . import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("studies/<slug:slug>/", views.study_overview, name="study-overview"),
+    path("account/tokens/", views.tokens, name="account-tokens"),
+    path("account/tokens/<int:token_id>/revoke", views.token_revoke,
+         name="account-token-revoke"),
 ]

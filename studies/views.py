@@ -1,4 +1,5 @@
-"""Server-rendered pages: the home page (the user's studies) and a study's overview.
+"""Server-rendered pages: the home page (the user's studies), a study's overview and the
+account's API tokens.
 
 The helpers every app's pages share (`page_study`, `strict_csp`) are in `reviewhub/pages.py`.
 """
@@ -7,17 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from reviewhub.errors import ValidationFailed
 from reviewhub.pages import page_study, strict_csp
 
-from .models import Membership, Study
+from . import services
+from .models import ApiToken, Membership, Study
 
 
 def _optional_url(name: str, slug: str) -> str | None:
@@ -89,3 +93,84 @@ def study_overview(request: HttpRequest, slug: str) -> HttpResponse:
             ],
         )
     return render(request, "studies/overview.html", context)
+
+
+# --- API tokens -------------------------------------------------------------------------------
+
+def _token_studies(user: Any) -> list[Study]:
+    """The studies a token may be scoped to: those the user belongs to (all, for a superuser)."""
+    if getattr(user, "is_superuser", False):
+        return list(Study.objects.order_by("name"))
+    return list(Study.objects.filter(memberships__user__pk=user.pk).order_by("name").distinct())
+
+
+def _account(request: HttpRequest) -> Any:
+    user = request.user
+    if not isinstance(user, AbstractBaseUser) or user.pk is None:  # login_required: unreachable
+        raise Http404("Sign in first.")
+    return user
+
+
+def _tokens_page(request: HttpRequest, *, status: int = 200, **extra: Any) -> HttpResponse:
+    user = _account(request)
+    tokens = (
+        ApiToken.objects.filter(user__pk=user.pk, revoked_at__isnull=True)
+        .select_related("study").order_by("-created_at", "-id")
+    )
+    context: dict[str, Any] = {
+        "tokens": tokens,
+        "studies": _token_studies(user),
+        "form": {"name": "", "study": "", "can_write": False},
+        "errors": [],
+        **extra,
+    }
+    response = render(request, "studies/tokens.html", context, status=status)
+    # The page can hold a secret shown once: no cache may keep a copy.
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@strict_csp
+def tokens(request: HttpRequest) -> HttpResponse:
+    """The account's live API tokens; POST creates one and shows its secret, once.
+
+    The same service as `POST /api/tokens` (studies.services.api_token_create); a token scoped
+    to a study acts only inside it, a read-only one cannot write.
+    """
+    if request.method == "GET":
+        return _tokens_page(request)
+    name = request.POST.get("name", "")
+    slug = request.POST.get("study", "")
+    can_write = request.POST.get("can_write") == "on"
+    form = {"name": name, "study": slug, "can_write": can_write}
+    study = None
+    if slug:
+        study = next((s for s in _token_studies(_account(request)) if s.slug == slug), None)
+        if study is None:
+            return _tokens_page(request, status=400, form=form, errors=[
+                {"path": "study", "message": "not one of your studies"}])
+    try:
+        token, secret = services.api_token_create(
+            user=_account(request), name=name, study=study, can_write=can_write,
+        )
+    except ValidationFailed as exc:
+        errors = (exc.details or {}).get("errors") or [{"path": "", "message": exc.message}]
+        return _tokens_page(request, status=400, form=form, errors=errors)
+    return _tokens_page(request, status=201, new_token=token, new_secret=secret)
+
+
+@require_POST
+@login_required
+@strict_csp
+def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    """Revoke one of the account's tokens (another account's token is a 404)."""
+    token = ApiToken.objects.filter(
+        pk=token_id, user__pk=_account(request).pk, revoked_at__isnull=True
+    ).first()
+    if token is None:
+        raise Http404("No such token.")
+    services.api_token_revoke(token=token)
+    messages.success(request, f"Token \u201c{token.name}\u201d ({token.prefix}\u2026) revoked.")
+    return HttpResponseRedirect(reverse("account-tokens"))

@@ -137,6 +137,9 @@ PAGE_GRADE = {**_PAGE_BASE, "viewer": 404, "annotator": OK, "lead": OK, "superus
 # The annotator's own assignment or annotation, by page.
 PAGE_OWN = {**_PAGE_BASE, "viewer": 404, "annotator": OK, "lead": 404, "superuser": 404}
 PAGE_SIGNED_IN = {**dict.fromkeys(ROLES, OK), "anon": LOGIN, **dict.fromkeys(TOKEN_ROLES, LOGIN)}
+# One of the lead's tokens, by page: anyone else's revoke is a 404.
+PAGE_OWN_TOKEN = {**dict.fromkeys(ROLES, 404), "anon": LOGIN, **dict.fromkeys(TOKEN_ROLES, LOGIN),
+                  "lead": OK}
 PAGE_PUBLIC = dict.fromkeys(ROLES, OK)
 
 # Django's admin: one gate (AdminSite.has_permission) for every admin URL. Staff without model
@@ -228,6 +231,8 @@ MATRIX: dict[str, dict[str, Policy]] = {
     # pages
     "home": {"GET": PAGE_SIGNED_IN},
     "study-overview": {"GET": PAGE_MEMBER},
+    "account-tokens": {"GET": PAGE_SIGNED_IN, "POST": PAGE_SIGNED_IN},
+    "account-token-revoke": {"POST": PAGE_OWN_TOKEN},
     "judge-version-preview-page": {"GET": PAGE_LEAD},
     "judge-run-list-page": {"GET": PAGE_LEAD},
     "judge-run-detail-page": {"GET": PAGE_LEAD},
