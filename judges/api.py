@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
@@ -84,15 +83,11 @@ class JudgeListCreate(generics.ListAPIView):
     def post(self, request: Request, slug: str) -> Response:
         study = _study(request, slug, write=True)
         data = _validated(JudgeCreateSerializer, request)
-        if "config" in data:
-            # Validate before creating anything, so that a bad config leaves no judge behind.
-            services.judge_config_validate(data["config"], kind=data["kind"])
-        with transaction.atomic():
-            judge = services.judge_create(study=study, name=data["name"], kind=data["kind"],
-                                          description=data.get("description", ""),
-                                          created_by=request.user)
-            version = (services.judge_version_for_config(judge=judge, config=data["config"])
-                       if "config" in data else None)
+        judge, version = services.judge_create_with_config(
+            study=study, name=data["name"], kind=data["kind"],
+            description=data.get("description", ""), config=data.get("config"),
+            created_by=request.user,
+        )
         judge = selectors.judge_get(study=study, judge_id=judge.pk)
         return Response({"judge": JudgeSerializer(judge).data,
                          "version": JudgeVersionSerializer(version).data if version else None},

@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from reviewhub.api.pagination import DefaultCursorPagination
 from reviewhub.errors import ValidationFailed
 from studies.access import study_get_for_actor
-from studies.models import Criterion, Membership, Study
+from studies.models import Membership, Study
 
 from . import runs, selectors
 from .models import JudgeRun, JudgeVersion, Verdict
@@ -104,26 +104,6 @@ class BudgetSerializer(serializers.Serializer[Any]):
     max_calls = serializers.IntegerField(required=False, allow_null=True, min_value=1)
 
 
-def _criteria_for(study: Study, refs: list[str]) -> list[Criterion]:
-    """Criteria by key (in the study's latest rubric version) or by id."""
-    latest = study.rubric_versions.order_by("-version").first()
-    found: list[Criterion] = []
-    missing: list[str] = []
-    by_key = {c.key: c for c in latest.criteria.select_related("rubric")} if latest else {}
-    ids = [int(r) for r in refs if r.isdigit()]
-    by_id = {c.pk: c for c in Criterion.objects.filter(rubric__study=study, pk__in=ids)
-             .select_related("rubric")}
-    for ref in refs:
-        crit = by_key.get(ref) or (by_id.get(int(ref)) if ref.isdigit() else None)
-        if crit is None:
-            missing.append(ref)
-        else:
-            found.append(crit)
-    if missing:
-        raise ValidationFailed("unknown criteria for this study", details={"criteria": missing})
-    return found
-
-
 def _valid(serializer: serializers.Serializer[Any]) -> dict[str, Any]:
     if not serializer.is_valid():
         raise ValidationFailed("The request did not validate; see details for each field.",
@@ -160,7 +140,8 @@ class JudgeRunListCreate(APIView):
             raise ValidationFailed("judge_version is not a judge version of this study",
                                    details={"judge_version": data["judge_version"]})
         run = runs.judge_run_start(
-            study=study, judge_version=version, criteria=_criteria_for(study, data["criteria"]),
+            study=study, judge_version=version,
+            criteria=selectors.criteria_for_refs(study=study, refs=data["criteria"]),
             selection=data.get("selection") or {"kind": "all"}, max_cost=data.get("max_cost"),
             max_calls=data.get("max_calls"), created_by=request.user,
         )

@@ -98,6 +98,27 @@ def preview_criterion_get(*, study: Study, criterion_key: str | None, pairwise: 
 RATE_WINDOW = timedelta(minutes=3)
 
 
+def criteria_for_refs(*, study: Study, refs: list[str]) -> list[Criterion]:
+    """Criteria by key (in the study's latest rubric version) or by id; a 400 naming the
+    unknown ones. The API and the run form of the judges page both start runs through it."""
+    latest = study.rubric_versions.order_by("-version").first()
+    found: list[Criterion] = []
+    missing: list[str] = []
+    by_key = {c.key: c for c in latest.criteria.select_related("rubric")} if latest else {}
+    ids = [int(r) for r in refs if r.isdigit()]
+    by_id = {c.pk: c for c in Criterion.objects.filter(rubric__study=study, pk__in=ids)
+             .select_related("rubric")}
+    for ref in refs:
+        crit = by_key.get(ref) or (by_id.get(int(ref)) if ref.isdigit() else None)
+        if crit is None:
+            missing.append(ref)
+        else:
+            found.append(crit)
+    if missing:
+        raise ValidationFailed("unknown criteria for this study", details={"criteria": missing})
+    return found
+
+
 def judge_run_list(*, study: Study) -> QuerySet[JudgeRun]:
     return (
         JudgeRun.objects.filter(study=study)

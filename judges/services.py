@@ -56,6 +56,24 @@ def judge_create(
                        details={"field": "name"}) from None
 
 
+def judge_create_with_config(
+    *, study: Study, name: str, kind: str, description: str = "",
+    config: Any = None, created_by: Any = None,
+) -> tuple[Judge, JudgeVersion | None]:
+    """Create a judge and, when a config is given, its first version, in one transaction.
+
+    The config is validated before anything is written, so a bad one leaves no judge behind
+    (the API and the judges page both create judges through this)."""
+    if config is not None:
+        judge_config_validate(config, kind=kind)
+    with transaction.atomic():
+        judge = judge_create(study=study, name=name, kind=kind, description=description,
+                             created_by=created_by)
+        version = judge_version_for_config(judge=judge, config=config) if config is not None \
+            else None
+    return judge, version
+
+
 @dataclass(frozen=True)
 class VersionOutcome:
     version: JudgeVersion

@@ -1,22 +1,28 @@
-"""The prompt preview page for leads: pick an output (or a comparison and an order) and a
-criterion, see the exact request a judge version would send. Nothing is sent."""
+"""Judge pages for leads: the judges page (create judges and versions, start runs) and the
+prompt preview page (pick an output, or a comparison and an order, and a criterion, and see
+the exact request a judge version would send; nothing is sent)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods
 
-from reviewhub.errors import AppError, NotFound
+from reviewhub.api.strictjson import loads as strict_loads
+from reviewhub.errors import AppError, NotFound, ValidationFailed
 from reviewhub.pages import page_study, strict_csp
 from studies.models import Comparison, Membership, Output
 from studies.selectors import rubric_current
 
-from . import selectors
+from . import runs, selectors, services
+from .config import PROVIDERS, JudgeNetworkPolicy
+from .models import Judge
 from .preview import judge_version_preview
 
 # The form lists this many outputs/comparisons; any other id can still be typed in.
@@ -82,3 +88,147 @@ def preview_page(request: HttpRequest, slug: str, judge_id: int, version_id: int
         "error": error,
     }
     return render(request, "judges/preview.html", context)
+
+
+# --- The judges page: configs, versions, starting runs ------------------------------------------
+
+# The structured fields of the "new judge" form; everything else goes in the JSON box.
+_LLM_FIELDS = ("provider", "base_url", "model", "api_key_env", "user_prompt")
+
+
+def _errors_of(exc: AppError) -> list[dict[str, str]]:
+    """A service error as a list of (path, message) for the page, whatever its details shape."""
+    details = exc.details if isinstance(exc.details, dict) else {}
+    if isinstance(details.get("errors"), list):
+        return [{"path": str(e.get("path", "")), "message": str(e.get("message", ""))}
+                for e in details["errors"] if isinstance(e, dict)]
+    field = details.get("field")
+    if isinstance(field, str):
+        return [{"path": field, "message": exc.message}]
+    return [{"path": next(iter(details), ""), "message": exc.message}]
+
+
+def _json_object(text: str, path: str) -> dict[str, Any]:
+    if not text.strip():
+        return {}
+    try:
+        value = strict_loads(text)
+    except ValueError as exc:
+        raise ValidationFailed(f"{path} is not valid JSON: {exc}",
+                               details={"field": path}) from None
+    if not isinstance(value, dict):
+        raise ValidationFailed(f"{path} must be a JSON object", details={"field": path})
+    return value
+
+
+def _new_judge_config(post: Any) -> dict[str, Any]:
+    """The config typed into the form: the structured fields, then the JSON box over them."""
+    config: dict[str, Any] = {}
+    if post.get("kind", "llm") == Judge.Kind.LLM:
+        for name in _LLM_FIELDS:
+            value = str(post.get(name, "")).strip()
+            if value:
+                config[name] = value
+    config.update(_json_object(str(post.get("config_json", "")), "config_json"))
+    return config
+
+
+def _run_form(post: Any) -> dict[str, Any]:
+    def number(name: str, cast: Any) -> Any:
+        text = str(post.get(name, "")).strip()
+        if not text:
+            return None
+        try:
+            value = cast(text)
+        except ValueError:
+            raise ValidationFailed(f"{name} must be a number", details={"field": name}) from None
+        if value != value or value < 0 or (cast is int and value < 1):  # NaN, negative
+            raise ValidationFailed(f"{name} must be positive", details={"field": name})
+        return value
+
+    kind = str(post.get("selection_kind", "all"))
+    selection: dict[str, Any] = {"kind": kind}
+    if kind == "candidate":
+        selection["candidate"] = str(post.get("candidate", ""))
+    elif kind == "sample":
+        selection["n"] = number("sample_n", int)
+    return {"criteria": [str(c) for c in post.getlist("criteria")], "selection": selection,
+            "max_cost": number("max_cost", float), "max_calls": number("max_calls", int)}
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@strict_csp
+def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """A study's judges with their versions; a lead creates judges and versions and starts
+    runs here, through the same services as the API (judges.services, judges.runs)."""
+    study, _role = page_study(request, slug, min_role=Membership.Role.LEAD)
+    errors: list[dict[str, str]] = []
+    form: dict[str, Any] = {"kind": "llm", "provider": "openai"}
+    status = 200
+    if request.method == "POST":
+        action = request.POST.get("action", "")
+        form = {key: request.POST.get(key, "") for key in request.POST
+                if key != "csrfmiddlewaretoken"}
+        try:
+            if action == "create":
+                judge, version = services.judge_create_with_config(
+                    study=study, name=request.POST.get("name", ""),
+                    kind=request.POST.get("kind", "llm"),
+                    description=request.POST.get("description", ""),
+                    config=_new_judge_config(request.POST), created_by=request.user,
+                )
+                messages.success(request, f"Judge \u201c{judge.name}\u201d created"
+                                 + (f" with version {version.version}." if version else "."))
+                return HttpResponseRedirect(reverse("judge-list-page", args=[study.slug]))
+            if action == "version":
+                judge = selectors.judge_get(study=study,
+                                            judge_id=_int(request.POST.get("judge_id")) or 0)
+                outcome = services.judge_version_get_or_create(
+                    judge=judge, config=_json_object(request.POST.get("config_json", ""),
+                                                     "config_json"))
+                number = outcome.version.version
+                messages.success(request, (
+                    f"{judge.name}: version {number} created." if outcome.created
+                    else f"{judge.name}: that config is version {number} already."))
+                return HttpResponseRedirect(reverse("judge-list-page", args=[study.slug]))
+            if action == "run":
+                judge = selectors.judge_get(study=study,
+                                            judge_id=_int(request.POST.get("judge_id")) or 0)
+                version = selectors.judge_version_get(
+                    judge=judge, version_id=_int(request.POST.get("version_id")) or 0)
+                data = _run_form(request.POST)
+                run = runs.judge_run_start(
+                    study=study, judge_version=version,
+                    criteria=selectors.criteria_for_refs(study=study, refs=data["criteria"]),
+                    selection=data["selection"], max_cost=data["max_cost"],
+                    max_calls=data["max_calls"], created_by=request.user,
+                )
+                return HttpResponseRedirect(
+                    reverse("judge-run-detail-page", args=[study.slug, run.pk]))
+            raise ValidationFailed("unknown action", details={"field": "action"})
+        except AppError as exc:
+            errors = _errors_of(exc)
+            status = 404 if isinstance(exc, NotFound) else 400
+    judges = list(selectors.judges_list(study=study).prefetch_related("versions"))
+    rubric = rubric_current(study)
+    policy = JudgeNetworkPolicy.from_settings()
+    context = {
+        "study": study,
+        "judges": [
+            {"judge": j, "versions": sorted(j.versions.all(), key=lambda v: -v.version),
+             "config_text": json.dumps(
+                 max(j.versions.all(), key=lambda v: v.version).config, indent=2,
+                 ensure_ascii=False) if j.versions.all() else ""}
+            for j in judges
+        ],
+        "criteria": list(rubric.criteria.all()) if rubric else [],
+        "candidates": list(study.candidates.order_by("name")),
+        "allowed_base_urls": policy.allowed_base_urls,
+        "key_env_allowed": policy.key_env_allowed,
+        "providers": PROVIDERS,
+        "kinds": [(k, label) for k, label in Judge.Kind.choices if k != Judge.Kind.IMPORTED],
+        "form": form,
+        "errors": errors,
+    }
+    return render(request, "judges/judge_list.html", context, status=status)

@@ -50,6 +50,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from annotations import services as annotation_services
 from annotations.models import Annotation, Assignment, SamplingPlan
+from calibration.models import CalibratedScore
 from imports.generic import ratings_import, ratings_read
 from judges.models import Judge, JudgeRun, JudgeVersion
 from judges.runs import judge_run_start
@@ -228,11 +229,16 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "reports-api-list": {"GET": READ_BLIND, "POST": LEAD_WRITE},
     "reports-api-detail": {"GET": READ_BLIND},
     "reports-api-export": {"GET": READ_BLIND},
+    # calibration API: judge-derived scores, so annotators are blind to them
+    "calibration-api-scores": {"GET": READ_BLIND},
+    "calibration-api-export": {"GET": READ_BLIND},
+    "calibration-api-escalations": {"POST": LEAD_WRITE},
     # pages
     "home": {"GET": PAGE_SIGNED_IN},
     "study-overview": {"GET": PAGE_MEMBER},
     "account-tokens": {"GET": PAGE_SIGNED_IN, "POST": PAGE_SIGNED_IN},
     "account-token-revoke": {"POST": PAGE_OWN_TOKEN},
+    "judge-list-page": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "judge-version-preview-page": {"GET": PAGE_LEAD},
     "judge-run-list-page": {"GET": PAGE_LEAD},
     "judge-run-detail-page": {"GET": PAGE_LEAD},
@@ -249,6 +255,8 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "reports-heatmap": {"GET": PAGE_LEAD},
     "reports-bias": {"GET": PAGE_LEAD},
     "reports-disagreements": {"GET": PAGE_LEAD},
+    "reports-calibration": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
+    "reports-calibration-reliability": {"GET": PAGE_LEAD},
 }
 
 # GET answers other than 200 for a role that is let in.
@@ -338,6 +346,24 @@ def _ratings_csv(n_items: int = 24) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _calibration_seed(*, study: Study, output: Output | None, criterion: Criterion
+                      ) -> ReportSnapshot:
+    """A finished calibration snapshot with one cell and one escalated calibrated score (the
+    calibration report's own computation is tested in tests/calibration)."""
+    assert output is not None
+    snapshot = ReportSnapshot.objects.create(
+        study=study, kind="calibration", status=ReportSnapshot.Status.DONE, result_version=1,
+        result={"version": 1, "kind": "calibration", "cells": [{
+            "judge_version": 0, "judge": "mx-judge", "criterion": criterion.key, "stratum": "",
+            "n_labels": 0, "too_few_labels": True, "pooled_only": True,
+            "diagnostics": {"before": None, "after": None}}]})
+    CalibratedScore.objects.create(
+        study=study, snapshot_id=snapshot.pk, output=output, criterion=criterion,
+        criterion_key=criterion.key, p_pass=0.5, decision=CalibratedScore.Decision.ESCALATE,
+        expected_cost=1.0, source=CalibratedScore.Source.JUDGE)
+    return snapshot
+
+
 def _seed() -> Seeded:
     User = get_user_model()
     lead = UserFactory(username="mx-lead")
@@ -391,6 +417,8 @@ def _seed() -> Seeded:
     result = report.result or {}
     crit_id = result["criteria"][0]["id"]
     disagreeing = result["disagreements"][0]
+    calibration = _calibration_seed(study=study, output=Output.objects.filter(
+        study=study).order_by("id").first(), criterion=criterion)
     spare_token = ApiToken.objects.create(user=lead, name="spare", prefix="rh_spare0",
                                           key_hash=uuid.uuid4().hex * 2)
 
@@ -402,7 +430,7 @@ def _seed() -> Seeded:
         "output_id": output.pk, "user_id": member.pk, "version": 1,
         "judge_id": check.pk, "version_id": version.pk, "run_id": run.pk,
         "report_id": report.pk, "assignment_id": leased.pk, "annotation_id": annotation.pk,
-        "token_id": spare_token.pk,
+        "token_id": spare_token.pk, "snapshot_id": calibration.pk,
         # django.contrib.auth and the admin
         "uidb64": "MQ", "token": "set-password", "id": member.pk, "app_label": "studies",
         "content_type_id": "1", "url": "no-such-admin-page/",
@@ -413,6 +441,7 @@ def _seed() -> Seeded:
                                   "criterion": disagreeing["criterion"]},
         "reports-api-export": {"table": "cells"},
         "annotations-api-export": {"format": "csv"},
+        "reports-calibration-reliability": {"cell": 0},
     }
     users = {"nomember": nomember, "viewer": viewer, "annotator": annotator, "lead": lead,
              "other_lead": other_lead, "staff": staff, "superuser": superuser}

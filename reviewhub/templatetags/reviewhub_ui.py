@@ -18,8 +18,10 @@ _LEAD_LINKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Queue", ("annotations-lead-queue",)),
     ("Disagreements", ("annotations-lead-disagreements",)),
     ("Members", ("annotations-lead-members",)),
-    ("Judges", ("judge-list-page", "judges-list", "judge-run-list-page")),
+    ("Judges", ("judge-list-page",)),
+    ("Runs", ("judge-run-list-page",)),
     ("Reports", ("report-list-page", "reports-list", "report-list", "reports-page")),
+    ("Calibration", ("reports-calibration",)),
 )
 
 
