@@ -97,6 +97,33 @@ clustered:  (several rated subjects per item; intervals resample items, see the 
             evalstats.clustered also: StatFn factories (kappa_fn, accuracy_fn, gwet_ac1_fn,
             macro_f1_fn, agreement_without_ties_fn, ratio_fn, diff_of_means_fn),
             rank_corr_rows, coarsen, finite_percentile_interval
+calibration: (judge score -> P(human pass); METHODS = isotonic, platt, beta, histogram)
+            calibration_fit(score, passed, *, method, weights=None) -> CalibrationCurve
+            calibration_select(score, passed, *, weights=None, groups=None, methods=METHODS,
+                               folds=5, rng) -> CalibrationSelection   # CV log loss
+            calibration_hierarchical(score, passed, strata, *, weights=None, groups=None,
+                                     methods=METHODS, folds=5, min_labels=10, rng,
+                                     all_strata=()) -> HierarchicalCalibration
+                (StratumCalibration per stratum: own_weight, borrowed, pooled_only)
+            calibration_diagnostics(passed, prob, *, weights=None, clusters=None, n_bins=10,
+                                    rng, options=DEFAULT_OPTIONS) -> CalibrationDiagnostics
+            reliability_bins(passed, prob, *, weights=None, n_bins=10,
+                             strategy="uniform"|"quantile") -> tuple[ReliabilityBin, ...]
+costs:      (error costs and the cost-optimal pass / fail / escalate decision)
+            CostModel(*, severity_costs, reject_cost, review_cost, unit="points",
+                      is_default=False), DEFAULT_COST_MODEL (1, 3, 10, 30, 100; 3; 1 points),
+            DEFAULT_SEVERITY_COSTS, DEFAULT_REJECT_COST, DEFAULT_REVIEW_COST
+            false_pass_cost(severities, *, costs, weights=None, clusters=None, ...)
+                -> FalsePassCost       # E[cost | human fail], missing severities counted
+            decision_thresholds(*, fail_cost, reject_cost, review_cost) -> DecisionThresholds
+            decide(p, *, thresholds) -> ndarray of "pass" | "fail" | "escalate"
+            expected_decision_cost(p, decisions, *, fail_cost, reject_cost, review_cost)
+            policy_costs(passed, raw_pass, calibrated_p, *, thresholds, weights=None,
+                         clusters=None, ...) -> PolicyCosts   # per 1,000: raw, calibrated, humans
+selective:  (guaranteed agreement, "trust or escalate", Jung, Brahman & Choi, ICLR 2025)
+            trust_threshold(confidence, agree, *, alpha, delta, min_count=30, thresholds=None)
+                -> TrustThreshold      # fixed-sequence testing, exact binomial bound
+            trust_cascade(confidences, agrees, *, alpha, delta, min_count=30) -> CascadeResult
 
 The bootstrap functions resample *items* (all ratings of an item move together) and compute all
 B resamples at once from per-item sufficient statistics; see docs/statistics.md.
@@ -137,6 +164,19 @@ from evalstats.bootstrap import (
     bootstrap_percent_agreement_multi,
     resample_counts,
 )
+from evalstats.calibration import (
+    CalibrationCurve,
+    CalibrationDiagnostics,
+    CalibrationSelection,
+    HierarchicalCalibration,
+    ReliabilityBin,
+    StratumCalibration,
+    calibration_diagnostics,
+    calibration_fit,
+    calibration_hierarchical,
+    calibration_select,
+    reliability_bins,
+)
 from evalstats.clustered import (
     alpha_clustered,
     bootstrap_clustered,
@@ -154,6 +194,21 @@ from evalstats.consensus import (
     leave_one_annotator_out,
     majority_vote,
     mean_consensus,
+)
+from evalstats.costs import (
+    DEFAULT_COST_MODEL,
+    DEFAULT_REJECT_COST,
+    DEFAULT_REVIEW_COST,
+    DEFAULT_SEVERITY_COSTS,
+    CostModel,
+    DecisionThresholds,
+    FalsePassCost,
+    PolicyCosts,
+    decide,
+    decision_thresholds,
+    expected_decision_cost,
+    false_pass_cost,
+    policy_costs,
 )
 from evalstats.intervals import wilson_interval
 from evalstats.options import CI, DEFAULT_OPTIONS, BootstrapOptions
@@ -179,6 +234,12 @@ from evalstats.results import (
     PositionBiasResult,
     RaterPairKappa,
 )
+from evalstats.selective import (
+    CascadeResult,
+    TrustThreshold,
+    trust_cascade,
+    trust_threshold,
+)
 from evalstats.tables import (
     MAX_TABLE_CATEGORIES,
     PAIRED_STATS,
@@ -194,24 +255,40 @@ from evalstats.tables import (
 
 __all__ = [
     "CI",
+    "DEFAULT_COST_MODEL",
     "DEFAULT_OPTIONS",
+    "DEFAULT_REJECT_COST",
+    "DEFAULT_REVIEW_COST",
+    "DEFAULT_SEVERITY_COSTS",
     "MAX_TABLE_CATEGORIES",
     "PAIRED_STATS",
     "AltTestAnnotator",
     "AltTestResult",
     "BootstrapOptions",
+    "CalibrationCurve",
+    "CalibrationDiagnostics",
+    "CalibrationSelection",
+    "CascadeResult",
     "ClassificationReport",
     "CombinedVerdicts",
     "ConfusionMatrix",
     "ConsensusResult",
+    "CostModel",
+    "DecisionThresholds",
     "Estimate",
+    "FalsePassCost",
+    "HierarchicalCalibration",
     "LeaveOneOutAnnotator",
     "LeaveOneOutResult",
     "MeanPairwiseKappa",
     "NominalAgreement",
     "OrdinalAgreement",
+    "PolicyCosts",
     "PositionBiasResult",
     "RaterPairKappa",
+    "ReliabilityBin",
+    "StratumCalibration",
+    "TrustThreshold",
     "accuracy",
     "alpha_clustered",
     "alt_test",
@@ -234,12 +311,20 @@ __all__ = [
     "bootstrap_percent_agreement_multi",
     "bootstrap_signed_bias",
     "bootstrap_spearman",
+    "calibration_diagnostics",
+    "calibration_fit",
+    "calibration_hierarchical",
+    "calibration_select",
     "classification_report",
     "cohen_kappa",
     "combine_orders",
     "confusion_matrix",
     "correlation",
     "correlation_clustered",
+    "decide",
+    "decision_thresholds",
+    "expected_decision_cost",
+    "false_pass_cost",
     "fleiss_kappa",
     "group_difference_clustered",
     "gwet_ac1",
@@ -260,12 +345,16 @@ __all__ = [
     "pairwise_agreement",
     "percent_agreement",
     "percent_agreement_multi",
+    "policy_costs",
     "position_bias",
     "position_consistency",
+    "reliability_bins",
     "resample_counts",
     "self_preference",
     "signed_bias",
     "swap_labels",
+    "trust_cascade",
+    "trust_threshold",
     "wilson_interval",
     "with_interval",
 ]

@@ -9,6 +9,7 @@ defaults filled in) that the services store as they are.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import re
@@ -440,6 +441,23 @@ PLAN_METRICS = {
     "win_rate": (("pairwise",), True),
 }
 
+SEVERITY_LEVELS = ("1", "2", "3", "4", "5")
+POLICY_KINDS = ("cost_optimal", "guaranteed_agreement")
+# The defaults of a plan without `costs` / `policy`. They are evalstats.costs'
+# DEFAULT_SEVERITY_COSTS / DEFAULT_REJECT_COST / DEFAULT_REVIEW_COST / DEFAULT_UNIT and
+# evalstats.selective's DEFAULT_ALPHA / DEFAULT_DELTA / DEFAULT_MIN_COUNT, written out again
+# because studies may not import evalstats (a test asserts they are equal); the scale is
+# justified in evalstats/costs.py and docs/study-spec.md.
+DEFAULT_PLAN_COSTS: dict[str, Any] = {
+    "unit": "points",
+    "severity": {"1": 1.0, "2": 3.0, "3": 10.0, "4": 30.0, "5": 100.0},
+    "false_fail": 3.0,
+    "review": 1.0,
+}
+DEFAULT_PLAN_POLICY: dict[str, Any] = {
+    "kind": "cost_optimal", "alpha": 0.1, "delta": 0.1, "min_count": 30, "cascade": [],
+}
+
 PLAN_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -476,6 +494,41 @@ PLAN_SCHEMA: dict[str, Any] = {
         },
         "confidence_level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
         "notes": {"type": "string"},
+        # Error costs in the lead's unit; every level is required (checked with its path
+        # below), a missing section means the documented default scale.
+        "costs": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["severity", "false_fail", "review"],
+            "properties": {
+                "unit": {"type": "string", "minLength": 1, "maxLength": 40},
+                "severity": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        level: {"type": "number", "minimum": 0} for level in SEVERITY_LEVELS
+                    },
+                },
+                "false_fail": {"type": "number", "minimum": 0},
+                "review": {"type": "number", "minimum": 0},
+            },
+        },
+        "policy": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["kind"],
+            "properties": {
+                "kind": {"enum": list(POLICY_KINDS)},
+                "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                "min_count": {"type": "integer", "minimum": 1},
+                "cascade": {  # [] = no cascade (how a normalised plan without one reads)
+                    "type": "array",
+                    "uniqueItems": True,
+                    "items": {"type": "integer", "minimum": 1},
+                },
+            },
+        },
     },
 }
 
@@ -568,6 +621,10 @@ def plan_spec_validate(spec: Any, *, context: PlanContext, path: str = "spec",
                         problems.add(join(mpath, label),
                                      f"'{label}' is not a label of dimension '{dim_key}' "
                                      f"(labels: {', '.join(possible)})")
+        if "costs" in spec:
+            _costs_check(spec["costs"], join(path, "costs"), problems)
+        if "policy" in spec:
+            _policy_check(spec["policy"], join(path, "policy"), problems)
     if own:
         problems.raise_if_any("The analysis plan")
     if len(problems.items) > start or not isinstance(spec, Mapping):
@@ -577,9 +634,120 @@ def plan_spec_validate(spec: Any, *, context: PlanContext, path: str = "spec",
         key: {"direction": ">=", "every_stratum": True, **entry}
         for key, entry in spec["criteria"].items()
     }
+    # A locked plan must keep meaning what it meant: defaults of a given section are written
+    # into it, so a later change of the defaults cannot change a pre-registered plan.
+    if "costs" in spec:
+        out["costs"] = _costs_normalised(spec["costs"])
+    if "policy" in spec:
+        out["policy"] = _policy_normalised(spec["policy"])
     if context.rubric_version is not None:
         out["rubric_version"] = context.rubric_version
     return out
+
+
+def _costs_check(raw: Mapping[str, Any], path: str, problems: Problems) -> None:
+    """Cross-checks of a schema-valid `costs` section: finite numbers, all five severity
+    levels, costs that do not decrease with severity."""
+    spath = join(path, "severity")
+    severity = raw["severity"]
+    for name in ("false_fail", "review"):
+        if not _is_number(raw[name]):
+            problems.add(join(path, name), f"must be a finite number >= 0 (got {raw[name]!r})")
+    previous: tuple[str, float] | None = None
+    for level in SEVERITY_LEVELS:
+        lpath = join(spath, level)
+        if level not in severity:
+            problems.add(lpath, f"the cost of severity {level} is missing (give all five levels "
+                                "1..5)")
+            continue
+        value = severity[level]
+        if not _is_number(value):
+            problems.add(lpath, f"must be a finite number >= 0 (got {value!r})")
+            continue
+        if previous is not None and float(value) < previous[1]:
+            problems.add(lpath, f"severity {level} costs {value}, less than severity "
+                                f"{previous[0]} ({previous[1]:g}): costs must not decrease "
+                                "with severity")
+        previous = (level, float(value))
+
+
+def _policy_check(raw: Mapping[str, Any], path: str, problems: Problems) -> None:
+    """Cross-checks of a schema-valid `policy` section."""
+    for name in ("alpha", "delta"):
+        if name in raw and not _is_number(raw[name]):
+            problems.add(join(path, name), f"must be a number in (0, 1) (got {raw[name]!r})")
+    if raw.get("cascade") and raw["kind"] != "guaranteed_agreement":
+        problems.add(join(path, "cascade"), "a cascade of judge versions applies to the "
+                                            "guaranteed_agreement policy only")
+
+
+def _costs_normalised(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "unit": raw.get("unit", DEFAULT_PLAN_COSTS["unit"]),
+        "severity": {level: float(raw["severity"][level]) for level in SEVERITY_LEVELS},
+        "false_fail": float(raw["false_fail"]),
+        "review": float(raw["review"]),
+    }
+
+
+def _policy_normalised(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": raw["kind"],
+        "alpha": float(raw.get("alpha", DEFAULT_PLAN_POLICY["alpha"])),
+        "delta": float(raw.get("delta", DEFAULT_PLAN_POLICY["delta"])),
+        "min_count": int(raw.get("min_count", DEFAULT_PLAN_POLICY["min_count"])),
+        "cascade": [int(x) for x in raw.get("cascade", [])],
+    }
+
+
+_SECTION_VALIDATORS = {
+    name: jsonschema.Draft202012Validator(PLAN_SCHEMA["properties"][name])
+    for name in ("costs", "policy")
+}
+
+
+def _plan_section(spec: Mapping[str, Any] | None, name: str) -> Any:
+    """The raw section of a plan spec, checked on its own (schema and cross-checks), so that
+    a stored spec saved before the section was validated cannot slip through."""
+    if spec is None or not isinstance(spec, Mapping) or name not in spec:
+        return None
+    raw = spec[name]
+    path = join("spec", name)
+    problems = Problems()
+    for err in sorted(_SECTION_VALIDATORS[name].iter_errors(raw),
+                      key=lambda e: list(e.absolute_path)):
+        problems.add(_json_path(path, list(err.absolute_path)), err.message)
+    if not problems:
+        (_costs_check if name == "costs" else _policy_check)(raw, path, problems)
+    problems.raise_if_any("The analysis plan")
+    return raw
+
+
+def plan_costs(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
+    """The plan's error costs with defaults filled in, and whether they are the defaults.
+
+    Returns ``({"unit", "severity": {"1".."5"}, "false_fail", "review"}, is_default)``:
+    ``is_default`` is true when the plan (or its absence) states no costs, so that a report
+    can say the documented default scale was used. An invalid section raises
+    ValidationFailed naming the path.
+    """
+    raw = _plan_section(spec, "costs")
+    if raw is None:
+        return copy.deepcopy(DEFAULT_PLAN_COSTS), True
+    return _costs_normalised(raw), False
+
+
+def plan_policy(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
+    """The plan's decision policy with defaults, and whether the whole section is the default.
+
+    Returns ``({"kind", "alpha", "delta", "min_count", "cascade"}, is_default)``; without a
+    `policy` section the policy is cost-optimal decisions (``is_default`` true). A given
+    section gets the defaults of the fields it leaves out (``is_default`` false).
+    """
+    raw = _plan_section(spec, "policy")
+    if raw is None:
+        return copy.deepcopy(DEFAULT_PLAN_POLICY), True
+    return _policy_normalised(raw), False
 
 
 # --- Study fields -----------------------------------------------------------------------------
