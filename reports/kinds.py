@@ -33,6 +33,12 @@ class ReportKind:
     ``compute`` receives the loaded inputs, the validated parameters, the plan version and the
     inputs' fingerprint, and returns the typed result; ``result_from_json`` reads a stored
     result of ``result_version`` back into the same type.
+
+    Optional hooks: ``load_with_plan`` replaces ``load`` for kinds whose inputs include the
+    snapshot's analysis plan (calibration reads its costs and policy); ``record(study_id,
+    snapshot_id, result)`` writes the kind's own rows (calibration's calibrated scores) in
+    the transaction that records the result, and is called only when that conditional update
+    matched the snapshot, so rows and result are written together or not at all.
     """
 
     key: str
@@ -43,6 +49,8 @@ class ReportKind:
     fingerprint: Callable[[Any], str]
     compute: Callable[[Any, Mapping[str, Any], int | None, str], SnapshotResult]
     result_from_json: Callable[[Mapping[str, Any]], SnapshotResult]
+    load_with_plan: Callable[[Study, Mapping[str, Any], AnalysisPlan | None], Any] | None = None
+    record: Callable[[int, int, SnapshotResult], None] | None = None
 
 
 def _agreement_plan_defaults(params: dict[str, Any], plan: AnalysisPlan | None) -> dict[str, Any]:
@@ -101,7 +109,77 @@ def _agreement_kind() -> ReportKind:
     )
 
 
-_FACTORIES: dict[str, Callable[[], ReportKind]] = {"agreement": _agreement_kind}
+def _calibration_plan_defaults(
+    params: dict[str, Any], plan: AnalysisPlan | None
+) -> dict[str, Any]:
+    """Strata, the minimum labels per cell and the confidence level come from the plan when
+    the caller leaves them out."""
+    if plan is None:
+        return params
+    spec = plan.spec or {}
+    out = dict(params)
+    if "strata" not in out and isinstance(spec.get("strata"), list) and spec["strata"]:
+        out["strata"] = [str(s) for s in spec["strata"]]
+    min_labels = spec.get("min_human_labels_per_stratum")
+    if (
+        "min_labels" not in out
+        and isinstance(min_labels, int)
+        and not isinstance(min_labels, bool)
+        and min_labels >= 2
+    ):
+        out["min_labels"] = min_labels
+    level = spec.get("confidence_level")
+    if "level" not in out and isinstance(level, (int, float)) and 0.5 <= level < 1:
+        out["level"] = float(level)
+    return out
+
+
+def _calibration_load(study: Study, params: Mapping[str, Any]) -> Any:
+    from calibration.compute import calibration_inputs_load
+
+    return calibration_inputs_load(study, params, None)
+
+
+def _calibration_load_with_plan(
+    study: Study, params: Mapping[str, Any], plan: AnalysisPlan | None
+) -> Any:
+    from calibration.compute import calibration_inputs_load
+
+    return calibration_inputs_load(study, params, plan)
+
+
+def _calibration_record(study_id: int, snapshot_id: int, result: SnapshotResult) -> None:
+    from calibration.results import CalibrationResult
+    from calibration.services import calibrated_scores_write
+
+    if not isinstance(result, CalibrationResult):
+        raise TypeError(f"a calibration snapshot records a CalibrationResult, not {result!r}")
+    calibrated_scores_write(study_id=study_id, snapshot_id=snapshot_id, rows=result.scores)
+
+
+def _calibration_kind() -> ReportKind:
+    from calibration.compute import calibration_compute, calibration_fingerprint
+    from calibration.params import params_validate
+    from calibration.results import CALIBRATION_RESULT_VERSION, CalibrationResult
+
+    return ReportKind(
+        key="calibration",
+        result_version=CALIBRATION_RESULT_VERSION,
+        params_validate=params_validate,
+        plan_defaults=_calibration_plan_defaults,
+        load=_calibration_load,
+        fingerprint=calibration_fingerprint,
+        compute=calibration_compute,
+        result_from_json=CalibrationResult.from_json,
+        load_with_plan=_calibration_load_with_plan,
+        record=_calibration_record,
+    )
+
+
+_FACTORIES: dict[str, Callable[[], ReportKind]] = {
+    "agreement": _agreement_kind,
+    "calibration": _calibration_kind,
+}
 _CACHE: dict[str, ReportKind] = {}
 
 

@@ -13,6 +13,7 @@ from studies.models import AnalysisPlan, Study
 class ReportSnapshot(models.Model):
     class Kind(models.TextChoices):
         AGREEMENT = "agreement", "Agreement"
+        CALIBRATION = "calibration", "Calibration"
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"

@@ -4,7 +4,9 @@
 enqueues its computation on commit; `report_compute` (called by the Celery task, and directly
 by `manage.py report`) claims the row, computes with no transaction open and records the
 result with a conditional update, so a redelivered task neither computes twice nor overwrites
-a finished snapshot. What differs between kinds lives in reports/kinds.py.
+a finished snapshot. A kind with rows of its own (calibration's calibrated scores) writes them
+in the transaction of that update, only when it matched. What differs between kinds lives in
+reports/kinds.py.
 """
 
 from __future__ import annotations
@@ -101,30 +103,57 @@ def report_compute(*, report_id: int) -> ReportSnapshot:
         report.save(update_fields=["status", "started_at"])
     try:
         spec = kind_get(report.kind)
-        inputs = spec.load(report.study, report.params)
+        if spec.load_with_plan is not None:
+            inputs = spec.load_with_plan(report.study, report.params, report.plan)
+        else:
+            inputs = spec.load(report.study, report.params)
         fingerprint = spec.fingerprint(inputs)
         plan_version = report.plan.version if report.plan is not None else None
         typed = spec.compute(inputs, report.params, plan_version, fingerprint)
         result = typed.to_json()
     except Exception as exc:
-        logger.exception("%s report %s failed", report.kind, report_id)
-        ReportSnapshot.objects.filter(pk=report_id, status=ReportSnapshot.Status.RUNNING).update(
-            status=ReportSnapshot.Status.FAILED,
-            error=f"{type(exc).__name__}: {exc}",
-            computed_at=timezone.now(),
-        )
+        _record_failure(report_id, exc, report.kind)
         report.refresh_from_db()
         return report
-    ReportSnapshot.objects.filter(pk=report_id, status=ReportSnapshot.Status.RUNNING).update(
-        status=ReportSnapshot.Status.DONE,
-        result=result,
-        result_version=typed.version,
-        input_fingerprint=fingerprint,
-        error="",
-        computed_at=timezone.now(),
-    )
+    # The result and the kind's own rows are recorded together: the rows only when the
+    # conditional update found the snapshot still running (not finished by another worker
+    # after a stale reclaim), in the same transaction. A failing row write rolls the result
+    # back and marks the snapshot failed; an error of the update itself propagates as before.
+    hook_error: Exception | None = None
+    try:
+        with transaction.atomic():
+            updated = ReportSnapshot.objects.filter(
+                pk=report_id, status=ReportSnapshot.Status.RUNNING
+            ).update(
+                status=ReportSnapshot.Status.DONE,
+                result=result,
+                result_version=typed.version,
+                input_fingerprint=fingerprint,
+                error="",
+                computed_at=timezone.now(),
+            )
+            if updated and spec.record is not None:
+                try:
+                    spec.record(report.study_id, report_id, typed)
+                except Exception as exc:
+                    hook_error = exc
+                    raise
+    except Exception:
+        if hook_error is None:
+            raise
+        _record_failure(report_id, hook_error, report.kind)
     report.refresh_from_db()
     return report
+
+
+def _record_failure(report_id: int, exc: Exception, kind: str) -> None:
+    """Mark a running snapshot failed with the error's text (nothing else is recorded)."""
+    logger.exception("%s report %s failed", kind, report_id, exc_info=exc)
+    ReportSnapshot.objects.filter(pk=report_id, status=ReportSnapshot.Status.RUNNING).update(
+        status=ReportSnapshot.Status.FAILED,
+        error=f"{type(exc).__name__}: {exc}",
+        computed_at=timezone.now(),
+    )
 
 
 def report_retry(*, report: ReportSnapshot) -> ReportSnapshot:

@@ -1,0 +1,1006 @@
+"""The calibration snapshot: judge scores become P(a human would pass this), with costs,
+decisions and the rubric's aggregate, per output (docs/calibration.md).
+
+`calibration_inputs_load` reads the evidence (`calibration.frames`, columns "evidence") plus
+what the frames do not carry (each criterion's pass rule, hard gate and weight; each judge
+version's content hash; the analysis plan's costs and policy); `calibration_compute` turns
+them into a `CalibrationResult` with no database access. The statistics are `evalstats`'
+(calibration, costs, selective prediction); this module decides which rows feed them.
+
+Definitions (the docs say the same in prose):
+
+* Human consensus of a (subject, criterion): the latest adjudication's label wins, then a
+  gold label, then the majority of the annotators' pass readings (binary: "pass"; ordinal:
+  level >= pass_threshold; categorical: a pass label; pairwise: the preferred side A/B/tie);
+  an exact tie has no consensus.
+* Which human labels fit the curves: a subject whose annotations were all drawn as
+  escalations is not a random draw, so it is left out of every fit, diagnostic and cost
+  estimate; its consensus still replaces the judge's decision. Subjects drawn at random weigh
+  1 / inclusion probability (the largest recorded for the subject, i.e. the smaller weight);
+  census, gold and imported labels weigh 1.
+* The judge's score: the verdict's probability when every verdict of that judge version on
+  the criterion has one (judges store P(pass) for binary, ordinal and categorical criteria and
+  P(A wins) for pairwise ones, judges/models.py), else the verdict itself: 0/1 (binary, and
+  categorical through its pass labels), the ordinal level or the continuous score. Pairwise:
+  the confidence that the judge's preferred side is right (P(A) when it prefers A, 1 - P(A)
+  for B; 1 without a probability) and "pass" means the human consensus prefers the same side;
+  a judge's tie has no preferred side and gets no score (counted in the warnings).
+* Cells: the combinations of the strata dimensions' labels ("dim=label|dim2=label2"), plus the
+  whole study (""). Every cell whose items have judged outputs appears; a cell with fewer than
+  ``min_labels`` human labels says "too few labels" and its outputs get the whole-study curve.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from scipy.special import expit, logit
+
+from evalstats.calibration import (
+    EPS,
+    CalibrationMethod,
+    CalibrationSelection,
+    HierarchicalCalibration,
+    calibration_diagnostics,
+    calibration_fit,
+    calibration_hierarchical,
+    calibration_select,
+)
+from evalstats.costs import (
+    CostModel,
+    DecisionThresholds,
+    decide,
+    decision_thresholds,
+    expected_decision_cost,
+    false_pass_cost,
+    policy_costs,
+)
+from evalstats.options import BootstrapOptions
+from evalstats.selective import TrustThreshold, trust_cascade, trust_threshold
+from studies.criteria import criterion_has_pass_reading, criterion_is_pass
+
+from .frames import PAIRWISE_CODE, RatingData
+from .results import CALIBRATION_RESULT_VERSION, CalibrationCell, CalibrationResult
+
+FloatArray = npt.NDArray[np.float64]
+RUBRIC_KEY = "rubric"
+# Score grid of the stored curves (plots) and of the P(pass) interval bands.
+GRID_POINTS = 101
+MAX_GRID_UNIQUE = 512
+
+
+@dataclass
+class CriterionRule:
+    """What the frames do not say about a criterion: its pass rule, gate and weight (shaped
+    like `studies.criteria.CriterionLike`, so the pass readings are the project's own)."""
+
+    id: int
+    key: str
+    scale: str
+    points: Any
+    pass_threshold: int | None
+    pass_labels: Any
+    is_hard_gate: bool
+    weight: float
+    rubric_version: int
+
+
+@dataclass
+class CalibrationInputs:
+    """Everything a calibration snapshot reads (`calibration_inputs_load`)."""
+
+    study_id: int
+    data: RatingData
+    rules: dict[int, CriterionRule]
+    judge_hashes: dict[int, str]
+    plan_spec: dict[str, Any] | None
+    # The pass/fail criteria of the study's latest rubric version: what a rubric row combines.
+    rubric_criteria: tuple[int, ...] = ()
+
+
+def calibration_inputs_load(
+    study: Any, params: Mapping[str, Any], plan: Any = None
+) -> CalibrationInputs:
+    """Load the evidence of a calibration snapshot (criteria and judges as in `params`)."""
+    from judges.models import JudgeVersion
+    from studies.models import Criterion
+
+    from .frames import rating_data_load
+
+    data = rating_data_load(
+        study=study,
+        criterion_keys=params.get("criteria"),
+        judge_version_ids=params.get("judges"),
+        columns="evidence",
+    )
+    rules = {
+        c.pk: CriterionRule(
+            id=c.pk, key=c.key, scale=c.scale, points=c.points,
+            pass_threshold=c.pass_threshold, pass_labels=list(c.pass_labels or []),
+            is_hard_gate=bool(c.is_hard_gate), weight=float(c.weight),
+            rubric_version=c.rubric.version,
+        )
+        for c in Criterion.objects.filter(pk__in=list(data.criteria)).select_related("rubric")
+    }
+    hashes = dict(
+        JudgeVersion.objects.filter(pk__in=list(data.judges)).values_list("id", "content_hash")
+    )
+    spec = dict(plan.spec or {}) if plan is not None else None
+    latest = (
+        Criterion.objects.filter(rubric__study=study).order_by("-rubric__version")
+        .values_list("rubric__version", flat=True).first()
+    )
+    rubric = tuple(
+        c.pk
+        for c in Criterion.objects.filter(rubric__study=study, rubric__version=latest or 0)
+        .order_by("position", "id")
+        if c.scale != "pairwise" and criterion_has_pass_reading(c)
+    )
+    return CalibrationInputs(
+        study_id=study.pk, data=data, rules=rules,
+        judge_hashes={int(k): str(v or "") for k, v in hashes.items()}, plan_spec=spec,
+        rubric_criteria=rubric,
+    )
+
+
+def _plan_sections(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    from studies.spec import plan_costs, plan_policy
+
+    costs, costs_default = plan_costs(spec)
+    policy, policy_default = plan_policy(spec)
+    return {**costs, "is_default": bool(costs_default)}, {
+        **policy, "is_default": bool(policy_default)
+    }
+
+
+def calibration_fingerprint(inputs: CalibrationInputs) -> str:
+    """sha256 over every input the snapshot reads: the ratings with their evidence columns
+    (sorted, so row order does not matter), the criteria's rules, the judge versions' hashes,
+    the items' strata and the plan's costs and policy."""
+    data = inputs.data
+    r = data.ratings
+    h = hashlib.sha256()
+    cols = ["subject", "criterion", "rater", "is_judge", "num", "probability", "severity",
+            "inclusion_probability", "draw_kind", "gold_label", "adjudicated_label"]
+    if len(r):
+        frame = r[cols].sort_values(["subject", "criterion", "is_judge", "rater"], kind="stable")
+        frame = frame.astype({"draw_kind": str, "gold_label": str, "adjudicated_label": str})
+        h.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
+    h.update(pd.util.hash_pandas_object(data.items.sort_index(), index=True).to_numpy().tobytes())
+    rules = sorted(
+        (k, r_.key, r_.scale, r_.pass_threshold, list(r_.pass_labels), r_.is_hard_gate, r_.weight)
+        for k, r_ in inputs.rules.items()
+    )
+    costs, policy = _plan_sections(inputs.plan_spec)
+    meta = {"rules": rules, "judges": sorted(inputs.judge_hashes.items()),
+            "costs": costs, "policy": policy}
+    h.update(json.dumps(meta, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _rng(seed: int, *parts: object) -> np.random.Generator:
+    """A generator per cell, so one cell's numbers do not depend on which other cells exist."""
+    return np.random.default_rng([seed] + [zlib.crc32(str(p).encode()) for p in parts])
+
+
+def cell_label(labels: Mapping[str, str], dims: Sequence[str]) -> str:
+    """The calibration cell of an item: "dim=label|dim2=label2" ("" without dimensions)."""
+    return "|".join(f"{d}={labels.get(d, 'unknown')}" for d in dims)
+
+
+def _pass_codes(rule: CriterionRule, values: tuple[str, ...], num: FloatArray) -> FloatArray:
+    """Pass reading (1/0) of rating codes; pairwise keeps the side code (tie 0, A 1, B 2)."""
+    if rule.scale == "binary":
+        return (num == 1.0).astype(np.float64)
+    if rule.scale == "ordinal":
+        return (num >= float(rule.pass_threshold or 0)).astype(np.float64)
+    if rule.scale == "categorical":
+        labels = {str(x) for x in rule.pass_labels}
+        ok = np.array([values[int(c)] in labels for c in num], dtype=np.float64)
+        return ok if num.size else np.empty(0)
+    return num.astype(np.float64)
+
+
+def _label_code(rule: CriterionRule, label: Any) -> float:
+    """Pass reading of a stored label (gold, adjudication); NaN when unreadable."""
+    if label is None:
+        return math.nan
+    text = str(label)
+    if rule.scale == "pairwise":
+        return PAIRWISE_CODE.get(text, math.nan)
+    try:
+        passed = criterion_is_pass(rule, text)
+    except ValueError:
+        return math.nan
+    return math.nan if passed is None else float(passed)
+
+
+def _has_reading(rule: CriterionRule) -> bool:
+    if rule.scale == "pairwise":
+        return True
+    if rule.scale == "ordinal":
+        return rule.pass_threshold is not None
+    if rule.scale == "categorical":
+        return bool(rule.pass_labels)
+    return rule.scale == "binary"
+
+
+@dataclass
+class _Humans:
+    """Per subject of one criterion: consensus, source, fit membership, weight, severity."""
+
+    consensus: pd.Series  # subject -> pass 0/1 (pairwise: side code); NaN: none
+    source: pd.Series  # subject -> "human" | "adjudicated"
+    fit: pd.Series  # subject -> bool (not an escalation-only draw)
+    weight: pd.Series  # subject -> 1 / inclusion probability or 1
+    severity: pd.Series  # subject -> mean severity of the failing annotations (NaN: none)
+    n_labels: pd.Series  # subject -> number of annotations
+
+
+def _humans(rows: pd.DataFrame, rule: CriterionRule, values: tuple[str, ...]) -> _Humans:
+    human = rows[~rows["is_judge"].to_numpy(dtype=bool)]
+    num = human["num"].to_numpy(dtype=np.float64)
+    reading = _pass_codes(rule, values, num)
+    subj = human["subject"].to_numpy(dtype=np.int64)
+    frame = pd.DataFrame({"subject": subj, "reading": reading})
+    if rule.scale == "pairwise":
+        counts = pd.crosstab(frame["subject"], frame["reading"]) if len(frame) else pd.DataFrame()
+        if len(counts):
+            arr = counts.to_numpy()
+            top = arr.max(axis=1)
+            unique = (arr == top[:, None]).sum(axis=1) == 1
+            sides = counts.columns.to_numpy(dtype=np.float64)[arr.argmax(axis=1)]
+            majority = pd.Series(np.where(unique, sides, np.nan), index=counts.index)
+        else:
+            majority = pd.Series(dtype=np.float64)
+    else:
+        g = frame.groupby("subject")["reading"].agg(["sum", "count"])
+        s, c = g["sum"].to_numpy(), g["count"].to_numpy()
+        majority = pd.Series(np.where(2 * s > c, 1.0, np.where(2 * s < c, 0.0, np.nan)),
+                             index=g.index)
+    # Gold and adjudicated labels ride on every rating of the (subject, criterion).
+    labels = rows.drop_duplicates("subject", keep="last").set_index("subject")
+    gold = labels["gold_label"].map(lambda v: _label_code(rule, v))
+    adjudicated = labels["adjudicated_label"].map(lambda v: _label_code(rule, v))
+    consensus = majority.reindex(labels.index)
+    consensus = consensus.where(gold.isna(), gold)
+    consensus = consensus.where(adjudicated.isna(), adjudicated).astype(np.float64)
+    source = pd.Series(np.where(adjudicated.notna(), "adjudicated", "human"), index=labels.index)
+
+    kind = human["draw_kind"].astype(object).to_numpy()
+    not_escalated = np.array([k != "escalation" for k in kind], dtype=bool)
+    fit_any = pd.Series(not_escalated, index=subj).groupby(level=0).any()
+    fit = fit_any.reindex(labels.index, fill_value=False)
+    # A gold label with no annotation is a gold draw: a non-random but non-escalation label.
+    fit = fit | (gold.notna() & ~labels.index.isin(np.unique(subj)))
+    pi = human["inclusion_probability"].to_numpy(dtype=np.float64)
+    is_random = np.array([k == "random" for k in kind], dtype=bool) & np.isfinite(pi) & (pi > 0)
+    pi_max = pd.Series(np.where(is_random, pi, np.nan), index=subj).groupby(level=0).max()
+    weight = (1.0 / pi_max.reindex(labels.index)).fillna(1.0)
+    sev = human["severity"].to_numpy(dtype=np.float64)
+    failing = reading == 0.0 if rule.scale != "pairwise" else np.zeros(reading.size, bool)
+    severity = (
+        pd.Series(np.where(failing, sev, np.nan), index=subj).groupby(level=0).mean()
+        .reindex(labels.index)
+    )
+    n_labels = pd.Series(1, index=subj).groupby(level=0).sum().reindex(labels.index, fill_value=0)
+    return _Humans(consensus, source, fit.astype(bool), weight, severity, n_labels)
+
+
+@dataclass
+class _JudgeScores:
+    """One judge version's scores on one criterion, one row per scored subject."""
+
+    jv: int
+    subjects: npt.NDArray[np.int64]
+    score: FloatArray
+    before: FloatArray  # the raw score read as a probability
+    raw_pass: FloatArray  # the raw verdict's pass reading (pairwise: 1, the judge's side)
+    side: FloatArray  # pairwise: the judge's side code; NaN otherwise
+    value: npt.NDArray[np.object_]
+    probability: FloatArray
+    kind: str  # "probability" | "verdict" | "level" | "score"
+    lo: float
+    hi: float
+
+
+def _judge_scores(
+    rows: pd.DataFrame, jv: int, rule: CriterionRule, values: tuple[str, ...]
+) -> tuple[_JudgeScores, int]:
+    j = rows[rows["is_judge"].to_numpy(dtype=bool) & (rows["rater"].to_numpy() == jv)]
+    j = j.drop_duplicates("subject", keep="last")
+    num = j["num"].to_numpy(dtype=np.float64)
+    prob = j["probability"].to_numpy(dtype=np.float64)
+    continuous = bool(j["continuous"].to_numpy(dtype=bool).any()) if len(j) else False
+    ties = 0
+    side = np.full(num.size, np.nan)
+    if rule.scale == "pairwise":
+        keep = num != 0.0
+        ties = int((~keep).sum())
+        j, num, prob = j[keep], num[keep], prob[keep]
+        side = num.copy()
+    use_prob = bool(num.size) and bool(np.all(np.isfinite(prob)))
+    lo, hi = 0.0, 1.0
+    if rule.scale == "pairwise":
+        raw_pass = np.ones(num.size)
+        if use_prob:
+            score, kind = np.where(side == 1.0, prob, 1.0 - prob), "probability"
+        else:
+            score, kind = np.ones(num.size), "verdict"
+        before = score
+    else:
+        raw_pass = _pass_codes(rule, values, num) if not continuous else (
+            (num >= float(rule.pass_threshold or 0)).astype(np.float64)
+        )
+        if use_prob:
+            score, kind = prob, "probability"
+            before = prob
+        elif rule.scale == "ordinal":
+            score = num
+            if continuous:
+                kind = "score"
+                lo = float(num.min()) if num.size else 0.0
+                hi = float(num.max()) if num.size else 1.0
+            else:
+                kind = "level"
+                levels = [float(v) for v in values]
+                lo, hi = min(levels), max(levels)
+            span = hi - lo
+            before = np.clip((num - lo) / span, 0.0, 1.0) if span > 0 else np.full(num.size, 0.5)
+        else:
+            score, kind = raw_pass.copy(), "verdict"
+            before = score
+    return (
+        _JudgeScores(
+            jv=jv,
+            subjects=j["subject"].to_numpy(dtype=np.int64),
+            score=np.asarray(score, dtype=np.float64),
+            before=np.asarray(before, dtype=np.float64),
+            raw_pass=np.asarray(raw_pass, dtype=np.float64),
+            side=side,
+            value=j["value"].astype(object).to_numpy(),
+            probability=prob,
+            kind=kind,
+            lo=lo,
+            hi=hi,
+        ),
+        ties,
+    )
+
+
+def _grid(js: _JudgeScores) -> FloatArray:
+    u = np.unique(js.score[np.isfinite(js.score)])
+    if u.size <= MAX_GRID_UNIQUE:
+        return u.astype(np.float64)
+    lo, hi = (0.0, 1.0) if js.kind == "probability" else (js.lo, js.hi)
+    return np.linspace(lo, hi, GRID_POINTS)
+
+
+@dataclass
+class _Model:
+    """The fitted map of one judge version x criterion (hierarchical, or pooled only)."""
+
+    pooled: CalibrationSelection
+    hier: HierarchicalCalibration | None
+    heldout: FloatArray
+
+    def predict(self, score: FloatArray, labels: npt.NDArray[np.object_]) -> FloatArray:
+        if self.hier is None:
+            return self.pooled.curve.predict(score)
+        return self.hier.predict(score, labels)
+
+    def shift(self, label: str) -> tuple[float, float]:
+        """(applied logit offset, its posterior variance) of a cell (0, 0: pooled curve)."""
+        if self.hier is None or label not in self.hier.strata:
+            return 0.0, 0.0
+        st = self.hier.strata[label]
+        if st.pooled_only:
+            return 0.0, 0.0
+        offset = st.params.get("stratum_offset", (0.0,))[0]
+        variance = st.params.get("stratum_raw_variance", (0.0,))[0]
+        return float(offset), float(st.own_weight * variance)
+
+
+def _bands(
+    model: _Model,
+    x: FloatArray,
+    y: FloatArray,
+    w: FloatArray,
+    groups: npt.NDArray[np.int64],
+    grid: FloatArray,
+    cells: Sequence[str],
+    *,
+    resamples: int,
+    level: float,
+    rng: np.random.Generator,
+) -> dict[str, tuple[FloatArray, FloatArray]]:
+    """Per cell, the (low, high) P(pass) band on `grid` (module docs: item bootstrap of the
+    pooled curve with its chosen method, plus the normal posterior of the cell's offset)."""
+    method = cast(CalibrationMethod, model.pooled.method)
+    codes, uniq = pd.factorize(groups)
+    n_groups = len(uniq)
+    curves = np.empty((resamples, grid.size))
+    for b in range(resamples):
+        # Resampling items with replacement is reweighting each item's rows by how often it
+        # was drawn: no copy of the rows per resample.
+        drawn = np.bincount(rng.integers(0, n_groups, n_groups), minlength=n_groups)
+        curves[b] = calibration_fit(
+            x, y, method=method, weights=w * drawn[codes]
+        ).predict(grid)
+    z = logit(np.clip(curves, EPS, 1 - EPS))
+    tail = (1.0 - level) / 2.0
+    out: dict[str, tuple[FloatArray, FloatArray]] = {}
+    for label in cells:
+        offset, var = model.shift(label)
+        draws = z + offset + math.sqrt(max(var, 0.0)) * rng.standard_normal((resamples, 1))
+        p = expit(draws)
+        out[label] = (np.quantile(p, tail, axis=0), np.quantile(p, 1.0 - tail, axis=0))
+    return out
+
+
+def _curve_json(model: _Model | None, label: str, grid: FloatArray) -> dict[str, list[float]]:
+    if model is None or grid.size == 0:
+        return {"x": [], "y": []}
+    if label == "" or model.hier is None:
+        y = model.pooled.curve.predict(grid)
+    else:
+        y = model.hier.strata[label].predict(grid)
+    return {"x": [float(v) for v in grid], "y": [float(v) for v in y]}
+
+
+def _estimate_value(d: Mapping[str, Any] | None) -> float:
+    if not d:
+        return math.nan
+    v = (d.get("expected") or {}).get("value")
+    return math.nan if v is None else float(v)
+
+
+@dataclass
+class _Serving:
+    """Per subject of one criterion: the row a judge version gives it."""
+
+    p: FloatArray
+    low: FloatArray
+    high: FloatArray
+    cell: npt.NDArray[np.object_]
+    thresholds: list[DecisionThresholds]
+    n_labels: npt.NDArray[np.int64]
+
+
+def calibration_compute(
+    inputs: CalibrationInputs,
+    params: Mapping[str, Any],
+    plan_version: int | None,
+    fingerprint: str,
+) -> CalibrationResult:
+    """The calibration snapshot of `inputs` (module docstring; docs/calibration.md)."""
+    data = inputs.data
+    seed = int(params["seed"])
+    level = float(params["level"])
+    min_labels = int(params["min_labels"])
+    methods = tuple(cast(Sequence[CalibrationMethod], params["methods"]))
+    options = BootstrapOptions(
+        n_resamples=int(params["n_resamples"]), ci="percentile", level=level,
+        min_items=min_labels,
+    )
+    costs, policy = _plan_sections(inputs.plan_spec)
+    cost_model = CostModel.from_json(costs)
+    warnings: list[str] = []
+    if costs["is_default"]:
+        warnings.append("the analysis plan states no costs: the documented default scale is used")
+
+    dims_asked = list(params.get("strata") or [])
+    dims = [d for d in dims_asked if d in data.dimensions]
+    for d in dims_asked:
+        if d not in data.dimensions:
+            warnings.append(f"strata dimension '{d}' is not in the study's scheme: ignored")
+    items = data.items
+    item_labels = {
+        int(i): {d: str(items.at[i, d]) for d in data.dimensions} for i in items.index
+    }
+    item_cell = {i: cell_label(lab, dims) for i, lab in item_labels.items()}
+    subj = data.subjects
+    subj_item = subj["item"].to_numpy(dtype=np.int64)
+    subj_cell = pd.Series(
+        np.array([item_cell.get(int(i), "") for i in subj_item], dtype=object), index=subj.index
+    )
+    subj_items = pd.Series(subj_item, index=subj.index)
+    cell_d = {int(k): str(v) for k, v in subj_cell.items()}
+    item_d = {int(k): int(v) for k, v in subj_items.items()}
+    candidate_d = {int(k): int(v) for k, v in subj["candidate"].items()}
+    r = data.ratings
+    guaranteed = policy.get("kind") == "guaranteed_agreement"
+    cascade_ids = [int(x) for x in (policy.get("cascade") or [])]
+
+    cells_out: list[CalibrationCell] = []
+    cascades: dict[str, dict[str, Any]] = {}
+    score_rows: list[dict[str, Any]] = []
+    # Per output, per criterion: (p, low, high, decision, expected cost, source, n, evidence).
+    rubric_parts: dict[int, dict[int, tuple[Any, ...]]] = {}
+    if not cost_model.severity_costs:
+        raise ValueError("cost model without severity costs")  # pragma: no cover
+    middle_cost = float(cost_model.severity_costs[2])
+
+    for cid, crit in data.criteria.items():
+        rule = inputs.rules.get(cid)
+        if rule is None:
+            continue
+        if not _has_reading(rule):
+            warnings.append(
+                f"criterion '{crit.key}' has no pass/fail reading (no pass threshold or pass "
+                "labels): not calibrated"
+            )
+            continue
+        rows = r[r["criterion"].to_numpy() == cid]
+        if rows.empty:
+            continue
+        humans = _humans(rows, rule, crit.values)
+        evidence = rows.groupby("subject")["created_at"].max()
+        judged_by = set(rows.loc[rows["is_judge"].to_numpy(dtype=bool), "rater"].tolist())
+        jv_ids = [jv for jv in data.judges if jv in judged_by]
+        if not jv_ids:
+            continue
+        per_judge: dict[int, tuple[_JudgeScores, _Model | None, dict[str, Any]]] = {}
+        losses: dict[int, float] = {}
+        for jv in jv_ids:
+            js, ties = _judge_scores(rows, jv, rule, crit.values)
+            judge = data.judges[jv]
+            if ties:
+                warnings.append(
+                    f"{judge.display} on '{crit.key}': {ties} tie verdict(s) have no preferred "
+                    "side and get no calibrated score"
+                )
+            cons = humans.consensus.reindex(js.subjects).to_numpy(dtype=np.float64)
+            fit_mask = (
+                humans.fit.reindex(js.subjects, fill_value=False).to_numpy(dtype=bool)
+                & np.isfinite(cons) & np.isfinite(js.score)
+            )
+            if rule.scale == "pairwise":
+                passed_all = np.where(np.isfinite(cons), (cons == js.side).astype(float), np.nan)
+            else:
+                passed_all = cons
+            fx = js.score[fit_mask]
+            fy = passed_all[fit_mask]
+            fw = humans.weight.reindex(js.subjects[fit_mask]).to_numpy(dtype=np.float64)
+            fsubj = js.subjects[fit_mask]
+            fgroups = subj_items.reindex(fsubj).to_numpy(dtype=np.int64)
+            fcells = subj_cell.reindex(fsubj).to_numpy(dtype=object)
+            row_cells = subj_cell.reindex(js.subjects).to_numpy(dtype=object)
+            present = sorted({str(c) for c in row_cells})
+            rng_fit = _rng(seed, jv, crit.key, "fit")
+            model: _Model | None = None
+            if fx.size >= min_labels:
+                if dims:
+                    hier = calibration_hierarchical(
+                        fx, fy, fcells.astype(str), weights=fw, groups=fgroups, methods=methods,
+                        folds=int(params["folds"]), min_labels=min_labels, rng=rng_fit,
+                        all_strata=present,
+                    )
+                    model = _Model(pooled=hier.pooled, hier=hier, heldout=hier.heldout())
+                    warnings.extend(f"{judge.display} on '{crit.key}': {w}" for w in hier.warnings)
+                else:
+                    sel = calibration_select(
+                        fx, fy, weights=fw, groups=fgroups, methods=methods,
+                        folds=int(params["folds"]), rng=rng_fit,
+                    )
+                    model = _Model(pooled=sel, hier=None, heldout=sel.heldout)
+                    warnings.extend(f"{judge.display} on '{crit.key}': {w}" for w in sel.warnings)
+                finite = [v for v in model.pooled.cv_log_loss.values() if math.isfinite(v)]
+                losses[jv] = min(finite) if finite else math.inf
+            else:
+                warnings.append(
+                    f"{judge.display} on '{crit.key}': {fx.size} human label(s), fewer than "
+                    f"min_labels = {min_labels}: too few labels, no calibrated scores"
+                )
+            grid = _grid(js)
+            cells_here = ["", *[c for c in present if c != ""]] if dims else [""]
+            bands: dict[str, tuple[FloatArray, FloatArray]] = {}
+            if model is not None and int(params["curve_resamples"]) > 0:
+                bands = _bands(
+                    model, fx, fy, fw, fgroups, grid, cells_here,
+                    resamples=int(params["curve_resamples"]), level=level,
+                    rng=_rng(seed, jv, crit.key, "bands"),
+                )
+            # Cells: figures, thresholds, policy costs, trust.
+            thresholds_by_cell: dict[str, DecisionThresholds] = {}
+            n_by_cell: dict[str, int] = {}
+            trust: TrustThreshold | None = None
+            cell_json: dict[str, CalibrationCell] = {}
+            for label in cells_here:
+                in_cell = np.ones(fx.size, bool) if label == "" else (fcells == label)
+                n_cell = int(in_cell.sum())
+                n_by_cell[label] = n_cell
+                too_few = model is None or n_cell < min_labels
+                st = None
+                if model is not None and model.hier is not None and label != "":
+                    st = model.hier.strata.get(label)
+                crng = _rng(seed, jv, crit.key, label, "cell")
+                r_before, r_after, r_fpc, r_pol = crng.spawn(4)
+                diag_before = diag_after = fpc_json = pol_json = thr_json = None
+                if not too_few and model is not None:
+                    cy, cw, cg = fy[in_cell], fw[in_cell], fgroups[in_cell]
+                    diag_before = calibration_diagnostics(
+                        cy, js.before[fit_mask][in_cell], weights=cw, clusters=cg,
+                        n_bins=int(params["n_bins"]), rng=r_before, options=options,
+                    ).to_json()
+                    held = model.heldout[in_cell]
+                    diag_after = calibration_diagnostics(
+                        cy, held, weights=cw, clusters=cg, n_bins=int(params["n_bins"]),
+                        rng=r_after, options=options,
+                    ).to_json()
+                    failed = cy == 0.0
+                    sev = humans.severity.reindex(fsubj[in_cell][failed]).to_numpy(np.float64)
+                    fpc = false_pass_cost(
+                        sev, costs=cost_model, weights=cw[failed], clusters=cg[failed],
+                        rng=r_fpc, options=options,
+                    )
+                    fpc_json = fpc.to_json()
+                    e = fpc.expected.value
+                    if not math.isfinite(e):
+                        whole = thresholds_by_cell.get("")
+                        e = whole.fail_cost if whole is not None else middle_cost
+                    thr = decision_thresholds(
+                        fail_cost=e, reject_cost=cost_model.reject_cost,
+                        review_cost=cost_model.review_cost,
+                    )
+                    thresholds_by_cell[label] = thr
+                    thr_json = thr.to_json()
+                    pol_json = policy_costs(
+                        cy, js.raw_pass[fit_mask][in_cell], held, thresholds=thr, weights=cw,
+                        clusters=cg, rng=r_pol, options=options,
+                    ).to_json()
+                trust_json = None
+                if guaranteed and label == "" and model is not None and not cascade_ids:
+                    held = model.heldout
+                    trust = trust_threshold(
+                        np.maximum(held, 1.0 - held), ((held >= 0.5) == (fy == 1.0)).astype(float),
+                        alpha=float(policy["alpha"]), delta=float(policy["delta"]),
+                        min_count=int(policy["min_count"]),
+                    )
+                    trust_json = trust.to_json()
+                method: str | None
+                if too_few:
+                    method = own = borrowed = None
+                    pooled_only = True
+                elif label == "" or st is None:
+                    method = model.pooled.method if model is not None else None
+                    own, borrowed, pooled_only = 1.0, 0.0, False
+                else:
+                    method, own, borrowed, pooled_only = (
+                        st.method, st.own_weight, st.borrowed, st.pooled_only
+                    )
+                cell_json[label] = CalibrationCell(
+                    judge_version=jv, judge=judge.display, criterion=crit.key, stratum=label,
+                    n_labels=n_cell, too_few_labels=too_few, method=method, own_weight=own,
+                    borrowed=borrowed, pooled_only=pooled_only,
+                    cv_log_loss=(dict(model.pooled.cv_log_loss)
+                                 if model is not None and label == "" else {}),
+                    diagnostics={"before": diag_before, "after": diag_after},
+                    curve=_curve_json(model, label, grid) if not too_few else {"x": [], "y": []},
+                    false_pass_cost=fpc_json, false_fail_cost=cost_model.reject_cost,
+                    thresholds=thr_json, policy_costs=pol_json, trust=trust_json,
+                )
+            per_judge[jv] = (js, model, {
+                "cells": cell_json, "thresholds": thresholds_by_cell, "bands": bands,
+                "grid": grid, "row_cells": row_cells, "n_by_cell": n_by_cell, "trust": trust,
+                "passed_fit": (fsubj, fy),
+            })
+
+        # The guaranteed-agreement cascade over the plan's judge versions (of this criterion).
+        stages = [jv for jv in cascade_ids if jv in per_judge and per_judge[jv][1] is not None]
+        cascade_thr: dict[int, TrustThreshold] = {}
+        if guaranteed and stages:
+            calib = np.unique(np.concatenate([per_judge[jv][2]["passed_fit"][0] for jv in stages]))
+            confs, agrees = [], []
+            for jv in stages:
+                js, model, info = per_judge[jv]
+                fsubj, fy = info["passed_fit"]
+                assert model is not None
+                held = pd.Series(model.heldout, index=fsubj).reindex(calib).to_numpy(np.float64)
+                truth = pd.Series(fy, index=fsubj).reindex(calib).to_numpy(np.float64)
+                confs.append(np.maximum(held, 1.0 - held))
+                agrees.append(np.where(np.isfinite(held),
+                                       ((held >= 0.5) == (truth == 1.0)).astype(float), 0.0))
+            result = trust_cascade(
+                confs, agrees, alpha=float(policy["alpha"]), delta=float(policy["delta"]),
+                min_count=int(policy["min_count"]),
+            )
+            cascades[crit.key] = result.to_json()
+            for jv, stage in zip(stages, result.stages, strict=True):
+                cascade_thr[jv] = stage
+                info = per_judge[jv][2]
+                info["cells"][""] = _with_trust(info["cells"][""], stage.to_json())
+        for jv in jv_ids:
+            cells_out.extend(per_judge[jv][2]["cells"].values())
+
+        # Which judge version serves each subject: the cascade order, else the best pooled
+        # cross-validated log loss first (judges without a curve last).
+        if guaranteed and stages:
+            order = stages + [jv for jv in jv_ids if jv not in stages]
+        else:
+            order = sorted(jv_ids, key=lambda j: (losses.get(j, math.inf), j))
+        preds: dict[int, dict[str, Any]] = {}
+        for jv in order:
+            js, model, info = per_judge[jv]
+            if model is None:
+                continue
+            cells_arr = info["row_cells"]
+            p = model.predict(js.score, cells_arr)
+            low = np.full(p.size, np.nan)
+            high = np.full(p.size, np.nan)
+            for label, (lo_g, hi_g) in info["bands"].items():
+                m = np.ones(p.size, bool) if model.hier is None else cells_arr == label
+                if m.any():
+                    low[m] = np.interp(js.score[m], info["grid"], lo_g)
+                    high[m] = np.interp(js.score[m], info["grid"], hi_g)
+            ok = np.isfinite(low)
+            # A bootstrap band of a step function may miss its own point: widen it to cover.
+            low[ok] = np.minimum(low[ok], p[ok])
+            high[ok] = np.maximum(high[ok], p[ok])
+            gate: TrustThreshold | None = cascade_thr.get(jv) if stages else info["trust"]
+            conf = np.maximum(p, 1.0 - p)
+            trusted_rows = (gate.trusted(conf) if gate is not None
+                            else np.zeros(p.size, dtype=bool))
+            preds[jv] = {"p": p, "low": low, "high": high, "trusted": trusted_rows,
+                         "at": {s: k for k, s in enumerate(js.subjects.tolist())}}
+        # Per subject: the first judge version in `order` with a curve that scored it; under
+        # a cascade, the first stage that trusts it (else the first stage that scored it,
+        # escalated). Subjects scored only by judge versions without a curve keep a row only
+        # when humans decided them.
+        scored_by = {jv: set(per_judge[jv][0].subjects.tolist()) for jv in order}
+        all_subjects = sorted(set().union(*scored_by.values()))
+        # Plain dicts: a Series lookup per row would dominate a million-row snapshot.
+        consensus_d = humans.consensus.to_dict()
+        n_labels_d = humans.n_labels.to_dict()
+        source_d = humans.source.to_dict()
+        evidence_d = evidence.to_dict()
+        for s in all_subjects:
+            chosen: tuple[int, int] | None = None
+            for jv in order:
+                pr = preds.get(jv)
+                if pr is None or s not in pr["at"]:
+                    continue
+                k = pr["at"][s]
+                if chosen is None:
+                    chosen = (jv, k)
+                if not (guaranteed and stages) or bool(pr["trusted"][k]):
+                    chosen = (jv, k)
+                    break
+            fallback = next(
+                (jv for jv in order if s in scored_by[jv]), None
+            ) if chosen is None else None
+            if chosen is not None:
+                jv, k = chosen
+            elif fallback is not None:
+                jv = fallback
+                k = int(np.flatnonzero(per_judge[jv][0].subjects == s)[0])
+            else:
+                continue
+            js, model, info = per_judge[jv]
+            cons = consensus_d.get(s, math.nan)
+            human_n = int(n_labels_d.get(s, 0))
+            has_human = bool(np.isfinite(cons))
+            if rule.scale == "pairwise" and has_human:
+                human_pass = float(cons == js.side[k])
+            else:
+                human_pass = float(cons) if has_human else math.nan
+            cell = cell_d.get(s, "")
+            low_v: float | None
+            high_v: float | None
+            if has_human:
+                p_pass = low_v = high_v = human_pass
+                decision, cost = "human", 0.0
+                source = str(source_d.get(s, "human"))
+                n_labels = human_n
+            elif chosen is not None:
+                pr = preds[jv]
+                p_pass = float(pr["p"][k])
+                low_v = float(pr["low"][k]) if np.isfinite(pr["low"][k]) else None
+                high_v = float(pr["high"][k]) if np.isfinite(pr["high"][k]) else None
+                thr = info["thresholds"].get(cell) or info["thresholds"][""]
+                if guaranteed:
+                    decision = (("pass" if p_pass >= 0.5 else "fail") if bool(pr["trusted"][k])
+                                else "escalate")
+                else:
+                    decision = str(decide([p_pass], thresholds=thr)[0])
+                cost = float(expected_decision_cost(
+                    [p_pass], [decision], fail_cost=thr.fail_cost, reject_cost=thr.reject_cost,
+                    review_cost=thr.review_cost,
+                )[0])
+                source = "judge"
+                n_labels = int(info["n_by_cell"].get(cell, 0))
+            else:
+                continue
+            output_id, comparison_id = (s // 2, None) if s % 2 == 0 else (None, s // 2)
+            item = item_d.get(s, -1)
+            prob = js.probability[k]
+            ev = evidence_d.get(s)
+            ev_at = ev.to_pydatetime() if isinstance(ev, pd.Timestamp) and not pd.isna(ev) else None
+            row = {
+                "study_id": inputs.study_id,
+                "output_id": output_id,
+                "comparison_id": comparison_id,
+                "candidate_id": candidate_d.get(s),
+                "criterion_id": cid,
+                "criterion_key": crit.key,
+                "judge_version_id": jv,
+                "judge_version_hash": inputs.judge_hashes.get(jv, ""),
+                "stratum": cell,
+                "strata": dict(item_labels.get(item, {})),
+                "raw_value": str(js.value[k])[:64],
+                "raw_confidence": float(prob) if np.isfinite(prob) else None,
+                "p_pass": float(p_pass),
+                "p_low": low_v,
+                "p_high": high_v,
+                "decision": decision,
+                "expected_cost": float(cost),
+                "source": source,
+                "plan_version": plan_version,
+                "n_labels": int(n_labels),
+                "evidence_at": ev_at,
+            }
+            score_rows.append(row)
+            if output_id is not None:
+                rubric_parts.setdefault(output_id, {})[cid] = (row, rule)
+
+    score_rows.extend(_rubric_rows(rubric_parts, inputs, data, plan_version, warnings))
+    if params.get("curve_resamples", 0) == 0:
+        warnings.append("P(pass) intervals not computed (curve_resamples = 0): p_low and p_high "
+                        "are null")
+    first_cascade = next(iter(cascades.values()), None)
+    return CalibrationResult(
+        version=CALIBRATION_RESULT_VERSION,
+        plan_version=plan_version,
+        fingerprint=fingerprint,
+        params=dict(params),
+        costs=costs,
+        policy=policy,
+        cells=tuple(cells_out),
+        cascade=first_cascade,
+        cascades=cascades,
+        n_scores=len(score_rows),
+        warnings=tuple(dict.fromkeys(warnings)),
+        scores=tuple(score_rows),
+    )
+
+
+def _with_trust(cell: CalibrationCell, trust: dict[str, Any]) -> CalibrationCell:
+    from dataclasses import replace
+
+    return replace(cell, trust=trust)
+
+
+def rubric_aggregate(
+    p: Sequence[float], gates: Sequence[bool], weights: Sequence[float]
+) -> float:
+    """P(output passes the rubric) from its criteria's P(pass), ASSUMING INDEPENDENCE.
+
+    Hard gates must all pass: their probabilities multiply. The other criteria count by their
+    rubric weights: their factor is the weighted mean P(pass), the expected weighted share of
+    them passed (equivalently: the probability that a criterion drawn in proportion to its
+    weight passes). The product of the gate factor and that mean treats the criteria as
+    independent given the judge's scores; failures that go together (a wrong answer is often
+    unhelpful too) make the true joint probability of passing every gate higher than the
+    product, so the aggregate is conservative for gates. Without non-gate criteria (or with
+    all their weights 0) the factor is 1.
+    """
+    gate = 1.0
+    num = den = 0.0
+    for pi, g, w in zip(p, gates, weights, strict=True):
+        if g:
+            gate *= pi
+        else:
+            num += w * pi
+            den += w
+    rest = num / den if den > 0 else 1.0
+    return gate * rest
+
+
+def _rubric_rows(
+    parts: Mapping[int, Mapping[int, tuple[dict[str, Any], CriterionRule]]],
+    inputs: CalibrationInputs,
+    data: RatingData,
+    plan_version: int | None,
+    warnings: list[str],
+) -> list[dict[str, Any]]:
+    """One "rubric" row per output that has a calibrated row for every pass/fail criterion of
+    the study's latest rubric version (docs/calibration.md); none when the snapshot leaves one
+    of those criteria out (``params.criteria``) or calibrated none of them."""
+    needed = list(inputs.rubric_criteria)
+    if not needed or not parts:
+        return []
+    left_out = [cid for cid in needed if cid not in data.criteria]
+    if left_out:
+        warnings.append(
+            "the snapshot does not cover every pass/fail criterion of the rubric: no rubric rows"
+        )
+        return []
+    out: list[dict[str, Any]] = []
+    missing = 0
+    for output_id in sorted(parts):
+        have = parts[output_id]
+        if any(cid not in have for cid in needed):
+            missing += 1
+            continue
+        rows = [have[cid][0] for cid in needed]
+        crit_rules = [have[cid][1] for cid in needed]
+        gates = [rl.is_hard_gate for rl in crit_rules]
+        weights = [rl.weight for rl in crit_rules]
+        p = rubric_aggregate([r["p_pass"] for r in rows], gates, weights)
+        lows = [r["p_low"] for r in rows]
+        highs = [r["p_high"] for r in rows]
+        # The aggregate increases in every P(pass): the ends at the criteria's ends bound it.
+        p_low = (rubric_aggregate(lows, gates, weights) if all(v is not None for v in lows)
+                 else None)
+        p_high = (rubric_aggregate(highs, gates, weights) if all(v is not None for v in highs)
+                  else None)
+        decisions = [r["decision"] for r in rows]
+        outcome = [(r["p_pass"] >= 0.5) if r["decision"] == "human" else r["decision"] == "pass"
+                   for r in rows]
+        if "escalate" in decisions:
+            decision = "escalate"
+        elif any(g and not ok for g, ok in zip(gates, outcome, strict=True)):
+            decision = "human" if all(d == "human" for d in decisions) else "fail"
+        else:
+            rest = [(w, ok) for g, w, ok in zip(gates, weights, outcome, strict=True) if not g]
+            den = sum(w for w, _ in rest)
+            share = sum(w for w, ok in rest if ok) / den if den > 0 else 1.0
+            if all(d == "human" for d in decisions):
+                decision = "human"
+            else:
+                decision = "pass" if share >= 0.5 else "fail"
+        sources = {r["source"] for r in rows}
+        source = ("judge" if "judge" in sources
+                  else "adjudicated" if "adjudicated" in sources else "human")
+        stamps = [r["evidence_at"] for r in rows if r["evidence_at"] is not None]
+        first = rows[0]
+        out.append({
+            **{k: first[k] for k in ("study_id", "output_id", "comparison_id", "candidate_id",
+                                     "stratum", "strata")},
+            "strata": dict(first["strata"]),
+            "criterion_id": None,
+            "criterion_key": RUBRIC_KEY,
+            "judge_version_id": None,
+            "judge_version_hash": "",
+            "raw_value": "",
+            "raw_confidence": None,
+            "p_pass": float(min(1.0, max(0.0, p))),
+            "p_low": p_low,
+            "p_high": p_high,
+            "decision": decision,
+            "expected_cost": float(sum(r["expected_cost"] for r in rows)),
+            "source": source,
+            "plan_version": plan_version,
+            "n_labels": int(min(r["n_labels"] for r in rows)),
+            "evidence_at": max(stamps) if stamps else None,
+        })
+    if missing:
+        warnings.append(
+            f"{missing} output(s) lack a calibrated score for some rubric criterion: no rubric "
+            "row for them"
+        )
+    return out
+
+
+__all__ = [
+    "RUBRIC_KEY",
+    "CalibrationInputs",
+    "CriterionRule",
+    "calibration_compute",
+    "calibration_fingerprint",
+    "calibration_inputs_load",
+    "cell_label",
+    "rubric_aggregate",
+]

@@ -1,0 +1,125 @@
+"""Parameters of a calibration snapshot: defaults, types and ranges (pure: no Django).
+
+`params_validate` fills the defaults and checks every parameter, raising one
+`ValidationFailed` whose details list each bad parameter as ``{"path": "params.<name>",
+"message"}`` (the shape every validator of the project uses). docs/calibration.md lists the
+parameters and what they do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from reviewhub.errors import ValidationFailed
+
+# The calibration methods evalstats.calibration offers (tests/calibration/test_params.py
+# asserts this equals evalstats.calibration.METHODS; kept here so that validating a request
+# does not import the statistics).
+METHODS = ("isotonic", "platt", "beta", "histogram")
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "seed": 0,
+    # Bootstrap resamples of the diagnostics' and costs' intervals.
+    "n_resamples": 200,
+    # Bootstrap resamples of each curve, for the P(pass) interval of every score (0: none).
+    "curve_resamples": 100,
+    "level": 0.95,
+    "folds": 5,
+    # A calibration cell with fewer human labels than this has no curve of its own.
+    "min_labels": 10,
+    "n_bins": 10,
+    "criteria": None,
+    "judges": None,
+    # Dimension keys whose label combinations make the calibration cells (None: the plan's
+    # strata, else none: the whole study only).
+    "strata": None,
+    "methods": None,  # None: every method in METHODS
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Fill defaults and check types; raise ValidationFailed naming each bad parameter."""
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ValidationFailed(
+            "The report parameters did not validate: params: must be an object",
+            details={"errors": [{"path": "params", "message": "must be an object"}]},
+        )
+    raw = dict(raw or {})
+    errors: list[dict[str, str]] = []
+    for key in sorted(set(raw) - set(DEFAULT_PARAMS), key=str):
+        errors.append({"path": f"params.{key}", "message": "unknown parameter"})
+    p = {**DEFAULT_PARAMS, **{k: v for k, v in raw.items() if k in DEFAULT_PARAMS}}
+
+    def need(cond: bool, key: str, message: str) -> None:
+        if not cond:
+            errors.append({"path": f"params.{key}", "message": message})
+
+    need(_is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
+    need(
+        _is_int(p["n_resamples"]) and 20 <= p["n_resamples"] <= 20000,
+        "n_resamples",
+        "an integer from 20 to 20000",
+    )
+    need(
+        _is_int(p["curve_resamples"]) and (p["curve_resamples"] == 0
+                                           or 20 <= p["curve_resamples"] <= 2000),
+        "curve_resamples",
+        "0 (no interval) or an integer from 20 to 2000",
+    )
+    need(_is_num(p["level"]) and 0.5 <= p["level"] < 1, "level", "a number in [0.5, 1)")
+    need(_is_int(p["folds"]) and 2 <= p["folds"] <= 20, "folds", "an integer from 2 to 20")
+    need(
+        _is_int(p["min_labels"]) and 2 <= p["min_labels"] <= 100000,
+        "min_labels",
+        "an integer from 2 to 100000",
+    )
+    need(_is_int(p["n_bins"]) and 2 <= p["n_bins"] <= 100, "n_bins", "an integer from 2 to 100")
+    for key in ("criteria", "strata"):
+        v = p[key]
+        ok = v is None or (
+            isinstance(v, list)
+            and all(isinstance(x, str) and x for x in v)
+            and len(set(v)) == len(v)
+        )
+        need(ok, key, "null or a list of distinct non-empty strings")
+    v = p["judges"]
+    need(
+        v is None
+        or (isinstance(v, list) and all(_is_int(x) and x > 0 for x in v) and len(set(v)) == len(v)),
+        "judges",
+        "null or a list of distinct judge version ids",
+    )
+    v = p["methods"]
+    need(
+        v is None
+        or (
+            isinstance(v, list)
+            and len(v) > 0
+            and all(isinstance(x, str) and x in METHODS for x in v)
+            and len(set(v)) == len(v)
+        ),
+        "methods",
+        "null or a non-empty list of distinct methods from: " + ", ".join(METHODS),
+    )
+    if errors:
+        raise ValidationFailed(
+            f"The report parameters did not validate: {errors[0]['path']}: {errors[0]['message']}",
+            details={"errors": errors},
+        )
+    p["level"] = float(p["level"])
+    if p["methods"] is None:
+        p["methods"] = list(METHODS)
+    return p
+
+
+__all__ = ["DEFAULT_PARAMS", "METHODS", "params_validate"]

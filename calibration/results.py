@@ -1,0 +1,290 @@
+"""The typed, versioned result of a calibration snapshot (``ReportSnapshot.result`` of kind
+"calibration") and its JSON form.
+
+Version 1 types the top level and every cell's identity, counts and flags; the nested figures
+computed by `evalstats` (diagnostics, false-pass cost, thresholds, policy costs, trust
+thresholds, the cascade) are kept as the objects their own ``to_json`` writes. `from_json`
+checks every typed field and refuses an unknown ``version``, so a reader never silently
+misreads a result written by another version of the code. docs/calibration.md describes the
+figures.
+
+The per-output calibrated scores are not part of the JSON: they go to
+`calibration.models.CalibratedScore` in the same transaction as the result (``scores`` holds
+them in memory between the computation and that write).
+
+Pure module: no Django.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+CALIBRATION_RESULT_VERSION = 1
+
+
+class CalibrationResultError(ValueError):
+    """A stored calibration result does not have the shape its version promises."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+def _json_safe(value: Any) -> Any:
+    """Non-finite floats become null; numpy scalars Python numbers; tuples lists."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        return _json_safe(value.item())
+    if hasattr(value, "tolist") and callable(value.tolist):
+        return _json_safe(value.tolist())
+    return value
+
+
+def _get(d: Mapping[str, Any], key: str, path: str) -> Any:
+    if key not in d:
+        raise CalibrationResultError(f"{path}.{key}", "missing")
+    return d[key]
+
+
+def _int(d: Mapping[str, Any], key: str, path: str, *, null: bool = False) -> Any:
+    v = _get(d, key, path)
+    if v is None and null:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise CalibrationResultError(f"{path}.{key}", "must be an integer")
+    return v
+
+
+def _float(d: Mapping[str, Any], key: str, path: str, *, null: bool = False) -> Any:
+    v = _get(d, key, path)
+    if v is None and null:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise CalibrationResultError(f"{path}.{key}", "must be a number")
+    return float(v)
+
+
+def _str(d: Mapping[str, Any], key: str, path: str, *, null: bool = False) -> Any:
+    v = _get(d, key, path)
+    if v is None and null:
+        return None
+    if not isinstance(v, str):
+        raise CalibrationResultError(f"{path}.{key}", "must be a string")
+    return v
+
+
+def _bool(d: Mapping[str, Any], key: str, path: str) -> bool:
+    v = _get(d, key, path)
+    if not isinstance(v, bool):
+        raise CalibrationResultError(f"{path}.{key}", "must be true or false")
+    return v
+
+
+def _obj(d: Mapping[str, Any], key: str, path: str, *, null: bool = False) -> Any:
+    v = _get(d, key, path)
+    if v is None and null:
+        return None
+    if not isinstance(v, Mapping):
+        raise CalibrationResultError(f"{path}.{key}", "must be an object")
+    return dict(v)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationCell:
+    """One judge version x criterion x calibration cell ("" = the whole study).
+
+    ``too_few_labels``: fewer human labels than ``min_labels``: no curve of its own (``method``
+    and the figures are null, ``pooled_only`` true: the cell's outputs get the whole-study
+    curve). ``curve``: the fitted map on a grid (``{"x": [...], "y": [...]}``, empty lists when
+    the cell has no curve of its own).
+    """
+
+    judge_version: int
+    judge: str
+    criterion: str
+    stratum: str
+    n_labels: int
+    too_few_labels: bool
+    method: str | None
+    own_weight: float | None
+    borrowed: float | None
+    pooled_only: bool
+    cv_log_loss: dict[str, float]
+    diagnostics: dict[str, Any]  # {"before": ... | None, "after": ... | None}
+    curve: dict[str, list[float]]
+    false_pass_cost: dict[str, Any] | None
+    false_fail_cost: float
+    thresholds: dict[str, Any] | None
+    policy_costs: dict[str, Any] | None
+    trust: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "judge_version": self.judge_version,
+            "judge": self.judge,
+            "criterion": self.criterion,
+            "stratum": self.stratum,
+            "n_labels": self.n_labels,
+            "too_few_labels": self.too_few_labels,
+            "method": self.method,
+            "own_weight": _json_safe(self.own_weight),
+            "borrowed": _json_safe(self.borrowed),
+            "pooled_only": self.pooled_only,
+            "cv_log_loss": _json_safe(self.cv_log_loss),
+            "diagnostics": _json_safe(self.diagnostics),
+            "curve": _json_safe(self.curve),
+            "false_pass_cost": _json_safe(self.false_pass_cost),
+            "false_fail_cost": _json_safe(self.false_fail_cost),
+            "thresholds": _json_safe(self.thresholds),
+            "policy_costs": _json_safe(self.policy_costs),
+            "trust": _json_safe(self.trust),
+        }
+
+    @classmethod
+    def from_json(cls, d: Any, path: str = "cells[]") -> CalibrationCell:
+        if not isinstance(d, Mapping):
+            raise CalibrationResultError(path, "must be an object")
+        diagnostics = _obj(d, "diagnostics", path)
+        for key in ("before", "after"):
+            if key not in diagnostics:
+                raise CalibrationResultError(f"{path}.diagnostics.{key}", "missing")
+            if diagnostics[key] is not None and not isinstance(diagnostics[key], Mapping):
+                raise CalibrationResultError(f"{path}.diagnostics.{key}", "must be an object")
+        curve = _obj(d, "curve", path)
+        for key in ("x", "y"):
+            values = curve.get(key)
+            if not isinstance(values, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+            ):
+                raise CalibrationResultError(f"{path}.curve.{key}", "must be a list of numbers")
+        losses = _obj(d, "cv_log_loss", path)
+        for k, v in losses.items():
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise CalibrationResultError(f"{path}.cv_log_loss.{k}", "must be a number")
+        false_fail = _float(d, "false_fail_cost", path, null=True)
+        return cls(
+            judge_version=_int(d, "judge_version", path),
+            judge=_str(d, "judge", path),
+            criterion=_str(d, "criterion", path),
+            stratum=_str(d, "stratum", path),
+            n_labels=_int(d, "n_labels", path),
+            too_few_labels=_bool(d, "too_few_labels", path),
+            method=_str(d, "method", path, null=True),
+            own_weight=_float(d, "own_weight", path, null=True),
+            borrowed=_float(d, "borrowed", path, null=True),
+            pooled_only=_bool(d, "pooled_only", path),
+            cv_log_loss={str(k): (math.nan if v is None else float(v)) for k, v in losses.items()},
+            diagnostics=diagnostics,
+            curve={"x": [float(v) for v in curve["x"]], "y": [float(v) for v in curve["y"]]},
+            false_pass_cost=_obj(d, "false_pass_cost", path, null=True),
+            false_fail_cost=math.nan if false_fail is None else false_fail,
+            thresholds=_obj(d, "thresholds", path, null=True),
+            policy_costs=_obj(d, "policy_costs", path, null=True),
+            trust=_obj(d, "trust", path, null=True),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationResult:
+    """A calibration snapshot's result (version 1; the JSON shape is in docs/calibration.md).
+
+    ``cascade``: the guaranteed-agreement cascade of the first criterion it decided (null
+    otherwise); ``cascades``: every criterion's, by criterion key. ``n_scores``: calibrated
+    score rows written with the snapshot (criterion rows and rubric rows).
+    """
+
+    version: int = CALIBRATION_RESULT_VERSION
+    kind: str = "calibration"
+    plan_version: int | None
+    fingerprint: str
+    params: dict[str, Any]
+    costs: dict[str, Any]
+    policy: dict[str, Any]
+    cells: tuple[CalibrationCell, ...]
+    cascade: dict[str, Any] | None
+    cascades: dict[str, dict[str, Any]] = field(default_factory=dict)
+    n_scores: int
+    warnings: tuple[str, ...] = ()
+    # The CalibratedScore rows (dicts of field attname -> value), not serialised.
+    scores: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "kind": self.kind,
+            "plan_version": self.plan_version,
+            "fingerprint": self.fingerprint,
+            "params": _json_safe(self.params),
+            "costs": _json_safe(self.costs),
+            "policy": _json_safe(self.policy),
+            "cells": [c.to_json() for c in self.cells],
+            "cascade": _json_safe(self.cascade),
+            "cascades": _json_safe(self.cascades),
+            "n_scores": self.n_scores,
+            "warnings": list(self.warnings),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CalibrationResult:
+        """Read a stored result back; CalibrationResultError names the first bad field."""
+        if not isinstance(d, Mapping):
+            raise CalibrationResultError("$", "must be an object")
+        version = _int(d, "version", "$")
+        if version != CALIBRATION_RESULT_VERSION:
+            raise CalibrationResultError(
+                "$.version", f"unknown calibration result version {version}"
+            )
+        if _str(d, "kind", "$") != "calibration":
+            raise CalibrationResultError("$.kind", "must be 'calibration'")
+        cells = _get(d, "cells", "$")
+        if not isinstance(cells, list):
+            raise CalibrationResultError("$.cells", "must be a list")
+        warnings = _get(d, "warnings", "$")
+        if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+            raise CalibrationResultError("$.warnings", "must be a list of strings")
+        cascades = d.get("cascades", {})
+        if not isinstance(cascades, Mapping):
+            raise CalibrationResultError("$.cascades", "must be an object")
+        costs = _obj(d, "costs", "$")
+        policy = _obj(d, "policy", "$")
+        for key in ("unit", "severity", "false_fail", "review", "is_default"):
+            if key not in costs:
+                raise CalibrationResultError(f"$.costs.{key}", "missing")
+        for key in ("kind", "is_default"):
+            if key not in policy:
+                raise CalibrationResultError(f"$.policy.{key}", "missing")
+        return cls(
+            version=version,
+            plan_version=_int(d, "plan_version", "$", null=True),
+            fingerprint=_str(d, "fingerprint", "$"),
+            params=_obj(d, "params", "$"),
+            costs=costs,
+            policy=policy,
+            cells=tuple(
+                CalibrationCell.from_json(c, f"$.cells[{i}]") for i, c in enumerate(cells)
+            ),
+            cascade=_obj(d, "cascade", "$", null=True),
+            cascades={str(k): dict(v) for k, v in cascades.items()},
+            n_scores=_int(d, "n_scores", "$"),
+            warnings=tuple(warnings),
+        )
+
+
+__all__ = [
+    "CALIBRATION_RESULT_VERSION",
+    "CalibrationCell",
+    "CalibrationResult",
+    "CalibrationResultError",
+]
