@@ -522,18 +522,30 @@ class ImportReport:
 
 
 def study_import(
-    *, doc: Any, owner_username: str | None = None, allow_new_plan_version: bool = False
+    *, doc: Any, owner_username: str | None = None, allow_new_plan_version: bool = False,
+    new_only: bool = False,
 ) -> ImportReport:
     """Create or update a study from an `import_study` document, all or nothing.
 
     Re-running with the same document changes nothing and reports every section "unchanged".
     Members not listed are left alone. A locked plan that differs from the file is refused
     (409) unless `allow_new_plan_version`, which saves the file's plan as the next version.
+    `new_only` (the browser's "New study" page, where the signed-in user becomes the owner)
+    refuses a slug that exists (409) instead of updating that study, and an owner in the file
+    other than `owner_username`.
     """
     spec_file = study_file_validate(doc)
+    if new_only and spec_file.owner and spec_file.owner != owner_username:
+        raise ValidationFailed(
+            "study.owner must be you (or left out): a new study is owned by its creator.",
+            details={"errors": [{"path": "study.owner", "message": "must be you or left out"}]})
     User = get_user_model()
     with transaction.atomic():
         study = Study.objects.filter(slug=spec_file.study["slug"]).first()
+        if study is not None and new_only:
+            raise Conflict(
+                f"A study with the slug '{study.slug}' exists already; choose another slug.",
+                details={"errors": [{"path": "study.slug", "message": "is taken"}]})
         owner_name = spec_file.owner or owner_username
         if study is None:
             if not owner_name:

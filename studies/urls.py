@@ -6,6 +6,7 @@ from . import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("new-study/", views.study_new, name="study-new"),
     path("studies/<slug:slug>/", views.study_overview, name="study-overview"),
     path("account/tokens/", views.tokens, name="account-tokens"),
     path("account/tokens/<int:token_id>/revoke", views.token_revoke,

@@ -17,11 +17,13 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import AppError, ValidationFailed
 from reviewhub.pages import page_study, strict_csp
 
 from . import services
 from .models import ApiToken, Membership, Study
+from .spec import study_file_validate
+from .studyfile import MAX_STUDY_FILE_BYTES, study_file_parse
 
 
 def _optional_url(name: str, slug: str) -> str | None:
@@ -174,3 +176,57 @@ def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     services.api_token_revoke(token=token)
     messages.success(request, f"Token \u201c{token.name}\u201d ({token.prefix}\u2026) revoked.")
     return HttpResponseRedirect(reverse("account-tokens"))
+
+
+# --- New study from a study file ----------------------------------------------------------------
+
+def _study_file_text(request: HttpRequest) -> tuple[str, str]:
+    """(text, file name) from the upload or, after a preview, the text sent back."""
+    upload = request.FILES.get("file")
+    if upload is not None:
+        if upload.size is not None and upload.size > MAX_STUDY_FILE_BYTES:
+            raise ValidationFailed("The file is larger than 1 MiB.", details={
+                "errors": [{"path": "file", "message": "larger than 1 MiB"}]})
+        try:
+            return upload.read().decode("utf-8"), str(upload.name or "")
+        except UnicodeDecodeError:
+            raise ValidationFailed("The file is not UTF-8 text.", details={
+                "errors": [{"path": "file", "message": "not UTF-8 text"}]}) from None
+    text = request.POST.get("text", "")
+    if not text.strip():
+        raise ValidationFailed("Choose a study file (YAML or JSON).", details={
+            "errors": [{"path": "file", "message": "no file chosen"}]})
+    return text, request.POST.get("file_name", "")
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@strict_csp
+def study_new(request: HttpRequest) -> HttpResponse:
+    """Create a study from a study file (docs/study-spec.md): upload, preview what it holds,
+    then create it with the signed-in user as owner and lead, through `study_import` (the
+    service of the `import_study` command). An existing slug is refused, never updated."""
+    user = _account(request)
+    context: dict[str, Any] = {"errors": [], "preview": None, "text": "", "file_name": ""}
+    status = 200
+    if request.method == "POST":
+        try:
+            text, name = _study_file_text(request)
+            context.update(text=text, file_name=name)
+            doc = study_file_parse(text, name=name)
+            if request.POST.get("action") == "create":
+                report = services.study_import(doc=doc, owner_username=user.get_username(),
+                                               new_only=True)
+                messages.success(request, f"Study \u201c{report.study.name}\u201d created: "
+                                 + "; ".join(f"{section} {outcome}" for section, outcome, _
+                                             in report.lines) + ".")
+                return HttpResponseRedirect(reverse("study-overview", args=[report.study.slug]))
+            spec_file = study_file_validate(doc)
+            taken = Study.objects.filter(slug=spec_file.study.get("slug")).exists()
+            context["preview"] = {"file": spec_file, "slug_taken": taken}
+        except AppError as exc:
+            status = 409 if exc.status_code == 409 else 400
+            details = exc.details if isinstance(exc.details, dict) else {}
+            context["errors"] = details.get("errors") or [{"path": "", "message": exc.message}]
+            context["error_message"] = exc.message
+    return render(request, "studies/new.html", context, status=status)

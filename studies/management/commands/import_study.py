@@ -9,69 +9,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reviewhub.api import strictjson
-from reviewhub.errors import AppError
+from reviewhub.errors import AppError, ValidationFailed
 from studies.services import study_import
-
-
-class _StrictYamlLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a repeated key (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *defaults` merges; the keys given beside it win, by design
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                repeated = key in seen
-            except TypeError:
-                continue  # unhashable: SafeLoader reports it below
-            if repeated:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"duplicate key {key!r}",
-                    key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+from studies.studyfile import study_file_parse
 
 
 def load_study_file(path: Path) -> Any:
-    """Parse FILE as JSON (.json) or YAML (.yaml/.yml; anything else: JSON, then YAML).
-
-    Strictly, as the REST API parses bodies: NaN/Infinity (and numbers such as 1e400 that
-    overflow), NUL characters, lone surrogates and duplicate keys are refused with the line
-    (syntax errors, YAML duplicates) or the path of the value.
-    """
+    """Parse FILE as JSON (.json) or YAML (anything else), strictly (studies/studyfile.py)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CommandError(f"Cannot read {path}: {exc}") from exc
-    if not text.strip():
-        raise CommandError(f"{path} is empty.")
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        try:
-            return strictjson.loads(text)
-        except strictjson.StrictJSONError as exc:
-            if exc.line is not None:
-                raise CommandError(f"{path}: line {exc.line}, column {exc.column}: "
-                                   f"{exc.reason}") from exc
-            raise CommandError(f"{path}: {exc.path}: {exc.reason}") from exc
     try:
-        doc = yaml.load(text, Loader=_StrictYamlLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise CommandError(f"{path}: {where}{problem}") from exc
-    try:
-        strictjson.check_value(doc)
-    except strictjson.StrictJSONError as exc:
-        raise CommandError(f"{path}: {exc.path}: {exc.reason}") from exc
-    return doc
+        return study_file_parse(text, name=path.name)
+    except ValidationFailed as exc:
+        raise CommandError(f"{path}: {exc.message}") from exc
 
 
 class Command(BaseCommand):
