@@ -94,10 +94,10 @@ def _rows_json(rows: Iterable[Mapping[str, Any]]) -> str:
     return text
 
 
-# NUL and unpaired surrogates: what ingest refuses (studies/ingest/validation.py) and a judge's answer,
-# which is recorded rather than refused, has replaced. Every write of job and verdict rows goes
-# through `_storable`: here on PostgreSQL (only when the chunk's JSON shows one), on the ORM
-# path value by value (SQLite cannot encode a lone surrogate either).
+# NUL and unpaired surrogates: what ingest refuses (studies/ingest/validation.py) and a
+# judge's answer, which is recorded rather than refused, has replaced. Every write of job and
+# verdict rows goes through `_storable`: here on PostgreSQL (only when the chunk's JSON shows
+# one), on the ORM path value by value (SQLite cannot encode a lone surrogate either).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
