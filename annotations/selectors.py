@@ -307,6 +307,12 @@ class StratumQueueRow:
     gold_entries: int
 
 
+def sampling_plans_list(*, study: Study) -> QuerySet[SamplingPlan]:
+    """The study's sampling plan versions, newest first."""
+    return (SamplingPlan.objects.filter(study=study).select_related("created_by")
+            .order_by("-version"))
+
+
 def queue_status(*, study: Study, plan: SamplingPlan | None = None) -> list[StratumQueueRow]:
     """Per stratum of the active (or given) plan: needed / leased / done. One query."""
     plan = plan or active_plan(study)

@@ -20,4 +20,6 @@ urlpatterns = [
          name="annotations-lead-disagreements"),
     path("studies/<slug:slug>/annotation/members/", views.lead_members,
          name="annotations-lead-members"),
+    path("studies/<slug:slug>/annotation/plans/", views.lead_plans,
+         name="annotations-lead-plans"),
 ]

@@ -640,3 +640,96 @@ def lead_members(request: HttpRequest, slug: str) -> HttpResponse:
     }
     status = 400 if error else 200
     return _no_store(render(request, "annotations/lead_members.html", context, status=status))
+
+
+# --- Sampling plans (lead) ----------------------------------------------------------------------
+
+_PLAN_MODES = (
+    ("all", "Every output"),
+    ("per_stratum", "The same number from every stratum"),
+    ("proportional", "A total, split in proportion to the strata"),
+)
+
+
+def _plan_form_values(post: Any) -> tuple[dict[str, Any], int, float]:
+    """The plan form as the service's arguments; a bad number is a 400 naming its field."""
+
+    def number(name: str, cast: Any, *, required: bool = False) -> Any:
+        text = str(post.get(name, "")).strip()
+        if not text:
+            if required:
+                raise ValidationFailed(f"{name} is required.", details={name: "required"})
+            return None
+        try:
+            return cast(text)
+        except ValueError:
+            raise ValidationFailed(f"{name} must be a number.",
+                                   details={name: "must be a number"}) from None
+
+    spec: dict[str, Any] = {"mode": post.get("mode", "all"),
+                            "subject": post.get("subject", "output")}
+    if post.get("dimension"):
+        spec["dimension"] = str(post["dimension"])
+    for name, key in (("n", "n"), ("total", "total"), ("min_per_stratum", "min_per_stratum"),
+                      ("seed", "seed")):
+        value = number(name, int)
+        if value is not None:
+            spec[key] = value
+    weight = number("disagreement_weight", float)
+    if weight is not None:
+        spec["disagreement_weight"] = weight
+    if post.get("include_errors") == "on":
+        spec["include_errors"] = True
+    k = number("k", int, required=True)
+    gold_rate = number("gold_rate", float)
+    return spec, k, 0.0 if gold_rate is None else gold_rate
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@strict_csp
+def lead_plans(request: HttpRequest, slug: str) -> HttpResponse:
+    """Sampling plans: the versions so far and a form that previews a draw (how many outputs
+    each stratum gets, nothing written) and creates it, through the same services as the API."""
+    study, role = page_study(request, slug, min_role=Membership.Role.LEAD)
+    user = _actor(request)
+    errors: list[dict[str, str]] = []
+    preview: dict[str, Any] | None = None
+    form: dict[str, Any] = {"mode": "all", "subject": "output", "k": "3", "gold_rate": "0"}
+    status = 200
+    if request.method == "POST":
+        form = {key: request.POST.get(key, "") for key in request.POST
+                if key != "csrfmiddlewaretoken"}
+        try:
+            spec, k, gold_rate = _plan_form_values(request.POST)
+            if request.POST.get("action") == "create":
+                plan = services.sampling_plan_create(study=study, spec=spec, k=k,
+                                                     gold_rate=gold_rate, created_by=user)
+                messages.success(request, f"Sampling plan v{plan.version} created: "
+                                          f"{plan.summary.get('entries', 0)} entries.")
+                return HttpResponseRedirect(reverse("annotations-lead-queue", args=[study.slug]))
+            preview = services.sampling_plan_preview(study=study, spec=spec, k=k,
+                                                     gold_rate=gold_rate, user=user)
+            # The preview's seed goes into the form, so "Create" draws exactly what was shown.
+            form["seed"] = str(preview["seed"])
+        except AppError as exc:
+            status = 400
+            details = exc.details if isinstance(exc.details, dict) else {}
+            errors = [{"path": str(path), "message": str(message)}
+                      for path, message in details.items()] or [{"path": "", "message": ""}]
+            errors[0]["message"] = exc.message
+    context = {
+        "study": study,
+        "study_role": role,
+        "plans": list(selectors.sampling_plans_list(study=study)),
+        "dimensions": list(study.dimensions.order_by("key")),
+        "modes": _PLAN_MODES,
+        "form": form,
+        "preview": preview,
+        "preview_rows": [
+            {"stratum": h, "population": n, "allocated": (preview["allocation"] or {}).get(h, 0)}
+            for h, n in sorted((preview["population"] or {}).items())
+        ] if preview else [],
+        "errors": errors,
+    }
+    return render(request, "annotations/lead_plans.html", context, status=status)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -45,10 +46,25 @@ _BODY = {
 }
 
 
+class _StreamedBody(BaseParser):
+    """Claims every body and reads none of it: the view spools `request.stream` itself.
+
+    Without a parser DRF answers 415 as soon as anything reads `request.POST`, and the CSRF
+    check of session-authenticated requests (the data page's upload) reads it first, before
+    the X-CSRFToken header. With this one `request.POST` is empty and the stream untouched.
+    """
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: str | None = None,
+              parser_context: Any = None) -> Any:
+        return {}
+
+
 class BulkIngestView(APIView):
     kind: ClassVar[ingest.Kind]
     # The body is read raw from the stream; DRF's parsers would load it all into memory.
-    parser_classes: list[Any] = []
+    parser_classes: list[Any] = [_StreamedBody]
     # The one kind of endpoint allowed a large body: it enforces REVIEWHUB_MAX_UPLOAD_BYTES
     # itself while spooling, so RequestLimitsMiddleware's small limit does not apply.
     streams_request_body = True

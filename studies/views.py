@@ -230,3 +230,78 @@ def study_new(request: HttpRequest) -> HttpResponse:
             context["errors"] = details.get("errors") or [{"path": "", "message": exc.message}]
             context["error_message"] = exc.message
     return render(request, "studies/new.html", context, status=status)
+
+
+# --- Items, candidates and outputs -------------------------------------------------------------
+
+_INGEST_KINDS = (("items", "Items (inputs)"), ("candidates", "Candidates (models)"),
+                 ("outputs", "Outputs"))
+# Outputs shown per candidate on the page; the API lists every one.
+OUTPUTS_SHOWN = 20
+
+
+def _ingest_errors(exc: AppError) -> list[dict[str, Any]]:
+    details = exc.details if isinstance(exc.details, dict) else {}
+    rows = details.get("errors")
+    if isinstance(rows, list) and rows:
+        return [{"line": e.get("line"), "field": e.get("field") or e.get("path", ""),
+                 "message": e.get("reason") or e.get("message", "")} for e in rows
+                if isinstance(e, dict)]
+    return [{"line": None, "field": "", "message": exc.message}]
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@strict_csp
+def study_data(request: HttpRequest, slug: str) -> HttpResponse:
+    """A study's items, candidates and outputs for its lead, with uploads.
+
+    The upload form's script sends the file as the body of the REST bulk endpoint (the same
+    view and service as any client: `studies.ingest.ingest_run`), which shows upload progress
+    and takes files up to REVIEWHUB_MAX_UPLOAD_BYTES. Without the script the form posts here
+    and the same service runs on the uploaded file, within the request body limit.
+    """
+    from . import ingest
+
+    study, role = page_study(request, slug, min_role=Membership.Role.LEAD)
+    context: dict[str, Any] = {"study": study, "study_role": role, "kinds": _INGEST_KINDS,
+                               "errors": [], "result": None}
+    status = 200
+    if request.method == "POST":
+        kind = request.POST.get("kind", "")
+        upload = request.FILES.get("file")
+        context["kind"] = kind
+        try:
+            if kind not in dict(_INGEST_KINDS):
+                raise ValidationFailed("Choose what the file holds.", details={
+                    "errors": [{"path": "kind", "message": "items, candidates or outputs"}]})
+            if upload is None:
+                raise ValidationFailed("Choose a file.", details={
+                    "errors": [{"path": "file", "message": "no file chosen"}]})
+            fmt = ingest.format_for_path(str(upload.name or ""))
+            if fmt is None:
+                raise ValidationFailed("The file name must end in .json, .jsonl or .csv.",
+                                       details={"errors": [{"path": "file",
+                                                            "message": "unknown file type"}]})
+            stream = upload.file
+            if stream is None:  # Django always gives an uploaded file its file object
+                raise ValidationFailed("Choose a file.", details={
+                    "errors": [{"path": "file", "message": "no file chosen"}]})
+            result = ingest.ingest_run(study=study, kind=kind,  # type: ignore[arg-type]
+                                       stream=stream, fmt=fmt)
+            context["result"] = {"kind": kind, **result.as_dict()}
+        except AppError as exc:
+            status = 400
+            context["errors"] = _ingest_errors(exc)
+            context["error_message"] = exc.message
+    candidates = list(study.candidates.order_by("name").annotate(n_outputs=Count("outputs")))
+    shown = {c.pk: list(c.outputs.select_related("item").order_by("id")[:OUTPUTS_SHOWN])
+             for c in candidates}
+    context.update(
+        n_items=study.items.count(),
+        candidates=[{"candidate": c, "outputs": shown[c.pk]} for c in candidates],
+        outputs_shown=OUTPUTS_SHOWN,
+        bulk_urls={kind: reverse(f"api-{kind}-bulk", args=[study.slug])
+                   for kind, _ in _INGEST_KINDS},
+    )
+    return render(request, "studies/data.html", context, status=status)

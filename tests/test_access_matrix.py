@@ -236,7 +236,9 @@ MATRIX: dict[str, dict[str, Policy]] = {
     # pages
     "home": {"GET": PAGE_SIGNED_IN},
     "study-overview": {"GET": PAGE_MEMBER},
+    "study-data": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "account-tokens": {"GET": PAGE_SIGNED_IN, "POST": PAGE_SIGNED_IN},
+    "study-new": {"GET": PAGE_SIGNED_IN, "POST": PAGE_SIGNED_IN},
     "account-token-revoke": {"POST": PAGE_OWN_TOKEN},
     "judge-list-page": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "judge-version-preview-page": {"GET": PAGE_LEAD},
@@ -248,6 +250,7 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "annotations-grade-heartbeat": {"POST": PAGE_OWN},
     "annotations-revise": {"GET": PAGE_OWN, "POST": PAGE_OWN},
     "annotations-lead-queue": {"GET": PAGE_LEAD},
+    "annotations-lead-plans": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "annotations-lead-disagreements": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "annotations-lead-members": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "reports-list": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},

@@ -8,10 +8,11 @@ the lock order are documented in ``queue.py`` and docs/annotation.md.
 
 from .adjudication import adjudication_record
 from .common import active_plan, is_failure, latest_rubric, plan_criteria
+from .escalations import escalation_plan_create
 from .gold import gold_label_set
 from .labels import MAX_TEXT_CHARS, CleanLabel, LabelInput, flags_clean, label_clean, labels_clean
 from .members import PasswordResetRefused, UserModel, annotator_invite, annotator_password_reset
-from .plans import sampling_plan_create, sampling_plan_deactivate
+from .plans import sampling_plan_create, sampling_plan_deactivate, sampling_plan_preview
 from .queue import (
     CLAIM_RETRIES,
     QUEUE_WINDOW,
@@ -43,6 +44,7 @@ __all__ = [
     "assignment_next",
     "assignment_skip",
     "assignments_expire_stale",
+    "escalation_plan_create",
     "flags_clean",
     "gold_label_set",
     "is_failure",
@@ -53,4 +55,5 @@ __all__ = [
     "revision_deadline",
     "sampling_plan_create",
     "sampling_plan_deactivate",
+    "sampling_plan_preview",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -41,22 +42,37 @@ def _population(
     return subjects, {sid: ext for sid, _, ext in rows}
 
 
-def sampling_plan_create(
-    *,
-    study: Study,
-    spec: Mapping[str, Any],
-    k: int,
-    gold_rate: float,
-    created_by: User,
-) -> SamplingPlan:
-    """Draw a new plan version and fill its queue; the previous active plan is superseded.
+@dataclass(frozen=True)
+class PlanDraw:
+    """A plan's draw before anything is written: what `sampling_plan_preview` shows and
+    `sampling_plan_create` stores."""
 
-    Superseding ends the live leases of the old plan (its entries are no longer offered and its
-    assignments can no longer be submitted). Subjects already labelled under earlier versions
-    keep those annotations: the new entry starts with them counted toward k, and their
-    annotators are never offered the subject again.
-    """
-    _require_lead(study=study, user=created_by)
+    parsed: sampling.SamplingSpec
+    rubric: Any
+    criterion_ids: list[int]
+    subject_field: str
+    result: sampling.SampleResult
+    k: int
+    gold_rate: float
+
+    def summary(self) -> dict[str, Any]:
+        result = self.result
+        return {
+            "seed": self.parsed.seed,
+            "population": result.population,
+            "allocation": result.allocation,
+            "entries": len(result.chosen),
+            "gold_available": result.gold_available,
+            "gold_entries": result.gold_chosen,
+            "warnings": result.warnings,
+            # Per stratum: the design and its inclusion probabilities (docs/annotation.md).
+            "designs": {h: d.as_dict() for h, d in result.designs.items()},
+            "draw_kinds": result.draw_kinds(),
+        }
+
+
+def _plan_draw(*, study: Study, spec: Mapping[str, Any], k: int, gold_rate: float) -> PlanDraw:
+    """Validate the plan and draw it (seeded: the same spec and seed draw the same entries)."""
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 100:
         raise ValidationFailed("k must be an integer from 1 to 100.", details={"k": "invalid"})
     if (
@@ -118,6 +134,40 @@ def sampling_plan_create(
             f"The study has no {parsed.subject}s to sample.", details={"spec.subject": "empty"}
         )
     result = sampling.draw(spec=parsed, population=population, gold=gold, gold_rate=gold_rate)
+    return PlanDraw(parsed=parsed, rubric=rubric, criterion_ids=criterion_ids,
+                    subject_field=subject_field, result=result, k=k, gold_rate=gold_rate)
+
+
+def sampling_plan_preview(
+    *, study: Study, spec: Mapping[str, Any], k: int, gold_rate: float, user: User
+) -> dict[str, Any]:
+    """What `sampling_plan_create` would draw with these settings, written nowhere: the plan
+    summary (population, allocation, gold and draw kinds per stratum). Give a seed to preview
+    exactly the entries a later create with the same seed draws."""
+    _require_lead(study=study, user=user)
+    return _plan_draw(study=study, spec=spec, k=k, gold_rate=gold_rate).summary()
+
+
+def sampling_plan_create(
+    *,
+    study: Study,
+    spec: Mapping[str, Any],
+    k: int,
+    gold_rate: float,
+    created_by: User,
+) -> SamplingPlan:
+    """Draw a new plan version and fill its queue; the previous active plan is superseded.
+
+    Superseding ends the live leases of the old plan (its entries are no longer offered and its
+    assignments can no longer be submitted). Subjects already labelled under earlier versions
+    keep those annotations: the new entry starts with them counted toward k, and their
+    annotators are never offered the subject again.
+    """
+    _require_lead(study=study, user=created_by)
+    drawn = _plan_draw(study=study, spec=spec, k=k, gold_rate=gold_rate)
+    parsed, rubric, result = drawn.parsed, drawn.rubric, drawn.result
+    criterion_ids, subject_field = drawn.criterion_ids, drawn.subject_field
+    gold_rate = drawn.gold_rate
     chosen_ids = [c[0] for c in result.chosen]
     # Prior annotators per subject (earlier plan versions, imports): counted toward k and never
     # offered the subject again.
@@ -151,17 +201,8 @@ def sampling_plan_create(
             is_active=True,
             created_by=created_by,
             summary={
-                "seed": parsed.seed,
-                "population": result.population,
-                "allocation": result.allocation,
-                "entries": len(result.chosen),
-                "gold_available": result.gold_available,
-                "gold_entries": result.gold_chosen,
+                **drawn.summary(),
                 "carried_over_annotators": sum(len(v) for v in prior.values()),
-                "warnings": result.warnings,
-                # Per stratum: the design and its inclusion probabilities (docs/annotation.md).
-                "designs": {h: d.as_dict() for h, d in result.designs.items()},
-                "draw_kinds": result.draw_kinds(),
             },
         )
         entries = [

@@ -15,7 +15,9 @@ register = template.Library()
 # (label, URL names to try in order). Pages owned by other areas appear in the navigation as
 # soon as one of their names resolves, so base.html never breaks on a page that is not there.
 _LEAD_LINKS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Data", ("study-data",)),
     ("Queue", ("annotations-lead-queue",)),
+    ("Plans", ("annotations-lead-plans",)),
     ("Disagreements", ("annotations-lead-disagreements",)),
     ("Members", ("annotations-lead-members",)),
     ("Judges", ("judge-list-page",)),

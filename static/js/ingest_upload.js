@@ -1,0 +1,81 @@
+// Upload with progress on the data page (templates/studies/data.html): the file goes, as it is,
+// to the REST bulk endpoint (the same code path as any API client), and the outcome or the
+// rejected rows are shown as text. Without this script the form posts to the page itself.
+(function () {
+  "use strict";
+  var form = document.getElementById("ingest-form");
+  if (!form || !window.XMLHttpRequest) { return; }
+  var urls = JSON.parse(form.dataset.urls);
+  var bar = document.getElementById("ingest-progress");
+  var status = document.getElementById("ingest-status");
+  var outcome = document.getElementById("ingest-outcome");
+  var csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
+  var types = {jsonl: "application/x-ndjson", ndjson: "application/x-ndjson",
+               json: "application/json", csv: "text/csv"};
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) { node.className = cls; }
+    if (text !== undefined) { node.textContent = text; }
+    return node;
+  }
+  function showResult(kind, r) {
+    var p = el("p", "message message-success",
+      kind.charAt(0).toUpperCase() + kind.slice(1) + ": " + r.created + " created, " +
+      r.updated + " updated, " + r.unchanged + " unchanged.");
+    p.id = "ingest-result";
+    outcome.replaceChildren(p);
+  }
+  function showError(error) {
+    var box = el("div", "form-error");
+    box.id = "ingest-errors";
+    box.setAttribute("role", "alert");
+    box.appendChild(el("p", "", error.message || "The upload failed."));
+    var rows = (error.details && error.details.errors) || [];
+    var list = el("ul");
+    rows.forEach(function (e) {
+      var li = el("li");
+      var where = [];
+      if (e.line) { where.push("line " + e.line); }
+      li.appendChild(document.createTextNode(where.join("") + (e.line && e.field ? ", " : "")));
+      if (e.field || e.path) { li.appendChild(el("strong", "", e.field || e.path)); }
+      li.appendChild(document.createTextNode((e.line || e.field || e.path ? ": " : "") + (e.reason || e.message || "")));
+      list.appendChild(li);
+    });
+    if (rows.length) { box.appendChild(list); }
+    if (error.details && error.details.more_errors) {
+      box.appendChild(el("p", "small", "… and " + error.details.more_errors + " more."));
+    }
+    outcome.replaceChildren(box);
+  }
+  form.addEventListener("submit", function (event) {
+    var file = document.getElementById("ingest-file").files[0];
+    var kind = document.getElementById("ingest-kind").value;
+    var ext = file ? file.name.split(".").pop().toLowerCase() : "";
+    if (!file || !types[ext] || !urls[kind]) { return; }  // the server names the problem
+    event.preventDefault();
+    var xhr = new XMLHttpRequest();
+    xhr.open("POST", urls[kind]);
+    xhr.setRequestHeader("Content-Type", types[ext]);
+    xhr.setRequestHeader("X-CSRFToken", csrf);
+    xhr.setRequestHeader("Accept", "application/json");
+    bar.hidden = false; bar.value = 0;
+    status.textContent = "Uploading…";
+    xhr.upload.onprogress = function (e) {
+      if (e.lengthComputable) {
+        bar.value = e.loaded / e.total;
+        status.textContent = "Uploading " + Math.round(100 * e.loaded / e.total) + " %";
+      }
+    };
+    xhr.upload.onload = function () { status.textContent = "Checking and writing the rows…"; };
+    xhr.onload = function () {
+      bar.hidden = true;
+      var body = null;
+      try { body = JSON.parse(xhr.responseText); } catch (err) { body = null; }
+      if (xhr.status === 200 && body) { status.textContent = ""; showResult(kind, body); return; }
+      status.textContent = "";
+      showError((body && body.error) || {message: "The server answered " + xhr.status + "."});
+    };
+    xhr.onerror = function () { bar.hidden = true; status.textContent = ""; showError({message: "The upload did not reach the server."}); };
+    xhr.send(file);
+  });
+}());
