@@ -94,6 +94,8 @@ def pandalm_rows(data_dir: Path) -> DatasetRows:
             "output_a_text": rec["response1"],
             "output_b_text": rec["response2"],
             "order": "ab",
+            # Everyone saw response1 (= output_a) first, so both conventions read the same.
+            "pairwise_values": "outputs",
             "criterion": "preference",
         }
         for k in (1, 2, 3):

@@ -9,11 +9,18 @@ memberships, and Annotations, each through the import services of the app that o
 (`studies.imports_service`, `judges.services`, `annotations.imports_service`), which also hold
 the rules the rows must obey. Re-importing the same rows changes nothing (upsert by natural
 keys); any invalid row means nothing is written.
+
+Where a guess could silently invert or re-type data the importer refuses to guess: pairwise
+files declare what their values refer to (`pairwise_values`), numeric values never become
+categorical labels by inference, and a misspelt optional column is an error while other extra
+columns are ignored with a warning. Where comparisons were rated in both orders, the orders are
+checked against each other (`imports.pairwise_check`).
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import json
 import math
@@ -41,6 +48,8 @@ from studies.imports_service import (
 )
 from studies.models import Criterion, Study
 
+from .pairwise_check import PairwiseVote, order_consistency_warnings
+
 MAX_ERRORS = 50
 BATCH = 5000
 DEFAULT_CANDIDATE = "imported"
@@ -58,6 +67,27 @@ _BINARY_ALIASES = {
 }
 _PAIRWISE_ALIASES = {"a": "A", "b": "B", "tie": "tie"}
 _SWAP = {"A": "B", "B": "A", "tie": "tie"}
+# What a pairwise value refers to: "outputs" (A = output_a is better) or "presented" (A = the
+# output the rater saw first is better). There is no default: the two read a swapped-order
+# rating in opposite ways, and guessing wrong inverts it silently.
+PAIRWISE_CONVENTIONS = ("outputs", "presented")
+# Candidates standing in for missing candidate_a / candidate_b: the positions in the file.
+POSITION_CANDIDATES = ("position-a", "position-b")
+# Optional columns whose misspelling would change the meaning of a row without any error if the
+# misspelt column were ignored like other extra columns (e.g. "ordr": every row read as "ab").
+_MEANINGFUL_OPTIONAL = (
+    "order",
+    "pairwise_values",
+    "value_type",
+    "judge_version",
+    "severity",
+    "candidate",
+    "candidate_a",
+    "candidate_b",
+    "output_a",
+    "output_b",
+    "output_id",
+)
 _KNOWN_FIELDS = frozenset(
     {
         "item_id",
@@ -79,10 +109,13 @@ _KNOWN_FIELDS = frozenset(
         "criterion",
         "value",
         "severity",
+        "pairwise_values",
         "stratum",
         "meta",
+        "rater",
     }
 )
+_PREFIXES = ("stratum.", "meta.", "rater.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,21 +277,76 @@ def _as_number(raw: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _infer_scale(values: list[str], pairwise: bool) -> ScaleSpec:
+def _number_text(num: float) -> str:
+    return str(int(num)) if float(num).is_integer() else repr(num)
+
+
+def _values_preview(values: Iterable[str], limit: int = 6) -> str:
+    distinct = list(dict.fromkeys(values))
+    shown = ", ".join(distinct[:limit])
+    return shown + (f", ... ({len(distinct)} distinct)" if len(distinct) > limit else "")
+
+
+@dataclass(frozen=True)
+class _Inference:
+    """The scale inferred for a new criterion, or why none can be (the user must state it)."""
+
+    spec: ScaleSpec | None
+    reason: str
+
+
+def _infer_scale(key: str, values: list[str], pairwise: bool) -> _Inference:
+    """Infer the scale of a criterion from its values, or refuse where a guess could re-type
+    data: numbers never become categorical labels ("3" and "3.0" would be two labels)."""
     if pairwise:
-        return ScaleSpec("pairwise")
+        return _Inference(ScaleSpec("pairwise"), "the rows are pairwise")
     lowered = {v.lower() for v in values}
     if lowered and lowered <= {"pass", "fail"}:
-        return ScaleSpec("binary")
+        return _Inference(ScaleSpec("binary"), "every value is pass or fail")
     nums = [_as_number(v) for v in values]
-    if nums and all(n is not None and float(n).is_integer() and n >= 1 for n in nums):
-        top = int(max(n for n in nums if n is not None))
-        if top >= 2:
-            return ScaleSpec("ordinal", tuple(str(v) for v in range(1, top + 1)))
+    numeric = [n for n in nums if n is not None]
+    if numeric and len(numeric) == len(nums):
+        if all(float(n).is_integer() for n in numeric):
+            lo, top = int(min(numeric)), int(max(numeric))
+            labels = ",".join(sorted({_number_text(n) for n in numeric}, key=float))
+            if lo >= 1 and top >= 2:
+                return _Inference(
+                    ScaleSpec("ordinal", tuple(str(v) for v in range(1, top + 1))),
+                    f"every value is an integer from {lo} to {top}",
+                )
+            return _Inference(
+                None,
+                f"the values of '{key}' are integers from {lo} to {top} "
+                f"({_values_preview(values)}); ReviewHub's ordinal scales run 1..K, so state the "
+                f"scale: --scale {key}=binary (1 = pass, 0 = fail), --scale "
+                f"{key}=categorical:{labels}, or recode the values to 1..K",
+            )
+        return _Inference(
+            None,
+            f"the values of '{key}' are non-integer numbers ({_values_preview(values)}): "
+            "continuous human scores (such as a mean over raters) have no criterion kind yet; "
+            "import each rater's own rating instead, or import the scores as a judge's "
+            "continuous scores (rater_kind=judge, value_type=continuous) on an ordinal "
+            "criterion",
+        )
+    if numeric:
+        return _Inference(
+            None,
+            f"'{key}' mixes numbers and text ({_values_preview(values)}); state its scale "
+            f"(--scale {key}=ordinal:1-5, --scale {key}=categorical:a,b,...)",
+        )
     seen: dict[str, None] = {}
     for v in values:
         seen.setdefault(v, None)
-    return ScaleSpec("categorical", tuple(seen))
+    if len(seen) < 2:
+        return _Inference(
+            None,
+            f"cannot infer the scale of '{key}' from its values; "
+            "give it explicitly (--scale KEY=ordinal:1-5, ...)",
+        )
+    return _Inference(
+        ScaleSpec("categorical", tuple(seen)), "the values are text labels, in order of appearance"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,19 +368,34 @@ class _Rating:
     # single output: (item, candidate); pairwise: ((item, cand_a), (item, cand_b)) + order
     output: tuple[str, str] | None = None
     pair: tuple[tuple[str, str], tuple[str, str]] | None = None
+    # The presentation order in terms of `pair`: "ab" = pair[0] was shown first.
     order: str = ""
+    # The file's value names the winner in the other orientation than `pair` (the row lists the
+    # outputs the other way round, or its values are presentation-relative and pair[1] was shown
+    # first): swap it to state it in terms of `pair`.
+    flip: bool = False
+    convention: str = ""  # pairwise: "outputs" | "presented"
 
 
 @dataclass
 class ImportSummary:
-    """What an import found and did; `created`/`updated`/`unchanged` count rows per model."""
+    """What an import found and did; `created`/`updated`/`unchanged` count rows per model.
+
+    `criteria` says, per criterion of the file, its scale and whether it existed, was stated
+    (`--scale`) or was inferred (and from what); `warnings` are findings that do not stop the
+    import but that a user must look at (also printed by the command). `dry_run`: validated
+    and written in a transaction that was rolled back, so the counts are what an import would do.
+    """
 
     rows: int = 0
     created: dict[str, int] = field(default_factory=dict)
     updated: dict[str, int] = field(default_factory=dict)
     unchanged: dict[str, int] = field(default_factory=dict)
     criteria_created: list[str] = field(default_factory=list)
+    criteria: dict[str, dict[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    dry_run: bool = False
 
     def bump(self, which: str, model: str, n: int = 1) -> None:
         target = getattr(self, which)
@@ -305,7 +408,10 @@ class ImportSummary:
             "updated": self.updated,
             "unchanged": self.unchanged,
             "criteria_created": self.criteria_created,
+            "criteria": self.criteria,
             "notes": self.notes,
+            "warnings": self.warnings,
+            "dry_run": self.dry_run,
         }
 
 
@@ -313,8 +419,8 @@ class _Problems:
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
 
-    def add(self, line: int, fld: str, message: str) -> None:
-        self.items.append({"line": line, "field": fld, "message": message})
+    def add(self, line: int, fld: str, message: str, *, where: str = "line") -> None:
+        self.items.append({"line": line, "field": fld, "message": message, "where": where})
 
     def raise_if_any(self) -> None:
         if not self.items:
@@ -323,11 +429,11 @@ class _Problems:
         more = len(self.items) - 1
         suffix = f" (and {more} more problem{'s' if more != 1 else ''})" if more else ""
         raise ValidationFailed(
-            f"The ratings did not validate: line {first['line']}: {first['field']}: "
+            f"The ratings did not validate: {first['where']} {first['line']}: {first['field']}: "
             f"{first['message']}{suffix}",
             details={
                 "errors": [
-                    f"line {p['line']}: {p['field']}: {p['message']}"
+                    f"{p['where']} {p['line']}: {p['field']}: {p['message']}"
                     for p in self.items[:MAX_ERRORS]
                 ],
                 "error_count": len(self.items),
@@ -348,17 +454,24 @@ def _text(row: Mapping[str, Any], key: str) -> str:
     return str(value).strip() if isinstance(value, str) else str(value)
 
 
-def _strata_and_meta(row: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
-    strata: dict[str, str] = {}
-    meta: dict[str, Any] = {}
+def _prefixed(row: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """`prefix.<key>` columns, and a JSON Lines object under `prefix` (empty cells absent)."""
+    out: dict[str, Any] = {}
+    dotted = prefix + "."
     for key, value in row.items():
-        if key.startswith("stratum.") and value not in (None, ""):
-            strata[key[len("stratum.") :]] = str(value)
-        elif key.startswith("meta.") and value not in (None, ""):
-            meta[key[len("meta.") :]] = value
-    if isinstance(row.get("stratum"), dict):
-        strata.update({str(k): str(v) for k, v in row["stratum"].items() if v not in (None, "")})
+        if key.startswith(dotted) and value not in (None, ""):
+            out[key[len(dotted) :]] = value
+    nested = row.get(prefix)
+    if isinstance(nested, dict):
+        out.update({str(k): v for k, v in nested.items() if v not in (None, "")})
+    return out
+
+
+def _strata_and_meta(row: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    strata = {k: str(v) for k, v in _prefixed(row, "stratum").items()}
+    meta = _prefixed(row, "meta")
     if isinstance(row.get("meta"), dict):
+        # An explicit empty value in a JSON object is metadata too.
         meta.update({str(k): v for k, v in row["meta"].items()})
     return strata, meta
 
@@ -374,6 +487,10 @@ class _Plan:
     outputs: dict[tuple[str, str], dict[str, Any]]  # (item, candidate) -> {"text", "output_id"}
     pairs: list[tuple[tuple[str, str], tuple[str, str]]]
     judge_value_types: dict[tuple[str, str], str]
+    criteria_info: dict[str, dict[str, str]] = field(default_factory=dict)
+    rater_attributes: dict[str, dict[str, str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _label_field(exc: ValidationFailed, criterion: str) -> str:
@@ -395,67 +512,98 @@ def _slug_ok(key: str) -> bool:
     )
 
 
+@dataclass
+class _StratumSeen:
+    line: int
+    subject: str  # the output id, or the two output ids of a pair
+    rater: str
+    label: str
+
+
+@dataclass
+class _State:
+    """What the row loop accumulates (see `_validate_row`)."""
+
+    problems: _Problems
+    pairwise_values: str | None
+    ratings: list[_Rating] = field(default_factory=list)
+    items: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outputs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    output_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
+    output_lines: dict[str, int] = field(default_factory=dict)
+    values_by_criterion: dict[str, list[str]] = field(default_factory=dict)
+    pairwise_criteria: set[str] = field(default_factory=set)
+    single_criteria: set[str] = field(default_factory=set)
+    judge_value_types: dict[tuple[str, str], str] = field(default_factory=dict)
+    pair_orientation: dict[
+        frozenset[tuple[str, str]], tuple[tuple[str, str], tuple[str, str]]
+    ] = field(default_factory=dict)
+    ignored_columns: dict[str, int] = field(default_factory=dict)
+    # dimension -> item -> the rows that gave the item a label in it
+    strata_seen: dict[str, dict[str, list[_StratumSeen]]] = field(default_factory=dict)
+    rater_attributes: dict[str, dict[str, str]] = field(default_factory=dict)
+    rater_attribute_lines: dict[tuple[str, str], int] = field(default_factory=dict)
+    judge_attribute_keys: dict[str, int] = field(default_factory=dict)
+    position_candidate_rows: int = 0
+
+
 def ratings_validate(
     *,
     study: Study,
     rows: Iterable[tuple[int, Mapping[str, Any]]],
     scales: Mapping[str, ScaleSpec] | None = None,
+    pairwise_values: str | None = None,
+    texts: Iterable[tuple[int, Mapping[str, Any]]] | None = None,
 ) -> _Plan:
     """Check every row (collecting "line N: field: reason" problems) and resolve criteria.
 
+    `pairwise_values` ("outputs" or "presented") says what pairwise values refer to for rows
+    without a `pairwise_values` column; a pairwise row with neither is refused. `texts` are the
+    rows of a JSON Lines file of input and output texts keyed by `item_id` / `output_id`.
     Raises ValidationFailed listing the problems (capped at 50, with the total) when any row is
     invalid; returns the resolved plan otherwise. Reads the database, never writes.
     """
     scales = dict(scales or {})
+    if pairwise_values is not None and pairwise_values not in PAIRWISE_CONVENTIONS:
+        raise ValidationFailed(
+            f"pairwise_values must be one of {', '.join(PAIRWISE_CONVENTIONS)}, "
+            f"got {pairwise_values!r}",
+            details={"field": "pairwise_values"},
+        )
     problems = _Problems()
-    ratings: list[_Rating] = []
-    items: dict[str, dict[str, Any]] = {}
-    item_first_line: dict[str, int] = {}
-    outputs: dict[tuple[str, str], dict[str, Any]] = {}
-    output_ids: dict[str, tuple[str, str]] = {}
-    values_by_criterion: dict[str, list[str]] = {}
-    pairwise_criteria: set[str] = set()
-    single_criteria: set[str] = set()
-    judge_value_types: dict[tuple[str, str], str] = {}
-    pair_orientation: dict[frozenset[tuple[str, str]], tuple[tuple[str, str], tuple[str, str]]] = {}
+    st = _State(problems=problems, pairwise_values=pairwise_values)
     n_rows = 0
     try:
         for line, row in rows:
             n_rows += 1
-            _validate_row(
-                line,
-                row,
-                problems,
-                ratings,
-                items,
-                item_first_line,
-                outputs,
-                output_ids,
-                values_by_criterion,
-                pairwise_criteria,
-                single_criteria,
-                judge_value_types,
-                pair_orientation,
-            )
+            _validate_row(line, row, st)
     except ReadError as exc:
         problems.add(exc.line, exc.message.split(":", 1)[0], exc.message.split(":", 1)[-1].strip())
     if n_rows == 0 and not problems.items:
         problems.add(1, "file", "no rating rows")
+    _strata_conflicts(st)
+    notes: list[str] = []
+    warnings: list[str] = []
+    if texts is not None:
+        _apply_texts(texts, st, warnings)
     problems.raise_if_any()
+    ratings = st.ratings
 
     rubric = study.rubric_versions.order_by("-version").first()
     existing = {c.key: c for c in Criterion.objects.filter(rubric=rubric)} if rubric else {}
     criteria: dict[str, _CriterionView] = {}
     new_criteria: dict[str, ScaleSpec] = {}
+    info: dict[str, dict[str, str]] = {}
     first_line = {r.criterion: r.line for r in reversed(ratings)}
-    for key in values_by_criterion:
+    for key in st.values_by_criterion:
         line = first_line[key]
-        if key in pairwise_criteria and key in single_criteria:
+        if key in st.pairwise_criteria and key in st.single_criteria:
             problems.add(line, "criterion", f"'{key}' has both single-output and pairwise rows")
             continue
         if key in existing:
             crit = existing[key]
             criteria[key] = _CriterionView(key, crit.scale, criterion_allowed_values(crit), crit)
+            info[key] = {"scale": crit.scale, "how": "existing"}
             if key in scales and scales[key].scale != crit.scale:
                 problems.add(
                     line,
@@ -463,15 +611,18 @@ def ratings_validate(
                     f"'{key}' exists as {crit.scale}; --scale says {scales[key].scale}",
                 )
             continue
-        spec = scales.get(key) or _infer_scale(values_by_criterion[key], key in pairwise_criteria)
-        if spec.scale == "categorical" and len(spec.points) < 2:
-            problems.add(
-                line,
-                "criterion",
-                f"cannot infer the scale of '{key}' from its values; "
-                "give it explicitly (--scale KEY=ordinal:1-5, ...)",
+        if key in scales:
+            spec = scales[key]
+            how = "stated (--scale)"
+        else:
+            inferred = _infer_scale(
+                key, st.values_by_criterion[key], key in st.pairwise_criteria
             )
-            continue
+            if inferred.spec is None:
+                problems.add(line, "criterion", inferred.reason)
+                continue
+            spec = inferred.spec
+            how = f"inferred: {inferred.reason}"
         # The rubric's own rules decide whether the criterion may be created.
         refused = criterion_import_problems(spec.criterion_fields(key))
         if refused:
@@ -479,6 +630,7 @@ def ratings_validate(
                 problems.add(line, "criterion", message)
             continue
         new_criteria[key] = spec
+        info[key] = {"scale": spec.describe(), "how": how}
         values = (
             list(PAIRWISE_VALUES)
             if spec.scale == "pairwise"
@@ -488,12 +640,12 @@ def ratings_validate(
             key, spec.scale, values, None, criterion_unsaved(spec.criterion_fields(key))
         )
     for key, view in criteria.items():
-        if (view.scale == "pairwise") != (key in pairwise_criteria):
+        if (view.scale == "pairwise") != (key in st.pairwise_criteria):
             problems.add(
                 first_line[key],
                 "criterion",
                 f"'{key}' is {view.scale} but the rows are "
-                f"{'pairwise' if key in pairwise_criteria else 'single-output'}",
+                f"{'pairwise' if key in st.pairwise_criteria else 'single-output'}",
             )
     problems.raise_if_any()
 
@@ -512,12 +664,7 @@ def ratings_validate(
             elif _as_number(r.raw_value) is None:
                 problems.add(r.line, "value", f"{r.raw_value!r} is not a finite number")
         elif (canon := view.canonical(r.raw_value)) is None:
-            problems.add(
-                r.line,
-                "value",
-                f"{r.raw_value!r} is not a value of the {view.scale} "
-                f"criterion '{r.criterion}' (allowed: {', '.join(view.values)})",
-            )
+            problems.add(r.line, "value", _not_a_value(r, view))
         elif r.kind == "human" and view.model is not None:
             # The annotations app's label rule (values, severity only on failures) applies to
             # imported labels exactly as to submitted ones.
@@ -546,40 +693,106 @@ def ratings_validate(
         else:
             seen[dedupe] = (r.line, r.raw_value)
     problems.raise_if_any()
+
+    for key, entry in info.items():
+        if entry["how"] != "existing":
+            notes.append(f"criterion '{key}': {entry['scale']} ({entry['how']})")
+    if st.position_candidate_rows:
+        notes.append(
+            f"{st.position_candidate_rows} pairwise rows have no candidate_a/candidate_b: the "
+            f"positions stand in as candidates '{POSITION_CANDIDATES[0]}' and "
+            f"'{POSITION_CANDIDATES[1]}' (per-candidate figures then describe positions)"
+        )
+    for col, line in st.ignored_columns.items():
+        warnings.append(
+            f"column '{col}' (first on line {line}) is not a column of the format and was "
+            f"ignored; name it meta.{col} to keep it as item metadata or rater.{col} for an "
+            "attribute of the rater"
+        )
+    for key, line in st.judge_attribute_keys.items():
+        warnings.append(
+            f"rater.{key} (first on line {line}) on judge rows was ignored: rater attributes are "
+            "kept for human raters only (a judge's identity is its name and version)"
+        )
+    warnings.extend(
+        order_consistency_warnings(
+            ratings=[
+                PairwiseVote(
+                    kind=r.kind,
+                    rater=r.rater,
+                    version=r.judge_version,
+                    criterion=r.criterion,
+                    pair=r.pair,
+                    order=r.order,
+                    value=_pair_value(criteria[r.criterion], r),
+                    convention=r.convention,
+                )
+                for r in ratings
+                if r.pair is not None
+            ]
+        )
+    )
     pairs = list({r.pair: None for r in ratings if r.pair is not None})
     return _Plan(
         ratings=ratings,
         criteria=criteria,
         new_criteria=new_criteria,
-        items=items,
-        outputs=outputs,
+        items=st.items,
+        outputs=st.outputs,
         pairs=pairs,
-        judge_value_types=judge_value_types,
+        judge_value_types=st.judge_value_types,
+        criteria_info=info,
+        rater_attributes=st.rater_attributes,
+        notes=notes,
+        warnings=warnings,
     )
 
 
-def _validate_row(
-    line: int,
-    row: Mapping[str, Any],
-    problems: _Problems,
-    ratings: list[_Rating],
-    items: dict[str, dict[str, Any]],
-    item_first_line: dict[str, int],
-    outputs: dict[tuple[str, str], dict[str, Any]],
-    output_ids: dict[str, tuple[str, str]],
-    values_by_criterion: dict[str, list[str]],
-    pairwise_criteria: set[str],
-    single_criteria: set[str],
-    judge_value_types: dict[tuple[str, str], str],
-    pair_orientation: dict[frozenset[tuple[str, str]], tuple[tuple[str, str], tuple[str, str]]],
-) -> None:
+def _pair_value(view: _CriterionView, r: _Rating) -> str:
+    """A pairwise rating's value in terms of its `pair` (A = pair[0] is better)."""
+    value = view.canonical(r.raw_value)
+    assert value is not None
+    return _SWAP[value] if r.flip else value
+
+
+def _not_a_value(r: _Rating, view: _CriterionView) -> str:
+    message = (
+        f"{r.raw_value!r} is not a value of the {view.scale} "
+        f"criterion '{r.criterion}' (allowed: {', '.join(view.values)})"
+    )
+    num = _as_number(r.raw_value)
+    if view.scale == "ordinal" and num is not None and not float(num).is_integer():
+        if r.kind == "judge":
+            message += "; a judge's continuous scores need value_type=continuous"
+        else:
+            message += (
+                "; continuous human scores (such as a mean over raters) have no criterion "
+                "kind yet: import each rater's own rating"
+            )
+    return message
+
+
+def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
+    problems = st.problems
     start = len(problems.items)
     for key, value in row.items():
         if isinstance(value, str) and "\x00" in value:
             problems.add(line, key, "contains a NUL byte")
-    unknown = [k for k in row if k not in _KNOWN_FIELDS and not k.startswith(("stratum.", "meta."))]
-    if unknown:
-        problems.add(line, unknown[0], "unknown column (see docs/import-ratings.md)")
+    for key in row:
+        if key in _KNOWN_FIELDS or key.startswith(_PREFIXES) or key in st.ignored_columns:
+            continue
+        near = _near_known(key)
+        if near is not None:
+            # Ignoring a misspelt column that changes a row's meaning would be a silent error.
+            problems.add(line, key, f"unknown column; did you mean '{near}'?")
+        else:
+            st.ignored_columns[key] = line
+    for nested in ("stratum", "meta", "rater"):
+        if row.get(nested) not in (None, "") and not isinstance(row[nested], dict):
+            # A plain "rater" column is not the rater's id (rater_id): refuse, never ignore.
+            problems.add(
+                line, nested, f"must be a JSON object of {nested}.<key> values (see the docs)"
+            )
     item = _text(row, "item_id")
     rater = _text(row, "rater_id")
     kind = _text(row, "rater_kind").lower()
@@ -611,13 +824,14 @@ def _validate_row(
         judge_version = judge_version or DEFAULT_JUDGE_VERSION
         if len(rater) > 200:
             problems.add(line, "rater_id", "judge names are at most 200 characters")
-        prev = judge_value_types.setdefault((rater, judge_version), value_type)
+        prev = st.judge_value_types.setdefault((rater, judge_version), value_type)
         if prev != value_type:
             problems.add(
                 line,
                 "value_type",
                 f"judge '{rater}' version '{judge_version}' mixes label and continuous values",
             )
+    _rater_attributes(line, row, kind, rater, st)
     # Which severities are allowed is the annotations app's rule (checked with the criterion);
     # here the cell only becomes an int when it holds one.
     severity: Any = None
@@ -634,20 +848,13 @@ def _validate_row(
         if not _slug_ok(dim):
             problems.add(line, f"stratum.{dim}", "dimension keys are slugs (letters, digits, - _)")
     if item:
-        entry = items.get(item)
+        entry = st.items.get(item)
         item_input = _text(row, "item_input")
         if entry is None:
-            items[item] = {"input": item_input, "strata": dict(strata), "meta": dict(meta)}
-            item_first_line[item] = line
+            st.items[item] = {"input": item_input, "strata": dict(strata), "meta": dict(meta)}
         else:
             for dim, label in strata.items():
-                if entry["strata"].setdefault(dim, label) != label:
-                    problems.add(
-                        line,
-                        f"stratum.{dim}",
-                        f"item '{item}' is '{entry['strata'][dim]}'"
-                        f" on line {item_first_line[item]} but '{label}' here",
-                    )
+                entry["strata"].setdefault(dim, label)
             for k, v in meta.items():
                 entry["meta"].setdefault(k, v)
             if item_input and not entry["input"]:
@@ -670,7 +877,7 @@ def _validate_row(
         key = (item, candidate)
         if len(candidate) > 200:
             problems.add(line, fld, "candidate names are at most 200 characters")
-        known = output_ids.get(out_id)
+        known = st.output_ids.get(out_id)
         if known is not None and known != key:
             problems.add(
                 line,
@@ -678,31 +885,33 @@ def _validate_row(
                 f"output '{out_id}' was item '{known[0]}' / candidate "
                 f"'{known[1]}' earlier in the file",
             )
-        output_ids.setdefault(out_id, key)
-        entry = outputs.setdefault(key, {"text": "", "output_id": out_id})
+        st.output_ids.setdefault(out_id, key)
+        st.output_lines.setdefault(out_id, line)
+        entry = st.outputs.setdefault(key, {"text": "", "output_id": out_id})
         if entry["output_id"] != out_id:
+            hint = (
+                " (without candidate_a/candidate_b the positions stand in for candidates, so "
+                "an item can have one comparison only: give the candidate columns)"
+                if candidate in POSITION_CANDIDATES
+                else ""
+            )
             problems.add(
                 line,
                 fld,
                 f"item '{item}' already has output '{entry['output_id']}' of "
-                f"candidate '{candidate}' (one output per item and candidate)",
+                f"candidate '{candidate}' (one output per item and candidate){hint}",
             )
         if text and not entry["text"]:
             entry["text"] = text
         return key
 
     if pairwise:
-        pairwise_criteria.add(criterion)
+        st.pairwise_criteria.add(criterion)
         out_a, out_b = _text(row, "output_a"), _text(row, "output_b")
-        cand_a, cand_b = _text(row, "candidate_a"), _text(row, "candidate_b")
-        for name, val in (
-            ("output_a", out_a),
-            ("output_b", out_b),
-            ("candidate_a", cand_a),
-            ("candidate_b", cand_b),
-        ):
+        for name, val in (("output_a", out_a), ("output_b", out_b)):
             if not val:
                 problems.add(line, name, "required for a pairwise rating")
+        cand_a, cand_b = _candidates(line, item, out_a, out_b, row, st)
         if out_a and out_a == out_b:
             problems.add(line, "output_b", "a comparison needs two different outputs")
         if cand_a and cand_a == cand_b:
@@ -714,6 +923,7 @@ def _validate_row(
             problems.add(
                 line, "order", f"must be 'ab' or 'ba' (the order the rater saw them), got {order!r}"
             )
+        convention = _convention(line, row, st)
         if _text(row, "output_id"):
             problems.add(line, "output_id", "give either output_id or output_a/output_b")
         if len(problems.items) == start:
@@ -721,13 +931,20 @@ def _validate_row(
             key_b = register_output(out_b, cand_b, _text(row, "output_b_text"), "output_b")
             # A pair listed the other way round later in the file is the same comparison: keep
             # the first orientation and describe this row's presentation order in its terms.
-            first = pair_orientation.setdefault(frozenset((key_a, key_b)), (key_a, key_b))
-            if first != (key_a, key_b):
+            first = st.pair_orientation.setdefault(frozenset((key_a, key_b)), (key_a, key_b))
+            row_reversed = first != (key_a, key_b)
+            if row_reversed:
                 order = "ba" if order == "ab" else "ab"
             rating.pair = first
             rating.order = order
+            rating.convention = convention
+            # "outputs": A names this row's output_a, which is first[1] when the row lists the
+            # pair the other way round. "presented": A names the output shown first.
+            rating.flip = row_reversed if convention == "outputs" else order == "ba"
+            subject = " / ".join(sorted((out_a, out_b)))
+            _strata_record(line, item, subject, rater, strata, st)
     else:
-        single_criteria.add(criterion)
+        st.single_criteria.add(criterion)
         out_id = _text(row, "output_id")
         if not out_id:
             problems.add(line, "output_id", "required (or output_a/output_b for pairwise)")
@@ -738,12 +955,253 @@ def _validate_row(
             rating.output = register_output(
                 out_id, candidate, _text(row, "output_text"), "output_id"
             )
+            _strata_record(line, item, out_id, rater, strata, st)
     if len(problems.items) == start:
-        ratings.append(rating)
+        st.ratings.append(rating)
         if value_type != "continuous":
-            values_by_criterion.setdefault(criterion, []).append(value)
+            st.values_by_criterion.setdefault(criterion, []).append(value)
         else:
-            values_by_criterion.setdefault(criterion, [])
+            st.values_by_criterion.setdefault(criterion, [])
+
+
+def _near_known(column: str) -> str | None:
+    """The optional column `column` looks like a misspelling of, if any."""
+    norm = "".join(c for c in column.lower() if c.isalnum())
+    for known in _MEANINGFUL_OPTIONAL:
+        if norm == known.replace("_", ""):
+            return known
+    close = difflib.get_close_matches(column.lower(), _MEANINGFUL_OPTIONAL, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _convention(line: int, row: Mapping[str, Any], st: _State) -> str:
+    """What this pairwise row's value refers to: its column, else the option; never a guess."""
+    stated = _text(row, "pairwise_values").lower()
+    if stated and stated not in PAIRWISE_CONVENTIONS:
+        st.problems.add(
+            line,
+            "pairwise_values",
+            f"must be 'outputs' (A = output_a is better) or 'presented' (A = the output shown "
+            f"first is better), got {stated!r}",
+        )
+        return ""
+    if stated and st.pairwise_values and stated != st.pairwise_values:
+        st.problems.add(
+            line,
+            "pairwise_values",
+            f"the row says '{stated}' but --pairwise-values says '{st.pairwise_values}'",
+        )
+        return ""
+    convention = stated or st.pairwise_values or ""
+    if not convention:
+        st.problems.add(
+            line,
+            "pairwise_values",
+            "required for a pairwise rating: 'outputs' if A means output_a is better, "
+            "'presented' if A means the output the rater saw first is better (a column, or "
+            "--pairwise-values for the whole file)",
+        )
+    return convention
+
+
+def _candidates(
+    line: int, item: str, out_a: str, out_b: str, row: Mapping[str, Any], st: _State
+) -> tuple[str, str]:
+    """candidate_a / candidate_b, or the positions standing in when the file has neither."""
+    cand_a, cand_b = _text(row, "candidate_a"), _text(row, "candidate_b")
+    if cand_a and cand_b:
+        return cand_a, cand_b
+    if cand_a or cand_b:
+        missing = "candidate_b" if cand_a else "candidate_a"
+        st.problems.add(
+            line, missing, "give both candidate columns or neither (positions then stand in)"
+        )
+        return cand_a, cand_b
+    # An output seen before keeps its candidate (a pair listed the other way round later).
+    known = [st.output_ids.get(o) for o in (out_a, out_b)]
+    got = [k[1] if k is not None and k[0] == item else "" for k in known]
+    first, second = POSITION_CANDIDATES
+    if not got[0] and not got[1]:
+        got = [first, second]
+    elif not got[0]:
+        got[0] = first if got[1] != first else second
+    elif not got[1]:
+        got[1] = second if got[0] != second else first
+    st.position_candidate_rows += 1
+    return got[0], got[1]
+
+
+def _rater_attributes(line: int, row: Mapping[str, Any], kind: str, rater: str, st: _State) -> None:
+    attrs = _prefixed(row, "rater")
+    if not attrs or not rater:
+        return
+    if kind == "judge":
+        for key in attrs:
+            st.judge_attribute_keys.setdefault(key, line)
+        return
+    if kind != "human":
+        return
+    stored = st.rater_attributes.setdefault(rater, {})
+    for key, raw in attrs.items():
+        if not _slug_ok(key):
+            st.problems.add(line, f"rater.{key}", "attribute keys are slugs (letters, digits, - _)")
+            continue
+        value = str(raw).strip()
+        if len(value) > 200:
+            st.problems.add(line, f"rater.{key}", "longer than 200 characters")
+            continue
+        if stored.setdefault(key, value) != value:
+            first = st.rater_attribute_lines[(rater, key)]
+            st.problems.add(
+                line,
+                f"rater.{key}",
+                f"rater '{rater}' is '{stored[key]}' on line {first} but '{value}' here "
+                "(a rater attribute describes the rater, the same on all of its rows)",
+            )
+        st.rater_attribute_lines.setdefault((rater, key), line)
+
+
+def _strata_record(
+    line: int, item: str, subject: str, rater: str, strata: Mapping[str, str], st: _State
+) -> None:
+    for dim, label in strata.items():
+        st.strata_seen.setdefault(dim, {}).setdefault(item, []).append(
+            _StratumSeen(line=line, subject=subject, rater=rater, label=label)
+        )
+
+
+def _strata_conflicts(st: _State) -> None:
+    """One problem per item whose stratum label differs between its rows, saying what the
+    column describes instead (the output, the rater) and which column to use for that."""
+    for dim, by_item in st.strata_seen.items():
+        conflicting = {
+            item: seen for item, seen in by_item.items() if len({s.label for s in seen}) > 1
+        }
+        if not conflicting:
+            continue
+        per_subject = all(
+            len({s.label for s in seen if s.subject == subj}) == 1
+            for seen in conflicting.values()
+            for subj in {s.subject for s in seen}
+        )
+        rater_labels: dict[str, set[str]] = {}
+        for seen in by_item.values():
+            for s in seen:
+                rater_labels.setdefault(s.rater, set()).add(s.label)
+        per_rater = all(len(labels) == 1 for labels in rater_labels.values())
+        if per_subject:
+            hint = (
+                "it differs between the outputs of the item, so it describes the output, not "
+                "the item: if it names the system that produced the output, that is the "
+                "candidate column (candidate_a / candidate_b for pairs); strata label items"
+            )
+        elif per_rater:
+            hint = (
+                f"it is the same on every row of a rater, so it describes the rater: make it "
+                f"the rater attribute column rater.{dim}"
+            )
+        else:
+            hint = (
+                "strata label items; a label of the output belongs in the candidate column, "
+                f"one of the rater in rater.{dim}"
+            )
+        for item, seen in conflicting.items():
+            first = seen[0]
+            other = next(s for s in seen if s.label != first.label)
+            st.problems.add(
+                other.line,
+                f"stratum.{dim}",
+                f"item '{item}' is '{first.label}' on line {first.line} but '{other.label}' "
+                f"here: {hint}",
+            )
+
+
+_TEXT_KEYS = frozenset({"item_id", "output_id", "input", "item_input", "text", "output_text"})
+
+
+def _apply_texts(
+    texts: Iterable[tuple[int, Mapping[str, Any]]], st: _State, warnings: list[str]
+) -> None:
+    """Fill item inputs and output texts from a texts file (JSON Lines keyed by id).
+
+    A text the ratings file also gives must be the same; ids the ratings do not name are
+    counted and ignored (a release's texts file often covers more than the rated subset).
+    """
+    problems = st.problems
+    unmatched = 0
+    ignored: dict[str, int] = {}
+    given: dict[tuple[str, str], int] = {}
+    try:
+        for line, row in texts:
+            for key in row:
+                if key not in _TEXT_KEYS:
+                    ignored.setdefault(str(key), line)
+            item, out = _text(row, "item_id"), _text(row, "output_id")
+            item_input = _text(row, "input") or _text(row, "item_input")
+            out_text = _text(row, "text") or _text(row, "output_text")
+            if not item and not out:
+                problems.add(
+                    line, "item_id", "each row needs item_id or output_id", where="texts line"
+                )
+                continue
+            if item_input and not item:
+                problems.add(line, "item_id", "an input needs its item_id", where="texts line")
+            if out_text and not out:
+                problems.add(line, "output_id", "a text needs its output_id", where="texts line")
+            for kind, ident, text in (("item", item, item_input), ("output", out, out_text)):
+                if not ident or not text:
+                    continue
+                entry: dict[str, Any] | None
+                if kind == "item":
+                    entry = st.items.get(ident)
+                    slot = "input"
+                else:
+                    out_key = st.output_ids.get(ident)
+                    if out_key is not None and item and out_key[0] != item:
+                        problems.add(
+                            line,
+                            "output_id",
+                            f"output '{ident}' is of item '{out_key[0]}' in the ratings file, "
+                            f"not '{item}'",
+                            where="texts line",
+                        )
+                        continue
+                    entry = st.outputs.get(out_key) if out_key is not None else None
+                    slot = "text"
+                if entry is None:
+                    unmatched += 1
+                    continue
+                first = given.get((kind, ident))
+                if first is not None and entry[slot] != text:
+                    problems.add(
+                        line,
+                        "output_id" if kind == "output" else "item_id",
+                        f"{kind} '{ident}' has another text on texts line {first}",
+                        where="texts line",
+                    )
+                elif first is None and entry[slot] and entry[slot] != text:
+                    problems.add(
+                        line,
+                        "output_id" if kind == "output" else "item_id",
+                        f"{kind} '{ident}' has a different text in the ratings file",
+                        where="texts line",
+                    )
+                else:
+                    entry[slot] = text
+                    given.setdefault((kind, ident), line)
+    except ReadError as exc:
+        field_name, _, message = exc.message.partition(":")
+        problems.add(exc.line, field_name, message.strip(), where="texts line")
+    if unmatched:
+        warnings.append(
+            f"{unmatched} texts of the texts file name an item or output that is not in the "
+            "ratings file; they were ignored"
+        )
+    for key, line in ignored.items():
+        warnings.append(
+            f"texts file: key '{key}' (first on line {line}) is not item_id, output_id, input or "
+            "text and was ignored"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -762,60 +1220,94 @@ def ratings_import(
     scales: Mapping[str, ScaleSpec] | None = None,
     families: Mapping[str, str] | None = None,
     created_by: Any = None,
+    pairwise_values: str | None = None,
+    texts: Iterable[tuple[int, Mapping[str, Any]]] | None = None,
+    dry_run: bool = False,
 ) -> ImportSummary:
     """Validate all rows, then write them in one transaction (all-or-nothing, idempotent).
 
     `scales` gives the scale of criteria that do not exist yet (otherwise inferred from the
-    values and stated in the summary's notes); `families` maps candidate and judge names to a
-    model family (for the self-preference audit). Every table is written by its owning app's
-    import services (studies, judges, annotations), which also hold the rules the rows obey.
+    values where that cannot re-type them, and stated in the summary); `families` maps
+    candidate and judge names to a model family (for the self-preference audit);
+    `pairwise_values` ("outputs" | "presented") what pairwise values refer to where the rows
+    do not say; `texts` the rows of a texts file (JSON Lines keyed by item_id / output_id).
+    `dry_run` writes everything and rolls it back, so the summary says what an import would
+    do and nothing stays. Every table is written by its owning app's import services
+    (studies, judges, annotations), which also hold the rules the rows obey.
     """
-    plan = ratings_validate(study=study, rows=rows, scales=scales)
+    plan = ratings_validate(
+        study=study, rows=rows, scales=scales, pairwise_values=pairwise_values, texts=texts
+    )
     families = dict(families or {})
-    summary = ImportSummary(rows=len(plan.ratings))
+    summary = ImportSummary(
+        rows=len(plan.ratings),
+        criteria=plan.criteria_info,
+        notes=list(plan.notes),
+        warnings=list(plan.warnings),
+        dry_run=dry_run,
+    )
     with transaction.atomic():
-        crit_by_key = _write_criteria(study, plan, summary, created_by)
-        item_ids, counts, n_dims = studies_imports.items_import_bulk(study=study, items=plan.items)
-        _bump(summary, "item", counts)
-        if n_dims:
-            summary.bump("created", "stratum_dimension", n_dims)
-        cand_ids, counts = studies_imports.candidates_import_bulk(
-            study=study, names={cand for (_, cand) in plan.outputs}, families=families
-        )
-        summary.bump("created", "candidate", counts.created)
-        if counts.updated:
-            summary.bump("updated", "candidate", counts.updated)
-        by_ids, counts = studies_imports.outputs_import_bulk(
-            study=study,
-            outputs={
-                (item_ids[item], cand_ids[cand]): spec
-                for (item, cand), spec in plan.outputs.items()
-            },
-        )
-        summary.bump("created", "output", counts.created)
-        summary.bump("updated", "output", counts.updated)
-        output_ids = {
-            (item, cand): by_ids[(item_ids[item], cand_ids[cand])] for (item, cand) in plan.outputs
-        }
-        comparison_of: dict[tuple[tuple[str, str], tuple[str, str]], tuple[int, bool]] = {}
-        if plan.pairs:
-            stored, counts = studies_imports.comparisons_import_bulk(
-                study=study,
-                pairs=[(item_ids[a[0]], output_ids[a], output_ids[b]) for a, b in plan.pairs],
-            )
-            summary.bump("created", "comparison", counts.created)
-            comparison_of = {
-                pair: stored[(output_ids[pair[0]], output_ids[pair[1]])] for pair in plan.pairs
-            }
-        raters = list({r.rater: None for r in plan.ratings if r.kind == "human"})
-        user_ids, n_users, n_members = studies_imports.annotator_accounts_import(
-            study=study, rater_ids=raters
-        )
-        summary.bump("created", "user", n_users)
-        summary.bump("created", "membership", n_members)
-        version_ids = _write_judges(study, plan, families, created_by, summary)
-        _write_ratings(plan, crit_by_key, output_ids, comparison_of, user_ids, version_ids, summary)
+        _write(study, plan, families, created_by, summary)
+        if dry_run:
+            # Everything was checked by the writing services too; nothing may stay.
+            transaction.set_rollback(True)
     return summary
+
+
+def _write(
+    study: Study,
+    plan: _Plan,
+    families: Mapping[str, str],
+    created_by: Any,
+    summary: ImportSummary,
+) -> None:
+    crit_by_key = _write_criteria(study, plan, summary, created_by)
+    item_ids, counts, n_dims = studies_imports.items_import_bulk(study=study, items=plan.items)
+    _bump(summary, "item", counts)
+    if n_dims:
+        summary.bump("created", "stratum_dimension", n_dims)
+    cand_ids, counts = studies_imports.candidates_import_bulk(
+        study=study, names={cand for (_, cand) in plan.outputs}, families=families
+    )
+    summary.bump("created", "candidate", counts.created)
+    if counts.updated:
+        summary.bump("updated", "candidate", counts.updated)
+    by_ids, counts = studies_imports.outputs_import_bulk(
+        study=study,
+        outputs={
+            (item_ids[item], cand_ids[cand]): spec for (item, cand), spec in plan.outputs.items()
+        },
+    )
+    summary.bump("created", "output", counts.created)
+    summary.bump("updated", "output", counts.updated)
+    output_ids = {
+        (item, cand): by_ids[(item_ids[item], cand_ids[cand])] for (item, cand) in plan.outputs
+    }
+    comparison_of: dict[tuple[tuple[str, str], tuple[str, str]], tuple[int, bool]] = {}
+    if plan.pairs:
+        stored, counts = studies_imports.comparisons_import_bulk(
+            study=study,
+            pairs=[(item_ids[a[0]], output_ids[a], output_ids[b]) for a, b in plan.pairs],
+        )
+        summary.bump("created", "comparison", counts.created)
+        comparison_of = {
+            pair: stored[(output_ids[pair[0]], output_ids[pair[1]])] for pair in plan.pairs
+        }
+    raters = list({r.rater: None for r in plan.ratings if r.kind == "human"})
+    user_ids, n_users, n_members = studies_imports.annotator_accounts_import(
+        study=study, rater_ids=raters
+    )
+    summary.bump("created", "user", n_users)
+    summary.bump("created", "membership", n_members)
+    if plan.rater_attributes:
+        n_attr = studies_imports.annotator_attributes_import(
+            study=study,
+            attributes={user_ids[r]: attrs for r, attrs in plan.rater_attributes.items() if attrs},
+        )
+        if n_attr:
+            summary.bump("updated", "rater_attributes", n_attr)
+    version_ids = _write_judges(study, plan, families, created_by, summary)
+    _write_ratings(plan, crit_by_key, output_ids, comparison_of, user_ids, version_ids, summary)
 
 
 def _bump(summary: ImportSummary, model: str, counts: studies_imports.Counts) -> None:
@@ -838,6 +1330,7 @@ def _write_criteria(
         out[key] = created[key]
         assert rubric is not None
         summary.criteria_created.append(key)
+        summary.criteria[key] = {**summary.criteria.get(key, {}), "rubric": f"v{rubric.version}"}
         summary.notes.append(
             f"criterion '{key}' created in rubric v{rubric.version} as {spec.describe()}"
         )
@@ -891,8 +1384,9 @@ def _write_ratings(
         assert value is not None
         if r.pair is not None:
             cid, reversed_ = comparison_of[r.pair]
-            presented_first_is_a = (r.order == "ab") != reversed_
-            value = value if presented_first_is_a else _SWAP[value]
+            # In terms of the file's first orientation of the pair (r.flip), then of the
+            # comparison as stored (reversed_ when an earlier import stored it the other way).
+            value = _SWAP[value] if r.flip != reversed_ else value
             subject = ("comparison", cid)
         else:
             assert r.output is not None

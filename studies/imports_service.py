@@ -298,3 +298,29 @@ def annotator_accounts_import(
                        for uid in ids.values() if uid not in members]
         Membership.objects.bulk_create(new_members, batch_size=BATCH)
     return {r: ids[names[r]] for r in rater_ids}, len(new), len(new_members)
+
+
+def annotator_attributes_import(
+    *, study: Study, attributes: Mapping[int, Mapping[str, str]]
+) -> int:
+    """Merge imported rater attributes ({"group": "expert"}) into the members' metadata.
+
+    Keyed by user id (members of `study`, e.g. from `annotator_accounts_import`); a given key
+    replaces the stored value, other stored keys stay. Returns how many memberships changed.
+    """
+    if not attributes:
+        return 0
+    with transaction.atomic():
+        members = list(
+            Membership.objects.select_for_update().filter(
+                study=study, user_id__in=list(attributes)
+            )
+        )
+        changed: list[Membership] = []
+        for m in members:
+            merged = {**(m.metadata or {}), **attributes[m.user_id]}
+            if merged != (m.metadata or {}):
+                m.metadata = merged
+                changed.append(m)
+        Membership.objects.bulk_update(changed, ["metadata"], batch_size=BATCH)
+    return len(changed)

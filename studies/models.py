@@ -59,6 +59,9 @@ class Membership(models.Model):
     # Only then may the study's leads reset its password, and only while it has no access
     # beyond this study: a lead must never gain an account that can see more than they can.
     created_account = models.BooleanField(default=False)
+    # Attributes of an imported rater in this study, e.g. {"group": "expert"} (the ratings
+    # importer's rater.<key> columns); null for members that have none.
+    metadata = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -306,7 +309,12 @@ class AnalysisPlan(models.Model):
     version = models.PositiveIntegerField()
     # {"criteria": {key: {"metric", "threshold", "direction", "every_stratum"}},
     #  "strata": [dimension keys], "min_human_labels_per_stratum": int,
-    #  "deployment_mix": {dimension: {label: share}}}
+    #  "deployment_mix": {dimension: {label: share}}, "confidence_level": float,
+    #  "costs": {"unit", "severity": {"1".."5": cost}, "false_fail", "review"},
+    #  "policy": {"kind": "cost_optimal" | "guaranteed_agreement", "alpha", "delta",
+    #             "min_count", "cascade": [judge version ids]}}
+    # (validated by studies.spec.plan_spec_validate; plan_costs / plan_policy read the last two
+    # with their documented defaults)
     spec = models.JSONField(default=dict)
     notes = models.TextField(blank=True)
     created_by = models.ForeignKey(

@@ -94,6 +94,7 @@ def test_pairwise_orders_map_to_canonical_and_feed_position_bias(study: Study) -
             "output_a_text": "short",
             "output_b_text": "a much longer answer",
             "criterion": "pref",
+            "pairwise_values": "presented",
         }
         rows.append({**base, "rater_id": "h1", "rater_kind": "human", "value": "A"})
         rows.append({**base, "rater_id": "h2", "rater_kind": "human", "value": "A", "order": "ba"})
@@ -142,9 +143,9 @@ def test_pairwise_orders_map_to_canonical_and_feed_position_bias(study: Study) -
             "line 2: severity:",
         ),
         (
-            "item_id,output_id,rater_id,rater_kind,criterion,value,colour\nq1,o1,a,human,c,pass,red\n",
+            "item_id,output_id,rater_id,rater_kind,criterion,value,ordr\nq1,o1,a,human,c,pass,ba\n",
             "csv",
-            "line 2: colour: unknown column",
+            "line 2: ordr: unknown column; did you mean 'order'?",
         ),
         (
             '{"item_id": "q1", "output_id": "o1", "rater_id": "a", "rater_kind": "human", '

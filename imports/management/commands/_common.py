@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
-from django.core.management.base import CommandError
+import json
 
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from imports.generic import ImportSummary
 from reports.management.commands._common import app_error_text
 from reviewhub.errors import AppError
 from studies.models import Study
@@ -30,4 +33,16 @@ def study_for_import(slug: str, *, owner: str | None, name: str | None) -> Study
     return study
 
 
-__all__ = ["app_error_text", "study_for_import"]
+def summary_write(command: BaseCommand, summary: ImportSummary) -> None:
+    """Print what an import did: notes (criteria and how their scales were decided), then
+    warnings on standard error, then the summary as JSON on standard output."""
+    if summary.dry_run:
+        command.stdout.write("dry run: nothing was written; an import would do the following")
+    for note in summary.notes:
+        command.stdout.write(note)
+    for warning in summary.warnings:
+        command.stderr.write(f"warning: {warning}")
+    command.stdout.write(json.dumps(summary.as_dict(), indent=2, sort_keys=True))
+
+
+__all__ = ["app_error_text", "study_for_import", "summary_write"]

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 
 from imports.datasets import DATASETS, DatasetError, dataset_import
 from reviewhub.errors import AppError
 
-from ._common import app_error_text, study_for_import
+from ._common import app_error_text, study_for_import, summary_write
 
 
 class Command(BaseCommand):
@@ -32,13 +32,15 @@ class Command(BaseCommand):
         data_dir = Path(opts["data_dir"] or "")
         if not opts["data_dir"] or not data_dir.is_dir():
             raise CommandError("--data-dir (or $REVIEWHUB_DATA_DIR) must name the data folder")
-        study = study_for_import(opts["study"], owner=opts.get("owner"), name=opts["dataset"])
         try:
-            summary = dataset_import(study=study, name=opts["dataset"], data_dir=data_dir)
+            # One transaction around the study too: a failed import leaves no new study behind.
+            with transaction.atomic():
+                study = study_for_import(
+                    opts["study"], owner=opts.get("owner"), name=opts["dataset"]
+                )
+                summary = dataset_import(study=study, name=opts["dataset"], data_dir=data_dir)
         except DatasetError as exc:
             raise CommandError(str(exc)) from exc
         except AppError as exc:
             raise CommandError(app_error_text(exc)) from exc
-        for note in summary.notes:
-            self.stdout.write(note)
-        self.stdout.write(json.dumps(summary.as_dict(), indent=2, sort_keys=True))
+        summary_write(self, summary)

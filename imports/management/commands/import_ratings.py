@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 
-from imports.generic import ratings_import, ratings_read, scale_parse
+from imports.generic import (
+    PAIRWISE_CONVENTIONS,
+    ReadError,
+    ratings_import,
+    ratings_read,
+    scale_parse,
+)
 from reviewhub.errors import AppError
 
-from ._common import app_error_text, study_for_import
+from ._common import app_error_text, study_for_import, summary_write
 
 
 class Command(BaseCommand):
@@ -36,6 +42,23 @@ class Command(BaseCommand):
             metavar="NAME=FAMILY",
             help="model family of a candidate or judge (repeatable)",
         )
+        parser.add_argument(
+            "--pairwise-values",
+            choices=PAIRWISE_CONVENTIONS,
+            help="what pairwise values refer to where a row has no pairwise_values column: "
+            "'outputs' (A = output_a is better) or 'presented' (A = the output shown first)",
+        )
+        parser.add_argument(
+            "--texts",
+            help="a JSON Lines file of texts keyed by id: {item_id, input} and/or "
+            "{output_id, text} per line",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="validate and show what would be created (criteria and their scales, "
+            "counts, warnings) without writing anything",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         scales = {}
@@ -53,18 +76,25 @@ class Command(BaseCommand):
             if not sep:
                 raise CommandError(f"--family needs NAME=FAMILY, got {spec!r}")
             families[name.strip()] = fam.strip()
-        study = study_for_import(opts["study"], owner=opts.get("owner"), name=None)
         try:
-            summary = ratings_import(
-                study=study,
-                rows=ratings_read(opts["file"], fmt=opts["format"]),
-                scales=scales,
-                families=families,
-            )
+            # One transaction around the study too: a refused file leaves no new study behind.
+            with transaction.atomic():
+                study = study_for_import(opts["study"], owner=opts.get("owner"), name=None)
+                summary = ratings_import(
+                    study=study,
+                    rows=ratings_read(opts["file"], fmt=opts["format"]),
+                    scales=scales,
+                    families=families,
+                    pairwise_values=opts.get("pairwise_values"),
+                    texts=ratings_read(opts["texts"], fmt="jsonl") if opts.get("texts") else None,
+                    dry_run=bool(opts.get("dry_run")),
+                )
+                if summary.dry_run:
+                    transaction.set_rollback(True)
         except AppError as exc:
             raise CommandError(app_error_text(exc)) from exc
-        except OSError as exc:
+        except ReadError as exc:
             raise CommandError(str(exc)) from exc
-        for note in summary.notes:
-            self.stdout.write(note)
-        self.stdout.write(json.dumps(summary.as_dict(), indent=2, sort_keys=True))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(str(exc)) from exc
+        summary_write(self, summary)
