@@ -40,9 +40,7 @@ def heatmap_data(result: AgreementResult, criterion: int) -> dict[str, Any]:
     row."""
     judges = result.judges_by_id()
     cells = result.cells_for(criterion=criterion)
-    ceilings = {
-        (c["dimension"], c["label"]): c for c in result.ceiling if c["criterion"] == criterion
-    }
+    ceilings = {(c.dimension, c.label): c for c in result.ceiling if c.criterion == criterion}
     jids = sorted({c.judge_version for c in cells}, key=lambda j: judges[j].display)
     rows: list[tuple[str, str]] = []
     for c in cells:
@@ -82,10 +80,11 @@ def heatmap_svg(result: AgreementResult, criterion: int) -> bytes:
                 f" (n={c.n_subjects})"
             )
         ceil = d["ceilings"].get((dim, lab))
-        if ceil is not None and ceil.get("point") is not None:
-            values[r, -1] = ceil["point"]
-            alpha = (ceil.get("alpha") or {}).get("value")
-            texts[r][-1] = f"{_fmt(ceil['point'])}\nalpha {_fmt(alpha)} (n={ceil['n_subjects']})"
+        if ceil is not None and ceil.point is not None:
+            values[r, -1] = ceil.point
+            texts[r][-1] = (
+                f"{_fmt(ceil.point)}\nalpha {_fmt(ceil.alpha.value)} (n={ceil.n_subjects})"
+            )
     ax.imshow(np.ma.masked_invalid(values), cmap="RdYlGn", vmin=-0.2, vmax=1.0, aspect="auto")
     for r in range(n_rows):
         for k in range(n_cols):
@@ -125,18 +124,18 @@ def bias_svg(result: AgreementResult) -> bytes:
     """Forest plot of the bias audits: estimate, interval and the no-bias reference."""
     judges = result.judges_by_id()
     crits = result.criteria_by_id()
-    rows = [b for b in result.bias if b.get("value") is not None][:MAX_ROWS]
+    rows = [b for b in result.bias if b.value is not None][:MAX_ROWS]
     fig, ax = plt.subplots(figsize=(8, 1.0 + 0.4 * max(1, len(rows))))
     for i, b in enumerate(rows):
-        v, lo, hi = b["value"], b.get("ci_low"), b.get("ci_high")
+        v, lo, hi = b.value, b.ci_low, b.ci_high
+        assert v is not None  # rows without a value were left out above
         ax.plot([v], [i], "o", color="tab:blue")
         if lo is not None and hi is not None:
             ax.plot([lo, hi], [i, i], "-", color="tab:blue")
-        ref = _REFERENCE.get(b["audit"], 0.0)
+        ref = _REFERENCE.get(b.audit, 0.0)
         ax.plot([ref], [i], "|", color="black", markersize=14)
     labels = [
-        f"{_display(judges.get(b['judge_version']))} · "
-        f"{_key(crits.get(b['criterion']))} · {b['audit']}"
+        f"{_display(judges.get(b.judge_version))} · {_key(crits.get(b.criterion))} · {b.audit}"
         for b in rows
     ]
     # One tick per label: matplotlib refuses a label list longer than the tick list, which a

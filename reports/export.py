@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-from .results import AgreementResult
+from .results import AgreementResult, HumanCeiling
 
 TABLES = ("cells", "confusion", "bias", "ceiling", "system")
 
@@ -72,8 +72,8 @@ def table_rows(result: AgreementResult, table: str) -> tuple[list[str], Iterable
                         m.ci_low,
                         m.ci_high,
                         name == c.primary_metric,
-                        c.ceiling.get("point"),
-                        c.ceiling.get("point_metric"),
+                        c.ceiling.point,
+                        c.ceiling.point_metric,
                         c.verdict,
                         c.verdict_basis,
                         c.verdict_reason,
@@ -94,16 +94,16 @@ def table_rows(result: AgreementResult, table: str) -> tuple[list[str], Iterable
 
         def conf() -> Iterable[list[Any]]:
             for c in result.confusion:
-                for i, row in enumerate(c["matrix"]):
+                for i, row in enumerate(c.matrix):
                     for k, n in enumerate(row):
                         yield [
-                            jname(c["judge_version"]),
-                            c["judge_version"],
-                            ckey(c["criterion"]),
-                            c["dimension"],
-                            c["label"],
-                            c["labels"][i],
-                            c["labels"][k],
+                            jname(c.judge_version),
+                            c.judge_version,
+                            ckey(c.criterion),
+                            c.dimension,
+                            c.label,
+                            c.labels[i],
+                            c.labels[k],
                             n,
                         ]
 
@@ -124,17 +124,17 @@ def table_rows(result: AgreementResult, table: str) -> tuple[list[str], Iterable
         ]
         return header, (
             [
-                jname(b["judge_version"]),
-                b["judge_version"],
-                ckey(b["criterion"]),
-                b["audit"],
-                b.get("value"),
-                b.get("ci_low"),
-                b.get("ci_high"),
-                b.get("n"),
-                b.get("p_value"),
-                b.get("method"),
-                b.get("note"),
+                jname(b.judge_version),
+                b.judge_version,
+                ckey(b.criterion),
+                b.audit,
+                b.value,
+                b.ci_low,
+                b.ci_high,
+                b.n,
+                b.p_value,
+                b.method,
+                b.note,
             ]
             for b in result.bias
         )
@@ -159,40 +159,33 @@ def table_rows(result: AgreementResult, table: str) -> tuple[list[str], Iterable
         ]
 
         def ceil() -> Iterable[list[Any]]:
-            rows: list[tuple[int | None, Mapping[str, Any]]] = [
-                (None, c) for c in result.ceiling
+            # (judge version, criterion, dimension, label, ceiling): the table's rows (every
+            # human-rated subject of the stratum), then each cell's (its subjects only).
+            rows: list[tuple[int | None, int, str, str, HumanCeiling]] = [
+                (None, c.criterion, c.dimension, c.label, c) for c in result.ceiling
             ]
             rows += [
-                (
-                    c.judge_version,
-                    {
-                        **c.ceiling,
-                        "criterion": c.criterion,
-                        "dimension": c.dimension,
-                        "label": c.label,
-                    },
-                )
+                (c.judge_version, c.criterion, c.dimension, c.label, c.ceiling)
                 for c in result.cells
             ]
-            for jid, c in rows:
-                a = c.get("alpha") or {}
+            for jid, cid, dimension, label, c in rows:
                 yield [
-                    ckey(c["criterion"]),
+                    ckey(cid),
                     jname(jid) if jid else "(all human-rated subjects)",
                     jid,
-                    c["dimension"],
-                    c["label"],
-                    c.get("n_subjects"),
-                    c.get("n_items"),
-                    c.get("n_humans"),
-                    c.get("n_ratings"),
-                    c.get("level"),
-                    a.get("value"),
-                    a.get("ci_low"),
-                    a.get("ci_high"),
-                    c.get("pairwise_kappa"),
-                    c.get("pairwise_kappa_weights"),
-                    c.get("n_pairs"),
+                    dimension,
+                    label,
+                    c.n_subjects,
+                    c.n_items,
+                    c.n_humans,
+                    c.n_ratings,
+                    c.level,
+                    c.alpha.value,
+                    c.alpha.ci_low,
+                    c.alpha.ci_high,
+                    c.pairwise_kappa,
+                    c.pairwise_kappa_weights,
+                    c.n_pairs,
                 ]
 
         return header, ceil()
@@ -212,19 +205,22 @@ def table_rows(result: AgreementResult, table: str) -> tuple[list[str], Iterable
 
         def system() -> Iterable[list[Any]]:
             for s in result.system:
-                per = (s.get("per_subject_kendall") or {}).get("value")
-                for method in ("kendall", "spearman", "pearson"):
-                    m = s[method]
+                per = s.per_subject_kendall.value if s.per_subject_kendall else None
+                for method, m in (
+                    ("kendall", s.kendall),
+                    ("spearman", s.spearman),
+                    ("pearson", s.pearson),
+                ):
                     yield [
-                        jname(s["judge_version"]),
-                        s["judge_version"],
-                        ckey(s["criterion"]),
+                        jname(s.judge_version),
+                        s.judge_version,
+                        ckey(s.criterion),
                         method,
-                        m.get("value"),
-                        m.get("ci_low"),
-                        m.get("ci_high"),
-                        s["n_candidates"],
-                        s["n_items"],
+                        m.value,
+                        m.ci_low,
+                        m.ci_high,
+                        s.n_candidates,
+                        s.n_items,
                         per,
                     ]
 

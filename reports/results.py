@@ -8,19 +8,21 @@ another version of the code. The JSON schema is derived from the same dataclasse
 
 Pure module: no Django, no numpy (a test imports it without settings).
 
-Version 1 of the agreement result types the top level, every cell's identity, counts and
-verdict, and its coefficients (`Estimate`); a cell's `ceiling` and `alt_test`, and the rows of
-the confusion, bias, ceiling, system and disagreement tables, are still objects keyed by name
-(typed in a later version: the JSON would not change, only how it is read).
+Version 1 of the agreement result types every part of it: the top level, every cell's
+identity, counts, coefficients (`Estimate`), human ceiling (`HumanCeiling`), alternative annotator
+test (`AltTest`) and verdict, and the rows of the confusion, bias, ceiling, system and
+disagreement tables. (The tables were first read as objects keyed by name; typing them changed
+how the JSON is read, not the JSON.)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -64,80 +66,145 @@ def _is_union(tp: Any) -> bool:
     return get_origin(tp) in (Union, types.UnionType)
 
 
+# A decoder reads the JSON of one type: (value, path) -> the typed value, or ResultFormatError
+# naming the path. Each type's decoder is built once from its type hints and kept: a result has
+# tens of thousands of rows (a disagreement example each), and resolving the hints per row made
+# reading a large report ten times slower than reading it untyped.
+_Decoder = Callable[[Any, str], Any]
+
+
 def _decode(tp: Any, value: Any, path: str) -> Any:
+    return _decoder(tp)(value, path)
+
+
+@functools.cache
+def _decoder(tp: Any) -> _Decoder:
     if tp is Any:
-        return value
+        return lambda value, path: value
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _decode_dataclass(tp, value, path)
+        return _dataclass_decoder(tp)
     if _is_union(tp):
         args = get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        others = [a for a in args if a is not type(None)]
-        errors = []
-        for arg in others:
-            try:
-                return _decode(arg, value, path)
-            except ResultFormatError as exc:
-                errors.append(str(exc))
-        raise ResultFormatError(path, "; ".join(errors) or "unexpected null")
+        nullable = type(None) in args
+        others = [_decoder(a) for a in args if a is not type(None)]
+
+        def union(value: Any, path: str) -> Any:
+            if value is None and nullable:
+                return None
+            errors = []
+            for decode in others:
+                try:
+                    return decode(value, path)
+                except ResultFormatError as exc:
+                    errors.append(str(exc))
+            raise ResultFormatError(path, "; ".join(errors) or "unexpected null")
+
+        return union
     origin = get_origin(tp)
     if origin is tuple:
-        if not isinstance(value, list):
-            raise ResultFormatError(path, "must be a list")
-        (item,) = [a for a in get_args(tp) if a is not Ellipsis]
-        return tuple(_decode(item, v, f"{path}[{i}]") for i, v in enumerate(value))
+        (item_type,) = [a for a in get_args(tp) if a is not Ellipsis]
+        item = _decoder(item_type)
+
+        def sequence(value: Any, path: str) -> Any:
+            if not isinstance(value, list):
+                raise ResultFormatError(path, "must be a list")
+            return tuple(item(v, f"{path}[{i}]") for i, v in enumerate(value))
+
+        return sequence
     if origin in (Mapping, dict, typing.Mapping):
-        if not isinstance(value, dict):
-            raise ResultFormatError(path, "must be an object")
-        _, item = get_args(tp)
-        return {str(k): _decode(item, v, f"{path}.{k}") for k, v in value.items()}
+        entry = _decoder(get_args(tp)[1])
+
+        def mapping(value: Any, path: str) -> Any:
+            if not isinstance(value, dict):
+                raise ResultFormatError(path, "must be an object")
+            return {str(k): entry(v, f"{path}.{k}") for k, v in value.items()}
+
+        return mapping
     if tp is bool:
-        if not isinstance(value, bool):
-            raise ResultFormatError(path, "must be a boolean")
-        return value
+
+        def boolean(value: Any, path: str) -> Any:
+            if not isinstance(value, bool):
+                raise ResultFormatError(path, "must be a boolean")
+            return value
+
+        return boolean
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ResultFormatError(path, "must be an integer")
-        return value
+
+        def integer(value: Any, path: str) -> Any:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ResultFormatError(path, "must be an integer")
+            return value
+
+        return integer
     if tp is float:
-        # An integer is a number too; it is kept as stored so the JSON round trip is exact.
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ResultFormatError(path, "must be a number")
-        return value
+
+        def number(value: Any, path: str) -> Any:
+            # An integer is a number too; it is kept as stored so the JSON round trip is exact.
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ResultFormatError(path, "must be a number")
+            return value
+
+        return number
     if tp is str:
-        if not isinstance(value, str):
-            raise ResultFormatError(path, "must be a string")
-        return value
+
+        def string(value: Any, path: str) -> Any:
+            if not isinstance(value, str):
+                raise ResultFormatError(path, "must be a string")
+            return value
+
+        return string
     raise TypeError(f"no decoder for {tp!r}")  # pragma: no cover - a programming error
 
 
-def _decode_dataclass(cls: type[T], value: Any, path: str) -> T:
-    if not isinstance(value, dict):
-        raise ResultFormatError(path, "must be an object")
+def _dataclass_decoder(cls: type) -> _Decoder:
     hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(value) - set(fields))
-    if unknown:
-        raise ResultFormatError(path, f"unknown field(s) {', '.join(unknown)}")
-    kwargs = {}
-    for name, f in fields.items():
-        where = f"{path}.{name}" if path else name
-        if name not in value:
-            if f.metadata.get(OMIT_IF_NONE):
-                continue
-            raise ResultFormatError(where, "is required")
-        kwargs[name] = _decode(hints[name], value[name], where)
-    return cls(**kwargs)
+    fields = [
+        (f.name, _decoder(hints[f.name]), bool(f.metadata.get(OMIT_IF_NONE)))
+        for f in dataclasses.fields(cls)
+    ]
+    names = frozenset(name for name, _, _ in fields)
+
+    def decode(value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            raise ResultFormatError(path, "must be an object")
+        if not names.issuperset(value):
+            unknown = sorted(set(value) - names)
+            raise ResultFormatError(path, f"unknown field(s) {', '.join(unknown)}")
+        kwargs = {}
+        for name, field_decoder, omittable in fields:
+            where = f"{path}.{name}" if path else name
+            if name not in value:
+                if omittable:
+                    continue
+                raise ResultFormatError(where, "is required")
+            kwargs[name] = field_decoder(value[name], where)
+        return cls(**kwargs)
+
+    return decode
+
+
+def _decode_dataclass(cls: type[T], value: Any, path: str) -> T:
+    result: T = _decoder(typing.cast(Any, cls))(value, path)
+    return result
+
+
+@functools.cache
+def _encoded_fields(cls: type) -> tuple[tuple[str, bool], ...]:
+    """(name, omitted when None) of each field of a dataclass, in order."""
+    return tuple(
+        (f.name, bool(f.metadata.get(OMIT_IF_NONE)))
+        for f in dataclasses.fields(cls)
+    )
 
 
 def _encode(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: _encode(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            if not (f.metadata.get(OMIT_IF_NONE) and getattr(value, f.name) is None)
-        }
+        out = {}
+        for name, omittable in _encoded_fields(type(value)):
+            v = getattr(value, name)
+            if not (omittable and v is None):
+                out[name] = _encode(v)
+        return out
     if isinstance(value, (list, tuple)):
         return [_encode(v) for v in value]
     if isinstance(value, Mapping):
@@ -176,7 +243,8 @@ def _schema(tp: Any) -> dict[str, Any]:
 
 # --- the agreement result -----------------------------------------------------------------------
 
-Row = Mapping[str, Any]
+# A key that the report writes only where it applies: absent from the JSON when None.
+_OMIT: dict[str, Any] = {OMIT_IF_NONE: True}
 
 
 @dataclass(frozen=True)
@@ -227,6 +295,184 @@ class StratumRef:
     label: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class RaterPair:
+    """Cohen's kappa of two annotators (account ids) on the ``n`` subjects both rated."""
+
+    a: int
+    b: int
+    kappa: float | None
+    n: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class HumanCeiling:
+    """Human-human agreement on a cell's subjects: the ceiling a judge is held to.
+
+    ``point`` is the mean pairwise kappa (``point_metric`` says so) or, when no pair of
+    annotators shares enough subjects, Krippendorff's alpha; None (with ``n_pairs`` 0 and no
+    ``pairwise_kappa_weights``) when fewer than two subjects have two ratings.
+    """
+
+    n_subjects: int
+    n_items: int
+    n_humans: int
+    n_ratings: int
+    level: str
+    alpha: Estimate
+    # Listed only while there are few pairs (reports.agreement.MAX_LISTED_PAIRS).
+    pairs: tuple[RaterPair, ...] | None = field(default=None, metadata=_OMIT)
+    pairwise_kappa: float | None
+    pairwise_kappa_weights: str | None = field(default=None, metadata=_OMIT)
+    n_pairs: int
+    point: float | None
+    point_metric: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _CeilingKey:
+    criterion: int
+    judge_version: int | None
+    dimension: str
+    label: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CeilingRow(HumanCeiling, _CeilingKey):
+    """A row of the ceiling table: the ceiling on every human-rated subject of a criterion x
+    stratum (``judge_version`` None), its identity first."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AltTestAnnotator:
+    """One annotator in the alternative annotator test: how often the judge (``rho_judge``) and
+    this annotator (``rho_human``) align with the other humans, and the one-sided test of the
+    judge against the annotator (``rejected`` after the Benjamini-Yekutieli correction)."""
+
+    rho_judge: float | None
+    rho_human: float | None
+    n_items: int
+    p_value: float | None
+    p_adjusted: float | None
+    rejected: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class AltTest:
+    """The alternative annotator test of a cell (Calderon, Reichart & Dror 2025)."""
+
+    winning_rate: float | None
+    passed: bool
+    advantage_probability: float | None
+    epsilon: float
+    q: float
+    alignment: str
+    n_tested: int
+    n_skipped: int
+    method: str
+    warnings: tuple[str, ...]
+    annotators: tuple[AltTestAnnotator, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassScores:
+    """Precision, recall and F1 of one category (judge vs human majority), with its support."""
+
+    label: str
+    precision: float | None
+    recall: float | None
+    f1: float | None
+    support: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfusionRow:
+    """A cell's confusion matrix: ``matrix[i][k]`` counts human majority ``labels[i]`` with
+    judge ``labels[k]``."""
+
+    judge_version: int
+    criterion: int
+    dimension: str
+    label: str
+    labels: tuple[str, ...]
+    matrix: tuple[tuple[int, ...], ...]
+    rows: str
+    columns: str
+    per_class: tuple[ClassScores, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BiasRow:
+    """One bias audit of a judge version on a criterion: the estimate and what it means."""
+
+    judge_version: int
+    criterion: int
+    audit: str
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    method: str
+    warnings: tuple[str, ...]
+    p_value: float | None = field(default=None, metadata=_OMIT)
+    note: str
+    # Only the position flip-rate audit has it.
+    strict_flip_rate: float | None = field(default=None, metadata=_OMIT)
+    # Only the self-preference audits have it.
+    n_pairs: int | None = field(default=None, metadata=_OMIT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CandidateMeans:
+    """A candidate's mean judge and human score over its subjects (system level)."""
+
+    name: str
+    judge_mean: float | None
+    human_mean: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemRow:
+    """System level: the candidates' judge means against their human means, three ways.
+
+    ``per_subject_kendall`` is the cell's own (per-subject) Kendall tau beside it, None where
+    the scale has none.
+    """
+
+    judge_version: int
+    criterion: int
+    n_candidates: int
+    n_items: int
+    n_subjects: int
+    candidates: tuple[CandidateMeans, ...]
+    kendall: Estimate
+    spearman: Estimate
+    pearson: Estimate
+    per_subject_kendall: Estimate | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DisagreementExample:
+    """A subject where the judge and the humans differ, both values as stored text."""
+
+    subject: int
+    item: str
+    judge: str
+    human: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DisagreementRow:
+    """The disagreeing examples of a judge version on a criterion (largest gaps first)."""
+
+    judge_version: int
+    criterion: int
+    n_disagreements: int
+    n_subjects: int
+    rule: str
+    examples: tuple[DisagreementExample, ...]
+
+
 @dataclass(frozen=True)
 class AgreementCell:
     """One judge version x criterion x stratum: coefficients, ceiling, test and verdict."""
@@ -240,8 +486,8 @@ class AgreementCell:
     n_humans: int
     primary_metric: str
     metrics: Mapping[str, Estimate]
-    ceiling: Row
-    alt_test: Row | None
+    ceiling: HumanCeiling
+    alt_test: AltTest | None
     verdict: str
     verdict_basis: str
     verdict_reason: str
@@ -265,11 +511,11 @@ class AgreementResult:
     judges: tuple[JudgeRef, ...]
     strata: tuple[StratumRef, ...]
     cells: tuple[AgreementCell, ...]
-    confusion: tuple[Row, ...]
-    bias: tuple[Row, ...]
-    ceiling: tuple[Row, ...]
-    system: tuple[Row, ...]
-    disagreements: tuple[Row, ...]
+    confusion: tuple[ConfusionRow, ...]
+    bias: tuple[BiasRow, ...]
+    ceiling: tuple[CeilingRow, ...]
+    system: tuple[SystemRow, ...]
+    disagreements: tuple[DisagreementRow, ...]
     warnings: tuple[str, ...]
 
     @classmethod
@@ -314,12 +560,12 @@ class AgreementResult:
             and (judge_version is None or c.judge_version == judge_version)
         ]
 
-    def rows(self, table: str) -> Iterable[Row]:
-        """The untyped rows of one of the other tables (confusion, bias, ceiling, system,
+    def rows(self, table: str) -> Iterable[Any]:
+        """The typed rows of one of the other tables (confusion, bias, ceiling, system,
         disagreements)."""
         if table not in ("confusion", "bias", "ceiling", "system", "disagreements"):
             raise ValueError(f"unknown table {table!r}")
-        rows: tuple[Row, ...] = getattr(self, table)
+        rows: tuple[Any, ...] = getattr(self, table)
         return rows
 
 
@@ -327,10 +573,22 @@ __all__ = [
     "AGREEMENT_RESULT_VERSION",
     "AgreementCell",
     "AgreementResult",
+    "AltTest",
+    "AltTestAnnotator",
+    "BiasRow",
+    "CandidateMeans",
+    "CeilingRow",
+    "ClassScores",
+    "ConfusionRow",
     "CriterionRef",
+    "DisagreementExample",
+    "DisagreementRow",
     "Estimate",
+    "HumanCeiling",
     "JudgeRef",
+    "RaterPair",
     "ResultFormatError",
     "StratumRef",
+    "SystemRow",
     "json_safe",
 ]

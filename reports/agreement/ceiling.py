@@ -1,0 +1,108 @@
+"""The human-human ceiling: Krippendorff's alpha and mean pairwise kappa on a cell's
+subjects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+import evalstats as es
+from calibration.frames import CriterionInfo
+
+from .common import _categories, _cell_rng, _num, _options, est_dict
+from .humans import _HumanBlock, _Stratum
+
+# Per-pair human kappas are listed in the ceiling when there are at most this many pairs.
+MAX_LISTED_PAIRS = 45
+
+
+def _ceiling(
+    crit: CriterionInfo,
+    block: _HumanBlock,
+    idx: npt.NDArray[np.int64],
+    p: Mapping[str, Any],
+    stratum: _Stratum,
+    cache: dict[bytes, dict[str, Any]],
+) -> dict[str, Any]:
+    """Human-human agreement on the given subjects: alpha (clustered CI) and mean pairwise kappa.
+
+    Cached by the subject set: judges that cover the same subjects share one computation (and
+    its generator is seeded by criterion and stratum only, so the numbers are the same).
+    """
+    key = hashlib.sha256(idx.tobytes()).digest() + stratum.label.encode()
+    if key not in cache:
+        rng = _cell_rng(p["seed"], "ceiling", crit.id, stratum.dimension, stratum.label)
+        cache[key] = _ceiling_compute(crit, block, idx, p, rng)
+    return cache[key]
+
+
+def _ceiling_compute(
+    crit: CriterionInfo,
+    block: _HumanBlock,
+    idx: npt.NDArray[np.int64],
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    sub = block.matrix[:, idx]
+    active = (~np.isnan(sub)).any(axis=1)
+    sub = sub[active]
+    items = block.items[idx]
+    cats = _categories(crit)
+    level: Literal["ordinal", "nominal"] = "ordinal" if crit.scale == "ordinal" else "nominal"
+    pairable = (~np.isnan(sub)).sum(axis=0) >= 2
+    out: dict[str, Any] = {
+        "n_subjects": int(pairable.sum()),
+        "n_items": int(np.unique(items[pairable]).size),
+        "n_humans": int(sub.shape[0]),
+        "n_ratings": int((~np.isnan(sub[:, pairable])).sum()),
+        "level": level,
+    }
+    if pairable.sum() < 2:
+        out.update(
+            alpha=est_dict(None), pairwise_kappa=None, n_pairs=0, point=None, point_metric=None
+        )
+        return out
+    # krippendorff divides 0/0 when a stratum has one value only; the NaN is reported. (errstate,
+    # unlike warnings.catch_warnings, is thread-local: criteria may run in threads.)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=cats)
+    interval = es.alpha_clustered(
+        sub,
+        items,
+        level_of_measurement=level,
+        value_domain=cats,
+        rng=rng,
+        options=_options(p),
+    )
+    out["alpha"] = est_dict(es.with_interval(point, interval))
+    codes = (
+        sub
+        if crit.scale != "ordinal"
+        else np.searchsorted(np.asarray(cats), sub).astype(np.float64)
+    )
+    if crit.scale == "ordinal":
+        codes[np.isnan(sub)] = np.nan
+    pk = es.mean_pairwise_kappa(
+        codes,
+        len(cats),
+        weights="quadratic" if crit.scale == "ordinal" else None,
+        min_shared=p["min_pair_items"],
+    )
+    if len(pk.pairs) <= MAX_LISTED_PAIRS:
+        ids = block.humans[active]
+        out["pairs"] = [
+            {"a": int(ids[q.a]), "b": int(ids[q.b]), "kappa": _num(q.kappa), "n": q.n_shared}
+            for q in pk.pairs
+        ]
+    kappa = _num(pk.value)
+    out["pairwise_kappa"] = kappa
+    out["pairwise_kappa_weights"] = "quadratic" if crit.scale == "ordinal" else "none"
+    out["n_pairs"] = pk.n_pairs
+    out["point"] = kappa if kappa is not None else out["alpha"]["value"]
+    out["point_metric"] = "mean pairwise kappa" if kappa is not None else "krippendorff alpha"
+    return out

@@ -1,0 +1,144 @@
+"""Judge-human coefficients per kind of criterion, and the alternative annotator test.
+
+Nominal scales (binary, categorical, and pairwise with its tie category) are compared with
+the human majority; ordinal scales, and continuous judge scores of them, with the human mean
+and its rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+import evalstats as es
+from calibration.frames import CriterionInfo
+
+from .common import FloatArray, _categories, _labels, _num, _options, est_dict
+
+
+def _nominal_metrics(
+    crit: CriterionInfo,
+    j: FloatArray,
+    h: FloatArray,
+    items: npt.NDArray[np.int64],
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON of `evalstats.nominal_agreement` (judge vs human majority) and its confusion."""
+    res = es.nominal_agreement(
+        j,
+        h,
+        items,
+        n_categories=len(_categories(crit)),
+        tie_category=0 if crit.scale == "pairwise" else None,
+        rng=rng,
+        options=_options(p),
+    )
+    m: dict[str, Any] = {
+        "accuracy": est_dict(res.accuracy),
+        "kappa": est_dict(res.kappa),
+        "gwet_ac1": est_dict(res.gwet_ac1),
+        "macro_f1": est_dict(res.macro_f1),
+        "macro_precision": est_dict(res.macro_precision),
+        "macro_recall": est_dict(res.macro_recall),
+    }
+    if res.agreement_without_ties is not None:
+        m["agreement_without_ties"] = est_dict(res.agreement_without_ties)
+        m["agreement_with_ties"] = m["accuracy"]
+    report = res.classification
+    confusion = {
+        "labels": _labels(crit),
+        "matrix": report.confusion.matrix.astype(int).tolist(),
+        "rows": "human majority",
+        "columns": "judge",
+        "per_class": [
+            {"label": lab, "precision": pr, "recall": rc, "f1": f, "support": s}
+            for lab, pr, rc, f, s in zip(
+                _labels(crit),
+                report.precision,
+                report.recall,
+                report.f1,
+                report.support,
+                strict=True,
+            )
+        ],
+    }
+    return m, confusion
+
+
+def _ordinal_metrics(
+    crit: CriterionInfo,
+    j: FloatArray,
+    h_mean: FloatArray,
+    h_round: FloatArray,
+    items: npt.NDArray[np.int64],
+    continuous: bool,
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """The JSON of `evalstats.ordinal_agreement` (judge vs human mean and its rounding)."""
+    res = es.ordinal_agreement(
+        j,
+        h_mean,
+        h_round,
+        items,
+        categories=_categories(crit),
+        judge_continuous=continuous,
+        rng=rng,
+        options=_options(p),
+    )
+    m: dict[str, Any] = {}
+    if res.qwk is not None:
+        m["qwk"] = est_dict(res.qwk)
+    if res.alpha_ordinal is not None:
+        m["alpha_ordinal"] = est_dict(res.alpha_ordinal)
+    for name in ("spearman", "kendall", "pearson", "mae", "signed_bias"):
+        m[name] = est_dict(getattr(res, name))
+    return m
+
+
+def _primary_metric(crit: CriterionInfo, continuous: bool) -> str:
+    if continuous:
+        return "spearman"
+    return "qwk" if crit.scale == "ordinal" else "kappa"
+
+
+def _alt_test(
+    crit: CriterionInfo, j: FloatArray, sub: FloatArray, p: Mapping[str, Any]
+) -> dict[str, Any]:
+    active = (~np.isnan(sub)).any(axis=1)
+    res = es.alt_test(
+        j,
+        sub[active],
+        epsilon=p["epsilon"],
+        alignment="neg_abs" if crit.scale == "ordinal" else "accuracy",
+        q=p["q"],
+        min_items=p["min_items"],
+        min_annotators=p["min_alt_annotators"],
+    )
+    return {
+        "winning_rate": _num(res.value),
+        "passed": bool(res.passed),
+        "advantage_probability": _num(res.advantage_probability),
+        "epsilon": res.epsilon,
+        "q": res.q,
+        "alignment": res.alignment,
+        "n_tested": len(res.annotators),
+        "n_skipped": len(res.skipped_annotators),
+        "method": res.method,
+        "warnings": list(res.warnings),
+        "annotators": [
+            {
+                "rho_judge": _num(a.rho_judge),
+                "rho_human": _num(a.rho_human),
+                "n_items": a.n_items,
+                "p_value": _num(a.p_value),
+                "p_adjusted": _num(a.p_adjusted),
+                "rejected": a.rejected,
+            }
+            for a in res.annotators
+        ],
+    }

@@ -1,0 +1,326 @@
+"""The report: the inputs' fingerprint, and every cell, ceiling and audit computed in
+threads and merged in report order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+try:  # optional: see _one_blas_thread
+    from threadpoolctl import threadpool_limits
+except ImportError:  # pragma: no cover - exercised only where threadpoolctl is missing
+    threadpool_limits = None
+
+from calibration.frames import CriterionInfo, RatingData, value_text
+
+from .bias import _bias
+from .ceiling import _ceiling
+from .coefficients import _alt_test, _nominal_metrics, _ordinal_metrics, _primary_metric
+from .common import _cell_rng
+from .examples import _examples
+from .humans import _human_block, _HumanBlock
+from .system import _system_level
+from .verdict import _verdict, rule_text
+
+RESULT_VERSION = 1
+# Threads computing criteria and judge versions side by side (see compute_report); 1 computes
+# them in turn, in the calling thread. Without threadpoolctl, BLAS keeps its own threads and a
+# second report thread only competes with them for the cores (see _one_blas_thread).
+DEFAULT_WORKERS = 2 if threadpool_limits is not None else 1
+
+
+def input_fingerprint(data: RatingData) -> str:
+    """sha256 over the sorted (subject, criterion, rater, value) rows the report reads."""
+    r = data.ratings
+    if r.empty:
+        return hashlib.sha256(b"").hexdigest()
+    # np.lexsort is stable like the mergesort of sort_values: the same order, ties included.
+    subj_all = r["subject"].to_numpy(dtype=np.int64)
+    crit_all = r["criterion"].to_numpy(dtype=np.int64)
+    judge_all = r["is_judge"].to_numpy(dtype=bool)
+    order = np.lexsort((r["rater"].to_numpy(dtype=np.int64), judge_all, crit_all, subj_all))
+    h = hashlib.sha256()
+    subj = subj_all[order]
+    crit = crit_all[order]
+    rater = r["rater"].to_numpy(dtype=np.int64)[order] * 2 + judge_all[order].astype(np.int64)
+    h.update(np.ascontiguousarray(np.column_stack([subj, crit, rater])).tobytes())
+    nums = r["num"].to_numpy(dtype=np.float64)[order]
+    cont = r["continuous"].to_numpy(dtype=bool)[order]
+    # value_text once per distinct (criterion, code, continuous), not once per rating.
+    texts = np.empty(nums.size, dtype=object)
+    for cid in np.unique(crit):
+        c = data.criteria[int(cid)]
+        for is_cont in (False, True):
+            rows = np.flatnonzero((crit == cid) & (cont == is_cont))
+            if rows.size == 0:
+                continue
+            # Distinct bit patterns, so that -0.0 and 0.0 keep their own repr.
+            bits, inverse = np.unique(nums[rows].view(np.int64), return_inverse=True)
+            codes = bits.view(np.float64)
+            labels = [value_text(c.scale, c.values, float(x), is_cont) for x in codes]
+            texts[rows] = np.asarray(labels, dtype=object)[inverse]
+    h.update("\x1f".join(texts.tolist()).encode())
+    return h.hexdigest()
+
+
+@dataclass
+class _Part:
+    """What one criterion or one judge of it adds to the report (merged in report order)."""
+
+    strata: list[tuple[str, str]] = field(default_factory=list)
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    confusion: list[dict[str, Any]] = field(default_factory=list)
+    bias: list[dict[str, Any]] = field(default_factory=list)
+    ceiling: list[dict[str, Any]] = field(default_factory=list)
+    system: list[dict[str, Any]] = field(default_factory=list)
+    disagreements: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _CriterionBase:
+    """A criterion's human block and ceilings, shared by the judge parts of the criterion."""
+
+    crit: CriterionInfo
+    block: _HumanBlock | None
+    ceiling_cache: dict[bytes, dict[str, Any]]
+    part: _Part
+    judges: list[tuple[int, pd.DataFrame]]
+
+
+def _criterion_base(
+    data: RatingData, crit: CriterionInfo, crit_judges: pd.DataFrame, p: Mapping[str, Any]
+) -> _CriterionBase:
+    """Human block, strata and ceilings of a criterion, and its judge versions' rows."""
+    block = _human_block(data, crit, p)
+    out = _Part()
+    base = _CriterionBase(crit=crit, block=block, ceiling_cache={}, part=out, judges=[])
+    if block is None:
+        if len(crit_judges):
+            out.warnings.append(
+                f"criterion '{crit.key}': judge verdicts but no human labels; nothing to compare"
+            )
+        return base
+    for st in block.strata:
+        out.strata.append((st.dimension, st.label))
+        idx = np.nonzero(st.mask)[0]
+        ceil = _ceiling(crit, block, idx, p, st, base.ceiling_cache)
+        out.ceiling.append({"criterion": crit.id, "judge_version": None, **st.as_dict(), **ceil})
+    raters = crit_judges["rater"].to_numpy()
+    base.judges = [
+        (int(jv_id), crit_judges[raters == jv_id]) for jv_id in sorted(pd.unique(raters))
+    ]
+    return base
+
+
+def _judge_part(
+    data: RatingData, base: _CriterionBase, jv_id: int, jr: pd.DataFrame, p: Mapping[str, Any]
+) -> _Part:
+    """Cells, confusion matrices, bias audits, system level and examples of one judge version."""
+    crit, block, ceiling_cache = base.crit, base.block, base.ceiling_cache
+    assert block is not None  # only criteria with human labels have judge parts
+    out = _Part()
+    jv = data.judges[jv_id]
+    jser = pd.Series(jr["num"].to_numpy(), index=jr["subject"].to_numpy())
+    j_all = jser.reindex(block.subjects).to_numpy(dtype=np.float64)
+    both = ~np.isnan(j_all) & ~np.isnan(block.consensus)
+    continuous = jv.value_type == "continuous"
+    if continuous and crit.scale != "ordinal":
+        return out
+    primary_name = _primary_metric(crit, continuous)
+    for st in block.strata:
+        idx = np.nonzero(both & st.mask)[0]
+        if idx.size == 0:
+            continue
+        rng = _cell_rng(p["seed"], jv.id, crit.id, st.dimension, st.label)
+        j = j_all[idx]
+        items = block.items[idx]
+        if crit.scale == "ordinal":
+            metrics = _ordinal_metrics(
+                crit, j, block.consensus[idx], block.rounded[idx], items, continuous, p, rng
+            )
+            confusion = None
+        else:
+            metrics, confusion = _nominal_metrics(crit, j, block.consensus[idx], items, p, rng)
+        # Another judge part may fill the cache at the same time: a ceiling is a pure function
+        # of its subjects (own generator), so either copy is the same.
+        ceil = _ceiling(crit, block, idx, p, st, ceiling_cache)
+        sub = block.matrix[:, idx]
+        multi = int(((~np.isnan(sub)).sum(axis=0) >= 2).sum())
+        alt = _alt_test(crit, j, sub, p) if multi >= 2 and idx.size >= p["min_items"] else None
+        verdict, basis, reason = _verdict(
+            int(idx.size), metrics.get(primary_name, {}), ceil, alt, continuous, p
+        )
+        out.cells.append(
+            {
+                "judge_version": jv.id,
+                "criterion": crit.id,
+                **st.as_dict(),
+                "n_subjects": int(idx.size),
+                "n_items": int(np.unique(items).size),
+                "n_humans": int((~np.isnan(sub)).any(axis=1).sum()),
+                "primary_metric": primary_name,
+                "metrics": metrics,
+                "ceiling": ceil,
+                "alt_test": alt,
+                "verdict": verdict,
+                "verdict_basis": basis,
+                "verdict_reason": reason,
+            }
+        )
+        if confusion is not None:
+            out.confusion.append(
+                {"judge_version": jv.id, "criterion": crit.id, **st.as_dict(), **confusion}
+            )
+    idx = np.nonzero(both)[0]
+    if idx.size == 0:
+        return out
+    rng = _cell_rng(p["seed"], "bias", jv.id, crit.id)
+    out.bias.extend(_bias(data, crit, jv, block, idx, j_all[idx], p, rng))
+    if p["system_level"]:
+        rng = _cell_rng(p["seed"], "system", jv.id, crit.id)
+        sysl = _system_level(data, crit, jv, block, idx, j_all[idx], p, rng)
+        if sysl is not None:
+            per_subject = next((c for c in out.cells if c["dimension"] == ""), None)
+            if per_subject is not None:
+                sysl["per_subject_kendall"] = per_subject["metrics"].get("kendall")
+            out.system.append(sysl)
+    out.disagreements.append(_examples(data, crit, jv, block, idx, j_all[idx], p))
+    return out
+
+
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """Single-threaded BLAS while a report computes (when threadpoolctl is installed).
+
+    The bootstrap's matrix products are small (1000 x a few hundred); OpenBLAS's own threads
+    gain nothing on them and spin between calls, keeping a second core busy that the report's
+    worker threads (and everything else on the machine) need. On the 2-core development box
+    (medians of three runs at load 1.3) one report thread took 4.4 s either way, but burnt
+    2.5 s more CPU with BLAS threads; two report threads took 2.8 s with one BLAS thread and
+    4.2 s without the limit. It also makes the last bits of the products independent of the
+    machine's core count (OpenBLAS splits large products by thread). The limit is
+    process-wide: two reports computed at once in one process share it.
+    """
+    if threadpool_limits is None:
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def compute_report(
+    data: RatingData, params: Mapping[str, Any], *, workers: int = DEFAULT_WORKERS
+) -> dict[str, Any]:
+    """The full agreement report for loaded rating data (see the module docstring).
+
+    ``workers`` threads compute criteria, then judge versions, side by side; the result does
+    not depend on it.
+    """
+    p = dict(params)
+    result: dict[str, Any] = {
+        "version": RESULT_VERSION,
+        "rule": rule_text(p),
+        "params": p,
+        "criteria": [
+            {
+                "id": c.id,
+                "key": c.key,
+                "name": c.name,
+                "scale": c.scale,
+                "values": list(c.values),
+                "rubric_version": c.rubric_version,
+            }
+            for c in data.criteria.values()
+        ],
+        "judges": [
+            {
+                "id": j.id,
+                "judge": j.judge,
+                "version": j.version,
+                "label": j.label,
+                "display": j.display,
+                "model_family": j.model_family,
+                "value_type": j.value_type,
+                "kind": j.kind,
+            }
+            for j in data.judges.values()
+        ],
+        "strata": [],
+        "cells": [],
+        "confusion": [],
+        "bias": [],
+        "ceiling": [],
+        "system": [],
+        "disagreements": [],
+        "warnings": [],
+    }
+    r = data.ratings
+    judge_rows = r[r["is_judge"].to_numpy()]
+    crits = list(data.criteria.values())
+    # Look-up tables the threads share are built here, once, instead of lazily in a thread.
+    for frame in (data.subjects, data.items):
+        frame.index.get_indexer(frame.index[:1])
+
+    def base(crit: CriterionInfo) -> _CriterionBase:
+        return _criterion_base(
+            data, crit, judge_rows[judge_rows["criterion"].to_numpy() == crit.id], p
+        )
+
+    def judge(unit: tuple[_CriterionBase, int, pd.DataFrame]) -> _Part:
+        return _judge_part(data, unit[0], unit[1], unit[2], p)
+
+    # Every cell, ceiling and audit has its own generator, seeded by what it is, so criteria
+    # and judge versions are independent: threads change nothing but the wall time, and the
+    # parts are merged in report order. The bootstrap's multinomial draws and matrix products
+    # (most of the time) run without the GIL, so a second thread keeps a second core busy.
+    with _one_blas_thread(), ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        run = map if workers <= 1 else pool.map
+        bases = list(run(base, crits))
+        units = [(b, jv_id, jr) for b in bases for jv_id, jr in b.judges]
+        judge_parts = iter(list(run(judge, units)))
+    seen_strata: dict[tuple[str, str], None] = {}
+    for b in bases:
+        for pt in [b.part] + [next(judge_parts) for _ in b.judges]:
+            for key in pt.strata:
+                seen_strata.setdefault(key, None)
+            for name in ("cells", "confusion", "bias", "ceiling", "system", "disagreements"):
+                result[name].extend(getattr(pt, name))
+            result["warnings"].extend(pt.warnings)
+    result["strata"] = [{"dimension": d, "label": lab} for d, lab in seen_strata]
+    return result
+
+
+def cells_for(
+    result: Mapping[str, Any], *, criterion: int | None = None, judge_version: int | None = None
+) -> list[dict[str, Any]]:
+    """Cells of a stored result filtered by criterion and/or judge version."""
+    return [
+        c
+        for c in result.get("cells", [])
+        if (criterion is None or c["criterion"] == criterion)
+        and (judge_version is None or c["judge_version"] == judge_version)
+    ]
+
+
+def lookup(result: Mapping[str, Any], kind: str) -> dict[int, dict[str, Any]]:
+    """criteria / judges of a stored result by id."""
+    return {int(x["id"]): x for x in result.get(kind, [])}
+
+
+__all__ = [
+    "DEFAULT_WORKERS",
+    "RESULT_VERSION",
+    "cells_for",
+    "compute_report",
+    "input_fingerprint",
+    "lookup",
+]

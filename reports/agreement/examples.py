@@ -1,0 +1,65 @@
+"""Disagreeing examples: the subjects where a judge version and the humans differ most."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from calibration.frames import CriterionInfo, JudgeInfo, RatingData, value_text
+
+from .common import FloatArray
+from .humans import _HumanBlock
+
+
+def _examples(
+    data: RatingData,
+    crit: CriterionInfo,
+    jv: JudgeInfo,
+    block: _HumanBlock,
+    idx: npt.NDArray[np.int64],
+    j: FloatArray,
+    p: Mapping[str, Any],
+) -> dict[str, Any]:
+    continuous = jv.value_type == "continuous"
+    if crit.scale == "ordinal":
+        gap = np.abs(j - block.consensus[idx])
+        dis = gap >= p["disagreement_gap"]
+    else:
+        gap = (j != block.consensus[idx]).astype(np.float64)
+        dis = gap > 0
+    order = np.lexsort((block.subjects[idx], -gap))
+    picked = [i for i in order if dis[i]][: p["max_examples"]]
+    ext = data.items["external_id"]
+    rows = []
+    for i in picked:
+        s = int(block.subjects[idx][i])
+        hv = block.consensus[idx][i]
+        rows.append(
+            {
+                "subject": s,
+                "item": str(ext.get(int(block.items[idx][i]), "")),
+                "judge": value_text(crit.scale, crit.values, float(j[i]), continuous)
+                if crit.scale != "categorical"
+                else crit.values[int(j[i])],
+                "human": (
+                    f"{hv:.2f}"
+                    if crit.scale == "ordinal"
+                    else value_text(crit.scale, crit.values, float(hv), False)
+                ),
+            }
+        )
+    return {
+        "judge_version": jv.id,
+        "criterion": crit.id,
+        "n_disagreements": int(dis.sum()),
+        "n_subjects": int(idx.size),
+        "rule": (
+            "|judge - human mean| >= " + f"{p['disagreement_gap']:g}"
+            if crit.scale == "ordinal"
+            else "judge != human majority"
+        ),
+        "examples": rows,
+    }

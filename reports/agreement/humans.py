@@ -1,0 +1,107 @@
+"""The human side of a criterion: every annotator's codes per subject, the consensus, and
+the strata the subjects fall in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+import evalstats as es
+from calibration.frames import CriterionInfo, RatingData
+from studies.strata import cross_label
+
+from .common import FloatArray, _categories, _numeric_reading
+
+
+@dataclass
+class _Stratum:
+    dimension: str
+    label: str
+    mask: npt.NDArray[np.bool_]
+
+    def as_dict(self) -> dict[str, str]:
+        return {"dimension": self.dimension, "label": self.label}
+
+
+@dataclass
+class _HumanBlock:
+    subjects: npt.NDArray[np.int64]
+    humans: npt.NDArray[np.int64]
+    matrix: FloatArray  # humans x subjects (codes, NaN missing)
+    consensus: FloatArray  # majority code or mean
+    rounded: FloatArray  # ordinal: mean rounded half up; nominal: = consensus
+    human_num_mean: FloatArray  # mean of value_num readings (length / self-preference audits)
+    items: npt.NDArray[np.int64]
+    strata: list[_Stratum]
+
+
+def _strata_for(
+    data: RatingData, items: npt.NDArray[np.int64], p: Mapping[str, Any]
+) -> list[_Stratum]:
+    n = items.size
+    out = [_Stratum("", "overall", np.ones(n, dtype=bool))]
+    dims = [d for d in data.dimensions if p["strata"] is None or d in p["strata"]]
+    labels: dict[str, npt.NDArray[np.object_]] = {}
+    frame = data.items.reindex(items)
+    for d in set(dims) | {x for c in p["crosses"] for x in c}:
+        if d in frame.columns:
+            labels[d] = frame[d].fillna("unknown").to_numpy(dtype=object)
+    for d in dims:
+        arr = labels[d]
+        for lab in sorted(pd.unique(arr)):
+            out.append(_Stratum(d, str(lab), arr == lab))
+    for a, b in p["crosses"]:
+        if a not in labels or b not in labels:
+            continue
+        crossed = np.array(
+            [cross_label(x, y) for x, y in zip(labels[a], labels[b], strict=True)], dtype=object
+        )
+        for lab in sorted(pd.unique(crossed)):
+            out.append(_Stratum(cross_label(a, b), str(lab), crossed == lab))
+    return out
+
+
+def _human_block(data: RatingData, crit: CriterionInfo, p: Mapping[str, Any]) -> _HumanBlock | None:
+    r = data.ratings
+    h = r[(~r["is_judge"].to_numpy()) & (r["criterion"].to_numpy() == crit.id)]
+    if h.empty:
+        return None
+    subjects = np.unique(h["subject"].to_numpy())
+    humans = np.unique(h["rater"].to_numpy())
+    matrix = np.full((humans.size, subjects.size), np.nan)
+    matrix[
+        np.searchsorted(humans, h["rater"].to_numpy()),
+        np.searchsorted(subjects, h["subject"].to_numpy()),
+    ] = h["num"].to_numpy()
+    cats = _categories(crit)
+    if crit.scale == "ordinal":
+        consensus = np.asarray(es.mean_consensus(matrix).labels, dtype=np.float64)
+        rounded = np.floor(consensus + 0.5)
+    else:
+        consensus = np.asarray(
+            es.majority_vote(matrix, tie_break="first", categories=cats).labels, dtype=np.float64
+        )
+        rounded = consensus
+    num = _numeric_reading(crit, matrix)
+    if num is not None:
+        with np.errstate(invalid="ignore"):
+            human_num_mean = np.asarray(es.mean_consensus(num).labels, dtype=np.float64)
+    else:
+        human_num_mean = np.full(subjects.size, np.nan)
+    items = data.subjects.loc[subjects, "item"].to_numpy(dtype=np.int64)
+    return _HumanBlock(
+        subjects=subjects,
+        humans=humans,
+        matrix=matrix,
+        consensus=consensus,
+        rounded=rounded,
+        human_num_mean=human_num_mean,
+        items=items,
+        strata=_strata_for(data, items, p),
+    )

@@ -1,0 +1,136 @@
+"""The agreement report's parameters: defaults and validation.
+
+Pure module: no Django, no DRF, no numpy (a test imports it without settings), so the
+parameters can be checked before any database work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from reviewhub.errors import ValidationFailed
+
+# Calderon, Reichart & Dror (2025), as documented in evalstats.alt_test.
+EPSILON_BY_ANNOTATOR_TYPE = {"expert": 0.2, "skilled": 0.15, "crowd": 0.1}
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "seed": 0,
+    "n_resamples": 1000,
+    "ci": "bca",
+    "level": 0.95,
+    "min_items": 30,
+    "annotator_type": "skilled",
+    "epsilon": None,  # None: EPSILON_BY_ANNOTATOR_TYPE[annotator_type]
+    "q": 0.05,
+    "margin": 0.05,
+    "min_alt_annotators": 2,
+    "min_pair_items": 10,
+    "crosses": [],
+    "strata": None,  # None: every dimension
+    "criteria": None,
+    "judges": None,
+    "candidates": None,
+    "system_level": False,
+    "disagreement_gap": 1.0,
+    "max_examples": 200,
+}
+
+
+def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Fill defaults and check types; raise ValidationFailed naming each bad parameter."""
+    raw = dict(raw or {})
+    errors: list[dict[str, str]] = []
+    unknown = sorted(set(raw) - set(DEFAULT_PARAMS))
+    for key in unknown:
+        errors.append({"path": f"params.{key}", "message": "unknown parameter"})
+    p = {**DEFAULT_PARAMS, **{k: v for k, v in raw.items() if k in DEFAULT_PARAMS}}
+
+    def need(cond: bool, key: str, message: str) -> None:
+        if not cond:
+            errors.append({"path": f"params.{key}", "message": message})
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def is_num(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    need(is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
+    need(
+        is_int(p["n_resamples"]) and 100 <= p["n_resamples"] <= 20000,
+        "n_resamples",
+        "an integer from 100 to 20000",
+    )
+    need(p["ci"] in ("bca", "percentile"), "ci", "'bca' or 'percentile'")
+    need(is_num(p["level"]) and 0.5 <= p["level"] < 1, "level", "a number in [0.5, 1)")
+    need(is_int(p["min_items"]) and 2 <= p["min_items"] <= 100000, "min_items", "an integer >= 2")
+    need(
+        p["annotator_type"] in EPSILON_BY_ANNOTATOR_TYPE,
+        "annotator_type",
+        "one of " + ", ".join(EPSILON_BY_ANNOTATOR_TYPE),
+    )
+    need(
+        p["epsilon"] is None or (is_num(p["epsilon"]) and 0 <= p["epsilon"] < 1),
+        "epsilon",
+        "null or a number in [0, 1)",
+    )
+    need(is_num(p["q"]) and 0 < p["q"] < 1, "q", "a number in (0, 1)")
+    need(is_num(p["margin"]) and 0 <= p["margin"] <= 1, "margin", "a number in [0, 1]")
+    need(
+        is_int(p["min_alt_annotators"]) and p["min_alt_annotators"] >= 2,
+        "min_alt_annotators",
+        "an integer >= 2",
+    )
+    need(
+        is_int(p["min_pair_items"]) and p["min_pair_items"] >= 2,
+        "min_pair_items",
+        "an integer >= 2",
+    )
+    need(isinstance(p["system_level"], bool), "system_level", "true or false")
+    need(
+        is_num(p["disagreement_gap"]) and p["disagreement_gap"] > 0,
+        "disagreement_gap",
+        "a positive number",
+    )
+    need(
+        is_int(p["max_examples"]) and 0 <= p["max_examples"] <= 10000,
+        "max_examples",
+        "an integer from 0 to 10000",
+    )
+    crosses = p["crosses"]
+    ok_crosses = isinstance(crosses, list) and all(
+        isinstance(c, (list, tuple))
+        and len(c) == 2
+        and all(isinstance(x, str) for x in c)
+        and c[0] != c[1]
+        for c in crosses
+    )
+    need(ok_crosses, "crosses", "a list of [dimension, dimension] pairs")
+    for key in ("strata", "criteria", "candidates"):
+        v = p[key]
+        need(
+            v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+            key,
+            "null or a list of strings",
+        )
+    v = p["judges"]
+    need(
+        v is None or (isinstance(v, list) and all(is_int(x) for x in v)),
+        "judges",
+        "null or a list of judge version ids",
+    )
+    if errors:
+        raise ValidationFailed(
+            f"The report parameters did not validate: {errors[0]['path']}: {errors[0]['message']}",
+            details={"errors": errors},
+        )
+    p["crosses"] = [list(c) for c in p["crosses"]]
+    if p["epsilon"] is None:
+        p["epsilon"] = EPSILON_BY_ANNOTATOR_TYPE[p["annotator_type"]]
+    p["level"] = float(p["level"])
+    return p
+
+
+__all__ = ["DEFAULT_PARAMS", "EPSILON_BY_ANNOTATOR_TYPE", "params_validate"]
