@@ -100,6 +100,9 @@ def _criterion_vm(
         "vertical": c.scale == Criterion.Scale.CATEGORICAL
         or (c.scale == Criterion.Scale.ORDINAL and any(len(ch.label) > 14 for ch in choices)),
         "has_pass_reading": has_pass_reading,
+        # Shown under the choices: which of them fail (and so ask for a severity), so that
+        # "3 · Acceptable" does not ask for one without warning.
+        "fail_labels": [ch.label for ch in choices if ch.fails],
         "asks_severity": bool(c.failing_values),
         "selected": selected,
         "selected_fails": selected is not None and selected in c.failing_values,

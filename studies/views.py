@@ -21,6 +21,12 @@ from reviewhub.errors import AppError, ValidationFailed
 from reviewhub.pages import page_study, strict_csp
 
 from . import services
+from .criteria import (
+    criterion_allowed_values,
+    criterion_has_pass_reading,
+    criterion_is_pass,
+    criterion_value_labels,
+)
 from .models import ApiToken, Membership, Study
 from .spec import study_file_validate
 from .studyfile import MAX_STUDY_FILE_BYTES, study_file_parse
@@ -60,6 +66,28 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "studies/home.html", {"rows": rows})
 
 
+def _criterion_scale(criterion: Any) -> dict[str, Any]:
+    """A criterion's scale points with whether each counts as a pass, and the rule in words,
+    for the rubric overview (what the grading page will ask a severity for)."""
+    labels = criterion_value_labels(criterion)
+    points = []
+    for value in criterion_allowed_values(criterion):
+        label = labels.get(value, value)
+        # Ordinal points are numbers a grader presses: show both; otherwise the label.
+        shown = f"{value} · {label}" if criterion.scale == "ordinal" and label != value else label
+        points.append({"value": value, "shown": shown,
+                       "passes": criterion_is_pass(criterion, value)})
+    if criterion.scale == "pairwise":
+        rule = "Pick the better of two outputs, or a tie; no pass or fail."
+    elif not criterion_has_pass_reading(criterion):
+        rule = "No pass or fail reading: every label is recorded as it is."
+    else:
+        failing = [str(p["shown"]) for p in points if p["passes"] is False]
+        rule = ("Counts as a failure (asks how bad it would be): " + ", ".join(failing) + "."
+                if failing else "Every point counts as a pass.")
+    return {"criterion": criterion, "points": points, "rule": rule}
+
+
 @require_GET
 @login_required
 @strict_csp
@@ -72,6 +100,8 @@ def study_overview(request: HttpRequest, slug: str) -> HttpResponse:
         "grade_url": _optional_url("annotations-grade", slug),
         "rubric": study.rubric_versions.order_by("-version").prefetch_related("criteria").first(),
     }
+    if context["rubric"] is not None:
+        context["criteria"] = [_criterion_scale(c) for c in context["rubric"].criteria.all()]
     if role == Membership.Role.LEAD:
         counts = Study.objects.filter(pk=study.pk).aggregate(
             n_items=Count("items", distinct=True),
