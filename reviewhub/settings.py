@@ -152,6 +152,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# E-mail: only for password resets, and only once an operator configures a mail server
+# (EMAIL_HOST, or EMAIL_BACKEND); until then the reset page says to ask a study lead, who can
+# reset an annotator's password from the Members page.
+EMAIL_HOST = env("EMAIL_HOST", default="")
+EMAIL_PORT = env.int("EMAIL_PORT", default=587)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=True)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="reviewhub@localhost")
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="") or (
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST
+    else "django.core.mail.backends.dummy.EmailBackend"
+)
+REVIEWHUB_EMAIL_ENABLED = EMAIL_BACKEND != "django.core.mail.backends.dummy.EmailBackend"
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"

@@ -18,6 +18,9 @@ API_DOCS_CSP = (
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    # Before the auth URLs: the reset page sends e-mail only when a mail server is configured.
+    path("accounts/password_reset/", views.PasswordResetByEmailView.as_view(),
+         name="password_reset"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", csp_policy(API_DOCS_CSP)(
@@ -27,6 +30,7 @@ urlpatterns = [
     path("api/", include("studies.ingest_urls")),
     path("api/", include("judges.api_urls")),
     path("api/", include("annotations.api_urls")),
+    path("api/", include("calibration.api_urls")),
     path("api/", include("reports.api_urls")),
     path("", include("studies.urls")),
     path("", include("judges.urls")),

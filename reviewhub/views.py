@@ -1,12 +1,17 @@
-"""Project-level views: health check."""
+"""Project-level views: health check, and the password-reset page that sends e-mail only when
+a mail server is configured."""
 
 from __future__ import annotations
 
 import time
 
+from typing import Any
+
 from django.conf import settings
+from django.contrib.auth.views import PasswordResetView
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 
 
 def _check_database() -> dict[str, object]:
@@ -42,3 +47,14 @@ def healthz(request: HttpRequest) -> JsonResponse:
     ok = bool(database["ok"] and broker["ok"])
     return JsonResponse({"ok": ok, "database": database, "broker": broker},
                         status=200 if ok else 503)
+
+
+class PasswordResetByEmailView(PasswordResetView):
+    """Django's reset by e-mail when REVIEWHUB_EMAIL_ENABLED; otherwise a page that says who
+    can reset the password (a study lead, from the Members page), and no form that would
+    pretend to send a message."""
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not settings.REVIEWHUB_EMAIL_ENABLED:
+            return render(request, "registration/password_reset_unavailable.html")
+        return super().dispatch(request, *args, **kwargs)

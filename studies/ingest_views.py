@@ -46,7 +46,7 @@ _BODY = {
 }
 
 
-class _StreamedBody(BaseParser):
+class StreamedBodyParser(BaseParser):
     """Claims every body and reads none of it: the view spools `request.stream` itself.
 
     Without a parser DRF answers 415 as soon as anything reads `request.POST`, and the CSRF
@@ -64,7 +64,7 @@ class _StreamedBody(BaseParser):
 class BulkIngestView(APIView):
     kind: ClassVar[ingest.Kind]
     # The body is read raw from the stream; DRF's parsers would load it all into memory.
-    parser_classes: list[Any] = [_StreamedBody]
+    parser_classes: list[Any] = [StreamedBodyParser]
     # The one kind of endpoint allowed a large body: it enforces REVIEWHUB_MAX_UPLOAD_BYTES
     # itself while spooling, so RequestLimitsMiddleware's small limit does not apply.
     streams_request_body = True
