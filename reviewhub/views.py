@@ -4,13 +4,13 @@ a mail server is configured."""
 from __future__ import annotations
 
 import time
-
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.views import PasswordResetView
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, JsonResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 
 
@@ -54,7 +54,7 @@ class PasswordResetByEmailView(PasswordResetView):
     can reset the password (a study lead, from the Members page), and no form that would
     pretend to send a message."""
 
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not settings.REVIEWHUB_EMAIL_ENABLED:
             return render(request, "registration/password_reset_unavailable.html")
         return super().dispatch(request, *args, **kwargs)

@@ -102,7 +102,7 @@ def test_only_leads_and_output_text_is_escaped() -> None:
 @pytest.mark.parametrize("viewport", ["desktop", "phone"])
 def test_upload_with_progress_through_the_api_in_chromium(new_session: Any, viewport: str,
                                                           tmp_path: Path) -> None:
-    lead, study = _lead()
+    _lead_user, study = _lead()
     s = new_session(viewport)
     s.login("data-lead", "pw-lead-data-1")
     page = s.page
