@@ -20,4 +20,10 @@ urlpatterns = [
         views.report_disagreements,
         name="reports-disagreements",
     ),
+    path("studies/<slug:slug>/calibration", views.calibration_page, name="reports-calibration"),
+    path(
+        "studies/<slug:slug>/calibration/<int:snapshot_id>/reliability.svg",
+        views.calibration_reliability,
+        name="reports-calibration-reliability",
+    ),
 ]

@@ -1,10 +1,12 @@
-"""Pages: the study's reports and the judge reliability audit (leads only)."""
+"""Pages: the study's reports, the judge reliability audit and the calibration page (leads
+only)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -12,12 +14,15 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from reviewhub.errors import AppError
+from calibration.advice import calibration_advice, stratum_text
+from calibration.escalations import escalations_plan_create
+from reviewhub.errors import AppError, ValidationFailed
 from reviewhub.pages import page_study
 from studies.models import Membership, Study
 
 from . import charts, selectors, services
 from .agreement import DEFAULT_PARAMS
+from .calibration_charts import cell_title, reliability_bins, reliability_svg
 from .export import TABLES
 from .models import ReportSnapshot
 from .results import AgreementResult
@@ -107,7 +112,7 @@ def _audit_sections(
     for crit in result.criteria:
         cid = crit.id
         hm = charts.heatmap_data(result, cid)
-        ceilings = [c for c in result.ceiling if c["criterion"] == cid]
+        ceilings = [c for c in result.ceiling if c.criterion == cid]
         if not hm["judges"] and not ceilings:
             continue
         table = []
@@ -136,28 +141,30 @@ def _audit_sections(
             )
         overall = [c for c in result.cells_for(criterion=cid) if c.dimension == ""]
         confusion = [
-            {"judge": judges[c["judge_version"]].display, **c}
+            {
+                "judge": judges[c.judge_version].display,
+                "labels": c.labels,
+                "rows_zipped": list(zip(c.labels, c.matrix, strict=True)),
+            }
             for c in result.confusion
-            if c["criterion"] == cid and c["dimension"] == ""
+            if c.criterion == cid and c.dimension == ""
         ]
-        for c in confusion:
-            c["rows_zipped"] = list(zip(c["labels"], c["matrix"], strict=True))
         examples = [
             {
-                "judge": judges[d["judge_version"]].display,
-                **d,
+                "judge": judges[d.judge_version].display,
+                "row": d,
                 "url": reverse(
                     "reports-disagreements", kwargs={"slug": study.slug, "report_id": report.pk}
                 )
-                + f"?judge={d['judge_version']}&criterion={cid}",
+                + f"?judge={d.judge_version}&criterion={cid}",
             }
             for d in result.disagreements
-            if d["criterion"] == cid
+            if d.criterion == cid
         ]
         system = [
-            {"judge": judges[s["judge_version"]].display, **s}
+            {"judge": judges[s.judge_version].display, "row": s}
             for s in result.system
-            if s["criterion"] == cid
+            if s.criterion == cid
         ]
         sections.append(
             {
@@ -197,9 +204,9 @@ def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpRespons
     crits = result.criteria_by_id() if result else {}
     bias = [
         {
-            "judge": judges[b["judge_version"]].display if b["judge_version"] in judges else "?",
-            "criterion": crits[b["criterion"]].key if b["criterion"] in crits else "?",
-            **b,
+            "judge": judges[b.judge_version].display if b.judge_version in judges else "?",
+            "criterion": crits[b.criterion].key if b.criterion in crits else "?",
+            "row": b,
         }
         for b in (result.bias if result else ())
     ]
@@ -270,15 +277,17 @@ def report_disagreements(request: HttpRequest, slug: str, report_id: int) -> Htt
         (
             d
             for d in (result.disagreements if result else ())
-            if d["judge_version"] == jid and d["criterion"] == cid
+            if d.judge_version == jid and d.criterion == cid
         ),
         None,
     )
     if entry is None:
         raise Http404("No such judge and criterion in this report")
-    page = Paginator(entry["examples"], 25).get_page(request.GET.get("page"))
-    texts = selectors.subjects_describe(study=study, subjects=[e["subject"] for e in page])
-    rows = [{**e, **texts.get(e["subject"], {"input": "", "outputs": []})} for e in page]
+    page = Paginator(entry.examples, 25).get_page(request.GET.get("page"))
+    texts = selectors.subjects_describe(study=study, subjects=[e.subject for e in page])
+    rows = [
+        {"example": e, **texts.get(e.subject, {"input": "", "outputs": []})} for e in page
+    ]
     return render(
         request,
         "reports/disagreements.html",
@@ -294,3 +303,196 @@ def report_disagreements(request: HttpRequest, slug: str, report_id: int) -> Htt
             "audit_url": reverse("reports-audit", kwargs={"slug": slug, "report_id": report.pk}),
         },
     )
+
+
+# --- Calibration (the latest calibration snapshot, for leads) -----------------------------------
+
+CALIBRATION = "calibration"
+
+
+def _calibration_snapshot(study: Study, raw: str | None) -> ReportSnapshot | None:
+    """The snapshot the page shows: `?snapshot=<id>` or the latest finished one."""
+    if raw:
+        if not raw.isascii() or not raw.isdigit() or int(raw) > 2**63 - 1:
+            raise Http404("snapshot must be an id")
+        report = selectors.report_get(study=study, report_id=int(raw), kind=CALIBRATION)
+        if report is None:
+            raise Http404("No such calibration snapshot")
+        return report
+    done = (
+        selectors.reports_for_study(study=study, kind=CALIBRATION)
+        .filter(status=ReportSnapshot.Status.DONE)
+        .values_list("id", flat=True)
+        .first()
+    )
+    return (
+        selectors.report_get(study=study, report_id=done, kind=CALIBRATION)
+        if done is not None
+        else None
+    )
+
+
+def _estimate(value: Any) -> dict[str, Any] | None:
+    """An Estimate's JSON as {value, ci_low, ci_high} (None when absent)."""
+    if isinstance(value, dict) and isinstance(value.get("value"), int | float):
+        return {"value": value["value"], "ci_low": value.get("ci_low"),
+                "ci_high": value.get("ci_high")}
+    return None
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _diag_figures(diag: Any) -> dict[str, Any]:
+    diag = diag if isinstance(diag, dict) else {}
+    return {k: _estimate(diag.get(k)) for k in ("ece", "ece_mass", "brier", "log_loss", "auroc")}
+
+
+def _calibration_cells(
+    result: dict[str, Any], study: Study, report: ReportSnapshot
+) -> list[dict[str, Any]]:
+    chart = reverse("reports-calibration-reliability",
+                    kwargs={"slug": study.slug, "snapshot_id": report.pk})
+    cells = []
+    for index, cell in enumerate(result.get("cells") or []):
+        if not isinstance(cell, dict):
+            continue
+        diagnostics = _mapping(cell.get("diagnostics"))
+        policy = _mapping(cell.get("policy_costs"))
+        fpc = _mapping(cell.get("false_pass_cost"))
+        cells.append({
+            "index": index,
+            "title": cell_title(cell),
+            "judge": cell.get("judge") or cell.get("judge_version"),
+            "criterion": cell.get("criterion"),
+            "stratum": cell.get("stratum") or "",
+            "n_labels": cell.get("n_labels"),
+            "too_few": bool(cell.get("too_few_labels")),
+            "pooled_only": bool(cell.get("pooled_only")),
+            "method": cell.get("method"),
+            "borrowed": cell.get("borrowed"),
+            "before": _diag_figures(diagnostics.get("before")),
+            "after": _diag_figures(diagnostics.get("after")),
+            "bins_before": reliability_bins(cell, "before"),
+            "bins_after": reliability_bins(cell, "after"),
+            "thresholds": cell.get("thresholds") if isinstance(cell.get("thresholds"), dict)
+            else None,
+            "false_pass": _estimate(fpc.get("expected")),
+            "false_fail_cost": cell.get("false_fail_cost"),
+            "policy": {k: _estimate(policy.get(k)) for k in ("raw", "calibrated", "human_only")}
+            if policy else None,
+            "trust": cell.get("trust") if isinstance(cell.get("trust"), dict) else None,
+            "chart_url": f"{chart}?cell={index}",
+        })
+    return cells
+
+
+def _positive_int(raw: str, name: str) -> int | None:
+    raw = raw.strip()
+    if not raw:
+        return None
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 2**63 - 1:
+        raise ValidationFailed(f"{name} must be a positive integer.",
+                               details={"errors": [{"path": name, "message": "invalid"}]})
+    return int(raw)
+
+
+def _calibration_form_params(post: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for key in ("seed", "n_resamples", "folds", "min_labels"):
+        if post.get(key, "").strip():
+            try:
+                params[key] = int(post[key])
+            except ValueError:
+                params[key] = post[key]  # the kind's validation names it
+    return params
+
+
+def _calibration_post(request: HttpRequest, study: Study) -> HttpResponse:
+    """The page's two forms: build a new snapshot, or send a snapshot's escalations to humans."""
+    page = reverse("reports-calibration", kwargs={"slug": study.slug})
+    action = request.POST.get("action", "")
+    if action == "build":
+        report = services.report_build(study=study, kind=CALIBRATION,
+                                       params=_calibration_form_params(request.POST),
+                                       created_by=request.user)
+        messages.success(request, f"Calibration snapshot #{report.pk} is being computed.")
+        return HttpResponseRedirect(page)
+    if action == "escalate":
+        result = escalations_plan_create(
+            study=study,
+            snapshot_id=_positive_int(request.POST.get("snapshot", ""), "snapshot"),
+            limit=_positive_int(request.POST.get("limit", ""), "limit"),
+            created_by=request.user,
+        )
+        verb = "Sent" if result.created else "Already sent"
+        messages.success(request, f"{verb}: {result.subjects} {result.subject}s of snapshot "
+                                  f"#{result.snapshot_id} are sampling plan "
+                                  f"v{result.plan.version} for humans.")
+        return HttpResponseRedirect(page)
+    raise ValidationFailed("action must be 'build' or 'escalate'.",
+                           details={"errors": [{"path": "action", "message": "unknown"}]})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def calibration_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The latest calibration snapshot: reliability before/after, costs, thresholds, policy
+    costs, guaranteed agreement, and what to do next."""
+    study = _lead_study(request, slug)
+    error = None
+    if request.method == "POST":
+        try:
+            return _calibration_post(request, study)
+        except AppError as exc:
+            error = exc.message
+    report = _calibration_snapshot(study, request.GET.get("snapshot"))
+    newest = selectors.reports_for_study(study=study, kind=CALIBRATION).first()
+    result = report.result if report is not None and isinstance(report.result, dict) else None
+    cells = _calibration_cells(result, study, report) if result and report else []
+    for c in cells:
+        c["stratum_text"] = stratum_text(c["stratum"])
+    costs = result.get("costs") if result and isinstance(result.get("costs"), dict) else None
+    severity = costs.get("severity") if costs and isinstance(costs.get("severity"), dict) else {}
+    return render(
+        request,
+        "reports/calibration.html",
+        {
+            "study": study,
+            "study_role": "lead",
+            "report": report,
+            "newest": newest,
+            "refresh": newest is not None and newest.status in (
+                ReportSnapshot.Status.PENDING, ReportSnapshot.Status.RUNNING),
+            "result": result,
+            "cells": cells,
+            "costs": costs,
+            "severity": sorted(severity.items()),
+            "policy": result.get("policy") if result else None,
+            "cascade": result.get("cascade") if result else None,
+            "advice": calibration_advice(result) if result else [],
+            "warnings": [str(w) for w in (result.get("warnings") or [])] if result else [],
+            "params_json": json.dumps(report.params, indent=1, sort_keys=True) if report else "",
+            "error": error,
+        },
+        status=400 if error else 200,
+    )
+
+
+@require_GET
+@login_required
+def calibration_reliability(request: HttpRequest, slug: str, snapshot_id: int) -> HttpResponse:
+    """One cell's reliability diagram (SVG): `?cell=<index>` into the snapshot's cells."""
+    study = _lead_study(request, slug)
+    report = selectors.report_get(study=study, report_id=snapshot_id, kind=CALIBRATION)
+    if report is None or not isinstance(report.result, dict):
+        raise Http404("No such finished calibration snapshot")
+    raw = request.GET.get("cell", "")
+    cells = report.result.get("cells") or []
+    if not raw.isascii() or not raw.isdigit() or int(raw) >= len(cells):
+        raise Http404("No such cell")
+    cell = cells[int(raw)]
+    if not isinstance(cell, dict):
+        raise Http404("No such cell")
+    return _svg_response(reliability_svg(cell))
