@@ -1,8 +1,11 @@
-"""REST views for agreement reports: validate -> service / selector -> serialize."""
+"""REST views for report snapshots: validate -> service / selector -> serialize.
+
+One pair of views serves every kind; each kind has its own URLs (reports/agreement/,
+reports/calibration/), so a snapshot of one kind is not found under another kind's URL."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.http import HttpResponse
 from django.urls import reverse
@@ -53,6 +56,7 @@ class ReportSerializer(serializers.ModelSerializer):
         model = ReportSnapshot
         fields = [
             "id",
+            "kind",
             "status",
             "params",
             "plan_version",
@@ -68,7 +72,11 @@ class ReportSerializer(serializers.ModelSerializer):
         return obj.plan.version if obj.plan_id and obj.plan else None
 
     def get_url(self, obj: ReportSnapshot) -> str:
-        return reverse("reports-api-detail", kwargs={"slug": obj.study.slug, "report_id": obj.pk})
+        if obj.kind == ReportSnapshot.Kind.AGREEMENT:
+            return reverse("reports-api-detail",
+                           kwargs={"slug": obj.study.slug, "report_id": obj.pk})
+        return reverse(f"reports-api-{obj.kind}-detail",
+                       kwargs={"slug": obj.study.slug, "snapshot_id": obj.pk})
 
 
 class ReportDetailSerializer(ReportSerializer):
@@ -79,12 +87,14 @@ class ReportDetailSerializer(ReportSerializer):
 class ReportListCreateView(APIView):
     """GET: the study's reports (cursor pages, no results); POST: build a new report (202)."""
 
+    kind: ClassVar[str] = ReportSnapshot.Kind.AGREEMENT
+
     @extend_schema(operation_id="agreement_reports_list", parameters=PAGE_PARAMETERS,
                    responses=paginated(ReportSerializer))
     def get(self, request: Request, slug: str) -> Response:
         study = study_for_reports(request, slug)
         paginator = DefaultCursorPagination()
-        qs = selectors.reports_for_study(study=study).select_related("study")
+        qs = selectors.reports_for_study(study=study, kind=self.kind).select_related("study")
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(ReportSerializer(page, many=True).data)
 
@@ -103,6 +113,7 @@ class ReportListCreateView(APIView):
                 raise NotFound(f"Analysis plan version {version} not found.")
         report = services.report_build(
             study=study,
+            kind=self.kind,
             params=ser.validated_data.get("params") or {},
             plan=plan,
             created_by=request.user,
@@ -112,13 +123,40 @@ class ReportListCreateView(APIView):
 
 
 class ReportDetailView(APIView):
+    kind: ClassVar[str] = ReportSnapshot.Kind.AGREEMENT
+
     @extend_schema(operation_id="agreement_reports_detail", responses=ReportDetailSerializer)
     def get(self, request: Request, slug: str, report_id: int) -> Response:
         study = study_for_reports(request, slug)
-        report = selectors.report_get(study=study, report_id=report_id)
+        report = selectors.report_get(study=study, report_id=report_id, kind=self.kind)
         if report is None:
-            raise NotFound(f"Agreement report {report_id} not found.")
+            raise NotFound(f"{self.kind.capitalize()} report {report_id} not found.")
         return Response(ReportDetailSerializer(report).data)
+
+
+class CalibrationReportListCreateView(ReportListCreateView):
+    """Calibration snapshots (docs/calibration.md): their calibrated scores are served by
+    /calibrated-scores; the snapshot holds the curves, diagnostics, costs and thresholds."""
+
+    kind = ReportSnapshot.Kind.CALIBRATION
+
+    @extend_schema(operation_id="calibration_reports_list", parameters=PAGE_PARAMETERS,
+                   responses=paginated(ReportSerializer))
+    def get(self, request: Request, slug: str) -> Response:
+        return super().get(request, slug)
+
+    @extend_schema(operation_id="calibration_reports_create", request=ReportCreateSerializer,
+                   responses={202: ReportSerializer})
+    def post(self, request: Request, slug: str) -> Response:
+        return super().post(request, slug)
+
+
+class CalibrationReportDetailView(ReportDetailView):
+    kind = ReportSnapshot.Kind.CALIBRATION
+
+    @extend_schema(operation_id="calibration_reports_detail", responses=ReportDetailSerializer)
+    def get(self, request: Request, slug: str, snapshot_id: int) -> Response:
+        return super().get(request, slug, snapshot_id)
 
 
 class ReportExportView(APIView):

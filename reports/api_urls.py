@@ -18,4 +18,14 @@ urlpatterns = [
         api.ReportExportView.as_view(),
         name="reports-api-export",
     ),
+    path(
+        "studies/<slug:slug>/reports/calibration/",
+        api.CalibrationReportListCreateView.as_view(),
+        name="reports-api-calibration-list",
+    ),
+    path(
+        "studies/<slug:slug>/reports/calibration/<int:snapshot_id>/",
+        api.CalibrationReportDetailView.as_view(),
+        name="reports-api-calibration-detail",
+    ),
 ]

@@ -229,6 +229,8 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "reports-api-list": {"GET": READ_BLIND, "POST": LEAD_WRITE},
     "reports-api-detail": {"GET": READ_BLIND},
     "reports-api-export": {"GET": READ_BLIND},
+    "reports-api-calibration-list": {"GET": READ_BLIND, "POST": LEAD_WRITE},
+    "reports-api-calibration-detail": {"GET": READ_BLIND},
     # calibration API: judge-derived scores, so annotators are blind to them
     "calibration-api-scores": {"GET": READ_BLIND},
     "calibration-api-export": {"GET": READ_BLIND},
