@@ -116,9 +116,14 @@ def study_update(*, study: Study, fields: Mapping[str, Any]) -> tuple[Study, Out
 
 
 def membership_set(
-    *, study: Study, user: User, role: str
+    *, study: Study, user: User, role: str, created_account: bool = False
 ) -> tuple[Membership, Outcome]:
-    """Add a member or change their role. The owner always stays a lead."""
+    """Add a member or change their role. The owner always stays a lead.
+
+    `created_account`: the account was created by this study's invite, in the caller's
+    transaction (annotations' invite). Only such a membership lets the study's leads reset the
+    password (annotations/services/members.py); it is recorded when the membership is made and
+    never set on an existing one, so re-inviting an account grants nothing more."""
     if role not in Membership.Role.values:
         raise ValidationFailed(f"Unknown role '{role}'.", details={"errors": [
             {"path": "role", "message": f"must be one of {', '.join(Membership.Role.values)}"}]})
@@ -126,7 +131,7 @@ def membership_set(
         raise Conflict("The study owner is always a lead.")
     with transaction.atomic():
         membership, created = Membership.objects.get_or_create(
-            study=study, user=user, defaults={"role": role}
+            study=study, user=user, defaults={"role": role, "created_account": created_account}
         )
         if created:
             return membership, "created"

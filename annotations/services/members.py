@@ -94,12 +94,11 @@ def annotator_invite(
                     f"A user named '{username}' already exists; invite them by username.",
                     details={"username": "taken"},
                 ) from exc
-        # The studies app owns the membership rules (the owner always stays a lead).
-        membership, _outcome = membership_set(study=study, user=user, role=role)
-        if password is not None:
-            # Recorded only here, in the transaction that created the account; re-inviting
-            # or adding a member through the studies API never sets it.
-            Membership.objects.filter(pk=membership.pk).update(created_account=True)
+        # The studies app owns the membership table and its rules (the owner always stays a
+        # lead); an account created just above is recorded as this study's own, which is
+        # what later allows a lead to reset its password.
+        membership_set(study=study, user=user, role=role,
+                       created_account=password is not None)
     return user, password
 
 
