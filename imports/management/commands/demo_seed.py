@@ -121,13 +121,15 @@ class Command(BaseCommand):
                 user.save()
 
     def _delete(self, study: Any) -> None:
-        from annotations.models import Annotation
+        from annotations.models import Annotation, SamplingPlan
         from judges.models import JudgeJob, JudgeRun, Verdict
         from reports.models import ReportSnapshot
 
         with transaction.atomic():
-            # Verdicts and annotations protect their criteria; remove them first.
+            # Verdicts and annotations protect their criteria, sampling plans their rubric
+            # version and report snapshots their analysis plan; remove them first.
             Annotation.objects.filter(criterion__rubric__study=study).delete()
+            SamplingPlan.objects.filter(study=study).delete()
             Verdict.objects.filter(criterion__rubric__study=study).delete()
             JudgeJob.objects.filter(run__study=study).delete()
             JudgeRun.objects.filter(study=study).delete()
