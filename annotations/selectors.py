@@ -41,6 +41,8 @@ class CriterionView:
     pass_labels: list[str]
     # The values for which the severity question is asked (empty for pairwise).
     failing_values: list[str]
+    # The rubric says grading it needs the item's context: the page shows the context open.
+    needs_context: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ def _criterion_view(c: Criterion) -> CriterionView:
         pass_threshold=c.pass_threshold,
         pass_labels=list(c.pass_labels or []),
         failing_values=[v for v in candidates if is_failure(c, v)],
+        needs_context=bool(c.needs_context),
     )
 
 

@@ -62,6 +62,9 @@ class CriterionViewSerializer(serializers.Serializer):
     pass_threshold = serializers.IntegerField(allow_null=True)
     pass_labels = serializers.ListField(child=serializers.CharField())
     failing_values = serializers.ListField(child=serializers.CharField())
+    needs_context = serializers.BooleanField(
+        help_text="Grading this criterion needs the item's context (the page shows it open)."
+    )
 
 
 class GradingContextSerializer(serializers.Serializer):

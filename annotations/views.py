@@ -33,9 +33,11 @@ from . import selectors, services
 from .constants import FLAG_KEYS, FLAG_LABELS, SEVERITY_LABELS, SEVERITY_QUESTION, SEVERITY_SCALE
 from .models import Annotation, Assignment
 
-# Inputs longer than this start collapsed; contexts longer than CONTEXT_OPEN_CHARS too.
+# Inputs longer than this start collapsed. A context longer than CONTEXT_OPEN_CHARS starts
+# collapsed too (about ten lines of the subject column: a short one costs nothing to show, a
+# long one pushes the output out of sight), unless a criterion being graded needs it.
 INPUT_OPEN_CHARS = 6000
-CONTEXT_OPEN_CHARS = 1500
+CONTEXT_OPEN_CHARS = 600
 RECENT_LIMIT = 20
 DISAGREEMENT_PAGE = 200
 EXCERPT_CHARS = 90
@@ -111,12 +113,20 @@ def _criterion_vm(
     }
 
 
-def _subject_vm(ctx: selectors.GradingContext) -> dict[str, Any]:
+def _subject_vm(
+    ctx: selectors.GradingContext, criteria: list[selectors.CriterionView]
+) -> dict[str, Any]:
+    """The subject column; `criteria` are those graded on this page (the context starts open
+    when any of them needs it, otherwise when it is short)."""
+    needed_by = [c.name for c in criteria if c.needs_context]
+    context_is_long = len(ctx.item_context) > CONTEXT_OPEN_CHARS
     return {
         "input": ctx.item_input,
         "input_is_long": len(ctx.item_input) > INPUT_OPEN_CHARS,
         "context": ctx.item_context,
-        "context_is_long": len(ctx.item_context) > CONTEXT_OPEN_CHARS,
+        "context_is_long": context_is_long,
+        "context_open": bool(needed_by) or not context_is_long,
+        "context_needed_by": needed_by,
         "show_reference": ctx.item_reference is not None,
         "reference": ctx.item_reference or "",
         "is_pairwise": ctx.kind == "pairwise",
@@ -289,7 +299,7 @@ def grade(request: HttpRequest, slug: str) -> HttpResponse:
         kwargs = {"slug": study.slug, "assignment_id": assignment.pk}
         g = {
             "assignment_id": assignment.pk,
-            "subject": _subject_vm(ctx),
+            "subject": _subject_vm(ctx, ctx.criteria),
             "criteria": [_criterion_vm(c) for c in ctx.criteria],
             "flags": [{"key": k, "label": FLAG_LABELS[k]} for k in FLAG_KEYS],
             "submit_url": reverse("annotations-grade-submit", kwargs=kwargs),
@@ -426,7 +436,7 @@ def annotation_revise_page(request: HttpRequest, slug: str, annotation_id: int) 
         "study": study,
         "study_role": role,
         "annotation": annotation,
-        "subject": _subject_vm(ctx),
+        "subject": _subject_vm(ctx, [view]),
         "c": _criterion_vm(view, selected=selected, severity=severity, severity_note=note),
         "flags": [
             {"key": k, "label": FLAG_LABELS[k], "checked": bool(flags.get(k))} for k in FLAG_KEYS

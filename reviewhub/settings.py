@@ -423,5 +423,6 @@ SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
     "JudgeRunStatusEnum": "judges.models.JudgeRun.Status",
     "JudgeJobStatusEnum": "judges.models.JudgeJob.Status",
     "AgreementReportStatusEnum": "reports.models.ReportSnapshot.Status",
+    "ReportKindEnum": "reports.models.ReportSnapshot.Kind",
     "AssignmentStatusEnum": "annotations.models.Assignment.Status",
 }

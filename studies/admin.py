@@ -63,7 +63,7 @@ class CriterionInline(admin.StackedInline):
     model = Criterion
     extra = 0
     fields = ("position", "key", "name", "scale", "guidance", "points", "pass_threshold",
-              "pass_labels", "is_hard_gate", "weight")
+              "pass_labels", "is_hard_gate", "weight", "needs_context")
 
 
 @admin.register(RubricVersion)

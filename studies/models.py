@@ -137,6 +137,8 @@ class Criterion(models.Model):
     pass_labels = models.JSONField(default=list, blank=True)
     is_hard_gate = models.BooleanField(default=False)
     weight = models.FloatField(default=1.0)
+    # Grading needs the item's context (e.g. groundedness): the grading page shows it open.
+    needs_context = models.BooleanField(default=False)
     position = models.PositiveIntegerField(default=0)
 
     class Meta:

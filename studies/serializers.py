@@ -96,14 +96,19 @@ class MembershipRoleSerializer(serializers.Serializer):
 
 # --- Rubric -----------------------------------------------------------------------------------
 
+NEEDS_CONTEXT_HELP = ("Grading this criterion needs the item's context (e.g. groundedness): the "
+                      "grading page shows the context open instead of collapsing a long one.")
+
 class CriterionSerializer(serializers.ModelSerializer):
     allowed_values = serializers.SerializerMethodField()
 
     class Meta:
         model = Criterion
         fields = ["id", "key", "name", "guidance", "scale", "points", "pass_threshold",
-                  "pass_labels", "is_hard_gate", "weight", "position", "allowed_values"]
+                  "pass_labels", "is_hard_gate", "weight", "needs_context", "position",
+                  "allowed_values"]
         read_only_fields = fields
+        extra_kwargs = {"needs_context": {"help_text": NEEDS_CONTEXT_HELP}}
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_allowed_values(self, obj: Criterion) -> list[str]:
@@ -145,6 +150,8 @@ class CriterionInputSerializer(serializers.Serializer):
     pass_labels = serializers.ListField(child=serializers.CharField(), required=False)
     is_hard_gate = serializers.BooleanField(required=False)
     weight = serializers.FloatField(required=False, min_value=0)
+    needs_context = serializers.BooleanField(required=False, default=False,
+                                             help_text=NEEDS_CONTEXT_HELP)
 
 
 class RubricUpdateSerializer(serializers.Serializer):

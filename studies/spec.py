@@ -84,7 +84,7 @@ def _slug_problem(value: Any, max_length: int = 60) -> str | None:
 # --- Rubric criteria --------------------------------------------------------------------------
 
 _CRITERION_FIELDS = {"key", "name", "guidance", "scale", "points", "pass_threshold",
-                     "pass_labels", "is_hard_gate", "weight"}
+                     "pass_labels", "is_hard_gate", "weight", "needs_context"}
 
 
 def _criterion_validate(raw: Any, path: str, problems: Problems) -> dict[str, Any] | None:
@@ -116,6 +116,9 @@ def _criterion_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
     is_hard_gate = raw.get("is_hard_gate", False)
     if not isinstance(is_hard_gate, bool):
         bad("is_hard_gate", "is_hard_gate must be true or false")
+    needs_context = raw.get("needs_context", False)
+    if not isinstance(needs_context, bool):
+        bad("needs_context", "needs_context must be true or false")
     weight = raw.get("weight", 1.0)
     if not _is_number(weight) or float(weight) < 0:
         bad("weight", f"weight must be a finite number >= 0 (got {weight!r})")
@@ -218,6 +221,7 @@ def _criterion_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
         "pass_labels": list(pass_labels_raw or []) if scale == "categorical" else [],
         "is_hard_gate": is_hard_gate,
         "weight": float(weight),
+        "needs_context": needs_context,
     }
     if is_hard_gate and not criterion_has_pass_reading(_Shape(crit)):
         bad("is_hard_gate", "a hard gate needs a pass/fail reading (binary, ordinal, or "

@@ -22,6 +22,7 @@
   var skipForm = document.getElementById("skip-form");
   var monoToggle = document.getElementById("mono-toggle");
   var subject = document.getElementById("subject");
+  var contextBox = document.getElementById("context");
   var timerEl = document.getElementById("timer");
   var timeField = form.querySelector("input[name=time_on_task_ms]");
   var idField = form.querySelector("input[name=submission_id]");
@@ -326,6 +327,17 @@
     if (storeGet("reviewhub:mono") === "1") { setMono(true); }
   }
 
+  // ---- Context: a <details> (it opens and closes without script too); C toggles it. --------
+  function toggleContext() {
+    contextBox.open = !contextBox.open;
+    // Opened from far down the page (a phone, the last criterion): bring it into view. Focus
+    // stays on the current criterion, so the digits keep answering it.
+    if (contextBox.open) {
+      var summary = contextBox.querySelector("summary");
+      if (summary) { summary.scrollIntoView({ block: "nearest" }); }
+    }
+  }
+
   // ---- Shortcut list -------------------------------------------------------------------------
   var helpReturnFocus = null;
   function toggleHelp(force) {
@@ -425,6 +437,7 @@
       return;
     }
     if (lower === "m" && monoToggle) { ev.preventDefault(); setMono(!monoToggle.checked); return; }
+    if (lower === "c" && contextBox) { ev.preventDefault(); toggleContext(); return; }
     if (lower === "r") {
       var rationale = form.querySelector("textarea[name=rationale]");
       if (rationale) { ev.preventDefault(); rationale.focus(); }
