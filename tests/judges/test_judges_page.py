@@ -158,3 +158,33 @@ def test_keyboard_only_judge_creation_in_chromium(new_session: Any, viewport: st
     if viewport == "desktop":
         s.screenshot("docs/img/judges-page.png")
     assert not s.page_errors
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_overview_and_run_pages_render_for_the_lead_in_chromium(new_session: Any) -> None:
+    """The lead's study page and a run's page, as the docs' screenshots show them."""
+    from judges.runs import judge_run_start
+    from judges.services import judge_create_with_config
+
+    g = grading_study()
+    _judge, version = judge_create_with_config(
+        study=g.study, name="House judge", kind="llm", created_by=g.lead,
+        config={"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m-1",
+                "api_key_env": "RH_TEST_JUDGE_KEY"})
+    assert version is not None
+    run = judge_run_start(study=g.study, judge_version=version,
+                          criteria=list(g.criteria.values()), created_by=g.lead,
+                          enqueue=lambda run_id, n: None)  # no worker here: nothing is sent
+    s = new_session("desktop")
+    s.login(g.lead.username, PASSWORD)
+    page = s.page
+    page.goto(s.url("/studies/support/"))
+    assert "Counts as a failure" in page.locator("#rubric-h").locator("..").inner_text()
+    s.screenshot("docs/img/study-overview.png")
+    page.goto(s.url(f"/studies/support/judge-runs/{run.pk}/"))
+    page.locator("#p-total").wait_for()
+    assert page.locator("#p-total").inner_text().strip() == str(
+        len(g.outputs) * len(g.criteria))
+    s.screenshot("docs/img/judge-run.png")
+    assert not s.page_errors
