@@ -14,13 +14,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import numpy as np
+from matplotlib.patches import Rectangle
 
-from .agreement import TOO_FEW, TRUSTWORTHY
+from .agreement import NOT_TRUSTWORTHY, TOO_FEW, TRUSTWORTHY
+from .audit_summary import interval_text, stratum_words, verdict_class
 from .results import AgreementResult
 
 plt.rcParams["svg.hashsalt"] = "reviewhub"
-_MARK = {TRUSTWORTHY: "trustworthy", "not trustworthy": "not trustworthy", TOO_FEW: "too few"}
+_MARK = {TRUSTWORTHY: "trustworthy", NOT_TRUSTWORTHY: "not trustworthy", TOO_FEW: "too few"}
 MAX_ROWS = 80
 
 
@@ -58,49 +59,67 @@ def heatmap_data(result: AgreementResult, criterion: int) -> dict[str, Any]:
     }
 
 
+# The heat-map colours each cell by its verdict, not by its value: a "not trustworthy" cell
+# at kappa 0.77 must not look green. The value, interval and verdict stay written in the cell.
+# The same colours as the audit table's cells (static/css/app.css, .verdict-*).
+VERDICT_FILL = {
+    TRUSTWORTHY: "#b7e1c1",
+    NOT_TRUSTWORTHY: "#f4b6ae",
+    TOO_FEW: "#e3e5e8",
+}
+UNKNOWN_FILL = "#ffffff"
+CEILING_FILL = "#dbe4f0"
+
+
 def heatmap_svg(result: AgreementResult, criterion: int) -> bytes:
-    """Judge x stratum heat-map of the primary metric with intervals, ceiling column beside."""
+    """Judge x stratum heat-map of the primary metric with intervals, ceiling column beside.
+
+    Each judge cell is filled with its verdict's colour (VERDICT_FILL) and carries the SVG id
+    ``cell-<row>-<column>-<verdict class>``; the ceiling column has its own neutral colour.
+    """
     d = heatmap_data(result, criterion)
     rows, jids = d["rows"], d["judges"]
     n_rows, n_cols = max(1, len(rows)), len(jids) + 1
     fig, ax = plt.subplots(figsize=(2.0 + 1.9 * n_cols, 1.0 + 0.55 * n_rows))
-    values = np.full((n_rows, n_cols), np.nan)
-    texts: list[list[str]] = [["" for _ in range(n_cols)] for _ in range(n_rows)]
     for r, (dim, lab) in enumerate(rows):
         for k, jid in enumerate(jids):
             c = d["cells"].get((dim, lab, jid))
             if c is None:
                 continue
+            ax.add_patch(Rectangle(
+                (k - 0.5, r - 0.5), 1, 1, facecolor=VERDICT_FILL.get(c.verdict, UNKNOWN_FILL),
+                edgecolor="white", linewidth=1.5,
+                gid=f"cell-{r}-{k}-{verdict_class(c.verdict)}",
+            ))
             m = c.primary
-            value, lo, hi = (m.value, m.ci_low, m.ci_high) if m else (None, None, None)
-            if value is not None:
-                values[r, k] = value
-            texts[r][k] = (
-                f"{_fmt(value)} [{_fmt(lo)}, {_fmt(hi)}]\n{_MARK.get(c.verdict, c.verdict)}"
-                f" (n={c.n_subjects})"
-            )
+            interval = interval_text(m.ci_low, m.ci_high, 2) if m else ""
+            value = _fmt(m.value if m else None)
+            ax.text(k, r, f"{value} {interval}".strip()
+                    + f"\n{_MARK.get(c.verdict, c.verdict)} (n={c.n_subjects})",
+                    ha="center", va="center", fontsize=7)
         ceil = d["ceilings"].get((dim, lab))
         if ceil is not None and ceil.point is not None:
-            values[r, -1] = ceil.point
-            texts[r][-1] = (
-                f"{_fmt(ceil.point)}\nalpha {_fmt(ceil.alpha.value)} (n={ceil.n_subjects})"
-            )
-    ax.imshow(np.ma.masked_invalid(values), cmap="RdYlGn", vmin=-0.2, vmax=1.0, aspect="auto")
-    for r in range(n_rows):
-        for k in range(n_cols):
-            if texts[r][k]:
-                ax.text(k, r, texts[r][k], ha="center", va="center", fontsize=7)
+            ax.add_patch(Rectangle((n_cols - 1.5, r - 0.5), 1, 1, facecolor=CEILING_FILL,
+                                   edgecolor="white", linewidth=1.5, gid=f"ceiling-{r}"))
+            ax.text(n_cols - 1, r,
+                    f"{_fmt(ceil.point)}\nalpha {_fmt(ceil.alpha.value)} (n={ceil.n_subjects})",
+                    ha="center", va="center", fontsize=7)
+    ax.set_xlim(-0.5, n_cols - 0.5)
+    ax.set_ylim(n_rows - 0.5, -0.5)
     ax.set_xticks(
         range(n_cols), [*d["names"], "humans (ceiling)"], rotation=20, ha="right", fontsize=8
     )
     ax.set_yticks(
         range(n_rows),
-        [lab if not dim else f"{dim}: {lab}" for dim, lab in rows] or [""],
+        [stratum_words(dim, lab) for dim, lab in rows] or [""],
         fontsize=8,
     )
     ax.axvline(n_cols - 1.5, color="black", linewidth=1.5)
+    crit = result.criteria_by_id().get(criterion)
     ax.set_title(
-        "Primary agreement with the human consensus per stratum (interval, verdict)", fontsize=9
+        f"{crit.name if crit else ''}: primary agreement with the human consensus per stratum\n"
+        "colour = verdict (green trustworthy, red not trustworthy, grey too few labels)",
+        fontsize=9,
     )
     return _svg(fig)
 
@@ -109,8 +128,8 @@ def _display(judge: Any) -> str:
     return "?" if judge is None else str(judge.display)
 
 
-def _key(criterion: Any) -> str:
-    return "?" if criterion is None else str(criterion.key)
+def _name(criterion: Any) -> str:
+    return "?" if criterion is None else str(criterion.name or criterion.key)
 
 
 _REFERENCE = {
@@ -135,7 +154,7 @@ def bias_svg(result: AgreementResult) -> bytes:
         ref = _REFERENCE.get(b.audit, 0.0)
         ax.plot([ref], [i], "|", color="black", markersize=14)
     labels = [
-        f"{_display(judges.get(b.judge_version))} · {_key(crits.get(b.criterion))} · {b.audit}"
+        f"{_display(judges.get(b.judge_version))} · {_name(crits.get(b.criterion))} · {b.audit}"
         for b in rows
     ]
     # One tick per label: matplotlib refuses a label list longer than the tick list, which a

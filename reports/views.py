@@ -20,8 +20,9 @@ from reviewhub.errors import AppError, ValidationFailed
 from reviewhub.pages import page_study
 from studies.models import Membership, Study
 
-from . import charts, selectors, services
+from . import audit_summary, charts, selectors, services
 from .agreement import DEFAULT_PARAMS
+from .agreement.verdict import rule_items
 from .calibration_charts import cell_title, reliability_bins, reliability_svg
 from .export import TABLES
 from .models import ReportSnapshot
@@ -104,6 +105,48 @@ def _result(report: ReportSnapshot) -> AgreementResult | None:
     return AgreementResult.from_json(report.result) if report.result else None
 
 
+def _words(text: str) -> list[str]:
+    """A header's words: the page keeps each whole (a judge named "coin-judge" must not break
+    at its hyphen), wrapping only at spaces."""
+    return text.split()
+
+
+def _cell_view(c: Any) -> dict[str, Any]:
+    """A heat-map table cell: the figures as text and the verdict's colour class."""
+    m = c.primary
+    return {
+        "metric": audit_summary.metric_name(c.primary_metric),
+        "value": audit_summary.number_text(m.value if m else None),
+        "interval": audit_summary.interval_text(m.ci_low, m.ci_high) if m else "",
+        "verdict": c.verdict,
+        "cls": audit_summary.verdict_class(c.verdict),
+        "n": c.n_subjects,
+        "reason": c.verdict_reason,
+    }
+
+
+def _ceiling_view(ceil: Any) -> dict[str, Any] | None:
+    if ceil is None:
+        return None
+    return {
+        "metric": audit_summary.method_text(ceil.point_metric) if ceil.point_metric else "",
+        "point": audit_summary.number_text(ceil.point),
+        "alpha": audit_summary.estimate_text(ceil.alpha),
+        "n_subjects": ceil.n_subjects,
+        "n_humans": ceil.n_humans,
+    }
+
+
+def _estimate_view(name: str, m: Any) -> dict[str, Any]:
+    return {
+        "name": audit_summary.metric_name(name),
+        "key": name,
+        "value": audit_summary.number_text(m.value, 4),
+        "interval": audit_summary.interval_text(m.ci_low, m.ci_high),
+        "method": audit_summary.method_text(m.method),
+    }
+
+
 def _audit_sections(
     result: AgreementResult, study: Study, report: ReportSnapshot
 ) -> list[dict[str, Any]]:
@@ -120,23 +163,12 @@ def _audit_sections(
             cells = []
             for jid in hm["judges"]:
                 c = hm["cells"].get((dim, lab, jid))
-                cells.append(
-                    None
-                    if c is None
-                    else {
-                        "m": c.primary,
-                        "verdict": c.verdict,
-                        "n": c.n_subjects,
-                        "reason": c.verdict_reason,
-                        "metric": c.primary_metric,
-                    }
-                )
+                cells.append(None if c is None else _cell_view(c))
             table.append(
                 {
-                    "dimension": dim,
-                    "label": lab,
+                    "stratum": _words(audit_summary.stratum_words(dim, lab)),
                     "cells": cells,
-                    "ceiling": hm["ceilings"].get((dim, lab)),
+                    "ceiling": _ceiling_view(hm["ceilings"].get((dim, lab))),
                 }
             )
         overall = [c for c in result.cells_for(criterion=cid) if c.dimension == ""]
@@ -162,14 +194,22 @@ def _audit_sections(
             if d.criterion == cid
         ]
         system = [
-            {"judge": judges[s.judge_version].display, "row": s}
+            {
+                "judge": _words(judges[s.judge_version].display),
+                "row": s,
+                "kendall": audit_summary.estimate_text(s.kendall),
+                "spearman": audit_summary.number_text(s.spearman.value),
+                "pearson": audit_summary.number_text(s.pearson.value),
+                "per_subject": audit_summary.estimate_text(s.per_subject_kendall),
+                "warning": audit_summary.system_warning(s.n_candidates),
+            }
             for s in result.system
             if s.criterion == cid
         ]
         sections.append(
             {
                 "criterion": crit,
-                "judges": [judges[j].display for j in hm["judges"]],
+                "judges": [_words(judges[j].display) for j in hm["judges"]],
                 "table": table,
                 "truncated": hm["truncated"],
                 "overall": [
@@ -177,14 +217,18 @@ def _audit_sections(
                         "judge": judges[c.judge_version].display,
                         "alt_test": c.alt_test,
                         "verdict": c.verdict,
+                        "cls": audit_summary.verdict_class(c.verdict),
                         "verdict_reason": c.verdict_reason,
-                        "metric_items": sorted(c.metrics.items()),
+                        "metric_items": [
+                            _estimate_view(name, m) for name, m in sorted(c.metrics.items())
+                        ],
                     }
                     for c in overall
                 ],
                 "confusion": confusion,
                 "examples": examples,
                 "system": system,
+                "system_warning": any(x["warning"] for x in system),
                 "heatmap_url": reverse(
                     "reports-heatmap", kwargs={"slug": study.slug, "report_id": report.pk}
                 )
@@ -192,6 +236,15 @@ def _audit_sections(
             }
         )
     return sections
+
+
+def _rule_items(result: AgreementResult) -> list[str]:
+    """The trust rule as a short list; a report whose parameters lack one of the rule's
+    (written by other code) keeps its stored paragraph."""
+    try:
+        return rule_items(result.params)
+    except (KeyError, TypeError, ValueError):
+        return [result.rule]
 
 
 @require_GET
@@ -205,8 +258,11 @@ def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpRespons
     bias = [
         {
             "judge": judges[b.judge_version].display if b.judge_version in judges else "?",
-            "criterion": crits[b.criterion].key if b.criterion in crits else "?",
+            "criterion": audit_summary.criterion_words(crits.get(b.criterion)),
             "row": b,
+            "value": audit_summary.number_text(b.value),
+            "interval": audit_summary.interval_text(b.ci_low, b.ci_high),
+            "method": audit_summary.method_text(b.method),
         }
         for b in (result.bias if result else ())
     ]
@@ -219,6 +275,8 @@ def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpRespons
             "study_role": "lead",
             "report": report,
             "result": result,
+            "summaries": audit_summary.judge_summaries(result) if result else (),
+            "rule_items": _rule_items(result) if result else [],
             "sections": _audit_sections(result, study, report) if result else [],
             "bias": bias,
             "csv_links": [(t, f"{export}?table={t}") for t in TABLES],

@@ -41,6 +41,7 @@ APP_PURE = [
     "reports.results",
     "reports.agreement.params",
     "reports.agreement.verdict",
+    "reports.audit_summary",
     "calibration.params",
     "reviewhub.errors",
     "reviewhub.api.strictjson",

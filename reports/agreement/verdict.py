@@ -39,6 +39,32 @@ def rule_text(p: Mapping[str, Any]) -> str:
     )
 
 
+def rule_items(p: Mapping[str, Any]) -> list[str]:
+    """The rule of `rule_text` as a short list, one step per item (the audit page shows it so;
+    the stored result keeps the paragraph)."""
+    return [
+        f"Fewer than {p['min_items']} subjects rated by the judge and at least one human: "
+        "too few labels.",
+        f"At least {p['min_alt_annotators']} annotators each share {p['min_items']} or more "
+        "subjects with the judge and another human: the alternative annotator test decides "
+        f"(Calderon, Reichart & Dror 2025; epsilon {p['epsilon']:g} for {p['annotator_type']} "
+        f"annotators, Benjamini-Yekutieli at q = {p['q']:g}); trustworthy iff the winning rate "
+        "is at least 0.5.",
+        "Otherwise the judge's primary coefficient against the human consensus (Cohen's kappa; "
+        "quadratic-weighted for ordinal criteria) is held to the human ceiling on the same "
+        "subjects (mean pairwise kappa between annotators; Krippendorff's alpha when no pair "
+        f"shares {p['min_pair_items']} subjects): trustworthy iff the lower end of its "
+        f"{p['level']:.0%} interval is at least the ceiling minus {p['margin']:g}.",
+        "Continuous scores are decided by the alternative annotator test only; without it, or "
+        "with no ceiling, the cell is too few labels.",
+        f"Intervals: {p['ci']} bootstrap, {p['n_resamples']} resamples of items (all ratings "
+        f"of an item move together), seed {p['seed']}.",
+        "Human consensus: majority vote, ties broken by the first annotator with the top "
+        "label (lowest account id; for imports the order of first appearance); the mean for "
+        "ordinal criteria.",
+    ]
+
+
 def _verdict(
     n: int,
     primary: dict[str, Any],
@@ -90,4 +116,4 @@ def _verdict(
     )
 
 
-__all__ = ["NOT_TRUSTWORTHY", "TOO_FEW", "TRUSTWORTHY", "rule_text"]
+__all__ = ["NOT_TRUSTWORTHY", "TOO_FEW", "TRUSTWORTHY", "rule_items", "rule_text"]
