@@ -26,7 +26,7 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from reviewhub.errors import AppError, ValidationFailed, error_body
-from reviewhub.pages import page_study, strict_csp
+from reviewhub.pages import error_rows, form_number, page_study, strict_csp
 from studies.models import Comparison, Criterion, Membership, Output, Study
 
 from . import selectors, services
@@ -668,16 +668,8 @@ def _plan_form_values(post: Any) -> tuple[dict[str, Any], int, float]:
     """The plan form as the service's arguments; a bad number is a 400 naming its field."""
 
     def number(name: str, cast: Any, *, required: bool = False) -> Any:
-        text = str(post.get(name, "")).strip()
-        if not text:
-            if required:
-                raise ValidationFailed(f"{name} is required.", details={name: "required"})
-            return None
-        try:
-            return cast(text)
-        except ValueError:
-            raise ValidationFailed(f"{name} must be a number.",
-                                   details={name: "must be a number"}) from None
+        # Ranges are the service's to check (sampling.spec_parse), with its own messages.
+        return form_number(post, name, cast, required=required)
 
     spec: dict[str, Any] = {"mode": post.get("mode", "all"),
                             "subject": post.get("subject", "output")}
@@ -727,10 +719,7 @@ def lead_plans(request: HttpRequest, slug: str) -> HttpResponse:
             form["seed"] = str(preview["seed"])
         except AppError as exc:
             status = 400
-            details = exc.details if isinstance(exc.details, dict) else {}
-            errors = [{"path": str(path), "message": str(message)}
-                      for path, message in details.items()] or [{"path": "", "message": ""}]
-            errors[0]["message"] = exc.message
+            errors = error_rows(exc)
     context = {
         "study": study,
         "study_role": role,

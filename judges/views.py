@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from reviewhub.api.strictjson import loads as strict_loads
 from reviewhub.errors import AppError, NotFound, ValidationFailed
-from reviewhub.pages import page_study, strict_csp
+from reviewhub.pages import error_rows, form_number, page_study, strict_csp
 from studies.models import Comparison, Membership, Output
 from studies.selectors import rubric_current
 
@@ -96,18 +96,6 @@ def preview_page(request: HttpRequest, slug: str, judge_id: int, version_id: int
 _LLM_FIELDS = ("provider", "base_url", "model", "api_key_env", "user_prompt")
 
 
-def _errors_of(exc: AppError) -> list[dict[str, str]]:
-    """A service error as a list of (path, message) for the page, whatever its details shape."""
-    details = exc.details if isinstance(exc.details, dict) else {}
-    if isinstance(details.get("errors"), list):
-        return [{"path": str(e.get("path", "")), "message": str(e.get("message", ""))}
-                for e in details["errors"] if isinstance(e, dict)]
-    field = details.get("field")
-    if isinstance(field, str):
-        return [{"path": field, "message": exc.message}]
-    return [{"path": next(iter(details), ""), "message": exc.message}]
-
-
 def _json_object(text: str, path: str) -> dict[str, Any]:
     if not text.strip():
         return {}
@@ -135,16 +123,8 @@ def _new_judge_config(post: Any) -> dict[str, Any]:
 
 def _run_form(post: Any) -> dict[str, Any]:
     def number(name: str, cast: Any) -> Any:
-        text = str(post.get(name, "")).strip()
-        if not text:
-            return None
-        try:
-            value = cast(text)
-        except ValueError:
-            raise ValidationFailed(f"{name} must be a number", details={"field": name}) from None
-        if value != value or value < 0 or (cast is int and value < 1):  # NaN, negative
-            raise ValidationFailed(f"{name} must be positive", details={"field": name})
-        return value
+        # Budgets and sample sizes: a cost may be 0, counts start at 1.
+        return form_number(post, name, cast, minimum=1 if cast is int else 0)
 
     kind = str(post.get("selection_kind", "all"))
     selection: dict[str, Any] = {"kind": kind}
@@ -208,7 +188,7 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
                     reverse("judge-run-detail-page", args=[study.slug, run.pk]))
             raise ValidationFailed("unknown action", details={"field": "action"})
         except AppError as exc:
-            errors = _errors_of(exc)
+            errors = error_rows(exc)
             status = 404 if isinstance(exc, NotFound) else 400
     judges = list(selectors.judges_list(study=study).prefetch_related("versions"))
     rubric = rubric_current(study)

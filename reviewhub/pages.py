@@ -2,7 +2,8 @@
 
 `page_study` is the access check for pages, turned into a 404 for anything the user may not
 see; `strict_csp` adds a Content-Security-Policy that keeps any HTML that slipped through
-escaping inert.
+escaping inert; `error_rows` lays out an application error for a page's error list, and
+`form_number` reads a number from a form field with the error naming the field.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
 
-from reviewhub.errors import Forbidden, NotFound
+from reviewhub.errors import AppError, Forbidden, NotFound, ValidationFailed
 from studies.access import study_get_for_actor
 from studies.models import Membership, Study
 
@@ -50,3 +51,47 @@ def page_study(
         return study_get_for_actor(user=request.user, slug=slug, min_role=min_role)
     except (NotFound, Forbidden) as exc:
         raise Http404(exc.message) from exc
+
+
+def error_rows(exc: AppError) -> list[dict[str, Any]]:
+    """An application error as rows {"line", "path", "message"} for a page's error list.
+
+    Services still answer in several `details` shapes (docs/api.md, "Errors"): a list of
+    problems ({"errors": [{"path", "message"}]}, ingest's {"line", "field", "reason"}), one
+    field ({"field": name}) or {name: reason} pairs. The first row of the last two carries the
+    error's own message, so the page says what is wrong and where.
+    """
+    details = exc.details if isinstance(exc.details, dict) else {}
+    listed = details.get("errors")
+    if isinstance(listed, list) and listed:
+        return [{"line": e.get("line"), "path": str(e.get("path") or e.get("field") or ""),
+                 "message": str(e.get("message") or e.get("reason") or "")}
+                for e in listed if isinstance(e, dict)]
+    if isinstance(details.get("field"), str):
+        return [{"line": None, "path": details["field"], "message": exc.message}]
+    pairs = list(details.items())
+    if not pairs:
+        return [{"line": None, "path": "", "message": exc.message}]
+    first = {"line": None, "path": str(pairs[0][0]), "message": exc.message}
+    return [first, *({"line": None, "path": str(k), "message": v}
+                     for k, v in pairs[1:] if isinstance(v, str))]
+
+
+def form_number(post: Any, name: str, cast: Callable[[str], Any], *, required: bool = False,
+                minimum: float | None = None) -> Any:
+    """The number in form field `name` (None when empty), or a 400 naming the field: not a
+    number (NaN included), missing when `required`, or below `minimum`."""
+    text = str(post.get(name, "")).strip()
+    if not text:
+        if required:
+            raise ValidationFailed(f"{name} is required.", details={"field": name})
+        return None
+    try:
+        value = cast(text)
+    except ValueError:
+        raise ValidationFailed(f"{name} must be a number.", details={"field": name}) from None
+    if value != value:  # NaN
+        raise ValidationFailed(f"{name} must be a number.", details={"field": name})
+    if minimum is not None and value < minimum:
+        raise ValidationFailed(f"{name} must be at least {minimum:g}.", details={"field": name})
+    return value

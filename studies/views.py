@@ -11,14 +11,15 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count
+from django.db.models import Count, F, Window
+from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from reviewhub.errors import AppError, ValidationFailed
-from reviewhub.pages import page_study, strict_csp
+from reviewhub.pages import error_rows, page_study, strict_csp
 
 from . import services
 from .criteria import (
@@ -27,7 +28,7 @@ from .criteria import (
     criterion_is_pass,
     criterion_value_labels,
 )
-from .models import ApiToken, Membership, Study
+from .models import ApiToken, Membership, Output, Study
 from .spec import study_file_validate
 from .studyfile import MAX_STUDY_FILE_BYTES, study_file_parse
 
@@ -188,8 +189,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
             user=_account(request), name=name, study=study, can_write=can_write,
         )
     except ValidationFailed as exc:
-        errors = (exc.details or {}).get("errors") or [{"path": "", "message": exc.message}]
-        return _tokens_page(request, status=400, form=form, errors=errors)
+        return _tokens_page(request, status=400, form=form, errors=error_rows(exc))
     return _tokens_page(request, status=201, new_token=token, new_secret=secret)
 
 
@@ -256,8 +256,7 @@ def study_new(request: HttpRequest) -> HttpResponse:
             context["preview"] = {"file": spec_file, "slug_taken": taken}
         except AppError as exc:
             status = 409 if exc.status_code == 409 else 400
-            details = exc.details if isinstance(exc.details, dict) else {}
-            context["errors"] = details.get("errors") or [{"path": "", "message": exc.message}]
+            context["errors"] = error_rows(exc)
             context["error_message"] = exc.message
     return render(request, "studies/new.html", context, status=status)
 
@@ -268,16 +267,6 @@ _INGEST_KINDS = (("items", "Items (inputs)"), ("candidates", "Candidates (models
                  ("outputs", "Outputs"))
 # Outputs shown per candidate on the page; the API lists every one.
 OUTPUTS_SHOWN = 20
-
-
-def _ingest_errors(exc: AppError) -> list[dict[str, Any]]:
-    details = exc.details if isinstance(exc.details, dict) else {}
-    rows = details.get("errors")
-    if isinstance(rows, list) and rows:
-        return [{"line": e.get("line"), "field": e.get("field") or e.get("path", ""),
-                 "message": e.get("reason") or e.get("message", "")} for e in rows
-                if isinstance(e, dict)]
-    return [{"line": None, "field": "", "message": exc.message}]
 
 
 @require_http_methods(["GET", "POST"])
@@ -322,11 +311,20 @@ def study_data(request: HttpRequest, slug: str) -> HttpResponse:
             context["result"] = {"kind": kind, **result.as_dict()}
         except AppError as exc:
             status = 400
-            context["errors"] = _ingest_errors(exc)
+            context["errors"] = error_rows(exc)
             context["error_message"] = exc.message
     candidates = list(study.candidates.order_by("name").annotate(n_outputs=Count("outputs")))
-    shown = {c.pk: list(c.outputs.select_related("item").order_by("id")[:OUTPUTS_SHOWN])
-             for c in candidates}
+    # Each candidate's first outputs in one query (a window per candidate), not one per
+    # candidate.
+    shown: dict[int, list[Output]] = {c.pk: [] for c in candidates}
+    first = (
+        Output.objects.filter(study=study).select_related("item")
+        .annotate(rank=Window(RowNumber(), partition_by=[F("candidate_id")],
+                              order_by=F("id").asc()))
+        .filter(rank__lte=OUTPUTS_SHOWN).order_by("candidate_id", "id")
+    )
+    for output in first:
+        shown[output.candidate_id].append(output)
     context.update(
         n_items=study.items.count(),
         candidates=[{"candidate": c, "outputs": shown[c.pk]} for c in candidates],

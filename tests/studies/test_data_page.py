@@ -21,6 +21,8 @@ pytestmark = pytest.mark.django_db
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 PAGE = "/studies/alpha/data/"
 PAYLOAD = "<script>window.__pwned=1</script><img src=x onerror=\"window.__pwned=2\">"
+# Session, user, study and role, candidates, outputs: whatever the number of candidates.
+QUERY_BOUND = 6
 
 
 def _lead(password: str = "pw-lead-data-1") -> tuple[Any, Any]:
@@ -141,3 +143,22 @@ def test_upload_with_progress_through_the_api_in_chromium(new_session: Any, view
     if viewport == "desktop":
         s.screenshot("docs/img/study-data.png")
     assert not s.page_errors  # (the console logs the bad file's deliberate 400)
+
+
+def test_outputs_per_candidate_take_a_fixed_number_of_queries(
+        django_assert_max_num_queries: Any) -> None:
+    lead, _study = _lead()
+    client = Client()
+    client.force_login(lead)
+    items = b"".join(json.dumps({"external_id": f"i{i}", "input": "q"}).encode() + b"\n"
+                     for i in range(25))
+    _post(client, "items", "i.jsonl", items)
+    _post(client, "candidates", "c.jsonl",
+          b"".join(json.dumps({"name": f"m{c}"}).encode() + b"\n" for c in range(6)))
+    _post(client, "outputs", "o.jsonl", b"".join(
+        json.dumps({"item": f"i{i}", "candidate": f"m{c}", "text": f"t{c}-{i}"}).encode() + b"\n"
+        for c in range(6) for i in range(25)))
+    with django_assert_max_num_queries(QUERY_BOUND):
+        html = client.get(PAGE).content.decode()
+    # 20 of each candidate's 25 outputs, the first by id.
+    assert "t5-19" in html and "t5-20" not in html and "t0-0" in html
