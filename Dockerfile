@@ -12,12 +12,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     REVIEWHUB_STATIC_USE_FINDERS=0
 
 WORKDIR /app
+# Pango and its fonts lay out the selection report's PDF (WeasyPrint).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libpango-1.0-0 libpangoft2-1.0-0 fonts-liberation \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --create-home --home-dir /home/reviewhub reviewhub \
     && mkdir -p /var/lib/reviewhub && chown reviewhub /var/lib/reviewhub
 
 # Dependencies first so that code edits do not reinstall them.
 COPY pyproject.toml README.md ./
-RUN mkdir -p reviewhub studies judges annotations reports evalstats \
+RUN mkdir -p reviewhub studies judges annotations calibration reports imports evalstats \
     && pip install --upgrade pip && pip install . && pip uninstall -y reviewhub
 
 COPY . .

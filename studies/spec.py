@@ -517,6 +517,23 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "review": {"type": "number", "minimum": 0},
             },
         },
+        # The selection report's rule: which metric decides, the difference that counts as
+        # real (in that metric's unit: pass rates are 0..1), and the hard gates every
+        # candidate must pass whatever its quality (docs/study-spec.md, "Selection").
+        "primary_metric": {"type": "string", "minLength": 1, "maxLength": 80},
+        "margin": {"type": "number", "minimum": 0},
+        "gates": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "schema_valid_rate": {"type": "number", "minimum": 0, "maximum": 1},
+                "error_rate": {"type": "number", "minimum": 0, "maximum": 1},
+                "latency_p50_ms": {"type": "number", "exclusiveMinimum": 0},
+                "latency_p95_ms": {"type": "number", "exclusiveMinimum": 0},
+                "cost_per_1000": {"type": "number", "minimum": 0},
+                "tokens_per_1000": {"type": "number", "minimum": 0},
+            },
+        },
         "policy": {
             "type": "object",
             "additionalProperties": False,
@@ -625,6 +642,9 @@ def plan_spec_validate(spec: Any, *, context: PlanContext, path: str = "spec",
                         problems.add(join(mpath, label),
                                      f"'{label}' is not a label of dimension '{dim_key}' "
                                      f"(labels: {', '.join(possible)})")
+        if "primary_metric" in spec:
+            _primary_metric_check(spec["primary_metric"], spec, context,
+                                  join(path, "primary_metric"), problems)
         if "costs" in spec:
             _costs_check(spec["costs"], join(path, "costs"), problems)
         if "policy" in spec:
@@ -647,6 +667,29 @@ def plan_spec_validate(spec: Any, *, context: PlanContext, path: str = "spec",
     if context.rubric_version is not None:
         out["rubric_version"] = context.rubric_version
     return out
+
+
+# The primary metrics a selection report can decide on besides a criterion's key.
+PRIMARY_METRICS = ("rubric_pass_rate", "expected_cost")
+# Gates whose bound must stay at or above the threshold; every other gate is a ceiling.
+GATES_MIN = ("schema_valid_rate",)
+GATE_KEYS = ("schema_valid_rate", "error_rate", "latency_p50_ms", "latency_p95_ms",
+             "cost_per_1000", "tokens_per_1000")
+
+
+def _primary_metric_check(value: str, spec: Mapping[str, Any], context: PlanContext,
+                          path: str, problems: Problems) -> None:
+    """`primary_metric` names the rubric pass rate, the expected cost, or a criterion that the
+    rubric has and the plan's `criteria` section gives a metric."""
+    if value in PRIMARY_METRICS:
+        return
+    if value not in context.criteria:
+        known = ", ".join([*PRIMARY_METRICS, *sorted(context.criteria)])
+        problems.add(path, f"unknown primary metric '{value}' (use one of: {known})")
+        return
+    if value not in spec.get("criteria", {}):
+        problems.add(path, f"criterion '{value}' is the primary metric but the plan's "
+                           f"criteria section does not name its metric")
 
 
 def _costs_check(raw: Mapping[str, Any], path: str, problems: Problems) -> None:
@@ -752,6 +795,43 @@ def plan_policy(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
     if raw is None:
         return copy.deepcopy(DEFAULT_PLAN_POLICY), True
     return _policy_normalised(raw), False
+
+
+def plan_selection(spec: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the selection report reads from a plan, with the documented defaults.
+
+    Returns ``{"primary_metric", "margin", "gates", "level", "mix", "mixes", "strata"}``:
+    the primary metric ("rubric_pass_rate" unless the plan names another), the margin that
+    counts as a real difference (0), the gates (none), the confidence level (0.95), the
+    deployment mix of the plan's first mixed dimension as ``{"dimension", "shares"}`` (``{}``
+    without one), every dimension's mix (``mixes``) and the plan's strata dimensions. A
+    `criteria` entry with ``primary: true`` names the primary metric when `primary_metric` is
+    absent.
+    """
+    spec = spec if isinstance(spec, Mapping) else {}
+    primary = spec.get("primary_metric")
+    if not isinstance(primary, str) or not primary:
+        flagged = [k for k, e in (spec.get("criteria") or {}).items()
+                   if isinstance(e, Mapping) and e.get("primary") is True]
+        primary = flagged[0] if flagged else "rubric_pass_rate"
+    margin = spec.get("margin", 0.0)
+    level = spec.get("confidence_level", 0.95)
+    mixes = spec.get("deployment_mix") or {}
+    every_mix = {str(dim): {str(k): float(v) for k, v in shares.items()}
+                 for dim, shares in mixes.items() if isinstance(shares, Mapping)}
+    mix: dict[str, Any] = {}
+    for dim_key, shares in every_mix.items():
+        mix = {"dimension": dim_key, "shares": shares}
+        break
+    return {
+        "primary_metric": primary,
+        "margin": float(margin) if _is_number(margin) else 0.0,
+        "gates": {k: float(v) for k, v in (spec.get("gates") or {}).items() if _is_number(v)},
+        "level": float(level) if _is_number(level) else 0.95,
+        "mix": mix,
+        "mixes": every_mix,
+        "strata": [str(s) for s in spec.get("strata") or []],
+    }
 
 
 # --- Study fields -----------------------------------------------------------------------------
