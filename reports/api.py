@@ -10,7 +10,12 @@ from typing import Any, ClassVar
 from django.http import HttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -26,6 +31,7 @@ from . import selectors, services
 from .export import TABLES, table_csv
 from .models import ReportSnapshot
 from .results import AgreementResult
+from .selection.results import SelectionResult
 
 
 def study_for_reports(request: Request, slug: str, *, write: bool = False) -> Study:
@@ -157,6 +163,135 @@ class CalibrationReportDetailView(ReportDetailView):
     @extend_schema(operation_id="calibration_reports_detail", responses=ReportDetailSerializer)
     def get(self, request: Request, slug: str, snapshot_id: int) -> Response:
         return super().get(request, slug, snapshot_id)
+
+
+def _openapi_30(schema: Any) -> Any:
+    """A JSON Schema (draft 2020-12, as the result types derive it) in OpenAPI 3.0's dialect:
+    ``anyOf [X, {"type": "null"}]`` becomes X with ``nullable: true``, ``const`` a one-value
+    ``enum``."""
+    if isinstance(schema, list):
+        return [_openapi_30(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "$schema":
+            continue
+        if key == "const":
+            out["enum"] = [value]
+        elif key == "anyOf":
+            others = [v for v in value if v != {"type": "null"}]
+            if len(others) < len(value):
+                out["nullable"] = True
+            if len(others) == 1:
+                out.update(_openapi_30(others[0]))
+            else:
+                out["anyOf"] = _openapi_30(others)
+        elif key in ("properties", "additionalProperties", "items"):
+            if key == "properties":
+                out[key] = {k: _openapi_30(v) for k, v in value.items()}
+            else:
+                out[key] = _openapi_30(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _selection_result_schema() -> dict[str, Any]:
+    """The selection result's JSON Schema in the OpenAPI document."""
+    schema: dict[str, Any] = _openapi_30(SelectionResult.json_schema())
+    schema["nullable"] = True
+    return schema
+
+
+@extend_schema_field(_selection_result_schema())
+class SelectionResultField(serializers.JSONField):
+    """The stored selection result (typed in the schema; null until the snapshot is done)."""
+
+
+class SelectionReportDetailSerializer(ReportSerializer):
+    result = SelectionResultField(allow_null=True, read_only=True)
+
+    class Meta(ReportSerializer.Meta):
+        fields = [*ReportSerializer.Meta.fields, "result"]
+
+
+class SelectionReportListCreateView(ReportListCreateView):
+    """Selection snapshots (docs/reports.md, "Selection report"): which candidate to ship, per
+    stratum and for the deployment mix, with prediction-powered estimates and hard gates."""
+
+    kind = ReportSnapshot.Kind.SELECTION
+
+    @extend_schema(operation_id="selection_reports_list", parameters=PAGE_PARAMETERS,
+                   responses=paginated(ReportSerializer))
+    def get(self, request: Request, slug: str) -> Response:
+        return super().get(request, slug)
+
+    @extend_schema(
+        operation_id="selection_reports_create", request=ReportCreateSerializer,
+        responses={202: ReportSerializer, 400: OpenApiResponse(
+            ErrorSerializer, description="A bad parameter or mix; details.errors names each "
+                                         "field (params.mix.<label>, "
+                                         "plan.deployment_mix.<dimension>.unknown, ...).")},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        return super().post(request, slug)
+
+
+class SelectionReportDetailView(ReportDetailView):
+    kind = ReportSnapshot.Kind.SELECTION
+
+    @extend_schema(operation_id="selection_reports_detail",
+                   responses=SelectionReportDetailSerializer)
+    def get(self, request: Request, slug: str, snapshot_id: int) -> Response:
+        study = study_for_reports(request, slug)
+        report = selectors.report_get(study=study, report_id=snapshot_id, kind=self.kind)
+        if report is None:
+            raise NotFound(f"Selection report {snapshot_id} not found.")
+        return Response(SelectionReportDetailSerializer(report).data)
+
+
+class NextLabelsPlanSerializer(serializers.Serializer):
+    plan_id = serializers.IntegerField()
+    plan_version = serializers.IntegerField()
+    snapshot = serializers.IntegerField()
+    dimension = serializers.CharField(allow_null=True)
+    requested = serializers.DictField(child=serializers.IntegerField(),
+                                      help_text="Extra human labels per stratum the report "
+                                                "asked for.")
+    drawn_per_stratum = serializers.IntegerField(help_text="Outputs the plan draws per "
+                                                           "stratum (a plan has one n).")
+    entries = serializers.IntegerField(help_text="Queue entries of the new plan.")
+    note = serializers.CharField()
+
+
+class SelectionNextLabelsView(APIView):
+    @extend_schema(
+        operation_id="selection_reports_next_labels",
+        summary="Create the sampling plan of a too-close report's next labels",
+        description="Leads only. A new sampling plan version (it supersedes the active plan) "
+                    "drawing at random per stratum of the report's dimension; a sampling plan "
+                    "has one count per stratum, so every stratum gets the largest count the "
+                    "report asks for (times the candidates compared).",
+        request=None,
+        responses={201: NextLabelsPlanSerializer, 409: OpenApiResponse(
+            ErrorSerializer, description="The report is not finished or asks for no labels.")},
+    )
+    def post(self, request: Request, slug: str, snapshot_id: int) -> Response:
+        from .selection.actions import next_labels_plan_create
+
+        study = study_for_reports(request, slug, write=True)
+        report = selectors.report_get(study=study, report_id=snapshot_id,
+                                      kind=ReportSnapshot.Kind.SELECTION)
+        if report is None:
+            raise NotFound(f"Selection report {snapshot_id} not found.")
+        made = next_labels_plan_create(study=study, snapshot=report, user=request.user)
+        summary = made.plan.summary if isinstance(made.plan.summary, dict) else {}
+        body = {"plan_id": made.plan.pk, "plan_version": made.plan.version,
+                "snapshot": made.snapshot_id, "dimension": made.dimension,
+                "requested": made.requested, "drawn_per_stratum": made.drawn_per_stratum,
+                "entries": int(summary.get("entries", 0)), "note": made.note}
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class ReportExportView(APIView):

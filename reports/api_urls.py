@@ -28,4 +28,19 @@ urlpatterns = [
         api.CalibrationReportDetailView.as_view(),
         name="reports-api-calibration-detail",
     ),
+    path(
+        "studies/<slug:slug>/reports/selection/",
+        api.SelectionReportListCreateView.as_view(),
+        name="reports-api-selection-list",
+    ),
+    path(
+        "studies/<slug:slug>/reports/selection/<int:snapshot_id>/",
+        api.SelectionReportDetailView.as_view(),
+        name="reports-api-selection-detail",
+    ),
+    path(
+        "studies/<slug:slug>/reports/selection/<int:snapshot_id>/next-labels/",
+        api.SelectionNextLabelsView.as_view(),
+        name="reports-api-selection-next-labels",
+    ),
 ]

@@ -3,8 +3,8 @@
 Every kind shares one lifecycle (reports/services.py: validate, record the plan, claim,
 fingerprint, compute with no transaction open, record conditionally, retry) and one Celery
 task; a kind only says how to validate its parameters, load its inputs, fingerprint them,
-compute a typed result, and read a stored result back. Agreement is the first kind;
-calibration and selection register here when they arrive.
+compute a typed result, and read a stored result back: agreement, calibration and
+selection.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ class ReportKind:
     snapshot_id, result)`` writes the kind's own rows (calibration's calibrated scores) in
     the transaction that records the result, and is called only when that conditional update
     matched the snapshot, so rows and result are written together or not at all.
+    ``check(study, params, plan)`` validates the parameters against the study's data when a
+    snapshot is created (selection: the mix against the dimension's labels), so that a bad
+    request is refused with a 400 naming the field rather than stored as a failed snapshot.
     """
 
     key: str
@@ -51,6 +54,7 @@ class ReportKind:
     result_from_json: Callable[[Mapping[str, Any]], SnapshotResult]
     load_with_plan: Callable[[Study, Mapping[str, Any], AnalysisPlan | None], Any] | None = None
     record: Callable[[int, int, SnapshotResult], None] | None = None
+    check: Callable[[Study, Mapping[str, Any], AnalysisPlan | None], None] | None = None
 
 
 def _agreement_plan_defaults(params: dict[str, Any], plan: AnalysisPlan | None) -> dict[str, Any]:
@@ -176,9 +180,48 @@ def _calibration_kind() -> ReportKind:
     )
 
 
+def _selection_plan_defaults(params: dict[str, Any], plan: AnalysisPlan | None) -> dict[str, Any]:
+    """Nothing is copied from the plan into the parameters: the selection report reads the
+    plan it records (`load_with_plan`), so that a parameter given means a deviation from it."""
+    return params
+
+
+def _selection_load_with_plan(
+    study: Study, params: Mapping[str, Any], plan: AnalysisPlan | None
+) -> Any:
+    from .selection.load import selection_inputs_load
+
+    return selection_inputs_load(study, params, plan)
+
+
+def _selection_load(study: Study, params: Mapping[str, Any]) -> Any:
+    return _selection_load_with_plan(study, params, None)
+
+
+def _selection_kind() -> ReportKind:
+    from .selection.compute import selection_compute
+    from .selection.load import selection_fingerprint, selection_inputs_check
+    from .selection.params import params_validate
+    from .selection.results import SELECTION_RESULT_VERSION, SelectionResult
+
+    return ReportKind(
+        key="selection",
+        result_version=SELECTION_RESULT_VERSION,
+        params_validate=params_validate,
+        plan_defaults=_selection_plan_defaults,
+        load=_selection_load,
+        fingerprint=selection_fingerprint,
+        compute=selection_compute,
+        result_from_json=SelectionResult.from_json,
+        load_with_plan=_selection_load_with_plan,
+        check=selection_inputs_check,
+    )
+
+
 _FACTORIES: dict[str, Callable[[], ReportKind]] = {
     "agreement": _agreement_kind,
     "calibration": _calibration_kind,
+    "selection": _selection_kind,
 }
 _CACHE: dict[str, ReportKind] = {}
 

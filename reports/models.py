@@ -14,6 +14,7 @@ class ReportSnapshot(models.Model):
     class Kind(models.TextChoices):
         AGREEMENT = "agreement", "Agreement"
         CALIBRATION = "calibration", "Calibration"
+        SELECTION = "selection", "Selection"
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"

@@ -13,6 +13,13 @@ identity, counts, coefficients (`Estimate`), human ceiling (`HumanCeiling`), alt
 test (`AltTest`) and verdict, and the rows of the confusion, bias, ceiling, system and
 disagreement tables. (The tables were first read as objects keyed by name; typing them changed
 how the JSON is read, not the JSON.)
+
+Version 2 adds the `correlation_levels` table (sample-, dataset- and system-level correlation
+per judge version x criterion x stratum of ordinal criteria), the `orders` table (pairwise
+verdicts in both presentation orders, per stratum) and, on nominal criteria, the
+per-vote agreement coefficients in a cell's `metrics` and the pooled pair agreement of the
+humans in the ceiling (`pooled_agreement`, `pooled_agreement_without_ties`). A version 1
+result is still read: its new tables are empty and the new ceiling keys are None.
 """
 
 from __future__ import annotations
@@ -26,7 +33,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-AGREEMENT_RESULT_VERSION = 1
+AGREEMENT_RESULT_VERSION = 2
+# Versions `AgreementResult.from_json` reads: version 1 has no `correlation_levels` table (read
+# as empty), and none of the per-vote keys (absent keys are None).
+AGREEMENT_READABLE_VERSIONS = (1, 2)
+# Tables a version 1 result does not have.
+_TABLES_SINCE_2 = ("correlation_levels", "orders")
 # Field metadata: the key is left out of the JSON when the value is None (and may be missing).
 OMIT_IF_NONE = "omit_if_none"
 
@@ -59,7 +71,9 @@ def json_safe(value: Any) -> Any:
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls, globalns=globals())
+    # The class's own module resolves its annotations (other result modules, e.g. the
+    # selection result, reuse this codec with their own dataclasses).
+    return get_type_hints(cls)
 
 
 def _is_union(tp: Any) -> bool:
@@ -327,6 +341,10 @@ class HumanCeiling:
     n_pairs: int
     point: float | None
     point_metric: str | None
+    # Nominal scales (result version 2): the share of agreeing pairs of distinct humans on the
+    # same subject, pooled over pairs, with ties and (pairwise scales) without.
+    pooled_agreement: Estimate | None = field(default=None, metadata=_OMIT)
+    pooled_agreement_without_ties: Estimate | None = field(default=None, metadata=_OMIT)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -452,6 +470,96 @@ class SystemRow:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SampleLevel:
+    """Sample level: the within-item correlation of judge and human mean scores across the
+    item's subjects (one per candidate), averaged over items.
+
+    ``n_items`` items are averaged; ``n_items_constant`` were skipped because the judge's or
+    the humans' scores are constant across the item's subjects, ``n_items_too_few`` because
+    fewer than three subjects have both scores. ``n_subjects`` counts the averaged items'
+    subjects.
+    """
+
+    n_items: int
+    n_items_constant: int
+    n_items_too_few: int
+    n_subjects: int
+    spearman: Estimate
+    pearson: Estimate
+    kendall: Estimate
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetLevel:
+    """Dataset level: one correlation over every subject (item x candidate) of the cell; the
+    cell's own Spearman, Pearson and Kendall."""
+
+    n_items: int
+    n_subjects: int
+    spearman: Estimate
+    pearson: Estimate
+    kendall: Estimate
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemLevel:
+    """System level: the correlation of the candidates' judge and human means on the cell's
+    subjects (percentile interval, items resampled)."""
+
+    n_candidates: int
+    n_items: int
+    n_subjects: int
+    spearman: Estimate
+    pearson: Estimate
+    kendall: Estimate
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrelationLevelsRow:
+    """The three levels of correlation of a judge version on an ordinal criterion in one
+    stratum (``system`` None with fewer than three candidates)."""
+
+    judge_version: int
+    criterion: int
+    dimension: str
+    label: str
+    sample: SampleLevel
+    dataset: DatasetLevel
+    system: SystemLevel | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrderFigures:
+    """A judge's pairwise verdicts in both presentation orders against the human majority:
+    accuracy in each order and their mean, accuracy in both orders at once, and positional
+    agreement (the same label in both orders)."""
+
+    accuracy_ab: Estimate
+    accuracy_ba: Estimate
+    accuracy_mean: Estimate
+    accuracy_consistent: Estimate
+    positional_agreement: Estimate
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrderRow:
+    """The presentation-order figures of a judge version on a pairwise criterion in one
+    stratum: ``counted`` reads an unparseable verdict as ``unparseable_as`` ("miss" or "tie"),
+    ``parseable`` leaves it out of the figures that need it."""
+
+    judge_version: int
+    criterion: int
+    dimension: str
+    label: str
+    n_pairs: int
+    n_unparseable_ab: int
+    n_unparseable_ba: int
+    unparseable_as: str
+    counted: OrderFigures
+    parseable: OrderFigures
+
+
+@dataclass(frozen=True, kw_only=True)
 class DisagreementExample:
     """A subject where the judge and the humans differ, both values as stored text."""
 
@@ -517,23 +625,39 @@ class AgreementResult:
     system: tuple[SystemRow, ...]
     disagreements: tuple[DisagreementRow, ...]
     warnings: tuple[str, ...]
+    # Version 2; a version 1 result reads them as empty.
+    correlation_levels: tuple[CorrelationLevelsRow, ...] = ()
+    orders: tuple[OrderRow, ...] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AgreementResult:
-        """Read a stored result; ResultFormatError names the first field that does not fit."""
+        """Read a stored result; ResultFormatError names the first field that does not fit.
+
+        Reads every version in `AGREEMENT_READABLE_VERSIONS`; ``version`` keeps the stored one.
+        """
         if not isinstance(data, Mapping):
             raise ResultFormatError("result", "must be an object")
         version = data.get("version")
-        if version != AGREEMENT_RESULT_VERSION:
+        if isinstance(version, bool) or version not in AGREEMENT_READABLE_VERSIONS:
+            readable = ", ".join(str(v) for v in AGREEMENT_READABLE_VERSIONS)
             raise ResultFormatError(
-                "version", f"agreement result version {version!r} is not "
-                f"{AGREEMENT_RESULT_VERSION}, the version this code reads"
+                "version", f"agreement result version {version!r} is not one this code reads "
+                f"({readable})"
             )
-        return _decode_dataclass(cls, dict(data), "")
+        raw = dict(data)
+        if version == 1:
+            for table in _TABLES_SINCE_2:
+                raw.setdefault(table, [])
+        return _decode_dataclass(cls, raw, "")
 
     def to_json(self) -> dict[str, Any]:
-        """The stored (and served) JSON form: from_json(to_json()) == self."""
+        """The stored (and served) JSON form: from_json(to_json()) == self (and a version 1
+        result read by from_json writes back exactly what was stored)."""
         out: dict[str, Any] = _encode(self)
+        if self.version == 1:
+            for table in _TABLES_SINCE_2:
+                if not out[table]:
+                    del out[table]
         return out
 
     @classmethod
@@ -562,14 +686,17 @@ class AgreementResult:
 
     def rows(self, table: str) -> Iterable[Any]:
         """The typed rows of one of the other tables (confusion, bias, ceiling, system,
-        disagreements)."""
-        if table not in ("confusion", "bias", "ceiling", "system", "disagreements"):
+        disagreements, correlation_levels, orders)."""
+        if table not in (
+            "confusion", "bias", "ceiling", "system", "disagreements", *_TABLES_SINCE_2
+        ):
             raise ValueError(f"unknown table {table!r}")
         rows: tuple[Any, ...] = getattr(self, table)
         return rows
 
 
 __all__ = [
+    "AGREEMENT_READABLE_VERSIONS",
     "AGREEMENT_RESULT_VERSION",
     "AgreementCell",
     "AgreementResult",
@@ -580,15 +707,21 @@ __all__ = [
     "CeilingRow",
     "ClassScores",
     "ConfusionRow",
+    "CorrelationLevelsRow",
     "CriterionRef",
+    "DatasetLevel",
     "DisagreementExample",
     "DisagreementRow",
     "Estimate",
     "HumanCeiling",
     "JudgeRef",
+    "OrderFigures",
+    "OrderRow",
     "RaterPair",
     "ResultFormatError",
+    "SampleLevel",
     "StratumRef",
+    "SystemLevel",
     "SystemRow",
     "json_safe",
 ]

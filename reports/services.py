@@ -55,6 +55,8 @@ def report_snapshot_create(
             details={"errors": [{"path": "params", "message": "must be an object"}]},
         )
     resolved = spec.params_validate(spec.plan_defaults(dict(params or {}), plan))
+    if spec.check is not None:
+        spec.check(study, resolved, plan)
     return ReportSnapshot.objects.create(
         study=study, kind=spec.key, plan=plan, params=resolved, created_by=created_by
     )

@@ -134,6 +134,8 @@ _PAGE_BASE = {"anon": LOGIN, **dict.fromkeys(TOKEN_ROLES, LOGIN),
               "nomember": 404, "other_lead": 404, "staff": 404}
 PAGE_MEMBER = {**_PAGE_BASE, "viewer": OK, "annotator": OK, "lead": OK, "superuser": OK}
 PAGE_LEAD = {**_PAGE_BASE, "viewer": 404, "annotator": 404, "lead": OK, "superuser": OK}
+# Lead data viewers may read (annotators grade blind).
+PAGE_READ = {**_PAGE_BASE, "viewer": OK, "annotator": 404, "lead": OK, "superuser": OK}
 PAGE_GRADE = {**_PAGE_BASE, "viewer": 404, "annotator": OK, "lead": OK, "superuser": OK}
 # The annotator's own assignment or annotation, by page.
 PAGE_OWN = {**_PAGE_BASE, "viewer": 404, "annotator": OK, "lead": 404, "superuser": 404}
@@ -231,6 +233,9 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "reports-api-export": {"GET": READ_BLIND},
     "reports-api-calibration-list": {"GET": READ_BLIND, "POST": LEAD_WRITE},
     "reports-api-calibration-detail": {"GET": READ_BLIND},
+    "reports-api-selection-list": {"GET": READ_BLIND, "POST": LEAD_WRITE},
+    "reports-api-selection-detail": {"GET": READ_BLIND},
+    "reports-api-selection-next-labels": {"POST": LEAD_WRITE},
     # calibration API: judge-derived scores, so annotators are blind to them
     "calibration-api-scores": {"GET": READ_BLIND},
     "calibration-api-export": {"GET": READ_BLIND},
@@ -262,6 +267,14 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "reports-disagreements": {"GET": PAGE_LEAD},
     "reports-calibration": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "reports-calibration-reliability": {"GET": PAGE_LEAD},
+    # the selection report: viewers read it too (a committee's document); leads act
+    "reports-selection": {"GET": PAGE_READ, "POST": PAGE_LEAD},
+    "reports-selection-detail": {"GET": PAGE_READ},
+    "reports-selection-forest": {"GET": PAGE_READ},
+    "reports-selection-pareto": {"GET": PAGE_READ},
+    "reports-selection-csv": {"GET": PAGE_READ},
+    "reports-selection-pdf": {"GET": PAGE_READ},
+    "reports-selection-next-labels": {"POST": PAGE_LEAD},
 }
 
 # GET answers other than 200 for a role that is let in.
@@ -369,6 +382,28 @@ def _calibration_seed(*, study: Study, output: Output | None, criterion: Criteri
     return snapshot
 
 
+def _selection_seed(*, study: Study) -> ReportSnapshot:
+    """A finished selection snapshot with a minimal result (the selection report's own
+    computation is tested in tests/reports)."""
+    return ReportSnapshot.objects.create(
+        study=study, kind="selection", status=ReportSnapshot.Status.DONE, result_version=1,
+        result={"version": 1, "kind": "selection", "plan_version": None, "fingerprint": "",
+                "simulated": False, "level": 0.95, "dimension": None, "strata": [], "mix": {},
+                "mix_source": "observed", "plan_followed": True, "deviations": [],
+                "primary_metric": "rubric_pass_rate", "margin": 0.0, "judge": None,
+                "candidates": [], "metrics": [{"key": "rubric_pass_rate",
+                                               "label": "Rubric pass rate", "unit": "rate",
+                                               "higher_is_better": True}],
+                "estimates": [], "differences": [], "rankings": [], "flips": [], "gates": [],
+                "gate_failures": {}, "thresholds": [], "public_vs_private": None,
+                "frontier": [{"candidate": "m1", "quality": 0.5, "latency_p95_ms": 100.0,
+                              "cost_per_1000": 1.0, "on_frontier": True}],
+                "decision": {"verdict": "insufficient_data", "candidate": None,
+                             "runner_up": None, "difference": None, "text": "no labels"},
+                "next_labels": None, "pairwise": None, "missing": ["no human label yet"],
+                "warnings": []})
+
+
 def _seed() -> Seeded:
     User = get_user_model()
     lead = UserFactory(username="mx-lead")
@@ -424,6 +459,7 @@ def _seed() -> Seeded:
     disagreeing = result["disagreements"][0]
     calibration = _calibration_seed(study=study, output=Output.objects.filter(
         study=study).order_by("id").first(), criterion=criterion)
+    selection = _selection_seed(study=study)
     spare_token = ApiToken.objects.create(user=lead, name="spare", prefix="rh_spare0",
                                           key_hash=uuid.uuid4().hex * 2)
 
@@ -436,6 +472,8 @@ def _seed() -> Seeded:
         "judge_id": check.pk, "version_id": version.pk, "run_id": run.pk,
         "report_id": report.pk, "assignment_id": leased.pk, "annotation_id": annotation.pk,
         "token_id": spare_token.pk, "snapshot_id": calibration.pk,
+        # selection URLs take a selection snapshot's id (see `_request`)
+        "selection_snapshot_id": selection.pk, "metric": 0, "table": "estimates",
         # django.contrib.auth and the admin
         "uidb64": "MQ", "token": "set-password", "id": member.pk, "app_label": "studies",
         "content_type_id": "1", "url": "no-such-admin-page/",
@@ -539,6 +577,8 @@ def _client(role: str, world: Seeded) -> Client:
 
 def _request(role: str, method: str, route: Route, world: Seeded) -> Any:
     values = _admin_values(route, world) if route.is_admin else world.values
+    if "selection" in route.name:  # a calibration snapshot's id is not found there
+        values = {**values, "snapshot_id": values["selection_snapshot_id"]}
     url = _url(route, values)
     client = _client(role, world)
     query = world.queries.get(route.name, {})

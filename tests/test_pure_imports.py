@@ -43,8 +43,12 @@ APP_PURE = [
     "reports.agreement.verdict",
     "reports.audit_summary",
     "calibration.params",
+    "reports.selection.params",
+    "reports.selection.results",
     "reviewhub.errors",
+    "reviewhub.capabilities",
     "reviewhub.api.strictjson",
+    "studies.subjects",
 ]
 PURE_MODULES = EVALSTATS + APP_PURE
 

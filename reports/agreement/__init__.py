@@ -14,9 +14,12 @@ Modules, by concern:
 - `verdict`: the verdict rule, as text and as the decision of a cell (pure);
 - `common`: JSON of estimates, bootstrap options, per-cell generators, codes of each scale;
 - `humans`: a criterion's human block (annotators x subjects, consensus) and its strata;
-- `coefficients`: judge-human coefficients per kind of criterion, the alternative annotator test;
-- `ceiling`: the human-human ceiling;
+- `coefficients`: judge-human coefficients per kind of criterion, the alternative annotator test,
+  agreement per human vote;
+- `ceiling`: the human-human ceiling (with the pooled pair agreement on nominal scales);
 - `bias`: the bias audits; `system`: system-level correlation; `examples`: disagreeing examples;
+- `levels`: correlation at sample, dataset and system level; `orders`: verdicts in both
+  presentation orders;
 - `compute`: the inputs' fingerprint and the report itself (`compute_report`).
 """
 

@@ -1,5 +1,6 @@
 """The human-human ceiling: Krippendorff's alpha and mean pairwise kappa on a cell's
-subjects.
+subjects, and for nominal scales the pooled agreement of pairs of distinct humans on the same
+subject (with ties, and without for pairwise scales).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy.typing as npt
 
 import evalstats as es
 from calibration.frames import CriterionInfo
+from evalstats.votes import pooled_pair_agreement
 
 from .common import _categories, _cell_rng, _num, _options, est_dict
 from .humans import _HumanBlock, _Stratum
@@ -80,6 +82,17 @@ def _ceiling_compute(
         options=_options(p),
     )
     out["alpha"] = est_dict(es.with_interval(point, interval))
+    if crit.scale != "ordinal":
+        # Drawn after alpha's interval, so alpha's numbers are those of earlier versions.
+        out["pooled_agreement"] = est_dict(
+            pooled_pair_agreement(sub, items, ties="keep", rng=rng, options=_options(p))
+        )
+        if crit.scale == "pairwise":
+            out["pooled_agreement_without_ties"] = est_dict(
+                pooled_pair_agreement(
+                    sub, items, ties="drop", tie_category=0.0, rng=rng, options=_options(p)
+                )
+            )
     codes = (
         sub
         if crit.scale != "ordinal"

@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 import evalstats as es
 from calibration.frames import CriterionInfo
+from evalstats.votes import vote_agreement
 
 from .common import FloatArray, _categories, _labels, _num, _options, est_dict
 
@@ -67,6 +68,30 @@ def _nominal_metrics(
         ],
     }
     return m, confusion
+
+
+def _vote_metrics(
+    crit: CriterionInfo,
+    j: FloatArray,
+    votes: FloatArray,
+    items: npt.NDArray[np.int64],
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """Judge vs every human vote (`evalstats.votes.vote_agreement`), beside the per-majority
+    accuracy: with ties and, for pairwise scales, without (MT-Bench's two setups)."""
+    m = {
+        "agreement_per_vote": est_dict(
+            vote_agreement(j, votes, items, ties="keep", rng=rng, options=_options(p))
+        )
+    }
+    if crit.scale == "pairwise":
+        m["agreement_per_vote_without_ties"] = est_dict(
+            vote_agreement(
+                j, votes, items, ties="drop", tie_category=0.0, rng=rng, options=_options(p)
+            )
+        )
+    return m
 
 
 def _ordinal_metrics(

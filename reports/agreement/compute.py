@@ -23,14 +23,23 @@ from calibration.frames import CriterionInfo, RatingData, value_text
 
 from .bias import _bias
 from .ceiling import _ceiling
-from .coefficients import _alt_test, _nominal_metrics, _ordinal_metrics, _primary_metric
+from .coefficients import (
+    _alt_test,
+    _nominal_metrics,
+    _ordinal_metrics,
+    _primary_metric,
+    _vote_metrics,
+)
 from .common import _cell_rng
 from .examples import _examples
 from .humans import _human_block, _HumanBlock
+from .levels import _correlation_levels
+from .orders import _order_rows
 from .system import _system_level
 from .verdict import _verdict, rule_text
 
-RESULT_VERSION = 1
+# The version of the result's shape (reports.results.AGREEMENT_RESULT_VERSION).
+RESULT_VERSION = 2
 # Threads computing criteria and judge versions side by side (see compute_report); 1 computes
 # them in turn, in the calling thread. Without threadpoolctl, BLAS keeps its own threads and a
 # second report thread only competes with them for the cores (see _one_blas_thread).
@@ -82,6 +91,8 @@ class _Part:
     ceiling: list[dict[str, Any]] = field(default_factory=list)
     system: list[dict[str, Any]] = field(default_factory=list)
     disagreements: list[dict[str, Any]] = field(default_factory=list)
+    correlation_levels: list[dict[str, Any]] = field(default_factory=list)
+    orders: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -143,17 +154,23 @@ def _judge_part(
         rng = _cell_rng(p["seed"], jv.id, crit.id, st.dimension, st.label)
         j = j_all[idx]
         items = block.items[idx]
+        sub = block.matrix[:, idx]
         if crit.scale == "ordinal":
             metrics = _ordinal_metrics(
                 crit, j, block.consensus[idx], block.rounded[idx], items, continuous, p, rng
             )
             confusion = None
+            if p["correlation_levels"]:
+                out.correlation_levels.append(
+                    _correlation_levels(data, crit, jv, block, st, idx, j, metrics, p)
+                )
         else:
             metrics, confusion = _nominal_metrics(crit, j, block.consensus[idx], items, p, rng)
+            # Drawn after the majority coefficients, so theirs are those of earlier versions.
+            metrics.update(_vote_metrics(crit, j, sub, items, p, rng))
         # Another judge part may fill the cache at the same time: a ceiling is a pure function
         # of its subjects (own generator), so either copy is the same.
         ceil = _ceiling(crit, block, idx, p, st, ceiling_cache)
-        sub = block.matrix[:, idx]
         multi = int(((~np.isnan(sub)).sum(axis=0) >= 2).sum())
         alt = _alt_test(crit, j, sub, p) if multi >= 2 and idx.size >= p["min_items"] else None
         verdict, basis, reason = _verdict(
@@ -180,6 +197,7 @@ def _judge_part(
             out.confusion.append(
                 {"judge_version": jv.id, "criterion": crit.id, **st.as_dict(), **confusion}
             )
+    out.orders.extend(_order_rows(data, crit, jv, block, p))
     idx = np.nonzero(both)[0]
     if idx.size == 0:
         return out
@@ -262,6 +280,8 @@ def compute_report(
         "system": [],
         "disagreements": [],
         "warnings": [],
+        "correlation_levels": [],
+        "orders": [],
     }
     r = data.ratings
     judge_rows = r[r["is_judge"].to_numpy()]
@@ -292,7 +312,16 @@ def compute_report(
         for pt in [b.part] + [next(judge_parts) for _ in b.judges]:
             for key in pt.strata:
                 seen_strata.setdefault(key, None)
-            for name in ("cells", "confusion", "bias", "ceiling", "system", "disagreements"):
+            for name in (
+                "cells",
+                "confusion",
+                "bias",
+                "ceiling",
+                "system",
+                "disagreements",
+                "correlation_levels",
+                "orders",
+            ):
                 result[name].extend(getattr(pt, name))
             result["warnings"].extend(pt.warnings)
     result["strata"] = [{"dimension": d, "label": lab} for d, lab in seen_strata]

@@ -33,6 +33,10 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "judges": None,
     "candidates": None,
     "system_level": False,
+    # Sample-, dataset- and system-level correlation per stratum of ordinal criteria.
+    "correlation_levels": True,
+    # An unparseable verdict in one presentation order: "miss" (wrong) or "tie".
+    "unparseable_as": "miss",
     "disagreement_gap": 1.0,
     "max_examples": 200,
 }
@@ -89,6 +93,8 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         "an integer >= 2",
     )
     need(isinstance(p["system_level"], bool), "system_level", "true or false")
+    need(isinstance(p["correlation_levels"], bool), "correlation_levels", "true or false")
+    need(p["unparseable_as"] in ("miss", "tie"), "unparseable_as", "'miss' or 'tie'")
     need(
         is_num(p["disagreement_gap"]) and p["disagreement_gap"] > 0,
         "disagreement_gap",

@@ -16,7 +16,7 @@ from .common import FloatArray, _num, _numeric_reading, est_dict
 from .humans import _HumanBlock
 
 
-def _system_level(
+def _system_correlations(
     data: RatingData,
     crit: CriterionInfo,
     jv: JudgeInfo,
@@ -25,8 +25,9 @@ def _system_level(
     j: FloatArray,
     p: Mapping[str, Any],
     rng: np.random.Generator,
-) -> dict[str, Any] | None:
-    """Correlation of candidate means (judge vs human mean), items resampled for the interval."""
+) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """Counts and the three correlations of candidate means on the subjects ``idx`` (judge
+    scores ``j``), and the candidates' means; None below three candidates."""
     h = block.consensus[idx] if crit.scale == "ordinal" else block.human_num_mean[idx]
     jn = j if jv.value_type == "continuous" else _numeric_reading(crit, j)
     if jn is None or crit.scale == "pairwise":
@@ -51,15 +52,9 @@ def _system_level(
         bj = (w @ sj) / (w @ cnt)
         bh = (w @ sh) / (w @ cnt)
     out: dict[str, Any] = {
-        "judge_version": jv.id,
-        "criterion": crit.id,
         "n_candidates": m,
         "n_items": int(uitem.size),
         "n_subjects": int(idx.size),
-        "candidates": [
-            {"name": data.candidates[int(c)][0], "judge_mean": _num(a), "human_mean": _num(b)}
-            for c, a, b in zip(ucand, mj, mh, strict=True)
-        ],
     }
     for method in ("kendall", "spearman", "pearson"):
         point = es.correlation(mj, mh, method=method)
@@ -71,4 +66,36 @@ def _system_level(
             "method": f"{point.method} over {m} candidate means; interval: percentile "
             f"bootstrap (B={p['n_resamples']}, items resampled)",
         }
-    return out
+    candidates = [
+        {"name": data.candidates[int(c)][0], "judge_mean": _num(a), "human_mean": _num(b)}
+        for c, a, b in zip(ucand, mj, mh, strict=True)
+    ]
+    return out, candidates
+
+
+def _system_level(
+    data: RatingData,
+    crit: CriterionInfo,
+    jv: JudgeInfo,
+    block: _HumanBlock,
+    idx: npt.NDArray[np.int64],
+    j: FloatArray,
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> dict[str, Any] | None:
+    """Correlation of candidate means (judge vs human mean), items resampled for the interval."""
+    got = _system_correlations(data, crit, jv, block, idx, j, p, rng)
+    if got is None:
+        return None
+    corr, candidates = got
+    return {
+        "judge_version": jv.id,
+        "criterion": crit.id,
+        "n_candidates": corr["n_candidates"],
+        "n_items": corr["n_items"],
+        "n_subjects": corr["n_subjects"],
+        "candidates": candidates,
+        "kendall": corr["kendall"],
+        "spearman": corr["spearman"],
+        "pearson": corr["pearson"],
+    }

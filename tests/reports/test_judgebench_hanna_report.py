@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from statistics import median
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
+from scipy import stats
 
 from reports.agreement import TOO_FEW
 from reports.models import ReportSnapshot
 
-from .conftest import computed_report, module_study
+from .conftest import computed_report, module_study, shared_data_dir
 
 pytestmark = pytest.mark.django_db
 
@@ -146,3 +149,72 @@ def test_hanna_verdicts_use_the_alt_test(hanna: ReportSnapshot) -> None:
     ceilings = [c["ceiling"]["alpha"]["value"] for c in overall]
     # Human-human agreement on HANNA is very low (the data README: about -0.05 to 0.27).
     assert max(ceilings) < 0.35 and np.isfinite(ceilings).all()
+
+
+# The HANNA authors' rankings/system.csv (dig-team/hanna-benchmark-asg, commit 248dc8e1):
+# BLEU against the human Relevance mean over the 10 systems' means.
+PUBLISHED_BLEU_SYSTEM_RELEVANCE = {
+    "pearson": 0.7988772,
+    "spearman": 0.7212121,
+    "kendall": 0.5555556,
+}
+SCIPY = {
+    "pearson": lambda a, b: stats.pearsonr(a, b).statistic,
+    "spearman": lambda a, b: stats.spearmanr(a, b).statistic,
+    "kendall": lambda a, b: stats.kendalltau(a, b, variant="b").statistic,
+}
+
+
+def _bleu_relevance_levels(hanna: ReportSnapshot) -> dict[str, Any]:
+    judges = _judges(hanna)
+    crits = {c["key"]: c["id"] for c in hanna.result["criteria"]}
+    return next(
+        r
+        for r in hanna.result["correlation_levels"]
+        if judges[r["judge_version"]]["judge"] == "BLEU"
+        and r["criterion"] == crits["relevance"]
+        and r["label"] == "overall"
+    )
+
+
+def test_bleu_relevance_at_three_levels(hanna: ReportSnapshot) -> None:
+    """Sample level against scipy per story prompt on the raw file (not published by the
+    authors); dataset level against the README's published figures; system level against the
+    authors' rankings/system.csv."""
+    frame = pd.read_csv(shared_data_dir() / "hanna" / "hanna_metric_scores_llm.csv")
+    frame = frame.set_index("Model").loc[HANNA_SYSTEMS]
+    bleu = np.array([json.loads(v) for v in frame["BLEU \u039e\u00a7"]])  # systems x prompts
+    human = np.array([json.loads(v) for v in frame["Relevance"]])
+    row = _bleu_relevance_levels(hanna)
+    assert row["sample"]["n_items"] + row["sample"]["n_items_constant"] == bleu.shape[1] == 96
+    for method, fn in SCIPY.items():
+        per_prompt = [
+            fn(bleu[:, i], human[:, i])
+            for i in range(bleu.shape[1])
+            if np.ptp(bleu[:, i]) > 0 and np.ptp(human[:, i]) > 0
+        ]
+        got = row["sample"][method]
+        assert got["value"] == pytest.approx(np.mean(per_prompt), abs=1e-9)
+        assert got["ci_low"] <= got["value"] <= got["ci_high"]
+        assert row["sample"]["n_items"] == len(per_prompt)
+        system = row["system"][method]
+        assert round(system["value"], 7) == PUBLISHED_BLEU_SYSTEM_RELEVANCE[method]
+    assert round(row["dataset"]["pearson"]["value"], 7) == 0.1124278
+    assert round(row["dataset"]["spearman"]["value"], 7) == 0.1040944
+    assert round(row["dataset"]["kendall"]["value"], 7) == 0.0737787
+    assert row["system"]["n_candidates"] == 10 and row["dataset"]["n_subjects"] == 960
+
+
+def test_llm_judges_have_all_three_levels(hanna: ReportSnapshot) -> None:
+    judges = _judges(hanna)
+    rows = [
+        r for r in hanna.result["correlation_levels"]
+        if judges[r["judge_version"]]["judge"] != "BLEU" and r["label"] == "overall"
+    ]
+    assert len(rows) == 5 * 4 * 6
+    # Per story prompt, ten stories of 1-5 ratings: some prompts get one rating throughout.
+    assert all(r["sample"]["n_items"] + r["sample"]["n_items_constant"]
+               + r["sample"]["n_items_too_few"] == 96 for r in rows)
+    system = [r["system"]["kendall"]["value"] for r in rows]
+    sample = [r["sample"]["kendall"]["value"] for r in rows]
+    assert median(system) > median(sample)

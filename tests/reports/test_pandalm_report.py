@@ -5,6 +5,7 @@ Figures: the PandaLM README and data/compute_metrics.py (see $REVIEWHUB_DATA_DIR
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -172,3 +173,57 @@ def test_reimport_is_idempotent(pandalm: dict[str, Any]) -> None:
 
 def test_study_is_not_simulated(pandalm: dict[str, Any]) -> None:
     assert Study.objects.get(pk=pandalm["study"].pk).is_simulated is False
+
+
+def _raw_pandalm() -> tuple[list[list[int]], dict[str, list[int]]]:
+    """The three annotator labels per item and each judge's label, read from the released
+    files with PandaLM's rule ("1" / "2" wins; "Tie" and anything unparseable a tie, 0)."""
+    folder = shared_data_dir() / "pandalm"
+    items = json.loads((folder / "testset-v1.json").read_text())
+    votes = [[int(r[f"annotator{k}"]) for k in (1, 2, 3)] for r in items]
+    judges = {}
+    for name, file, key in (
+        ("gpt-3.5-turbo", "gpt-3.5-turbo-testset-v1.json", "gpt_result"),
+        ("pandalm-7b", "pandalm-7b-testset-v1.json", "pandalm_result"),
+    ):
+        by_idx = {r["idx"]: str(r[key]).strip() for r in json.loads((folder / file).read_text())}
+        judges[name] = [{"1": 1, "2": 2}.get(by_idx[r["idx"]], 0) for r in items]
+    return votes, judges
+
+
+@pytest.mark.parametrize("judge", ["gpt-3.5-turbo", "pandalm-7b"])
+def test_per_vote_agreement_with_and_without_ties(pandalm: dict[str, Any], judge: str) -> None:
+    """Every annotator vote compared with the judge (MT-Bench's convention), from the raw
+    files; beside the per-majority accuracy the paper publishes (test_judges_vs_majority)."""
+    votes, judges = _raw_pandalm()
+    j = judges[judge]
+    with_ties = [v == jv for vs, jv in zip(votes, j, strict=True) for v in vs]
+    without = [v == jv for vs, jv in zip(votes, j, strict=True) for v in vs if v and jv]
+    result = pandalm["report"].result
+    m = _cell(result, _judge(result, judge))["metrics"]
+    assert m["agreement_per_vote"]["value"] == pytest.approx(sum(with_ties) / len(with_ties))
+    assert m["agreement_per_vote"]["n"] == len(with_ties) == 2997
+    got = m["agreement_per_vote_without_ties"]
+    assert got["value"] == pytest.approx(sum(without) / len(without))
+    assert got["n"] == len(without)
+    for name in ("agreement_per_vote", "agreement_per_vote_without_ties"):
+        assert m[name]["ci_low"] <= m[name]["value"] <= m[name]["ci_high"]
+
+
+def test_pooled_human_pair_agreement(pandalm: dict[str, Any]) -> None:
+    """Pairs of distinct annotators on the same item, pooled, from the raw files: with all
+    three annotators on every item, the mean of the three pairwise percent agreements."""
+    votes, _ = _raw_pandalm()
+    pairs = [(vs[a], vs[b]) for vs in votes for a, b in ((0, 1), (0, 2), (1, 2))]
+    no_ties = [(x, y) for x, y in pairs if x and y]
+    result = pandalm["report"].result
+    ceiling = next(c for c in result["ceiling"] if c["label"] == "overall")
+    assert ceiling["pooled_agreement"]["value"] == pytest.approx(
+        sum(x == y for x, y in pairs) / len(pairs)
+    )
+    assert ceiling["pooled_agreement"]["n"] == 3 * 999
+    assert ceiling["pooled_agreement_without_ties"]["value"] == pytest.approx(
+        sum(x == y for x, y in no_ties) / len(no_ties)
+    )
+    # Beside Krippendorff's alpha (0.8642 in test_annotator_kappas).
+    assert ceiling["pooled_agreement"]["value"] > ceiling["alpha"]["value"]

@@ -153,9 +153,9 @@ def test_schema_and_reader_refuse_what_does_not_fit(imported: Study) -> None:
     stored = computed_report(imported, {"n_resamples": 200}).result
     schema = AgreementResult.json_schema()
     with pytest.raises(ResultFormatError, match="version"):
-        AgreementResult.from_json({**stored, "version": 2})
+        AgreementResult.from_json({**stored, "version": AGREEMENT_RESULT_VERSION + 1})
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({**stored, "version": 2}, schema)
+        jsonschema.validate({**stored, "version": AGREEMENT_RESULT_VERSION + 1}, schema)
     broken_cell = {**stored["cells"][0], "n_subjects": "sixty"}
     broken = {**stored, "cells": [broken_cell, *stored["cells"][1:]]}
     with pytest.raises(ResultFormatError) as err:

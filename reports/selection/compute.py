@@ -1,0 +1,758 @@
+"""The selection report's computation: from the loaded frames to a `SelectionResult`, with no
+database access (docs/reports.md, "Selection report").
+
+The statistics are `evalstats`' (ppi: the three estimates, the stratified mix, paired
+differences, the allocation of extra labels; gates: rates, quantiles, means per 1,000;
+ranking: Holm, Kendall's tau, the Pareto front); this module decides which outputs feed them
+and turns their answers into the decision.
+
+* Estimates per candidate x stratum x metric: human-only (`classical_mean`, weights 1 /
+  inclusion probability), judge-only (`naive_mean`) and PPI++ (`ppi_mean`) on the stratum's
+  outputs; the mix by `ppi_mean_stratified` (PPI) and `combine_strata` (the other two) with the
+  mix in force. A candidate without outputs in a stratum has ``no_data`` there, never a zero.
+* Paired differences on the primary metric: the reference candidate (the one the decision
+  names, else the mix's best) minus each other, on the items both answered
+  (`paired_difference_stratified`).
+* A flip: a stratum whose best candidate is not the reference and beats it there with a paired
+  difference whose Holm-adjusted p-value (over every stratum where the two differ) is below
+  1 - level.
+* The decision: candidates failing a gate on the mix, or whose plan threshold on the primary
+  metric fails, cannot be recommended; of the others the best on the mix is shipped when its
+  paired difference with every other one clears the margin over the whole interval; otherwise
+  the report says "too close" (against the first one it does not clear) and how many labels
+  per stratum would resolve it.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from evalstats.gates import gate_check, mean_per_thousand, quantile_intervals, rate_gate
+from evalstats.ppi import (
+    PPIEstimate,
+    classical_mean,
+    combine_strata,
+    naive_mean,
+    neyman_allocation,
+    paired_difference_stratified,
+    ppi_mean,
+    ppi_mean_stratified,
+)
+from evalstats.ranking import holm, kendall_tau, pareto_front, rank_with_ties, two_sided_p
+from evalstats.results import Estimate
+from reports.results import json_safe
+from reviewhub.errors import ValidationFailed
+
+from .load import ALL, UNKNOWN, MetricMeta, SelectionInputs, mix_problems
+from .results import SELECTION_RESULT_VERSION, SelectionResult
+
+FloatArray = npt.NDArray[np.float64]
+MIX = "mix"
+# Gate key -> (the output column, the statistic, the direction of the check).
+GATES: dict[str, tuple[str, str, str]] = {
+    "schema_valid_rate": ("schema_valid", "rate", "min"),
+    "error_rate": ("error", "rate", "max"),
+    "latency_p50_ms": ("latency_ms", "q50", "max"),
+    "latency_p95_ms": ("latency_ms", "q95", "max"),
+    "cost_per_1000": ("cost", "mean", "max"),
+    "tokens_per_1000": ("tokens", "mean", "max"),
+}
+# Lines of "missing" at most (one per candidate x stratum could be hundreds).
+MAX_MISSING = 20
+MIN_LABELS = 2
+
+
+def _rng(seed: int, *parts: object) -> np.random.Generator:
+    return np.random.default_rng([seed] + [zlib.crc32(str(p).encode()) for p in parts])
+
+
+def _est_json(e: Estimate) -> dict[str, Any]:
+    return {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high, "n_items": e.n_items,
+            "method": e.method, "level": e.level, "n_resamples": e.n_resamples,
+            "p_value": e.p_value, "warnings": list(e.warnings)}
+
+
+def _clip_rate_intervals(estimates: list[dict[str, Any]], metrics: Sequence[Any]) -> None:
+    """Rates live in [0, 1]: their intervals are cut to it (the cut interval covers whenever
+    the uncut one does). The prediction-powered and normal intervals do not know the bound
+    and can read 96 % [89, 103] near a pass rate of 1. Point estimates are left as computed."""
+    rates = {m.key for m in metrics if m.unit == "rate"}
+    for row in estimates:
+        if row["metric"] not in rates:
+            continue
+        for kind in ("human", "judge", "ppi"):
+            est = row.get(kind)
+            if not est:
+                continue
+            if est.get("ci_low") is not None:
+                est["ci_low"] = min(max(float(est["ci_low"]), 0.0), 1.0)
+            if est.get("ci_high") is not None:
+                est["ci_high"] = min(max(float(est["ci_high"]), 0.0), 1.0)
+
+
+def _ppi_json(e: PPIEstimate | None) -> dict[str, Any] | None:
+    return None if e is None else e.to_json()
+
+
+@dataclass
+class _Cells:
+    """The outputs sorted by (candidate, stratum), with slices per cell."""
+
+    frame: pd.DataFrame
+    cand: npt.NDArray[np.int64]  # candidate index per row
+    strat: npt.NDArray[np.int64]  # stratum code per row
+    bounds: dict[tuple[int, int], tuple[int, int]]
+    cand_bounds: dict[int, tuple[int, int]]
+
+
+def _cells(outs: pd.DataFrame, cand_ids: Sequence[int], labels: Sequence[str]) -> _Cells:
+    cidx = pd.Index(list(cand_ids)).get_indexer(outs["candidate"].to_numpy())
+    sidx = pd.Index(list(labels)).get_indexer(outs["stratum"].astype(str).to_numpy())
+    order = np.lexsort((outs["output"].to_numpy(), sidx, cidx))
+    frame = outs.iloc[order].reset_index(drop=True)
+    c, s = cidx[order], sidx[order]
+    key = c * (len(labels) + 1) + s
+    bounds: dict[tuple[int, int], tuple[int, int]] = {}
+    cand_bounds: dict[int, tuple[int, int]] = {}
+    if key.size:
+        edges = np.flatnonzero(np.diff(key)) + 1
+        starts = np.concatenate([[0], edges])
+        ends = np.concatenate([edges, [key.size]])
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            bounds[(int(c[a]), int(s[a]))] = (a, b)
+        cedges = np.flatnonzero(np.diff(c)) + 1
+        for a, b in zip(np.concatenate([[0], cedges]).tolist(),
+                        np.concatenate([cedges, [c.size]]).tolist(), strict=True):
+            cand_bounds[int(c[a])] = (a, b)
+    return _Cells(frame, c.astype(np.int64), s.astype(np.int64), bounds, cand_bounds)
+
+
+def _mix_resolve(
+    inputs: SelectionInputs, params: Mapping[str, Any], labels: Sequence[str],
+    items_per_label: Mapping[str, int],
+) -> tuple[dict[str, float], str, list[dict[str, str]]]:
+    """The mix in force, where it comes from and the deviations from the locked plan."""
+    plan = inputs.plan
+    dim = inputs.dimension
+    deviations: list[dict[str, str]] = []
+    has_plan = inputs.plan_version is not None
+    plan_mix = plan["mixes"].get(dim) if dim is not None else None
+    if has_plan and params.get("dimension") and plan.get("mix") and \
+            plan["mix"]["dimension"] != dim:
+        deviations.append({"field": "dimension",
+                           "message": "the plan's deployment mix is on "
+                                      f"'{plan['mix']['dimension']}'; the report uses '{dim}'"})
+    elif has_plan and params.get("dimension") and plan.get("strata") and \
+            dim not in plan["strata"]:
+        deviations.append({"field": "dimension",
+                           "message": f"'{dim}' is not among the plan's strata "
+                                      f"({', '.join(plan['strata'])})"})
+    if dim is None:
+        return {ALL: 1.0}, "observed", deviations
+    if params.get("mix"):
+        mix = {str(k): float(v) for k, v in params["mix"].items()}
+        source = "params"
+        path = "params.mix"
+        if has_plan:
+            if plan_mix is None:
+                deviations.append({"field": "mix", "message": "the plan states no deployment "
+                                                              f"mix on '{dim}'; the report uses "
+                                                              "the parameters' mix"})
+            elif any(abs(plan_mix.get(k, 0.0) - mix.get(k, 0.0)) > 1e-9
+                     for k in set(plan_mix) | set(mix)):
+                changed = sorted(k for k in set(plan_mix) | set(mix)
+                                 if abs(plan_mix.get(k, 0.0) - mix.get(k, 0.0)) > 1e-9)
+                deviations.append({"field": "mix", "message": "the mix differs from the locked "
+                                                              "plan's on " + ", ".join(changed)})
+    elif plan_mix is not None:
+        mix, source, path = dict(plan_mix), "plan", f"plan.deployment_mix.{dim}"
+    else:
+        total = sum(items_per_label.values())
+        mix = {h: items_per_label.get(h, 0) / total for h in labels} if total else {}
+        source, path = "observed", ""
+        if has_plan:
+            deviations.append({"field": "mix", "message": f"the plan states no deployment mix "
+                                                          f"on '{dim}': the observed share of "
+                                                          "items per stratum is used"})
+    if source != "observed":
+        errors = mix_problems(shares=mix, path=path, present=items_per_label,
+                              possible=inputs.possible_labels)
+        if errors:
+            raise ValidationFailed(
+                f"The selection report's mix did not validate: {errors[0]['path']}: "
+                f"{errors[0]['message']}", details={"errors": errors})
+    return mix, source, deviations
+
+
+def _oriented(m: MetricMeta, value: float) -> float:
+    """A value where larger is better."""
+    return value if m.higher_is_better else -value
+
+
+def _fmt_diff(m: MetricMeta, e: PPIEstimate, sign: float) -> str:
+    """The improvement of an estimate as text: points for rates, the metric's unit else."""
+    scale, unit = (100.0, " points") if m.unit == "rate" else (1.0, "")
+    v = sign * e.value * scale
+    if e.ci_low is None or e.ci_high is None:
+        return f"{v:.1f}{unit} (no interval)"
+    lo, hi = sorted((sign * e.ci_low * scale, sign * e.ci_high * scale))
+    return f"{v:.1f}{unit} [{lo:.1f}, {hi:.1f}]"
+
+
+def selection_compute(
+    inputs: SelectionInputs, params: Mapping[str, Any], plan_version: int | None,
+    fingerprint: str,
+) -> SelectionResult:
+    """The selection report of the loaded inputs (module docstring)."""
+    raw = selection_compute_raw(inputs, params)
+    raw["plan_version"] = plan_version
+    raw["fingerprint"] = fingerprint
+    return SelectionResult.from_json(json_safe(raw))
+
+
+def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The result as a plain dict (before typing); see `selection_compute`."""
+    plan = inputs.plan
+    level = float(params.get("level") or plan.get("level") or 0.95)
+    n_resamples = int(params.get("n_resamples", 1000))
+    seed = int(params.get("seed", 0))
+    warnings = list(inputs.warnings)
+    missing: list[str] = []
+    outs = inputs.outputs
+    dim = inputs.dimension
+
+    # --- strata and the mix --------------------------------------------------------------------
+    items = outs.drop_duplicates("item")
+    items_per_label = {str(k): int(v) for k, v in items["stratum"].value_counts().items()}
+    present = sorted(items_per_label, key=lambda h: (h == UNKNOWN, h))
+    mix, mix_source, deviations = _mix_resolve(inputs, params, present, items_per_label)
+    if params.get("level") is not None and inputs.plan_version is not None and \
+            abs(float(params["level"]) - float(plan["level"])) > 1e-12:
+        deviations.append({"field": "level", "message": f"the plan's confidence level is "
+                                                        f"{plan['level']:g}; the report uses "
+                                                        f"{level:g}"})
+    labels = present + [h for h in mix if h not in present]
+    strata_out = [] if dim is None else labels
+    code = {h: i for i, h in enumerate(labels)}
+    mix_codes = {code[h]: float(s) for h, s in mix.items()}
+    if inputs.plan_version is None:
+        missing.append("no locked analysis plan: the report follows no pre-registered rule "
+                       "(primary metric, mix, gates and margin are the defaults)")
+
+    cand_ids = list(inputs.candidates)
+    names = [inputs.candidates[c]["name"] for c in cand_ids]
+    cells = _cells(outs, cand_ids, labels)
+    frame = cells.frame
+    metrics = inputs.metrics
+    by_key = {m.key: m for m in metrics}
+
+    primary = str(plan.get("primary_metric") or "rubric_pass_rate")
+    plan_criteria = (inputs.plan_spec or {}).get("criteria") or {}
+    if primary not in ("rubric_pass_rate", "expected_cost"):
+        entry = plan_criteria.get(primary) or {}
+        family = entry.get("metric", "pass_rate")
+        primary = f"{family}:{primary}"
+    if primary not in by_key:
+        warnings.append(f"the primary metric '{primary}' is not estimated (not in this rubric "
+                        "or left out by params.metrics): the rubric pass rate decides")
+        primary = "rubric_pass_rate" if "rubric_pass_rate" in by_key else metrics[0].key
+    pm = by_key[primary]
+    margin = float(plan.get("margin") or 0.0)
+
+    # --- estimates -------------------------------------------------------------------------------
+    estimates: list[dict[str, Any]] = []
+    ppi_mix: dict[tuple[int, str], PPIEstimate | None] = {}
+    ppi_cell: dict[tuple[int, int, str], PPIEstimate | None] = {}
+    weight_all = frame["weight"].to_numpy(dtype=np.float64)
+    any_label = False
+    for m in metrics:
+        f_all = frame[f"f:{m.key}"].to_numpy(dtype=np.float64)
+        y_all = frame[f"y:{m.key}"].to_numpy(dtype=np.float64)
+        for ci, name in enumerate(names):
+            a, b = cells.cand_bounds.get(ci, (0, 0))
+            f, y, w, s = f_all[a:b], y_all[a:b], weight_all[a:b], cells.strat[a:b]
+            lab = np.isfinite(y)
+            lab_f = lab & np.isfinite(f)
+            human: dict[int, PPIEstimate] = {}
+            judge: dict[int, PPIEstimate] = {}
+            for h in labels:
+                si = code[h]
+                lo, hi = cells.bounds.get((ci, si), (0, 0))
+                n_out = hi - lo
+                row: dict[str, Any] = {"candidate": name, "metric": m.key, "stratum": h,
+                                       "n_outputs": n_out, "n_labelled": 0, "no_data": n_out == 0,
+                                       "human": None, "judge": None, "ppi": None}
+                ppi_cell[(ci, si, m.key)] = None
+                if n_out:
+                    fy, yy, ww = f_all[lo:hi], y_all[lo:hi], weight_all[lo:hi]
+                    ly = np.isfinite(yy)
+                    lf = ly & np.isfinite(fy)
+                    row["n_labelled"] = int(ly.sum())
+                    if ly.any():
+                        any_label = True
+                        human[si] = classical_mean(yy[ly], w=ww[ly], level=level)
+                        row["human"] = human[si].to_json()
+                    if np.isfinite(fy).any():
+                        judge[si] = naive_mean(fy[np.isfinite(fy)], level=level)
+                        row["judge"] = judge[si].to_json()
+                    if lf.any():
+                        # The judge term runs over every output of the cell (labelled ones
+                        # too: the difference estimator of survey sampling), so unequal
+                        # inclusion probabilities need weights on the labelled set only; the
+                        # unlabelled rest alone would over-represent rarely drawn outputs.
+                        cell_est = ppi_mean(yy[lf], fy[lf], fy[np.isfinite(fy)], w=ww[lf],
+                                            level=level)
+                        ppi_cell[(ci, si, m.key)] = cell_est
+                        row["ppi"] = cell_est.to_json()
+                    elif ly.any():
+                        row["ppi"] = row["human"]
+                        ppi_cell[(ci, si, m.key)] = human[si]
+                    if not ly.any() and len(missing) < MAX_MISSING and m.key == primary:
+                        where = "" if dim is None else f" in stratum '{h}'"
+                        missing.append(f"no human label yet for {name}{where}: its estimate "
+                                       "there is the judge's only (biased)")
+                if dim is not None:
+                    estimates.append(row)
+            # The mix.
+            n_out_total = b - a
+            mix_row: dict[str, Any] = {"candidate": name, "metric": m.key, "stratum": MIX,
+                                       "n_outputs": n_out_total, "n_labelled": int(lab.sum()),
+                                       "no_data": n_out_total == 0, "human": None,
+                                       "judge": None, "ppi": None}
+            est_mix: PPIEstimate | None = None
+            if n_out_total:
+                hm, _ = combine_strata(human, mix_codes, level=level,
+                                       method="mix of per-stratum human-only means")
+                jm, _ = combine_strata(judge, mix_codes, level=level,
+                                       method="mix of per-stratum judge-only means (biased)")
+                mix_row["human"], mix_row["judge"] = _ppi_json(hm), _ppi_json(jm)
+                if lab_f.any():
+                    every = np.isfinite(f)
+                    strat = ppi_mean_stratified(y[lab_f], f[lab_f], s[lab_f], f[every], s[every],
+                                                mix=mix_codes, w=w[lab_f], level=level)
+                    est_mix = strat.mix
+                    if strat.missing and m.key == primary:
+                        gone = ", ".join(labels[k] for k in strat.missing)
+                        missing.append(f"no human label yet for {name} in {gone} (weighted in "
+                                       "the mix): no prediction-powered estimate on the mix")
+                mix_row["ppi"] = _ppi_json(est_mix)
+            ppi_mix[(ci, m.key)] = est_mix
+            estimates.append(mix_row)
+    if not any_label:
+        missing.insert(0, "no human label yet: every figure is the judge's alone (biased); "
+                          "label a random sample of outputs (a sampling plan) to get human "
+                          "and prediction-powered estimates")
+
+    # --- gates -------------------------------------------------------------------------------
+    gates_plan = {k: float(v) for k, v in (plan.get("gates") or {}).items() if k in GATES}
+    gate_rows: list[dict[str, Any]] = []
+    gate_failures: dict[str, list[str]] = {n: [] for n in names}
+    gate_mix: dict[tuple[int, str], Estimate] = {}
+    n_strata = len(labels)
+    group_cell = cells.cand * n_strata + cells.strat
+    for gate, (column, stat, direction) in GATES.items():
+        need_gate = gate in gates_plan
+        if not need_gate and gate not in ("latency_p95_ms", "cost_per_1000"):
+            continue
+        values = frame[column].to_numpy(dtype=np.float64)
+        per_cell: dict[int, Estimate] = {}
+        per_cand: dict[int, Estimate] = {}
+        if stat == "rate":
+            for key, (lo, hi) in cells.bounds.items():
+                v = values[lo:hi]
+                v = v[np.isfinite(v)]
+                per_cell[key[0] * n_strata + key[1]] = rate_gate(int(v.sum()), int(v.size),
+                                                                 level=level)
+            for ci, (lo, hi) in cells.cand_bounds.items():
+                v = values[lo:hi]
+                v = v[np.isfinite(v)]
+                per_cand[ci] = rate_gate(int(v.sum()), int(v.size), level=level)
+        elif stat in ("q50", "q95"):
+            q = 0.5 if stat == "q50" else 0.95
+            if values.size:
+                per_cell = quantile_intervals(values, group_cell, q, level=level,
+                                              n_resamples=n_resamples,
+                                              rng=_rng(seed, gate, "cell"))
+                per_cand = quantile_intervals(values, cells.cand, q, level=level,
+                                              n_resamples=n_resamples,
+                                              rng=_rng(seed, gate, "mix"))
+        else:
+            if values.size:
+                per_cell = mean_per_thousand(values, group_cell, level=level)
+                per_cand = mean_per_thousand(values, cells.cand, level=level)
+        for ci, name in enumerate(names):
+            if ci in per_cand:
+                gate_mix[(ci, gate)] = per_cand[ci]
+            if not need_gate:
+                continue
+            threshold = gates_plan[gate]
+            gate_targets: list[tuple[str, Estimate | None]] = [(MIX, per_cand.get(ci))]
+            if dim is not None:
+                gate_targets += [(h, per_cell.get(ci * n_strata + code[h])) for h in labels]
+            for h, gest in gate_targets:
+                if gest is None:
+                    gest = Estimate(value=math.nan, n_items=0, method="no outputs",
+                                    level=level, warnings=("no outputs",))
+                bound, passed = gate_check(gest, threshold=threshold,
+                                           direction="min" if direction == "min" else "max")
+                gate_rows.append({"candidate": name, "stratum": h, "gate": gate,
+                                  "threshold": threshold, "estimate": _est_json(gest),
+                                  "bound": bound, "passed": passed, "n": gest.n_items})
+                if h == MIX and passed is False:
+                    gate_failures[name].append(gate)
+    if mix_source != "observed" and dim is not None and gates_plan:
+        observed = {h: items_per_label.get(h, 0) / max(sum(items_per_label.values()), 1)
+                    for h in labels}
+        if any(abs(observed.get(h, 0.0) - s) > 0.05 for h, s in mix.items()):
+            warnings.append("gates on the mix are computed over all of a candidate's outputs "
+                            "(the observed mix of strata), not re-weighted to the deployment "
+                            "mix; see each stratum's gates")
+
+    # --- thresholds of the plan --------------------------------------------------------------
+    threshold_rows: list[dict[str, Any]] = []
+    threshold_fail: dict[str, list[str]] = {n: [] for n in names}
+    for key, entry in plan_criteria.items():
+        family = entry.get("metric")
+        mkey = f"{family}:{key}"
+        if mkey not in by_key:
+            if family == "win_rate":
+                warnings.append(f"the plan's win_rate threshold on '{key}' is not checked by "
+                                "this report yet")
+            continue
+        threshold = float(entry["threshold"])
+        direction = str(entry.get("direction", ">="))
+        t_targets: list[tuple[str, int | None]] = [(MIX, None)]
+        if entry.get("every_stratum", True) and dim is not None:
+            t_targets += [(h, code[h]) for h in labels]
+        for ci, name in enumerate(names):
+            for h, tsi in t_targets:
+                test = ppi_mix.get((ci, mkey)) if tsi is None else ppi_cell.get((ci, tsi, mkey))
+                if tsi is not None and mix.get(h, 0.0) == 0.0 and test is None:
+                    continue
+                status = "uncertain"
+                if test is not None and test.ci_low is not None and test.ci_high is not None:
+                    lo_, hi_ = test.ci_low, test.ci_high
+                    if direction == ">=":
+                        status = "pass" if lo_ >= threshold else "fail" if hi_ < threshold \
+                            else "uncertain"
+                    else:
+                        status = "pass" if hi_ <= threshold else "fail" if lo_ > threshold \
+                            else "uncertain"
+                threshold_rows.append({"candidate": name, "metric": mkey, "stratum": h,
+                                       "threshold": threshold, "direction": direction,
+                                       "status": status})
+                if h == MIX and status == "fail":
+                    threshold_fail[name].append(mkey)
+
+    # --- rankings ----------------------------------------------------------------------------
+    def ranking(values: dict[int, float]) -> list[int]:
+        ok = [ci for ci, v in values.items() if math.isfinite(v)]
+        return sorted(ok, key=lambda ci: (-_oriented(pm, values[ci]), names[ci]))
+
+    def value_of(e: PPIEstimate | None) -> float:
+        return math.nan if e is None else float(e.value)
+
+    mix_values = {ci: value_of(ppi_mix.get((ci, pm.key))) for ci in range(len(names))}
+    mix_order = ranking(mix_values)
+    rankings = [{"stratum": MIX, "order": [names[c] for c in mix_order],
+                 "best": names[mix_order[0]] if mix_order else None}]
+    stratum_order: dict[int, list[int]] = {}
+    if dim is not None:
+        for h in labels:
+            order = ranking({ci: value_of(ppi_cell.get((ci, code[h], pm.key)))
+                             for ci in range(len(names))})
+            stratum_order[code[h]] = order
+            rankings.append({"stratum": h, "order": [names[c] for c in order],
+                             "best": names[order[0]] if order else None})
+
+    # --- eligibility and the reference candidate -----------------------------------------------
+    eligible = [ci for ci in mix_order
+                if not gate_failures[names[ci]] and not threshold_fail[names[ci]]]
+    reference = eligible[0] if eligible else (mix_order[0] if mix_order else None)
+
+    # --- paired differences (reference - each other) -------------------------------------------
+    diff_rows: list[dict[str, Any]] = []
+    diffs: dict[tuple[int, int], Any] = {}
+    if reference is not None:
+        for other in range(len(names)):
+            if other == reference:
+                continue
+            res = _paired(cells, reference, other, pm.key, labels, code, mix_codes, level)
+            if res is None:
+                continue
+            diffs[(reference, other)] = res
+            targets2: list[tuple[str, PPIEstimate | None]] = [(MIX, res.mix)]
+            if dim is not None:
+                targets2 += [(h, res.per_stratum.get(code[h])) for h in labels]
+            for h, dest in targets2:
+                if dest is None:
+                    continue
+                p = two_sided_p(dest.value, dest.se)
+                diff_rows.append({"metric": pm.key, "stratum": h, "a": names[reference],
+                                  "b": names[other], "estimate": dest.to_json(),
+                                  "p_value": p if math.isfinite(p) else None})
+
+    # --- flips -------------------------------------------------------------------------------
+    flips: list[dict[str, Any]] = []
+    if reference is not None and dim is not None:
+        tests: list[tuple[str, int, PPIEstimate, float]] = []
+        for h in labels:
+            order = stratum_order.get(code[h]) or []
+            if not order or order[0] == reference or mix.get(h, 0.0) <= 0.0:
+                continue
+            best = order[0]
+            res = diffs.get((reference, best))
+            est: PPIEstimate | None = (
+                res.per_stratum.get(code[h]) if res is not None else None
+            )
+            if est is None:
+                continue
+            # The stratum's best minus the reference: positive when the flip favours it.
+            flipped = PPIEstimate(
+                value=-est.value,
+                ci_low=None if est.ci_high is None else -est.ci_high,
+                ci_high=None if est.ci_low is None else -est.ci_low,
+                se=est.se, n_labelled=est.n_labelled, n_unlabelled=est.n_unlabelled,
+                lam=est.lam, method=est.method.replace("A - B", "B - A"), level=est.level,
+                warnings=est.warnings,
+            )
+            tests.append((h, best, flipped, two_sided_p(est.value, est.se)))
+        adjusted = holm([t[3] for t in tests]) if tests else []
+        for (h, best, fest, p), p_adj in zip(tests, adjusted, strict=True):
+            better = _oriented(pm, fest.value) > 0
+            if math.isfinite(p_adj) and p_adj < 1.0 - level and better:
+                flips.append({"stratum": h, "best": names[best], "mix_best": names[reference],
+                              "difference": fest.to_json(), "p_value": p,
+                              "p_adjusted": p_adj, "correction": "holm"})
+
+    # --- frontier ----------------------------------------------------------------------------
+    frontier: list[dict[str, Any]] = []
+    pts = np.full((len(names), 3), np.nan)
+    for ci in range(len(names)):
+        lat = gate_mix.get((ci, "latency_p95_ms"))
+        cost = gate_mix.get((ci, "cost_per_1000"))
+        pts[ci] = [mix_values[ci],
+                   lat.value if lat is not None else math.nan,
+                   cost.value if cost is not None else math.nan]
+    on_front = pareto_front(pts, [pm.higher_is_better, False, False]) if len(names) else \
+        np.zeros(0, dtype=bool)
+    for ci, name in enumerate(names):
+        frontier.append({"candidate": name, "quality": pts[ci, 0], "latency_p95_ms": pts[ci, 1],
+                         "cost_per_1000": pts[ci, 2], "on_frontier": bool(on_front[ci])})
+
+    # --- public vs private -------------------------------------------------------------------
+    pvp = _public_vs_private(inputs, params, names, cand_ids, mix_values, mix_order, pm,
+                             reference, diff_rows, level, warnings)
+
+    # --- the decision ------------------------------------------------------------------------
+    decision, next_labels = _decide(
+        names=names, pm=pm, margin=margin, level=level, mix_order=mix_order,
+        eligible=eligible, reference=reference, diffs=diffs, flips=flips,
+        gate_failures=gate_failures, threshold_fail=threshold_fail, any_label=any_label,
+        labels=labels, mix_codes=mix_codes, cells=cells,
+    )
+
+    _clip_rate_intervals(estimates, metrics)
+    simulated = bool(inputs.study_simulated or inputs.annotators_simulated
+                     or (inputs.judge or {}).get("simulated"))
+    return {
+        "version": SELECTION_RESULT_VERSION, "kind": "selection", "plan_version": None,
+        "fingerprint": "", "simulated": simulated, "level": level, "dimension": dim,
+        "strata": strata_out, "mix": {} if dim is None else mix, "mix_source": mix_source,
+        "plan_followed": inputs.plan_version is not None and not deviations,
+        "deviations": deviations, "primary_metric": pm.key, "margin": margin,
+        "judge": inputs.judge,
+        "candidates": [{"id": cid, **inputs.candidates[cid]} for cid in cand_ids],
+        "metrics": [{"key": m.key, "label": m.label, "unit": m.unit,
+                     "higher_is_better": m.higher_is_better} for m in metrics],
+        "estimates": estimates, "differences": diff_rows, "rankings": rankings,
+        "flips": flips, "gates": gate_rows,
+        "gate_failures": {n: v for n, v in gate_failures.items() if v},
+        "thresholds": threshold_rows, "frontier": frontier, "public_vs_private": pvp,
+        "decision": decision, "next_labels": next_labels, "pairwise": None,
+        "missing": missing, "warnings": warnings,
+    }
+
+
+def _paired(
+    cells: _Cells, a: int, b: int, key: str, labels: Sequence[str], code: Mapping[str, int],
+    mix_codes: Mapping[int, float], level: float,
+) -> Any:
+    """Stratified paired difference a - b on the items both candidates answered (None when
+    they share no labelled item)."""
+    frame = cells.frame
+    cols = ["item", f"f:{key}", f"y:{key}", "weight"]
+    la, ha = cells.cand_bounds.get(a, (0, 0))
+    lb, hb = cells.cand_bounds.get(b, (0, 0))
+    fa = frame.iloc[la:ha][cols].assign(s=cells.strat[la:ha]).drop_duplicates("item")
+    fb = frame.iloc[lb:hb][cols].drop_duplicates("item")
+    j = fa.merge(fb, on="item", suffixes=("_a", "_b"))
+    if not len(j):
+        return None
+    ya, yb = j[f"y:{key}_a"].to_numpy(np.float64), j[f"y:{key}_b"].to_numpy(np.float64)
+    f_a, f_b = j[f"f:{key}_a"].to_numpy(np.float64), j[f"f:{key}_b"].to_numpy(np.float64)
+    s = j["s"].to_numpy(np.int64)
+    both_f = np.isfinite(f_a) & np.isfinite(f_b)
+    lab = np.isfinite(ya) & np.isfinite(yb) & both_f
+    if not lab.any():
+        return None
+    # Both outputs of a labelled pair were drawn; their weights multiply (independent draws of
+    # outputs; within a stratum the weights are constant for a stratified plan anyway).
+    w = (j["weight_a"].to_numpy(np.float64) * j["weight_b"].to_numpy(np.float64))[lab]
+    # As for the cells: the judge term over every item both candidates answered.
+    return paired_difference_stratified(
+        ya[lab], yb[lab], f_a[lab], f_b[lab], s[lab], f_a[both_f], f_b[both_f], s[both_f],
+        mix=mix_codes, w=w, level=level,
+    )
+
+
+def _public_vs_private(
+    inputs: SelectionInputs, params: Mapping[str, Any], names: Sequence[str],
+    cand_ids: Sequence[int], mix_values: Mapping[int, float], mix_order: Sequence[int],
+    pm: MetricMeta, reference: int | None, diff_rows: Sequence[Mapping[str, Any]],
+    level: float, warnings: list[str],
+) -> dict[str, Any] | None:
+    scores = [inputs.candidates[c]["public_scores"] for c in cand_ids]
+    bench = params.get("benchmark")
+    if bench is None:
+        common = set.intersection(*[{k for k, v in s.items() if isinstance(v, (int, float))
+                                     and not isinstance(v, bool)} for s in scores]) \
+            if scores else set()
+        if not common:
+            return None
+        bench = sorted(common)[0]
+    public = np.array([float(s[bench]) if isinstance(s.get(bench), (int, float))
+                       and not isinstance(s.get(bench), bool) else math.nan for s in scores])
+    if not np.isfinite(public).any():
+        warnings.append(f"no candidate has the public score '{bench}'")
+        return None
+    private = np.array([mix_values[ci] for ci in range(len(names))])
+    pub_rank = rank_with_ties(public, higher_is_better=True)
+    priv_rank = rank_with_ties(private, higher_is_better=pm.higher_is_better)
+    ok = np.isfinite(public) & np.isfinite(private)
+    tau = kendall_tau(public[ok], private[ok] if pm.higher_is_better else -private[ok],
+                      level=level) if ok.sum() >= 2 else None
+    rows = [{"candidate": names[i], "public_score": public[i], "public_rank": pub_rank[i],
+             "private_rank": priv_rank[i], "private_value": private[i]}
+            for i in range(len(names))]
+    flags = []
+    n_ranked = int(np.isfinite(priv_rank).sum())
+    for i in range(len(names)):
+        if pub_rank[i] == 1.0 and np.isfinite(priv_rank[i]) and n_ranked >= 2 and \
+                priv_rank[i] > n_ranked / 2:
+            evidence = ""
+            best = mix_order[0] if mix_order else None
+            for row in diff_rows:
+                if row["stratum"] == MIX and row["b"] == names[i]:
+                    e = row["estimate"]
+                    lo, hi = e.get("ci_low"), e.get("ci_high")
+                    interval = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None \
+                        else ""
+                    evidence = (f"; {row['a']} - {names[i]} on the mix = {e['value']:.3f}"
+                                f"{interval}")
+            if not evidence and best is not None:
+                evidence = f"; the private best is {names[best]}"
+            flags.append({"candidate": names[i],
+                          "message": f"first on the public benchmark '{bench}' but ranked "
+                                     f"{priv_rank[i]:g} of {n_ranked} on the team's own items "
+                                     f"(a contamination or overfitting signal){evidence}"})
+    return {"benchmark": bench, "rows": rows,
+            "kendall_tau": _est_json(tau) if tau is not None else None, "flags": flags}
+
+
+def _decide(
+    *, names: Sequence[str], pm: MetricMeta, margin: float, level: float,
+    mix_order: Sequence[int], eligible: Sequence[int], reference: int | None,
+    diffs: Mapping[tuple[int, int], Any], flips: Sequence[Mapping[str, Any]],
+    gate_failures: Mapping[str, Sequence[str]], threshold_fail: Mapping[str, Sequence[str]],
+    any_label: bool, labels: Sequence[str], mix_codes: Mapping[int, float], cells: _Cells,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The decision by the plan's rule (module docstring) and, when too close, the labels."""
+    pct = f"{level * 100:g}%"
+    if not any_label or not mix_order:
+        return {"verdict": "insufficient_data", "candidate": None, "runner_up": None,
+                "difference": None,
+                "text": "insufficient data: no human label yet, so no estimate the decision "
+                        "can rest on (see what is missing)"}, None
+    if not eligible:
+        why = "; ".join(f"{n}: {', '.join([*gate_failures.get(n, []), *threshold_fail.get(n, [])])}"
+                        for n in (names[c] for c in mix_order))
+        return {"verdict": "no_candidate_passes", "candidate": None, "runner_up": None,
+                "difference": None, "text": f"no candidate passes the gates ({why})"}, None
+    best = eligible[0]
+    flip_text = "".join(f"; but {f['best']} is better on {f['stratum']} (flip)" for f in flips)
+    if len(eligible) == 1:
+        others = [names[c] for c in mix_order if c != best]
+        text = (f"ship {names[best]}: the only candidate that passes every gate"
+                + (f" ({', '.join(others)} fail)" if others else "") + flip_text)
+        return {"verdict": "ship", "candidate": names[best], "runner_up": None,
+                "difference": None, "text": text}, None
+    sign = 1.0 if pm.higher_is_better else -1.0
+
+    def clears(other: int) -> bool:
+        r = diffs.get((best, other))
+        e = r.mix if r is not None else None
+        if e is None or e.ci_low is None or e.ci_high is None:
+            return False
+        return min(sign * e.ci_low, sign * e.ci_high) > margin
+
+    # The best must clear the margin against every other eligible candidate, not only the
+    # runner-up on the point estimate (a wider interval further down can still overlap).
+    blocking = [o for o in eligible[1:] if not clears(o)]
+    runner = blocking[0] if blocking else eligible[1]
+    res = diffs.get((best, runner))
+    est: PPIEstimate | None = res.mix if res is not None else None
+    if not blocking and est is not None:
+        text = (f"ship {names[best]}: best on the mix by {_fmt_diff(pm, est, sign)} over "
+                f"{names[runner]}, passes every gate{flip_text}")
+        return {"verdict": "ship", "candidate": names[best], "runner_up": names[runner],
+                "difference": est.to_json(), "text": text}, None
+    detail = f" ({names[best]} - {names[runner]}: {_fmt_diff(pm, est, sign)})" if est else ""
+    text = f"too close to call at the planned {pct}{detail}{flip_text}"
+    nxt = _next_labels(res, est, margin, level, labels, mix_codes) if res else None
+    return {"verdict": "too_close", "candidate": names[best], "runner_up": names[runner],
+            "difference": None if est is None else est.to_json(), "text": text}, nxt
+
+
+def _next_labels(
+    res: Any, est: PPIEstimate | None, margin: float, level: float, labels: Sequence[str],
+    mix_codes: Mapping[int, float],
+) -> dict[str, Any] | None:
+    """Extra paired labels per stratum (Neyman allocation on the PPI variances) so that the
+    interval of the decisive difference would clear the margin if the estimate stayed put."""
+    from scipy.special import ndtri
+
+    z = float(ndtri(0.5 + level / 2.0))
+    gap = abs(est.value) - margin if est is not None else math.nan
+    sigma: dict[int, float] = {}
+    n_lab: dict[int, int] = {}
+    pooled = [float(e.se) * math.sqrt(e.n_labelled) for e in res.per_stratum.values()
+              if e.se is not None and e.n_labelled >= MIN_LABELS]
+    prior = float(np.median(pooled)) if pooled else 0.5
+    for s, share in mix_codes.items():
+        if share <= 0:
+            continue
+        e = res.per_stratum.get(s)
+        if e is not None and e.se is not None and e.n_labelled >= MIN_LABELS:
+            sigma[s] = float(e.se) * math.sqrt(e.n_labelled)
+        else:
+            sigma[s] = prior
+        n_lab[s] = int(e.n_labelled) if e is not None else 0
+    feasible_gap = math.isfinite(gap) and gap > 0
+    target = gap / z if feasible_gap else (float(est.se) / 2 if est and est.se else 0.0)
+    alloc = neyman_allocation(sigma=sigma, n_labelled=n_lab, mix=mix_codes, target_se=target)
+    out = alloc.to_json()
+    out["per_stratum"] = {labels[int(k)]: v for k, v in out["per_stratum"].items()}
+    out["feasible"] = bool(alloc.feasible and feasible_gap)
+    return out
+
+
+__all__ = ["GATES", "MIX", "selection_compute", "selection_compute_raw"]

@@ -1,0 +1,298 @@
+"""The typed, versioned result of a selection snapshot (``ReportSnapshot.result`` of kind
+"selection") and its JSON form and JSON Schema.
+
+The dataclasses below are the JSON shape field for field (docs/reports.md, "Selection
+report"); `from_json` checks every field's type and refuses an unknown ``version``, and the
+schema is derived from the same dataclasses by the generic codec of `reports.results`, so
+neither can drift from the other. Estimates keep the shape `evalstats` writes:
+``PPIJson`` is `evalstats.ppi.PPIEstimate.to_json()`, ``EstimateJson`` the gate and rank
+statistics' `evalstats.results.Estimate`.
+
+Pure module: no Django, no numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reports.results import ResultFormatError, _decode_dataclass, _encode, _schema
+
+SELECTION_RESULT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PPIJson:
+    """A mean or difference with its normal interval (`evalstats.ppi.PPIEstimate`)."""
+
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    se: float | None
+    n_labelled: int
+    n_unlabelled: int
+    lam: float | None
+    method: str
+    level: float
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EstimateJson:
+    """A gate or rank statistic with its interval (`evalstats.results.Estimate`)."""
+
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n_items: int
+    method: str
+    level: float | None
+    n_resamples: int | None
+    p_value: float | None
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Deviation:
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
+class JudgeRef:
+    id: int
+    display: str
+    simulated: bool
+
+
+@dataclass(frozen=True)
+class CandidateRef:
+    id: int
+    name: str
+    model_family: str
+    public_scores: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class MetricRef:
+    key: str
+    label: str
+    unit: str  # "rate" | "score" | "cost"
+    higher_is_better: bool
+
+
+@dataclass(frozen=True)
+class EstimateRow:
+    """Three estimates of one candidate x metric x stratum ("mix": the deployment mix)."""
+
+    candidate: str
+    metric: str
+    stratum: str
+    n_outputs: int
+    n_labelled: int
+    no_data: bool
+    human: PPIJson | None
+    judge: PPIJson | None
+    ppi: PPIJson | None
+
+
+@dataclass(frozen=True)
+class DifferenceRow:
+    """Paired difference a - b (in the metric's unit) on the items both answered."""
+
+    metric: str
+    stratum: str
+    a: str
+    b: str
+    estimate: PPIJson
+    p_value: float | None
+
+
+@dataclass(frozen=True)
+class RankingRow:
+    stratum: str
+    order: tuple[str, ...]
+    best: str | None
+
+
+@dataclass(frozen=True)
+class FlipRow:
+    """A stratum whose best candidate beats the mix's best there, after Holm's correction."""
+
+    stratum: str
+    best: str
+    mix_best: str
+    difference: PPIJson
+    p_value: float
+    p_adjusted: float
+    correction: str
+
+
+@dataclass(frozen=True)
+class GateRow:
+    candidate: str
+    stratum: str
+    gate: str
+    threshold: float
+    estimate: EstimateJson
+    bound: float | None
+    passed: bool | None
+    n: int
+
+
+@dataclass(frozen=True)
+class ThresholdRow:
+    candidate: str
+    metric: str
+    stratum: str
+    threshold: float
+    direction: str
+    status: str  # "pass" | "fail" | "uncertain"
+
+
+@dataclass(frozen=True)
+class FrontierRow:
+    candidate: str
+    quality: float | None
+    latency_p95_ms: float | None
+    cost_per_1000: float | None
+    on_frontier: bool
+
+
+@dataclass(frozen=True)
+class PublicRow:
+    candidate: str
+    public_score: float | None
+    public_rank: float | None
+    private_rank: float | None
+    private_value: float | None
+
+
+@dataclass(frozen=True)
+class PublicFlag:
+    candidate: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PublicVsPrivate:
+    benchmark: str
+    rows: tuple[PublicRow, ...]
+    kendall_tau: EstimateJson | None
+    flags: tuple[PublicFlag, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: str  # "ship" | "no_candidate_passes" | "too_close" | "insufficient_data"
+    candidate: str | None
+    runner_up: str | None
+    difference: PPIJson | None
+    text: str
+
+
+@dataclass(frozen=True)
+class NextLabels:
+    """Extra human labels per stratum that would resolve a too-close decision."""
+
+    target_se: float
+    per_stratum: Mapping[str, int]
+    total: int
+    feasible: bool
+    # The modelled mix standard error of the decisive difference now and after the labels.
+    se_current: float | None
+    se_planned: float | None
+
+
+@dataclass(frozen=True)
+class SelectionResult:
+    """The selection report (docs/reports.md), version `SELECTION_RESULT_VERSION`."""
+
+    version: int
+    kind: str
+    plan_version: int | None
+    fingerprint: str
+    simulated: bool
+    level: float
+    dimension: str | None
+    strata: tuple[str, ...]
+    mix: Mapping[str, float]
+    mix_source: str  # "plan" | "params" | "observed"
+    plan_followed: bool
+    deviations: tuple[Deviation, ...]
+    primary_metric: str
+    margin: float
+    judge: JudgeRef | None
+    candidates: tuple[CandidateRef, ...]
+    metrics: tuple[MetricRef, ...]
+    estimates: tuple[EstimateRow, ...]
+    differences: tuple[DifferenceRow, ...]
+    rankings: tuple[RankingRow, ...]
+    flips: tuple[FlipRow, ...]
+    gates: tuple[GateRow, ...]
+    gate_failures: Mapping[str, tuple[str, ...]]
+    thresholds: tuple[ThresholdRow, ...]
+    frontier: tuple[FrontierRow, ...]
+    public_vs_private: PublicVsPrivate | None
+    decision: Decision
+    next_labels: NextLabels | None
+    pairwise: Mapping[str, Any] | None
+    missing: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SelectionResult:
+        """Read a stored result; ResultFormatError names the first field that does not fit."""
+        if not isinstance(data, Mapping):
+            raise ResultFormatError("result", "must be an object")
+        version = data.get("version")
+        if version != SELECTION_RESULT_VERSION:
+            raise ResultFormatError(
+                "version", f"selection result version {version!r} is not "
+                f"{SELECTION_RESULT_VERSION}, the version this code reads")
+        return _decode_dataclass(cls, dict(data), "")
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored (and served) JSON form: from_json(to_json()) == self."""
+        out: dict[str, Any] = _encode(self)
+        return out
+
+    @classmethod
+    def json_schema(cls) -> dict[str, Any]:
+        """JSON Schema (draft 2020-12) of `to_json()`, derived from the dataclasses."""
+        schema = _schema(cls)
+        schema["properties"]["version"] = {"const": SELECTION_RESULT_VERSION}
+        schema["properties"]["kind"] = {"const": "selection"}
+        return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+    def estimate(self, candidate: str, metric: str, stratum: str) -> EstimateRow | None:
+        """The estimate row of a candidate x metric x stratum, if the report has one."""
+        for row in self.estimates:
+            if (row.candidate, row.metric, row.stratum) == (candidate, metric, stratum):
+                return row
+        return None
+
+
+__all__ = [
+    "SELECTION_RESULT_VERSION",
+    "CandidateRef",
+    "Decision",
+    "Deviation",
+    "DifferenceRow",
+    "EstimateJson",
+    "EstimateRow",
+    "FlipRow",
+    "FrontierRow",
+    "GateRow",
+    "JudgeRef",
+    "MetricRef",
+    "NextLabels",
+    "PPIJson",
+    "PublicFlag",
+    "PublicRow",
+    "PublicVsPrivate",
+    "RankingRow",
+    "SelectionResult",
+    "ThresholdRow",
+]

@@ -1,0 +1,391 @@
+"""The selection report kind end to end on PostgreSQL: a SIMULATED study built with a known
+truth (a flip and a gate failure the report must find), the REST API, the offline command,
+bad input refused with a 400 naming the field, no-data cells, a study without human labels,
+deviations from the locked plan, the next-labels sampling plan and the load's query bound.
+
+The simulated study (every name says "simulated"): items in three strata of "length"
+(short, long, and items without a length label, which fall in "unknown"). Humans pass an
+output of candidate X in stratum s with probability TRUTH[X][s]. The judge agrees with the
+human label 85 % of the time and records P(pass). A random 40 % of the items are labelled by
+one simulated annotator on every candidate's output, drawn with inclusion probability 0.4.
+"borealis" is best on short (and on the mix), "atlas" on long: a flip. "cirrus" errors on 10 %
+of its outputs: it fails the plan's error-rate gate, though it leads the public benchmark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from annotations.models import Annotation, Assignment, QueueEntry, SamplingPlan
+from judges.models import Judge, JudgeVersion, Verdict
+from reports.models import ReportSnapshot
+from reports.selection.load import LOAD_MAX_QUERIES, selection_inputs_load
+from reports.selection.results import SelectionResult
+from reports.services import report_compute, report_snapshot_create
+from reviewhub.errors import ValidationFailed
+from studies.models import (
+    AnalysisPlan,
+    Candidate,
+    Criterion,
+    Item,
+    Membership,
+    Output,
+    RubricVersion,
+    StratumDimension,
+    Study,
+)
+from tests.factories import MembershipFactory, StudyFactory, UserFactory
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+N_ITEMS = {"short": 600, "long": 300, "unknown": 100}
+TRUTH = {
+    "borealis (simulated)": {"short": 0.95, "long": 0.55, "unknown": 0.75},
+    "atlas (simulated)": {"short": 0.60, "long": 0.85, "unknown": 0.75},
+    "cirrus (simulated)": {"short": 0.50, "long": 0.50, "unknown": 0.50},
+}
+ERROR_RATE = {"borealis (simulated)": 0.0, "atlas (simulated)": 0.0, "cirrus (simulated)": 0.10}
+PUBLIC = {"borealis (simulated)": 70.0, "atlas (simulated)": 75.0, "cirrus (simulated)": 90.0}
+MIX = {"short": 0.6, "long": 0.3, "unknown": 0.1}
+PI = 0.4
+FAST = {"n_resamples": 200, "seed": 7}
+PLAN_SPEC = {
+    "criteria": {"correct": {"metric": "pass_rate", "threshold": 0.5}},
+    "strata": ["length"],
+    "deployment_mix": {"length": MIX},
+    "confidence_level": 0.95,
+    "primary_metric": "rubric_pass_rate",
+    "gates": {"error_rate": 0.02, "latency_p95_ms": 4000},
+}
+
+
+def build_selection_study(
+    *, seed: int = 12, truth: dict[str, dict[str, float]] | None = None, labelled: bool = True,
+    slug: str = "sel-sim", plan_spec: dict[str, Any] | None = None,
+    extra_candidate: bool = False,
+) -> dict[str, Any]:
+    """The simulated study of the module docstring; returns its objects and the truth."""
+    truth = truth or TRUTH
+    rng = np.random.default_rng(seed)
+    users = get_user_model()
+    owner = UserFactory(username=f"{slug}-lead")
+    annotator = users.objects.create(username=f"sim-annotator-{slug}")
+    study = StudyFactory(owner=owner, slug=slug, name="Selection (simulated)", is_simulated=False)
+    MembershipFactory(study=study, user=owner, role=Membership.Role.LEAD)
+    rubric = RubricVersion.objects.create(study=study, version=1)
+    correct = Criterion.objects.create(rubric=rubric, key="correct", name="Correct",
+                                       scale="binary", is_hard_gate=True, position=0)
+    helpful = Criterion.objects.create(
+        rubric=rubric, key="helpful", name="Helpful", scale="ordinal", position=1,
+        points=[{"value": v, "label": str(v)} for v in range(1, 6)])
+    StratumDimension.objects.create(study=study, key="length", name="Length",
+                                    kind="categorical", source="metadata.length", position=0)
+    items = Item.objects.bulk_create([
+        Item(study=study, external_id=f"{h}-{i}", input="q",
+             strata={} if h == "unknown" else {"length": h})
+        for h, n in N_ITEMS.items() for i in range(n)
+    ])
+    strata = np.array([it.strata.get("length", "unknown") for it in items])
+    names = list(truth)
+    if extra_candidate:
+        names.append("dune (simulated)")
+    cands = {n: Candidate.objects.create(study=study, name=n, model_family="simulated",
+                                         public_scores={"mmlu": PUBLIC.get(n, 60.0)})
+             for n in names}
+    judge = Judge.objects.create(study=study, name="sim-judge (simulated)", kind="llm")
+    jv = JudgeVersion.objects.create(judge=judge, version=1, content_hash="s" * 16)
+    labelled_items = rng.random(len(items)) < PI
+    outputs: list[Output] = []
+    human: list[bool] = []
+    for name in names:
+        p_by = truth.get(name, truth[names[0]])
+        for it, h in zip(items, strata, strict=True):
+            if name == "dune (simulated)" and h != "short":
+                continue  # a candidate without outputs outside "short": no data there
+            err = rng.random() < ERROR_RATE.get(name, 0.0)
+            outputs.append(Output(
+                study=study, item=it, candidate=cands[name], text="a",
+                latency_ms=float(rng.lognormal(6.5, 0.4)), tokens_in=100, tokens_out=50,
+                cost=0.001 if name != "cirrus (simulated)" else 0.003,
+                error="simulated 503" if err else "", schema_valid=True))
+            human.append(bool(rng.random() < p_by[str(h)]))
+    outputs = Output.objects.bulk_create(outputs, batch_size=2000)
+    item_pos = {it.pk: i for i, it in enumerate(items)}
+    verdicts = []
+    for o, passed in zip(outputs, human, strict=True):
+        agree = rng.random() < 0.85
+        says = passed if agree else not passed
+        verdicts.append(Verdict(judge_version=jv, criterion=correct, output=o,
+                                value="pass" if says else "fail",
+                                value_num=1.0 if says else 0.0,
+                                probability=0.8 if says else 0.2))
+        level = int(np.clip(round(3 + (1 if passed else -1) + rng.normal(0, 0.7)), 1, 5))
+        verdicts.append(Verdict(judge_version=jv, criterion=helpful, output=o, value=str(level),
+                                value_num=float(level)))
+    Verdict.objects.bulk_create(verdicts, batch_size=5000)
+    if labelled:
+        plan = SamplingPlan.objects.create(study=study, version=1, rubric=rubric, k=1)
+        chosen = [(o, passed) for o, passed in zip(outputs, human, strict=True)
+                  if labelled_items[item_pos[o.item_id]]]
+        entries = QueueEntry.objects.bulk_create([
+            QueueEntry(plan=plan, output=o, stratum=str(strata[item_pos[o.item_id]]), needed=1,
+                       draw_kind="random", inclusion_probability=PI)
+            for o, _ in chosen])
+        assignments = Assignment.objects.bulk_create([
+            Assignment(entry=e, annotator=annotator, status="submitted") for e in entries])
+        anns = []
+        for (o, passed), a in zip(chosen, assignments, strict=True):
+            anns.append(Annotation(annotator=annotator, criterion=correct, output=o,
+                                   assignment=a, plan=plan, value="pass" if passed else "fail",
+                                   value_num=1.0 if passed else 0.0,
+                                   severity=None if passed else 3))
+            level = 4 if passed else 2
+            anns.append(Annotation(annotator=annotator, criterion=helpful, output=o,
+                                   assignment=a, plan=plan, value=str(level),
+                                   value_num=float(level)))
+        Annotation.objects.bulk_create(anns, batch_size=5000)
+    AnalysisPlan.objects.create(study=study, version=1, locked_at=timezone.now(),
+                                spec=plan_spec if plan_spec is not None else PLAN_SPEC)
+    return {"study": study, "owner": owner, "outputs": outputs, "human": human, "jv": jv,
+            "strata": strata, "labelled_items": labelled_items, "cands": cands}
+
+
+def _build_report(study: Study, params: dict[str, Any] | None = None) -> SelectionResult:
+    snap = report_snapshot_create(study=study, kind="selection", params={**FAST, **(params or {})},
+                                  created_by=None)
+    done = report_compute(report_id=snap.pk)
+    assert done.status == "done", done.error
+    return SelectionResult.from_json(done.result)
+
+
+def _errors(exc: pytest.ExceptionInfo[ValidationFailed]) -> list[str]:
+    return [e["path"] for e in exc.value.details["errors"]]
+
+
+@pytest.fixture
+def built() -> dict[str, Any]:
+    return build_selection_study()
+
+
+def test_the_report_finds_the_flip_and_the_gate_failure(built: dict[str, Any]) -> None:
+    import jsonschema
+
+    snap = report_snapshot_create(study=built["study"], kind="selection", params=FAST,
+                                  created_by=None)
+    done = report_compute(report_id=snap.pk)
+    assert done.status == "done", done.error
+    jsonschema.validate(done.result, SelectionResult.json_schema())
+    r = SelectionResult.from_json(done.result)
+    assert r.to_json() == done.result
+    assert (r.plan_version, r.plan_followed, r.mix_source, r.dimension) == (1, True, "plan",
+                                                                            "length")
+    assert r.simulated is True and r.judge is not None and r.judge.simulated
+    assert set(r.strata) == {"short", "long", "unknown"} and r.mix == MIX
+    b, a, c = "borealis (simulated)", "atlas (simulated)", "cirrus (simulated)"
+    # The gate failure: cirrus's 10 % errors against a 2 % ceiling (Wilson upper bound).
+    assert r.gate_failures == {c: ("error_rate",)}
+    row = next(g for g in r.gates if g.candidate == c and g.stratum == "mix"
+               and g.gate == "error_rate")
+    assert row.passed is False and row.bound is not None and row.bound > 0.02
+    # The decision: borealis on the mix over atlas, with the flip on long.
+    assert r.decision.verdict == "ship" and r.decision.candidate == b
+    assert r.decision.runner_up == a
+    assert "ship borealis (simulated)" in r.decision.text and "(flip)" in r.decision.text
+    assert "long" in [f.stratum for f in r.flips] and "short" not in [f.stratum for f in r.flips]
+    flip = next(f for f in r.flips if f.stratum == "long")
+    assert (flip.best, flip.mix_best, flip.correction) == (a, b, "holm")
+    assert flip.p_adjusted < 0.05 and flip.difference.value is not None
+    assert flip.difference.value > 0
+    # The mix estimate is near the truth re-weighted to the mix (PPI interval covers it).
+    for name in (a, b):
+        est = r.estimate(name, "rubric_pass_rate", "mix")
+        assert est is not None and est.ppi is not None
+        want = sum(MIX[h] * TRUTH[name][h] for h in MIX)
+        assert est.ppi.ci_low is not None and est.ppi.ci_high is not None
+        assert est.ppi.ci_low - 0.03 <= want <= est.ppi.ci_high + 0.03
+        # PPI with a good judge is narrower than human-only.
+        assert est.human is not None and est.human.ci_low is not None
+        assert (est.ppi.ci_high - est.ppi.ci_low) < (est.human.ci_high - est.human.ci_low)
+    # The public leader sits low privately: flagged, with the evidence.
+    assert r.public_vs_private is not None and r.public_vs_private.benchmark == "mmlu"
+    assert [f.candidate for f in r.public_vs_private.flags] == [c]
+    assert "contamination" in r.public_vs_private.flags[0].message
+    assert {m.key for m in r.metrics} == {"rubric_pass_rate", "expected_cost",
+                                          "pass_rate:correct", "mean_score:helpful"}
+    assert r.next_labels is None and r.missing == ()
+
+
+def test_the_command_builds_it_offline(built: dict[str, Any], tmp_path: Any) -> None:
+    import json
+
+    out = tmp_path / "sel.json"
+    call_command("report", "selection", "--study", built["study"].slug,
+                 "--params", json.dumps(FAST), "--out", str(out))
+    data = json.loads(out.read_text())
+    assert data["kind"] == "selection" and data["status"] == "done"
+    assert SelectionResult.from_json(data["result"]).decision.verdict == "ship"
+
+
+def test_api_build_list_detail_and_roles(
+    built: dict[str, Any], client_for: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    study = built["study"]
+    lead = client_for(built["owner"])
+    base = f"/api/studies/{study.slug}/reports/selection/"
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = lead.post(base, {"params": FAST}, format="json")
+    assert resp.status_code == 202, resp.content
+    sid = resp.json()["id"]
+    assert resp.json()["url"] == f"{base}{sid}/"
+    listed = lead.get(base)
+    assert listed.status_code == 200 and [r["id"] for r in listed.json()["results"]] == [sid]
+    detail = lead.get(f"{base}{sid}/")
+    assert detail.status_code == 200 and detail.json()["status"] == "done"
+    assert detail.json()["result"]["decision"]["verdict"] == "ship"
+    # Another kind's URL does not find it.
+    assert lead.get(f"/api/studies/{study.slug}/reports/calibration/{sid}/").status_code == 404
+    viewer = UserFactory(username="sel-viewer")
+    MembershipFactory(study=study, user=viewer, role=Membership.Role.VIEWER)
+    assert client_for(viewer).get(f"{base}{sid}/").status_code == 200
+    assert client_for(viewer).post(base, {"params": FAST}, format="json").status_code == 403
+    grader = UserFactory(username="sel-annotator")
+    MembershipFactory(study=study, user=grader, role=Membership.Role.ANNOTATOR)
+    assert client_for(grader).get(f"{base}{sid}/").status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("params", "path"),
+    [
+        ({"mix": {"short": 0.5, "long": 0.3, "unknown": 0.1}}, "params.mix"),
+        ({"mix": {"short": 0.6, "long": 0.3, "medium": 0.1}}, "params.mix.medium"),
+        ({"mix": {"short": 0.7, "long": 0.3}}, "params.mix.unknown"),
+        ({"mix": {"short": 1.5}}, "params.mix.short"),
+        ({"dimension": "colour"}, "params.dimension"),
+        ({"judge": 999999}, "params.judge"),
+        ({"candidates": ["nobody"]}, "params.candidates"),
+        ({"n_resamples": 5}, "params.n_resamples"),
+        ({"bogus": 1}, "params.bogus"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field(
+    built: dict[str, Any], client_for: Any, params: dict[str, Any], path: str
+) -> None:
+    study = built["study"]
+    resp = client_for(built["owner"]).post(f"/api/studies/{study.slug}/reports/selection/",
+                                           {"params": params}, format="json")
+    assert resp.status_code == 400, resp.content
+    paths = [e["path"] for e in resp.json()["error"]["details"]["errors"]]
+    assert path in paths
+    assert not ReportSnapshot.objects.filter(study=study, kind="selection").exists()
+
+
+def test_a_plan_mix_omitting_unknown_is_refused() -> None:
+    spec = {**PLAN_SPEC, "deployment_mix": {"length": {"short": 0.7, "long": 0.3}}}
+    data = build_selection_study(plan_spec=spec, slug="sel-nounknown")
+    with pytest.raises(ValidationFailed) as exc:
+        report_snapshot_create(study=data["study"], kind="selection", params=FAST,
+                               created_by=None)
+    assert "plan.deployment_mix.length.unknown" in _errors(exc)
+
+
+def test_no_data_is_never_a_zero() -> None:
+    data = build_selection_study(extra_candidate=True, slug="sel-nodata")
+    r = _build_report(data["study"])
+    d = "dune (simulated)"
+    for h in ("long", "unknown"):
+        row = r.estimate(d, "rubric_pass_rate", h)
+        assert row is not None and row.no_data is True and row.n_outputs == 0
+        assert row.human is None and row.judge is None and row.ppi is None
+    short = r.estimate(d, "rubric_pass_rate", "short")
+    assert short is not None and not short.no_data and short.ppi is not None
+    # Its mix needs the strata it has no outputs in: no mix estimate, and no rank there.
+    mix = r.estimate(d, "rubric_pass_rate", "mix")
+    assert mix is not None and mix.ppi is None
+    assert d not in next(k for k in r.rankings if k.stratum == "mix").order
+
+
+def test_without_human_labels_the_report_says_what_is_missing() -> None:
+    data = build_selection_study(labelled=False, slug="sel-nolabels")
+    r = _build_report(data["study"])
+    assert r.decision.verdict == "insufficient_data"
+    assert r.missing[0].startswith("no human label yet")
+    row = r.estimate("atlas (simulated)", "rubric_pass_rate", "short")
+    assert row is not None and row.human is None and row.ppi is None and row.judge is not None
+    assert row.n_labelled == 0
+
+
+def test_a_changed_mix_is_a_deviation(built: dict[str, Any]) -> None:
+    mix = {"short": 0.2, "long": 0.7, "unknown": 0.1}
+    r = _build_report(built["study"], {"mix": mix})
+    assert r.mix_source == "params" and r.mix == mix and r.plan_followed is False
+    assert [d.field for d in r.deviations] == ["mix"]
+    assert "long" in r.deviations[0].message and "short" in r.deviations[0].message
+    # With long weighing 70 %, atlas wins the mix: the flip is now on short.
+    assert r.decision.candidate == "atlas (simulated)"
+
+
+def test_too_close_gives_next_labels_and_the_plan_action(client_for: Any) -> None:
+    even = {"borealis (simulated)": {"short": 0.7, "long": 0.7, "unknown": 0.7},
+            "atlas (simulated)": {"short": 0.7, "long": 0.7, "unknown": 0.7}}
+    data = build_selection_study(truth=even, slug="sel-close")
+    study = data["study"]
+    r = _build_report(study)
+    assert r.decision.verdict == "too_close" and "too close to call" in r.decision.text
+    assert r.next_labels is not None and r.next_labels.total > 0
+    assert set(r.next_labels.per_stratum) <= {"short", "long", "unknown"}
+    snap = ReportSnapshot.objects.filter(study=study, kind="selection").latest("id")
+    url = f"/api/studies/{study.slug}/reports/selection/{snap.pk}/next-labels/"
+    viewer = UserFactory(username="sel-close-viewer")
+    MembershipFactory(study=study, user=viewer, role=Membership.Role.VIEWER)
+    assert client_for(viewer).post(url).status_code == 403
+    resp = client_for(data["owner"]).post(url)
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    plan = SamplingPlan.objects.get(pk=body["plan_id"])
+    assert plan.is_active and plan.spec["mode"] == "per_stratum"
+    assert plan.spec["dimension"] == "length"
+    assert body["requested"] == {k: v for k, v in r.next_labels.per_stratum.items() if v > 0}
+    assert body["drawn_per_stratum"] == max(body["requested"].values()) * 2
+    assert plan.spec["n"] == body["drawn_per_stratum"] and body["entries"] > 0
+
+
+def test_next_labels_refused_when_the_report_asks_for_none(
+    built: dict[str, Any], client_for: Any
+) -> None:
+    study = built["study"]
+    _build_report(study)
+    snap = ReportSnapshot.objects.filter(study=study, kind="selection").latest("id")
+    resp = client_for(built["owner"]).post(
+        f"/api/studies/{study.slug}/reports/selection/{snap.pk}/next-labels/")
+    assert resp.status_code == 409
+
+
+def test_the_load_is_a_bounded_number_of_queries(built: dict[str, Any]) -> None:
+    plan = AnalysisPlan.objects.get(study=built["study"])
+    from reports.selection.params import params_validate
+
+    params = params_validate(FAST)
+    with CaptureQueriesContext(connection) as ctx:
+        inputs = selection_inputs_load(built["study"], params, plan)
+    assert len(ctx.captured_queries) <= LOAD_MAX_QUERIES, [q["sql"][:80] for q in
+                                                          ctx.captured_queries]
+    # What it read: one row per output, labels on the drawn items only, weights 1 / pi.
+    outs = inputs.outputs
+    assert len(outs) == len(built["outputs"])
+    y = outs["y:pass_rate:correct"].to_numpy()
+    labelled = np.isfinite(y)
+    assert labelled.sum() == sum(built["labelled_items"]) * 3
+    assert np.allclose(outs["weight"].to_numpy()[labelled], 1 / PI)
+    by_id = {o.pk: h for o, h in zip(built["outputs"], built["human"], strict=True)}
+    got = dict(zip(outs["output"].to_numpy()[labelled].tolist(), y[labelled].tolist(),
+                   strict=True))
+    assert all(got[k] == float(by_id[k]) for k in got)
+    assert set(outs["stratum"]) == {"short", "long", "unknown"}
