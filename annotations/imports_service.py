@@ -17,6 +17,7 @@ from django.db import transaction
 
 from reviewhub.bulkcopy import BATCH, bulk_insert
 from studies.models import Criterion
+from studies.subjects import SubjectRef
 
 from .constants import SEVERITY_MIN
 from .models import Annotation
@@ -87,8 +88,8 @@ def annotations_import_bulk(
             "value_num",
             "severity",
         ):
-            subj = ("output", a.output_id) if a.output_id else ("comparison", a.comparison_id)
-            existing[(a.annotator_id, a.criterion_id, *subj)] = a  # type: ignore[index]
+            subj = SubjectRef.of(a.output_id, a.comparison_id).pair
+            existing[(a.annotator_id, a.criterion_id, *subj)] = a
         new: list[dict[str, Any]] = []
         changed: list[Annotation] = []
         for key, (value, value_num, severity) in specs.items():

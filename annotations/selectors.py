@@ -24,6 +24,7 @@ from django.utils import timezone
 from judges.models import Verdict
 from reviewhub.rawrows import RowShape, fetch_one
 from studies.models import Criterion, Item, Output, RubricVersion, Study
+from studies.subjects import SubjectRef, subjects_q
 
 from .constants import FLAG_LABELS, SEVERITY_QUESTION, SEVERITY_SCALE
 from .models import Adjudication, Annotation, Assignment, GoldLabel, QueueEntry, SamplingPlan
@@ -388,24 +389,16 @@ def annotator_stats(*, study: Study) -> list[AnnotatorStatsRow]:
     for criterion_id, output_id, comparison_id, value in GoldLabel.objects.filter(
         criterion__rubric__study=study
     ).values_list("criterion_id", "output_id", "comparison_id", "value"):
-        if output_id is not None:
-            gold[("o", output_id, criterion_id)] = value
-        else:
-            gold[("c", comparison_id, criterion_id)] = value
+        gold[(*SubjectRef.of(output_id, comparison_id).short, criterion_id)] = value
     gold_n: Counter[int] = Counter()
     gold_ok: Counter[int] = Counter()
     if gold:
         for annotator_id, criterion_id, output_id, comparison_id, value in (
             Annotation.objects.filter(criterion__rubric__study=study)
-            .filter(
-                Q(output_id__in={k[1] for k in gold if k[0] == "o"})
-                | Q(comparison_id__in={k[1] for k in gold if k[0] == "c"})
-            )
+            .filter(subjects_q({SubjectRef.from_short((k[0], k[1])) for k in gold}))
             .values_list("annotator_id", "criterion_id", "output_id", "comparison_id", "value")
         ):
-            key = (
-                ("o", output_id, criterion_id) if output_id else ("c", comparison_id, criterion_id)
-            )
+            key = (*SubjectRef.of(output_id, comparison_id).short, criterion_id)
             if key in gold:
                 gold_n[annotator_id] += 1
                 gold_ok[annotator_id] += int(gold[key] == value)
@@ -475,11 +468,7 @@ def disagreements(
     for criterion_id, output_id, comparison_id, value in annotations.values_list(
         "criterion_id", "output_id", "comparison_id", "value"
     ):
-        key = (
-            ("output", output_id, criterion_id)
-            if output_id
-            else ("comparison", comparison_id, criterion_id)
-        )
+        key = (*SubjectRef.of(output_id, comparison_id).pair, criterion_id)
         human[key][value] += 1
     if not human:
         return []
@@ -487,18 +476,11 @@ def disagreements(
     if include_judges:
         verdicts = Verdict.objects.filter(
             criterion_id__in={k[2] for k in human}, is_scored=True
-        ).filter(
-            Q(output_id__in={k[1] for k in human if k[0] == "output"})
-            | Q(comparison_id__in={k[1] for k in human if k[0] == "comparison"})
-        )
+        ).filter(subjects_q({SubjectRef.from_pair((k[0], k[1])) for k in human}))
         for criterion_id, output_id, comparison_id, value in verdicts.values_list(
             "criterion_id", "output_id", "comparison_id", "value"
         ):
-            key = (
-                ("output", output_id, criterion_id)
-                if output_id
-                else ("comparison", comparison_id, criterion_id)
-            )
+            key = (*SubjectRef.of(output_id, comparison_id).pair, criterion_id)
             if key in human:
                 judge[key][value] += 1
     adjudicated: dict[tuple[str, int, int], tuple[str, str]] = {}
@@ -507,11 +489,7 @@ def disagreements(
         .order_by("id")
         .values_list("criterion_id", "output_id", "comparison_id", "value", "note")
     ):
-        key = (
-            ("output", output_id, criterion_id)
-            if output_id
-            else ("comparison", comparison_id, criterion_id)
-        )
+        key = (*SubjectRef.of(output_id, comparison_id).pair, criterion_id)
         adjudicated[key] = (value, note)  # later rows win
     criteria = dict(Criterion.objects.filter(id__in={k[2] for k in human}).values_list("id", "key"))
     from studies.models import Comparison, Output

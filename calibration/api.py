@@ -20,9 +20,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from reviewhub.api.pagination import PAGE_PARAMETERS, IdCursorPagination, paginated
-from reviewhub.errors import Forbidden, ValidationFailed
-from studies.access import study_get_for_actor
-from studies.models import Membership, Study
+from reviewhub.capabilities import Capability
+from reviewhub.errors import ValidationFailed
+from studies.access import judge_data_need, study_access_get
+from studies.models import Study
 from studies.serializers import ErrorSerializer
 
 from . import escalations, export, selectors
@@ -32,13 +33,12 @@ TAGS = ["calibration"]
 
 
 def _study(request: Request, slug: str, *, write: bool = False) -> Study:
-    study, role = study_get_for_actor(
-        user=request.user, slug=slug, token=request.auth, write=write,
-        min_role=Membership.Role.LEAD if write else Membership.Role.VIEWER,
-    )
-    if role == Membership.Role.ANNOTATOR:
-        raise Forbidden("Calibrated scores are for leads and viewers; annotators grade blind.")
-    return study
+    return study_access_get(
+        user=request.user, slug=slug, token=request.auth,
+        need=judge_data_need(write=write),
+        messages={Capability.VIEW_JUDGE_DATA:
+                  "Calibrated scores are for leads and viewers; annotators grade blind."},
+    ).study
 
 
 def _filters(request: Request) -> dict[str, list[str]]:

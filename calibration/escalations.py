@@ -16,6 +16,7 @@ from annotations.models import SamplingPlan
 from annotations.services import escalation_plan_create
 from reviewhub.errors import NotFound, ValidationFailed
 from studies.models import Study
+from studies.subjects import subject_field
 
 from .models import CalibratedScore
 from .selectors import snapshot_resolve
@@ -38,7 +39,7 @@ def escalation_source(snapshot_id: int) -> str:
 def escalated_subjects(*, study: Study, snapshot_id: int, subject: str) -> list[int]:
     """Ids of the snapshot's escalated outputs (or comparisons), the most uncertain first
     (smallest |P(pass) - 0.5| over their escalated criteria), then by id."""
-    field = "comparison_id" if subject == "comparison" else "output_id"
+    field = subject_field(subject)
     rows = (
         CalibratedScore.objects.filter(
             study=study, snapshot_id=snapshot_id, decision=CalibratedScore.Decision.ESCALATE,

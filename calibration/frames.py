@@ -12,7 +12,8 @@ row); gold labels and adjudications are one query each, joined on (subject, crit
 pandas. A load costs at most `LOAD_MAX_QUERIES` queries whatever the study's size.
 
 Subjects (what a rating is about) are encoded as one integer: ``2 * output_id`` for a single
-output and ``2 * comparison_id + 1`` for a comparison.
+output and ``2 * comparison_id + 1`` for a comparison (`studies.subjects`: ``SubjectRef.code``,
+and `subject_codes` / `subject_split` for whole columns).
 
 ``RatingData.ratings``, one row per rating with a value the statistics can read (a stored
 value outside the criterion's scale is dropped):
@@ -96,7 +97,6 @@ from django.db.models import (
     F,
     FloatField,
     Func,
-    IntegerField,
     QuerySet,
     Value,
 )
@@ -106,6 +106,7 @@ from annotations.models import Adjudication, Annotation, GoldLabel
 from judges.models import JudgeVersion, Verdict
 from studies.criteria import criterion_allowed_values
 from studies.models import Candidate, Comparison, Criterion, Item, Output, StratumDimension, Study
+from studies.subjects import SubjectRef, comparison_codes, output_codes, subject_code_expr
 
 # Queries of one `rating_data_load`, whatever the study's size (criteria, judge versions,
 # candidates, verdicts x2, annotations x2, gold labels, adjudications, outputs, comparisons,
@@ -184,7 +185,7 @@ def _created_expr(vendor: str) -> Any:
 
 
 def _subject_expr() -> Any:
-    return Coalesce(F("output_id") * 2, F("comparison_id") * 2 + 1, output_field=IntegerField())
+    return subject_code_expr()
 
 
 def _frame(rows: list[tuple[Any, ...]], names: Sequence[str]) -> pd.DataFrame:
@@ -537,7 +538,7 @@ def rating_data_load(
     )
     subjects_o = pd.DataFrame(
         {
-            "subject": outs["id"].to_numpy(dtype="int64") * 2,
+            "subject": output_codes(outs["id"].to_numpy(dtype="int64")),
             "item": outs["item"].to_numpy(dtype="int64"),
             "candidate": outs["candidate"].to_numpy(dtype="int64"),
             "candidate_b": np.full(len(outs), -1, dtype="int64"),
@@ -557,7 +558,7 @@ def rating_data_load(
         b = by_output.loc[cmps["b"].to_numpy()]
         subjects_c = pd.DataFrame(
             {
-                "subject": cmps["id"].to_numpy(dtype="int64") * 2 + 1,
+                "subject": comparison_codes(cmps["id"].to_numpy(dtype="int64")),
                 "item": cmps["item"].to_numpy(dtype="int64"),
                 "candidate": a["candidate"].to_numpy(dtype="int64"),
                 "candidate_b": b["candidate"].to_numpy(dtype="int64"),
@@ -640,7 +641,7 @@ def _orders_load(
         if "ab" in orders and "ba" in orders:
             ab, ba = PAIRWISE_CODE.get(orders["ab"]), PAIRWISE_CODE.get(orders["ba"])
             if ab is not None and ba is not None:
-                rows.append((comp * 2 + 1, cid, jv, ab, ba))
+                rows.append((SubjectRef.comparison(comp).code, cid, jv, ab, ba))
     return _frame(rows, cols)
 
 

@@ -17,8 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from reviewhub.api.pagination import DefaultCursorPagination
-from reviewhub.errors import Forbidden, ValidationFailed
-from studies.access import study_get_for_actor
+from reviewhub.capabilities import Capability
+from reviewhub.errors import ValidationFailed
+from studies.access import judge_data_need, study_access_get, study_get_for_actor
 from studies.models import Comparison, Membership, Study
 from studies.serializers import ErrorSerializer
 
@@ -46,13 +47,12 @@ TAGS = ["judges"]
 
 
 def _study(request: Request, slug: str, *, write: bool = False) -> Study:
-    study, role = study_get_for_actor(
-        user=request.user, slug=slug, token=request.auth, write=write,
-        min_role=Membership.Role.LEAD if write else Membership.Role.VIEWER,
-    )
-    if role == Membership.Role.ANNOTATOR:
-        raise Forbidden("Annotators grade blind: judge data is for leads and viewers.")
-    return study
+    return study_access_get(
+        user=request.user, slug=slug, token=request.auth,
+        need=judge_data_need(write=write),
+        messages={Capability.VIEW_JUDGE_DATA:
+                  "Annotators grade blind: judge data is for leads and viewers."},
+    ).study
 
 
 def _validated(serializer_cls: type, request: Request) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from reviewhub.errors import Forbidden, NotFound
-from studies.access import study_get_for_actor
+from reviewhub.errors import NotFound
+from reviewhub.pages import page_study
 from studies.models import Membership, Study
 
 from . import runs, selectors
@@ -18,12 +18,8 @@ from .models import JudgeRun
 
 
 def _lead_study(request: HttpRequest, slug: str) -> Study:
-    try:
-        study, _ = study_get_for_actor(user=request.user, slug=slug,
-                                       min_role=Membership.Role.LEAD)
-    except (NotFound, Forbidden):
-        # Pages answer 404 for both, like the API, so that slugs cannot be probed.
-        raise Http404("not found") from None
+    # Pages answer 404 to every refusal (reviewhub.pages.page_study), so slugs cannot be probed.
+    study, _ = page_study(request, slug, min_role=Membership.Role.LEAD)
     return study
 
 

@@ -15,6 +15,7 @@ from reviewhub.bulkcopy import BATCH, bulk_insert
 from reviewhub.errors import Conflict, ValidationFailed
 from studies.criteria import criterion_value_num
 from studies.models import Criterion, Study
+from studies.subjects import SubjectRef
 
 from .config import JudgeNetworkPolicy, config_hash, config_validate, resolve_host
 from .models import Judge, JudgeVersion, Verdict
@@ -280,8 +281,8 @@ def verdicts_import_bulk(
             judge_version_id__in=versions, criterion_id__in=crits
         ).only("id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
                "value_num", "details", "n_samples", "is_scored"):
-            subj = ("output", v.output_id) if v.output_id else ("comparison", v.comparison_id)
-            existing[(v.judge_version_id, v.criterion_id, *subj)] = v  # type: ignore[index]
+            subj = SubjectRef.of(v.output_id, v.comparison_id).pair
+            existing[(v.judge_version_id, v.criterion_id, *subj)] = v
         new: list[dict[str, Any]] = []
         changed: list[Verdict] = []
         for key, spec in verdicts.items():

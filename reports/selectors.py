@@ -12,6 +12,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from studies.models import Comparison, Output, Study
+from studies.subjects import SubjectRef
 
 from .models import ReportSnapshot
 
@@ -41,13 +42,14 @@ def report_get(
 
 def subjects_describe(*, study: Study, subjects: Sequence[int]) -> dict[int, dict[str, Any]]:
     """Item input and output texts of encoded subjects (for the disagreeing-examples page)."""
-    out_ids = [s // 2 for s in subjects if s % 2 == 0]
-    cmp_ids = [s // 2 for s in subjects if s % 2 == 1]
+    refs = [SubjectRef.from_code(s) for s in subjects]
+    out_ids = [r.id for r in refs if r.is_output]
+    cmp_ids = [r.id for r in refs if not r.is_output]
     result: dict[int, dict[str, Any]] = {}
     for oid, ext, inp, cand, text in Output.objects.filter(study=study, pk__in=out_ids).values_list(
         "id", "item__external_id", "item__input", "candidate__name", "text"
     ):
-        result[oid * 2] = {"item": ext, "input": inp, "outputs": [(cand, text)]}
+        result[SubjectRef.output(oid).code] = {"item": ext, "input": inp, "outputs": [(cand, text)]}
     for cid, ext, inp, ca, ta, cb, tb in Comparison.objects.filter(
         study=study, pk__in=cmp_ids
     ).values_list(
@@ -59,7 +61,7 @@ def subjects_describe(*, study: Study, subjects: Sequence[int]) -> dict[int, dic
         "output_b__candidate__name",
         "output_b__text",
     ):
-        result[cid * 2 + 1] = {
+        result[SubjectRef.comparison(cid).code] = {
             "item": ext,
             "input": inp,
             "outputs": [(f"A: {ca}", ta), (f"B: {cb}", tb)],

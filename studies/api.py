@@ -1,9 +1,10 @@
 """REST views for studies. Thin: access check -> validate -> service or selector -> serialize.
 
-Every study-scoped view starts with `studies.access.study_get_for_actor`, so a caller without
-access gets 404 before anything else happens (body validation included), and read-only tokens
-get 403 on every write. Annotators may read the study, its rubric and strata, but not the
-lead data (candidates, outputs, items, plans, members): their grading must stay blind.
+Every study-scoped view starts with `studies.access.study_access_get` (which asks
+`reviewhub.capabilities`), so a caller without access gets 404 before anything else happens
+(body validation included), and read-only tokens get 403 on every write. Annotators may read
+the study, its rubric and strata, but not the lead data (candidates, outputs, items, plans,
+members): their grading must stay blind.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from reviewhub.api.pagination import DefaultCursorPagination, IdCursorPagination
+from reviewhub.capabilities import Capability, may_write
 from reviewhub.errors import Forbidden, NotFound, ValidationFailed
 
 from . import schema as _schema  # noqa: F401 - registers the auth extension
 from . import selectors, services
-from .access import study_get_for_actor
+from .access import study_access_get, token_scope
 from .models import (
     AnalysisPlan,
     ApiToken,
@@ -62,9 +64,6 @@ from .serializers import (
     StudyWriteSerializer,
 )
 
-LEAD = Membership.Role.LEAD
-ANNOTATOR = Membership.Role.ANNOTATOR
-
 ERRORS = {
     400: OpenApiResponse(ErrorSerializer, description="Validation failed (details.errors "
                                                       "lists each problem with its path)."),
@@ -96,12 +95,12 @@ def _body(request: Request) -> dict[str, Any]:
 
 def _study(request: Request, slug: str, *, write: bool = False, lead: bool = False,
            annotators: bool = True) -> tuple[Study, str]:
-    study, role = study_get_for_actor(user=request.user, slug=slug, token=request.auth,
-                                      write=write, min_role=LEAD if lead else
-                                      Membership.Role.VIEWER)
-    if not annotators and role == ANNOTATOR:
-        raise Forbidden("Annotators grade blind: this data is for leads and viewers.")
-    return study, role
+    # `annotators=False`: lead data that names candidates, which blind grading may not see.
+    need = ([Capability.LEAD] if lead else []) + ([Capability.WRITE] if write else []) \
+        + ([] if annotators else [Capability.VIEW_JUDGE_DATA])
+    access = study_access_get(user=request.user, slug=slug, token=request.auth, need=need)
+    assert access.role is not None  # VIEW_STUDY held
+    return access.study, access.role
 
 
 def _user(request: Request) -> User:
@@ -141,7 +140,7 @@ class StudyListCreate(generics.ListAPIView):
         if isinstance(token, ApiToken):
             if token.study_id is not None:
                 raise Forbidden("A study-scoped token cannot create studies.")
-            if not token.can_write:
+            if not may_write(token_scope(token)):
                 raise Forbidden("This API token is read-only.")
         study = services.study_create(owner=_user(request), fields=_body(request))
         return Response(StudySerializer(study).data, status=status.HTTP_201_CREATED)
@@ -546,7 +545,7 @@ def _token_manager_check(request: Request, *, write: bool) -> None:
         if token.study_id is not None:
             raise Forbidden("Manage tokens in the browser (/account/tokens/) or with an "
                             "account-wide token.")
-        if write and not token.can_write:
+        if write and not may_write(token_scope(token)):
             raise Forbidden("This API token is read-only.")
 
 

@@ -16,6 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 
+from reviewhub.capabilities import counts_as_lead
 from reviewhub.errors import ValidationFailed
 
 from .criteria import (
@@ -79,11 +80,12 @@ def studies_visible(
     if not user.is_authenticated:
         return Study.objects.none()
     qs = Study.objects.select_related("owner")
-    if not getattr(user, "is_superuser", False):
+    every = counts_as_lead(is_superuser=bool(getattr(user, "is_superuser", False)))
+    if not every:
         qs = qs.filter(memberships__user_id=user.pk)
     if isinstance(token, ApiToken) and token.study_id is not None:
         qs = qs.filter(pk=token.study_id)
-    return qs.distinct() if not getattr(user, "is_superuser", False) else qs
+    return qs if every else qs.distinct()
 
 
 # --- List filters -----------------------------------------------------------------------------

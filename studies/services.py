@@ -17,9 +17,10 @@ from django.db.models import Case, IntegerField, Max, Value, When
 from django.db.models.functions import Length
 from django.utils import timezone
 
+from reviewhub.capabilities import Capability
 from reviewhub.errors import Conflict, NotFound, ValidationFailed
 
-from .access import study_role
+from .access import study_capabilities
 from .authentication import token_generate
 from .models import (
     AnalysisPlan,
@@ -162,7 +163,8 @@ def api_token_create(
     if not isinstance(name, str) or not name.strip() or len(name) > 100:
         problems.add("name", "must be a non-empty string of at most 100 characters")
     problems.raise_if_any("The token")
-    if study is not None and study_role(user=user, study=study) is None:
+    if study is not None and Capability.VIEW_STUDY not in study_capabilities(user=user,
+                                                                             study=study):
         raise NotFound(f"Study '{study.slug}' not found.")
     secret, prefix, digest = token_generate()
     with transaction.atomic():

@@ -18,6 +18,7 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from reviewhub.capabilities import Capability, capabilities, counts_as_lead
 from reviewhub.errors import AppError, ValidationFailed
 from reviewhub.pages import error_rows, page_study, strict_csp
 
@@ -50,7 +51,7 @@ def home(request: HttpRequest) -> HttpResponse:
     if not isinstance(user, AbstractBaseUser):  # login_required makes this unreachable
         raise Http404("Sign in first.")
     rows: list[dict[str, Any]]
-    if getattr(user, "is_superuser", False):
+    if counts_as_lead(is_superuser=bool(getattr(user, "is_superuser", False))):
         rows = [
             {"study": s, "role": Membership.Role.LEAD, "role_label": "Lead (admin)"}
             for s in Study.objects.order_by("name")
@@ -95,15 +96,18 @@ def _criterion_scale(criterion: Any) -> dict[str, Any]:
 def study_overview(request: HttpRequest, slug: str) -> HttpResponse:
     """A study's front page: annotators get "Start grading", leads get counts and links."""
     study, role = page_study(request, slug)
+    caps = capabilities(role)  # `role` is the acting role: a superuser's is "lead"
     context: dict[str, Any] = {
         "study": study,
         "study_role": role,
+        "can_grade": Capability.GRADE in caps,
+        "can_lead": Capability.LEAD in caps,
         "grade_url": _optional_url("annotations-grade", slug),
         "rubric": study.rubric_versions.order_by("-version").prefetch_related("criteria").first(),
     }
     if context["rubric"] is not None:
         context["criteria"] = [_criterion_scale(c) for c in context["rubric"].criteria.all()]
-    if role == Membership.Role.LEAD:
+    if context["can_lead"]:
         counts = Study.objects.filter(pk=study.pk).aggregate(
             n_items=Count("items", distinct=True),
             n_candidates=Count("candidates", distinct=True),
@@ -132,7 +136,7 @@ def study_overview(request: HttpRequest, slug: str) -> HttpResponse:
 
 def _token_studies(user: Any) -> list[Study]:
     """The studies a token may be scoped to: those the user belongs to (all, for a superuser)."""
-    if getattr(user, "is_superuser", False):
+    if counts_as_lead(is_superuser=bool(getattr(user, "is_superuser", False))):
         return list(Study.objects.order_by("name"))
     return list(Study.objects.filter(memberships__user__pk=user.pk).order_by("name").distinct())
 

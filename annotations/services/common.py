@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from django.contrib.auth.models import User
 
+from reviewhub.capabilities import Capability
 from reviewhub.errors import Forbidden
-from studies.access import study_role
-from studies.models import Criterion, Membership, RubricVersion, Study
+from studies.access import study_capabilities
+from studies.models import Criterion, RubricVersion, Study
 
 from ..models import Annotation, SamplingPlan
 
 
 def _require_lead(*, study: Study, user: User) -> None:
-    if study_role(user=user, study=study) != Membership.Role.LEAD:
+    if Capability.LEAD not in study_capabilities(user=user, study=study):
         raise Forbidden(f"This needs the 'lead' role in study '{study.slug}'.")
 
 
 def _require_annotator(*, study: Study, user: User) -> None:
-    if study_role(user=user, study=study) not in (Membership.Role.LEAD, Membership.Role.ANNOTATOR):
+    if Capability.GRADE not in study_capabilities(user=user, study=study):
         raise Forbidden(f"This needs the 'annotator' role in study '{study.slug}'.")
 
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from reviewhub.errors import ValidationFailed
 from studies.models import Comparison, Criterion, Output, Study
+from studies.subjects import subject_field as subject_field_of
 
 from .. import sampling
 from ..models import Annotation, Assignment, QueueEntry, SamplingPlan
@@ -66,7 +67,7 @@ def escalation_plan_create(
     criteria = (criteria.filter(scale=Criterion.Scale.PAIRWISE) if subject == "comparison"
                 else criteria.exclude(scale=Criterion.Scale.PAIRWISE))
     criterion_ids = list(criteria.values_list("id", flat=True))
-    subject_field = "comparison_id" if subject == "comparison" else "output_id"
+    subject_field = subject_field_of(subject)
     now = timezone.now()
     with transaction.atomic():
         # The study row serialises plan creation (version numbers, one active plan) and makes

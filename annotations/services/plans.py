@@ -16,6 +16,7 @@ from django.utils import timezone
 from judges.models import Verdict
 from reviewhub.errors import ValidationFailed
 from studies.models import Comparison, Criterion, Output, Study
+from studies.subjects import subject_field as subject_field_of
 
 from .. import sampling
 from ..models import Annotation, Assignment, GoldLabel, QueueEntry, SamplingPlan
@@ -105,7 +106,7 @@ def _plan_draw(*, study: Study, spec: Mapping[str, Any], k: int, gold_rate: floa
             details={"spec.dimension": "unknown dimension"},
         )
     subjects, _ = _population(study=study, spec=parsed)
-    subject_field = "comparison_id" if parsed.subject == "comparison" else "output_id"
+    subject_field = subject_field_of(parsed.subject)
     gold_ids = set(
         GoldLabel.objects.filter(criterion_id__in=criterion_ids)
         .exclude(**{f"{subject_field}__isnull": True})

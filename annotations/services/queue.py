@@ -28,6 +28,7 @@ from django.db.models import Exists, ExpressionWrapper, F, OuterRef, QuerySet, V
 from django.db.models.functions import Mod
 from django.utils import timezone
 
+from reviewhub.capabilities import Capability, capabilities
 from reviewhub.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from reviewhub.rawrows import RowShape, fetch_one
 from studies.models import Membership, Study
@@ -386,26 +387,23 @@ def _active_plan_for_annotator(
         + f"SELECT {_PLAN.select}, EXISTS(SELECT 1 FROM {Assignment._meta.db_table} a "
         f"JOIN {QueueEntry._meta.db_table} e ON e.id = a.entry_id WHERE e.plan_id = p.id "
         "AND a.annotator_id = %s AND a.status IN (%s, %s)), "
-        f"EXISTS(SELECT 1 FROM {Membership._meta.db_table} m WHERE m.study_id = %s "
-        "AND m.user_id = %s AND m.role IN (%s, %s)) "
+        f"(SELECT m.role FROM {Membership._meta.db_table} m WHERE m.study_id = %s "
+        "AND m.user_id = %s) "
         f"FROM {'lk, ' if locking else ''}{SamplingPlan._meta.db_table} p "
         "WHERE p.study_id = %s AND p.is_active ORDER BY p.version DESC LIMIT 1",
         ([_queue_lock_key(study.pk, annotator.pk)] if locking else [])
         + [annotator.pk, Assignment.Status.LEASED.value, Assignment.Status.EXPIRED.value,
-           study.pk, annotator.pk, Membership.Role.LEAD.value, Membership.Role.ANNOTATOR.value,
-           study.pk],
+           study.pk, annotator.pk, study.pk],
     )
-    plan = None
-    if row is not None:
-        plan = _PLAN.load(row)
-        plan.has_unfinished = bool(row[_PLAN.width])  # type: ignore[attr-defined]
-        plan.may_annotate = bool(row[_PLAN.width + 1])  # type: ignore[attr-defined]
-    if getattr(annotator, "is_superuser", False):
-        return plan
-    if plan is None:
-        _require_annotator(study=study, user=annotator)
+    is_superuser = bool(getattr(annotator, "is_superuser", False))
+    if row is None:
+        # No active plan, so no row carried the role: ask apart (superusers need not).
+        if Capability.GRADE not in capabilities(None, is_superuser=is_superuser):
+            _require_annotator(study=study, user=annotator)
         return None
-    if not plan.may_annotate:  # type: ignore[attr-defined]
+    plan = _PLAN.load(row)
+    plan.has_unfinished = bool(row[_PLAN.width])  # type: ignore[attr-defined]
+    if Capability.GRADE not in capabilities(row[_PLAN.width + 1], is_superuser=is_superuser):
         raise Forbidden(f"This needs the 'annotator' role in study '{study.slug}'.")
     return plan
 

@@ -10,6 +10,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from studies.models import Criterion
+from studies.subjects import SubjectRef
+from studies.subjects import subject_field as subject_field_of
 
 from ..aggregation import (
     RAW_EXCERPT_CHARS,
@@ -24,7 +26,9 @@ from .claim import ClaimedJob
 from .common import ACTIVE_JOB_STATUSES, JOB_BULK_BATCH, logger
 from .record import JobOutcome, _finite_or_text, _rows_json, _storable
 
-SubjectKey = tuple[int, int, str, int]  # (judge_version_id, criterion_id, "o"|"c", subject id)
+# (judge_version_id, criterion_id, "o"|"c", subject id): a plain tuple, with the subject as
+# `SubjectRef.short`, because one is built per job on the recording path.
+SubjectKey = tuple[int, int, str, int]
 
 
 def subject_key(job: JudgeJob | ClaimedJob) -> SubjectKey:
@@ -115,7 +119,7 @@ def verdicts_build(
     changed = 0
     for (version_id, crit_id, kind), sids in groups.items():
         criterion = known[crit_id]
-        subject_field = "output_id" if kind == "o" else "comparison_id"
+        subject_field = subject_field_of(kind)
         sid_list = sorted(sids)
         for start in range(0, len(sid_list), JOB_BULK_BATCH):
             chunk = sid_list[start : start + JOB_BULK_BATCH]
@@ -251,7 +255,7 @@ def verdicts_finalize(*, run_id: int) -> int:
     """
     jobs = JudgeJob.objects.filter(run_id=run_id, status__in=TERMINAL_STATUSES)
     keys = {
-        (v, c, "o", o) if o is not None else (v, c, "c", cp)
+        (v, c, *SubjectRef.of(o, cp).short)
         for v, c, o, cp in jobs.values_list(
             "judge_version_id", "criterion_id", "output_id", "comparison_id"
         ).distinct()
@@ -263,7 +267,6 @@ def verdicts_finalize(*, run_id: int) -> int:
     for c, o, cp in Verdict.objects.filter(judge_version_id=run.judge_version_id).values_list(
         "criterion_id", "output_id", "comparison_id"
     ):
-        have.add((run.judge_version_id, c, "o", o) if o is not None else
-                 (run.judge_version_id, c, "c", cp))
+        have.add((run.judge_version_id, c, *SubjectRef.of(o, cp).short))
     missing = keys - have
     return verdicts_build(subjects=missing) if missing else 0

@@ -7,6 +7,7 @@ from typing import Any
 from django import template
 from django.urls import NoReverseMatch, reverse
 
+from reviewhub.capabilities import Capability, capabilities
 from studies.access import study_role
 from studies.models import Study
 
@@ -24,6 +25,7 @@ _LEAD_LINKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Runs", ("judge-run-list-page",)),
     ("Reports", ("report-list-page", "reports-list", "report-list", "reports-page")),
     ("Calibration", ("reports-calibration",)),
+    ("Selection", ("reports-selection",)),
 )
 
 
@@ -43,7 +45,7 @@ def study_nav_links(context: Any, study: Any) -> list[dict[str, Any]]:
     if request is None or not isinstance(study, Study):
         return []
     role = context.get("study_role") or study_role(user=request.user, study=study)
-    if role != "lead":
+    if Capability.LEAD not in capabilities(role):
         return []
     links = []
     for label, names in _LEAD_LINKS:
