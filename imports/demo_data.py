@@ -15,24 +15,43 @@ from dataclasses import dataclass
 DEMO_SLUG = "demo-support-answers"
 
 # P(pass) of each simulated candidate by (language, document length); noisy input lowers it.
+# The numbers are chosen so that the selection report has something to show (docs/selection.md):
+# atlas is best on the deployment mix (70% English) by a clear margin; borealis, a model tuned
+# for German, is clearly better in German (a ranking flip); cirrus is cheap with a fast median
+# but a long latency tail that fails the plan's p95 gate.
 CANDIDATE_QUALITY: dict[str, dict[tuple[str, str], float]] = {
     "atlas-70b (simulated)": {
-        ("en", "short"): 0.92, ("en", "long"): 0.90, ("de", "short"): 0.70, ("de", "long"): 0.64,
+        ("en", "short"): 0.96, ("en", "long"): 0.93, ("de", "short"): 0.62, ("de", "long"): 0.54,
     },
     "borealis-8b (simulated)": {
-        ("en", "short"): 0.80, ("en", "long"): 0.62, ("de", "short"): 0.90, ("de", "long"): 0.86,
+        ("en", "short"): 0.56, ("en", "long"): 0.46, ("de", "short"): 0.95, ("de", "long"): 0.92,
     },
     "cirrus-mini (simulated)": {
-        ("en", "short"): 0.96, ("en", "long"): 0.52, ("de", "short"): 0.62, ("de", "long"): 0.40,
+        ("en", "short"): 0.86, ("en", "long"): 0.56, ("de", "short"): 0.62, ("de", "long"): 0.46,
     },
 }
-NOISE_PENALTY = {"atlas-70b (simulated)": 0.15, "borealis-8b (simulated)": 0.05,
+NOISE_PENALTY = {"atlas-70b (simulated)": 0.08, "borealis-8b (simulated)": 0.05,
                  "cirrus-mini (simulated)": 0.25}
 CANDIDATE_META = {
     "atlas-70b (simulated)": ("simulated", "atlas-70b", "atlas"),
     "borealis-8b (simulated)": ("simulated", "borealis-8b", "borealis"),
     "cirrus-mini (simulated)": ("simulated", "cirrus-mini", "cirrus"),
 }
+# Simulated public benchmark scores: cirrus leads the public table yet sits mid-pack on the
+# team's own items, the pattern the report's public-vs-private view flags.
+PUBLIC_SCORES: dict[str, dict[str, float]] = {
+    "atlas-70b (simulated)": {"mmlu": 0.79, "arena_elo": 1228},
+    "borealis-8b (simulated)": {"mmlu": 0.68, "arena_elo": 1151},
+    "cirrus-mini (simulated)": {"mmlu": 0.83, "arena_elo": 1262},
+}
+# Simulated latency in ms: a uniform body scaled by model size, and for cirrus a share of
+# calls that queue behind a shared, rate-limited endpoint (the tail a p95 gate is for).
+LATENCY_SCALE = {"atlas-70b (simulated)": 3.5, "borealis-8b (simulated)": 2.0,
+                 "cirrus-mini (simulated)": 0.8}
+LATENCY_TAIL = {"cirrus-mini (simulated)": (0.12, 4_800.0, 9_000.0)}  # share, low, high
+# Cost per token by model size (simulated prices).
+PRICE_SCALE = {"atlas-70b (simulated)": 6.0, "borealis-8b (simulated)": 2.5,
+               "cirrus-mini (simulated)": 1.0}
 # The simulated judge agrees with the simulated truth this often, by language: trustworthy in
 # English, not in German.
 JUDGE_ACCURACY = {"en": 0.94, "de": 0.68}
@@ -147,15 +166,18 @@ def demo_outputs(items: list[DemoItem], seed: int = 11) -> list[DemoOutput]:
             else:
                 text = (f"According to the manual, {item.fact}." if correct
                         else f"As far as I know, {item.wrong_fact}.")
-            helpfulness = rng.choice([4, 4, 5, 5, 3] if correct else [1, 2, 2, 3])
-            size = 1.0 if "cirrus" in candidate else (2.5 if "borealis" in candidate else 6.0)
+            helpfulness = rng.choice([4, 4, 5, 5, 5] if correct else [1, 2, 2, 3])
             tokens_in = len(item.document) // 4 + 40
             tokens_out = len(text) // 4 + 5
+            latency = rng.uniform(300, 900) * LATENCY_SCALE[candidate]
+            tail = LATENCY_TAIL.get(candidate)
+            if tail is not None and rng.random() < tail[0]:
+                latency = rng.uniform(tail[1], tail[2])
             out.append(DemoOutput(
                 item, candidate, text, correct, helpfulness,
-                latency_ms=round(rng.uniform(300, 900) * size, 1),
-                tokens_in=tokens_in, tokens_out=tokens_out,
-                cost=round((tokens_in + 3 * tokens_out) * size * 1e-7, 7), error=error,
+                latency_ms=round(latency, 1), tokens_in=tokens_in, tokens_out=tokens_out,
+                cost=round((tokens_in + 3 * tokens_out) * PRICE_SCALE[candidate] * 1e-7, 7),
+                error=error,
             ))
     return out
 

@@ -3,8 +3,11 @@
 It goes through the same paths a real team uses — `import_study` for the study file and
 `import_outputs` for items, candidates and outputs — and then adds simulated judge verdicts and
 simulated annotator labels (clearly named as such), a sampling plan so that the demo annotator
-login has work, and an agreement report. Re-running it leaves an existing demo study alone
-unless `--reset` is given.
+login has work, an agreement report and a selection report. The simulated data are drawn so
+that the selection report shows a ranking flip (atlas best on the 70/30 English/German mix,
+borealis clearly better in German) and a gate failure (cirrus's p95 latency above the plan's
+4 s budget); see imports/demo_data.py. Re-running it leaves an existing demo study alone unless
+`--reset` is given.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ def study_spec() -> dict[str, Any]:
                 "SIMULATED DATA. Answer customer questions about product manuals using the "
                 "retrieved manual section. Three simulated candidates; which one to ship?"
             ),
-            "deployment_context": "Customer-facing help widget, 70% English / 30% German.",
+            "deployment_context": "Customer-facing help widget, 70% English / 30% German; "
+                                  "95% of answers within 4 seconds.",
             "run_conditions": {
                 "prompt_template": "Answer using only this manual section:\n{context}\n\n"
                                    "Question: {input}",
@@ -77,11 +81,19 @@ def study_spec() -> dict[str, Any]:
             "notes": "Pre-registered for the simulated demo.",
             "lock": True,
             "spec": {
-                "criteria": {"correct": {"metric": "pass_rate", "threshold": 0.85,
-                                         "every_stratum": True, "primary": True}},
+                # A floor on the mix: a candidate below it is out whatever else it does.
+                "criteria": {"correct": {"metric": "pass_rate", "threshold": 0.5,
+                                         "every_stratum": False, "primary": True}},
                 "strata": ["language", "length", "noise"],
                 "min_human_labels_per_stratum": 30,
                 "deployment_mix": {"language": {"en": 0.7, "de": 0.3}},
+                "confidence_level": 0.95,
+                # The selection rule: rubric pass rate decides, 3 points count as a real
+                # difference, and no candidate ships past the latency budget or an error
+                # rate above 5%.
+                "primary_metric": "rubric_pass_rate",
+                "margin": 0.03,
+                "gates": {"latency_p95_ms": 4000, "error_rate": 0.05},
             },
         },
         "members": [{"username": "annotator", "role": "annotator"},
@@ -94,7 +106,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--reset", action="store_true", help="delete and rebuild the demo")
-        parser.add_argument("--items", type=int, default=300)
+        # 400 items give the simulated flip and the mix margin intervals that exclude zero.
+        parser.add_argument("--items", type=int, default=400)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from studies.models import Study
@@ -150,7 +163,8 @@ class Command(BaseCommand):
             for it in items))
         self._write_jsonl(folder / "candidates.jsonl", (
             {"name": name, "provider": meta[0], "model_id": meta[1], "model_family": meta[2],
-             "notes": "Simulated candidate: outputs drawn from per-stratum pass rates."}
+             "notes": "Simulated candidate: outputs drawn from per-stratum pass rates.",
+             "public_scores": dd.PUBLIC_SCORES[name]}
             for name, meta in dd.CANDIDATE_META.items()))
         self._write_jsonl(folder / "outputs.jsonl", (
             {"item": o.item.external_id, "candidate": o.candidate, "text": o.text,
@@ -266,4 +280,7 @@ class Command(BaseCommand):
         lead = get_user_model().objects.get(username="lead")
         plan = study.plans.order_by("-version").first()
         report_build(study=study, params={"seed": 1, "n_resamples": 500}, plan=plan,
+                     created_by=lead)
+        # The selection report takes its rule (mix, gates, margin) from the locked plan.
+        report_build(study=study, kind="selection", params={"seed": 1}, plan=plan,
                      created_by=lead)
