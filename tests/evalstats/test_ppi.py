@@ -221,7 +221,14 @@ def test_stratified_with_one_stratum_equals_ppi_mean() -> None:
         mix={4: 1.0}, w=d["w"],
     )
     single = ppi.ppi_mean(d["y"], d["fl"], d["fu"], w=d["w"])
-    assert res.per_stratum[4] == single
+    # All strata at once from per-stratum sums: equal to ppi_mean up to summation order.
+    one = res.per_stratum[4]
+    assert (one.value, one.se, one.lam, one.ci_low, one.ci_high) == pytest.approx(
+        (single.value, single.se, single.lam, single.ci_low, single.ci_high), abs=1e-12
+    )
+    assert (one.n_labelled, one.n_unlabelled, one.method, one.warnings) == (
+        single.n_labelled, single.n_unlabelled, single.method, single.warnings
+    )
     assert res.mix is not None and res.missing == ()
     assert (res.mix.value, res.mix.ci_low, res.mix.ci_high) == pytest.approx(
         (single.value, single.ci_low, single.ci_high), abs=1e-12
@@ -550,3 +557,36 @@ def test_bradley_terry_accepts_ties_as_half_wins() -> None:
     grad = _rectified_grad(ours, 0.5, _design(a, b), y, f, _design(au, bu), fu)
     assert np.max(np.abs(grad)) < 1e-13
     assert all(bt.strengths[c].ci_low is not None for c in (1, 2, 3))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("lam", [None, 0.4])
+def test_stratified_sums_equal_ppi_mean_per_stratum(weighted: bool, lam: float | None) -> None:
+    """The all-strata path equals ppi_mean on each stratum's own outputs (interleaved strata,
+    one without unlabelled outputs, one with a single label, a common offset of 1e3 in the
+    judge scores that a naive sum of squares would cancel badly)."""
+    rng = np.random.default_rng(5)
+    n, big_n = 300, 5000
+    sl = rng.integers(0, 5, n)
+    su = rng.integers(0, 4, big_n)  # stratum 4 has no unlabelled output
+    sl[0] = 6  # stratum 6: a single label, no unlabelled output
+    fl = 1e3 + rng.random(n)
+    y = fl + rng.normal(0, 0.3, n)
+    fu = 1e3 + rng.random(big_n)
+    w = rng.uniform(0.5, 3.0, n) if weighted else None
+    wu = rng.uniform(0.5, 3.0, big_n) if weighted else None
+    res = ppi.ppi_mean_stratified(y, fl, sl, fu, su, mix={0: 0.2, 1: 0.2, 2: 0.2, 3: 0.2,
+                                                          4: 0.1, 6: 0.1}, w=w,
+                                  w_unlabelled=wu, lam=lam)
+    for s in (0, 1, 2, 3, 4, 6):
+        li, ui = sl == s, su == s
+        want = ppi.ppi_mean(y[li], fl[li], fu[ui], w=None if w is None else w[li],
+                            w_unlabelled=None if wu is None else wu[ui], lam=lam)
+        got = res.per_stratum[s]
+        assert got.value == pytest.approx(want.value, rel=1e-12, abs=1e-9)
+        assert got.lam == pytest.approx(want.lam, abs=1e-9)
+        if want.se is None:
+            assert got.se is None
+        else:
+            assert got.se == pytest.approx(want.se, rel=1e-8)
+        assert (got.method, got.warnings) == (want.method, want.warnings)
