@@ -26,15 +26,27 @@ those rows in the transaction that records the result), end to end, the process'
 The study is seeded with COPY (reviewhub/bulkcopy.py) in a child process, so seeding does not
 count in the measured process's peak RSS; with --reuse a study seeded by an earlier run with
 the same data (the seed version is in its name) is kept. --profile writes a cProfile of the
-computation (not of the seeding).
+computation (not of the seeding). --scale 0.2 seeds and measures a fifth of the study (200,000
+verdicts; for profiling). Besides wall time, each phase's CPU time of this process is printed
+(on a shared machine the steadier figure), and the time spent in the cyclic garbage collector.
+
+--compare N runs N rounds of the last commit's calibration results/compute/services modules
+(`git show HEAD:...`, imported as "calibration_head"; frames and models are the working tree's)
+then the working tree's, one process each on the same study, prints their figures side by side
+and fails unless every run stored the same rows (an md5 over every value but id, snapshot and
+created_at, in subject order) and the same result JSON: old and new measured in the same
+conditions, and a check that a change altered no result.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import hashlib
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -70,6 +82,7 @@ CRITERIA = (
 )
 JUDGES = ("judge-prob", "judge-verdict")
 CHUNK = 100_000
+SCALE = 1.0
 
 
 def rss_mib() -> float:
@@ -77,7 +90,19 @@ def rss_mib() -> float:
 
 
 def study_name() -> str:
-    return f"bench calibration data v{DATA_VERSION} seed {SEED}"
+    scale = "" if SCALE == 1.0 else f" scale {SCALE:g}"
+    return f"bench calibration data v{DATA_VERSION} seed {SEED}{scale}"
+
+
+def scale_set(scale: float) -> None:
+    """Shrink (or grow) the study by `scale` (items and human sample alike; the shape, the
+    criteria, strata and judges stay), e.g. 0.2 for 200,000 verdicts, for profiling."""
+    global SCALE, N_ITEMS, N_RANDOM, N_ESCALATED, N_ADJUDICATED
+    SCALE = scale
+    N_ITEMS = round(62_500 * scale)
+    N_RANDOM = round(11_900 * scale)
+    N_ESCALATED = round(600 * scale)
+    N_ADJUDICATED = round(200 * scale)
 
 
 def n_verdicts() -> int:
@@ -233,11 +258,12 @@ def seed() -> None:
                         nums = ok.astype(float)
                     probs = q[:, ci] if j == 0 else [None] * n_out
                     for k in range(n_out):
+                        prob = probs[k]
                         yield (jv, crit.pk, int(out_ids[k]), values[k], float(nums[k]),
-                               None if probs[k] is None else float(probs[k]))
+                               None if prob is None else float(prob))
 
-        names = ("judge_version_id", "criterion_id", "output_id", "value", "value_num",
-                 "probability")
+        names: tuple[str, ...] = ("judge_version_id", "criterion_id", "output_id", "value",
+                                  "value_num", "probability")
         for batch in _chunks(verdicts(), names):
             bulk_insert(Verdict, batch)
 
@@ -341,18 +367,75 @@ def reusable() -> bool:
 
 
 def _timed(times: dict[str, float], key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` adding its wall time to times[key] and this process's CPU time to
+    times["cpu:" + key] (on a shared machine the CPU time is the steadier figure)."""
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         try:
             return fn(*args, **kwargs)
         finally:
             times[key] = times.get(key, 0.0) + time.perf_counter() - t
+            times[f"cpu:{key}"] = times.get(f"cpu:{key}", 0.0) + time.process_time() - c
 
     return wrapper
 
 
-def run(params: dict[str, Any], profile: str | None) -> None:
-    """Compute one calibration snapshot through report_compute and print the figures."""
+ROOT = Path(__file__).resolve().parent.parent
+# The calibration modules --code head reads from the last commit (`git show`); the others
+# (frames, models) are the working tree's, so a comparison isolates these three.
+HEAD_MODULES = ("results", "compute", "services")
+
+
+def head_modules() -> dict[str, Any]:
+    """The last commit's calibration/{results,compute,services}.py imported as the package
+    "calibration_head" (their relative imports of frames and models resolve to the working
+    tree's), for measuring old and new code in the same conditions."""
+    import types
+
+    import calibration.frames
+    import calibration.models
+
+    pkg = types.ModuleType("calibration_head")
+    pkg.__path__ = []
+    sys.modules["calibration_head"] = pkg
+    sys.modules["calibration_head.frames"] = calibration.frames
+    sys.modules["calibration_head.models"] = calibration.models
+    out: dict[str, Any] = {}
+    for name in HEAD_MODULES:
+        src = subprocess.run(["git", "show", f"HEAD:calibration/{name}.py"], cwd=ROOT,
+                             check=True, capture_output=True).stdout
+        mod = types.ModuleType(f"calibration_head.{name}")
+        mod.__package__ = "calibration_head"
+        sys.modules[mod.__name__] = mod
+        exec(compile(src, f"HEAD:calibration/{name}.py", "exec"), mod.__dict__)
+        out[name] = mod
+    return out
+
+
+def rows_digest(snapshot_id: int) -> str:
+    """md5 over every stored value of a snapshot's rows but id, snapshot_id and created_at,
+    in (subject, criterion) order: equal digests, identical rows."""
+    from django.db import connection
+
+    from calibration.models import CalibratedScore
+
+    skip = {"id", "snapshot_id", "created_at"}
+    cols = [f.column for f in CalibratedScore._meta.concrete_fields if f.column not in skip]
+    row = "concat_ws('|', " + ", ".join(
+        f"coalesce(\"{c}\"::text, 'NULL')" for c in cols) + ")"
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT md5(string_agg({row}, E'\\n' ORDER BY output_id, comparison_id, "
+            "criterion_key)), count(*) FROM calibration_calibratedscore WHERE snapshot_id = %s",
+            [snapshot_id],
+        )
+        digest, _n = cur.fetchone()
+    return str(digest)
+
+
+def run(params: dict[str, Any], profile: str | None, code: str = "new") -> None:
+    """Compute one calibration snapshot through report_compute and print the figures
+    (`code` "head": with the last commit's calibration modules, `head_modules`)."""
     from django.db import connection
 
     import calibration.compute as compute_mod
@@ -373,6 +456,19 @@ def run(params: dict[str, Any], profile: str | None) -> None:
     # Timing wrappers around the kind's hooks (the service calls them in this order) and
     # around the per-row step of the computation; nothing else changes.
     spec = kinds.kind_get("calibration")
+    if code == "head":
+        head = head_modules()
+        compute_mod = head["compute"]
+        writer = head["services"].calibrated_scores_write
+
+        def record(study_id: int, snapshot_id: int, result: Any) -> None:
+            writer(study_id=study_id, snapshot_id=snapshot_id, rows=result.scores)
+
+        spec = replace(
+            spec, load_with_plan=compute_mod.calibration_inputs_load,
+            fingerprint=compute_mod.calibration_fingerprint,
+            compute=compute_mod.calibration_compute, record=record,
+        )
     assert spec.load_with_plan is not None and spec.record is not None
     kinds._CACHE["calibration"] = replace(
         spec,
@@ -383,7 +479,7 @@ def run(params: dict[str, Any], profile: str | None) -> None:
     )
     for name in getattr(compute_mod, "ROW_STEPS", ("_rubric_rows",)):
         setattr(compute_mod, name, _timed(times, "rows", getattr(compute_mod, name)))
-    compute_mod._bands = _timed(times, "bands", compute_mod._bands)  # type: ignore[attr-defined]
+    compute_mod._bands = _timed(times, "bands", compute_mod._bands)
     snapshot = report_snapshot_create(study=study, kind="calibration", params=params,
                                       created_by=None)
     print(f"params: {json.dumps(snapshot.params, sort_keys=True)}")
@@ -394,19 +490,30 @@ def run(params: dict[str, Any], profile: str | None) -> None:
 
         profiler = cProfile.Profile()
         profiler.enable()
+    gc_time = [0.0, 0.0, 0]  # seconds in the cyclic collector, start of the current one, count
+
+    def gc_watch(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_time[1] = time.perf_counter()
+        else:
+            gc_time[0] += time.perf_counter() - gc_time[1]
+            gc_time[2] += 1
+
+    gc.callbacks.append(gc_watch)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     snapshot = report_compute(report_id=snapshot.pk)
     total = time.perf_counter() - t0
+    gc.callbacks.remove(gc_watch)
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    if profiler is not None:
+    if profiler is not None and profile:
         profiler.disable()
         profiler.dump_stats(profile)
     if snapshot.status != ReportSnapshot.Status.DONE:
         raise SystemExit(f"snapshot failed: {snapshot.error}")
     written = CalibratedScore.objects.filter(snapshot_id=snapshot.pk).count()
-    result = snapshot.result
+    result: dict[str, Any] = snapshot.result or {}
     fit = times.get("compute", 0.0) - times.get("rows", 0.0)
     other = total - sum(times.get(k, 0.0) for k in ("load", "fingerprint", "compute", "write"))
     print(f"cells: {len(result['cells'])}; warnings: {len(result['warnings'])}")
@@ -419,14 +526,31 @@ def run(params: dict[str, Any], profile: str | None) -> None:
         f"{times.get('rows', 0):.2f} s, write {times.get('write', 0):.2f} s, lifecycle "
         f"(claim, result JSON, commit) {other:.2f} s"
     )
+    print(
+        f"CPU of this process: load {times.get('cpu:load', 0):.2f} s, fingerprint "
+        f"{times.get('cpu:fingerprint', 0):.2f} s, fit "
+        f"{times.get('cpu:compute', 0) - times.get('cpu:rows', 0):.2f} s (bands "
+        f"{times.get('cpu:bands', 0):.2f} s), rows {times.get('cpu:rows', 0):.2f} s, write "
+        f"{times.get('cpu:write', 0):.2f} s"
+    )
     print(f"end to end (report_compute): {total:.2f} s; peak RSS {rss_mib():.0f} MiB; "
           f"rows written {written:,} (result n_scores {result['n_scores']:,})")
     # The rest of the wall time is PostgreSQL's (the COPY's index updates, the foreign-key
     # checks at commit) or waiting for a core on a shared machine.
     print(f"CPU time of this process over report_compute: {cpu:.2f} s "
-          f"({total - cpu:.2f} s of the wall time is elsewhere)")
+          f"({total - cpu:.2f} s of the wall time is elsewhere); cyclic garbage collector "
+          f"{gc_time[0]:.2f} s in {gc_time[2]} collections")
     print(f"target < 15 s end to end: {'met' if total < 15 else 'missed'}; "
           f"< 2 GB: {'met' if rss_mib() < 2048 else 'missed'}")
+    digest = rows_digest(snapshot.pk)
+    result_digest = hashlib.md5(json.dumps(result, sort_keys=True).encode()).hexdigest()
+    print(f"code {code}: rows digest {digest}; result JSON digest {result_digest}")
+    print("FIGURES " + json.dumps({
+        "code": code, "total": total, "cpu": cpu, "rss_mib": rss_mib(), "gc": gc_time[0],
+        "n_rows": written, "digest": digest, "result_digest": result_digest,
+        "load_avg": os.getloadavg()[0],
+        **{k: v for k, v in times.items()},
+    }))
     cells = [c for c in result["cells"] if c["stratum"] == "" and c["diagnostics"]["after"]]
     for c in cells:
         before = c["diagnostics"]["before"]["ece"]["value"]
@@ -441,8 +565,16 @@ def main() -> None:
                     help="keep the study of an earlier run when it holds this data")
     ap.add_argument("--params", default="{}", help="calibration parameters (JSON object)")
     ap.add_argument("--profile", help="write a cProfile of report_compute to this file")
+    ap.add_argument("--code", choices=("new", "head"), default="new",
+                    help="head: the last commit's calibration results/compute/services")
+    ap.add_argument("--compare", type=int, default=0, metavar="N",
+                    help="N rounds of head then new, one process each, on the same study: "
+                         "figures side by side and a check that rows and result are equal")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="study size relative to the issue's (0.2: 200,000 verdicts)")
     ap.add_argument("--seed-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    scale_set(args.scale)
     if args.seed_only:
         seed()
         return
@@ -457,8 +589,45 @@ def main() -> None:
     if args.reuse and reusable():
         print("reusing the study of an earlier run")
     else:
-        subprocess.run([sys.executable, __file__, "--seed-only"], check=True)
-    run(json.loads(args.params), args.profile)
+        subprocess.run([sys.executable, __file__, "--seed-only", "--scale", str(args.scale)],
+                       check=True)
+    if args.compare:
+        compare(args.compare, args.scale, args.params)
+        return
+    run(json.loads(args.params), args.profile, args.code)
+
+
+def compare(rounds: int, scale: float, params: str) -> None:
+    """Alternate head and new runs (a process each, so each has its own peak RSS) and print
+    their figures side by side; fail unless every run wrote the same rows and result."""
+    runs: list[dict[str, Any]] = []
+    for r in range(rounds):
+        for code in ("head", "new"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--reuse", "--scale", str(scale), "--params", params,
+                 "--code", code], check=True, capture_output=True, text=True,
+            ).stdout
+            fig = json.loads(next(line for line in out.splitlines()
+                                  if line.startswith("FIGURES "))[len("FIGURES "):])
+            runs.append(fig)
+            print(f"round {r + 1} {code:>4}: end to end {fig['total']:6.2f} s, CPU "
+                  f"{fig['cpu']:6.2f} s (load {fig.get('cpu:load', 0):.2f}, fingerprint "
+                  f"{fig.get('cpu:fingerprint', 0):.2f}, fit "
+                  f"{fig.get('cpu:compute', 0) - fig.get('cpu:rows', 0):.2f}, rows "
+                  f"{fig.get('cpu:rows', 0):.2f}, write {fig.get('cpu:write', 0):.2f}), "
+                  f"GC {fig['gc']:.2f} s, peak RSS {fig['rss_mib']:.0f} MiB, load average "
+                  f"{fig['load_avg']:.1f}", flush=True)
+    for code in ("head", "new"):
+        mine = [f for f in runs if f["code"] == code]
+        print(f"{code:>4} median: end to end "
+              f"{statistics.median(f['total'] for f in mine):.2f} s, CPU "
+              f"{statistics.median(f['cpu'] for f in mine):.2f} s, rows+write CPU "
+              f"{statistics.median(f.get('cpu:rows', 0) + f.get('cpu:write', 0) for f in mine):.2f}"
+              f" s, peak RSS {statistics.median(f['rss_mib'] for f in mine):.0f} MiB")
+    digests = {(f["digest"], f["result_digest"]) for f in runs}
+    if len(digests) != 1:
+        raise SystemExit(f"the runs disagree: {digests}")
+    print(f"every run wrote the same {runs[0]['n_rows']:,} rows and the same result JSON")
 
 
 if __name__ == "__main__":

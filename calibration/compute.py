@@ -32,15 +32,12 @@ Definitions (the docs say the same in prose):
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import math
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, cast
 
 import numpy as np
@@ -72,7 +69,13 @@ from evalstats.selective import TrustThreshold, trust_cascade, trust_threshold
 from studies.criteria import criterion_has_pass_reading, criterion_is_pass
 
 from .frames import PAIRWISE_CODE, RatingData
-from .results import CALIBRATION_RESULT_VERSION, CalibrationCell, CalibrationResult
+from .results import (
+    CALIBRATION_RESULT_VERSION,
+    CalibrationCell,
+    CalibrationResult,
+    ScoreBlock,
+    ScoreRows,
+)
 
 FloatArray = npt.NDArray[np.float64]
 RUBRIC_KEY = "rubric"
@@ -517,7 +520,7 @@ def calibration_compute(
 
     cells_out: list[CalibrationCell] = []
     cascades: dict[str, dict[str, Any]] = {}
-    score_rows: list[dict[str, Any]] = []
+    blocks: list[ScoreBlock] = []
     # Per criterion: its rows as columns (the rubric rows combine the output rows).
     rubric_parts: dict[int, _CriterionRows] = {}
     if not cost_model.severity_costs:
@@ -751,12 +754,15 @@ def calibration_compute(
             cascade=bool(guaranteed and stages),
         )
         if part is not None:
-            score_rows.extend(_row_dicts(part, study_id=inputs.study_id,
-                                         judge_hashes=inputs.judge_hashes,
-                                         plan_version=plan_version))
+            blocks.append(_score_block(part, study_id=inputs.study_id,
+                                       judge_hashes=inputs.judge_hashes,
+                                       plan_version=plan_version))
             rubric_parts[cid] = part
 
-    score_rows.extend(_rubric_rows(rubric_parts, inputs, data, plan_version, warnings))
+    rubric_block = _rubric_rows(rubric_parts, inputs, data, plan_version, warnings)
+    if rubric_block is not None:
+        blocks.append(rubric_block)
+    scores = ScoreRows(tuple(blocks))
     if params.get("curve_resamples", 0) == 0:
         warnings.append("P(pass) intervals not computed (curve_resamples = 0): p_low and p_high "
                         "are null")
@@ -771,9 +777,9 @@ def calibration_compute(
         cells=tuple(cells_out),
         cascade=first_cascade,
         cascades=cascades,
-        n_scores=len(score_rows),
+        n_scores=len(scores),
         warnings=tuple(dict.fromkeys(warnings)),
-        scores=tuple(score_rows),
+        scores=scores,
     )
 
 
@@ -812,15 +818,8 @@ def rubric_aggregate(
 # --- the per-row steps (vectorised over whole criteria) -------------------------------------
 
 # The functions that build the calibrated-score rows (bench/calibration.py times them).
-ROW_STEPS = ("_criterion_rows", "_rubric_rows", "_row_dicts")
+ROW_STEPS = ("_criterion_rows", "_rubric_rows", "_score_block")
 
-# The keys of a calibrated-score row, in the order the rows carry them.
-ROW_KEYS = (
-    "study_id", "output_id", "comparison_id", "candidate_id", "criterion_id", "criterion_key",
-    "judge_version_id", "judge_version_hash", "stratum", "strata", "raw_value",
-    "raw_confidence", "p_pass", "p_low", "p_high", "decision", "expected_cost", "source",
-    "plan_version", "n_labels", "evidence_at",
-)
 
 
 @dataclass
@@ -876,29 +875,22 @@ def _gather(values: npt.NDArray[Any], pos: npt.NDArray[np.intp], fill: Any) -> n
     return out
 
 
-def _or_none(values: FloatArray) -> list[float | None]:
-    """Python floats, None where NaN."""
-    out: list[float | None] = values.tolist()
-    for i in np.flatnonzero(~np.isfinite(values)).tolist():
-        out[i] = None
-    return out
-
-
 @dataclass
 class _CriterionRows:
     """The calibrated-score rows of one criterion as columns, one entry per row (rows in
-    subject order); `_row_dicts` turns them into the rows' dicts, `_rubric_rows` combines
-    the output rows of the rubric's criteria."""
+    subject order); `_score_block` makes them the rows' `ScoreBlock`, `_rubric_rows`
+    combines the output rows of the rubric's criteria."""
 
     cid: int
     key: str
     rule: CriterionRule
     subject: npt.NDArray[np.int64]
-    candidate: list[int | None]
+    candidate: npt.NDArray[np.int64]  # -1: none
     judge_version: npt.NDArray[np.int64]
     cell: npt.NDArray[np.object_]
     labels: npt.NDArray[np.object_]
-    raw_value: list[str]
+    raw_codes: npt.NDArray[np.intp]  # into raw_uniques
+    raw_uniques: tuple[str, ...]
     raw_confidence: FloatArray
     p_pass: FloatArray
     p_low: FloatArray  # NaN: none
@@ -1001,10 +993,7 @@ def _criterion_rows(
     labels = _gather(subjects.labels, spos, None)
     for i in np.flatnonzero(spos < 0).tolist():
         labels[i] = {}
-    candidate: list[int | None] = _gather(subjects.candidate, spos, -1).tolist()
-    if (spos < 0).any():
-        for i in np.flatnonzero(spos < 0).tolist():
-            candidate[i] = None
+    candidate = _gather(subjects.candidate, spos, -1).astype(np.int64)
 
     decision = np.full(n, "human", dtype=object)
     cost = np.zeros(n)
@@ -1036,65 +1025,38 @@ def _criterion_rows(
     source[judged] = "judge"
 
     raw_codes, raw_uniques = pd.factorize(pd.Series(value, dtype=object), use_na_sentinel=False)
-    raw_text = [str(v)[:64] for v in raw_uniques]
     return _CriterionRows(
         cid=cid, key=key, rule=rule, subject=all_s, candidate=candidate, judge_version=jv_of,
-        cell=cell, labels=labels, raw_value=[raw_text[c] for c in raw_codes.tolist()],
-        raw_confidence=prob, p_pass=p_pass, p_low=p_low, p_high=p_high, decision=decision,
-        expected_cost=cost, source=source, n_labels=n_labels,
-        evidence=evidence.reindex(all_s).reset_index(drop=True),
+        cell=cell, labels=labels, raw_codes=np.asarray(raw_codes, dtype=np.intp),
+        raw_uniques=tuple(str(v)[:64] for v in raw_uniques), raw_confidence=prob,
+        p_pass=p_pass, p_low=p_low, p_high=p_high, decision=decision, expected_cost=cost,
+        source=source, n_labels=n_labels, evidence=evidence.reindex(all_s).reset_index(drop=True),
     )
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a million row dicts are made: they hold no
-    cycles, and the full collections their allocation triggers (each walking every live
-    object) cost about 40 % of the time (measured)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+def _utc_us(values: pd.Series) -> npt.NDArray[np.datetime64]:
+    """A timestamp column as datetime64[us] in UTC (naive), NaT kept."""
+    index = pd.DatetimeIndex(values)
+    if index.tz is not None:
+        index = index.tz_convert("UTC").tz_localize(None)
+    return index.as_unit("us").to_numpy()
 
 
-def _row_dicts(
+def _score_block(
     part: _CriterionRows, *, study_id: int, judge_hashes: Mapping[int, str],
     plan_version: int | None,
-) -> list[dict[str, Any]]:
-    """The rows' dicts (keys `ROW_KEYS`) of one criterion's columns."""
-    s = part.subject
-    is_output = s % 2 == 0
-    ids = (s // 2).tolist()
-    output_id = [i if o else None for i, o in zip(ids, is_output.tolist(), strict=True)]
-    comparison_id = [None if o else i for i, o in zip(ids, is_output.tolist(), strict=True)]
-    jvs = part.judge_version.tolist()
-    hashes = [judge_hashes.get(jv, "") for jv in jvs]
-    n = s.size
-    columns = (
-        repeat(study_id, n), output_id, comparison_id, part.candidate, repeat(part.cid, n),
-        repeat(part.key, n), jvs, hashes, part.cell.tolist(), part.labels.tolist(),
-        part.raw_value, _or_none(part.raw_confidence), part.p_pass.tolist(),
-        _or_none(part.p_low), _or_none(part.p_high), part.decision.tolist(),
-        part.expected_cost.tolist(), part.source.tolist(), repeat(plan_version, n),
-        part.n_labels.tolist(), _stamps(part.evidence),
+) -> ScoreBlock:
+    """The rows (`ScoreBlock`) of one criterion's columns."""
+    return ScoreBlock(
+        study_id=study_id, subject=part.subject, candidate=part.candidate,
+        criterion_id=part.cid, criterion_key=part.key, judge_version=part.judge_version,
+        judge_hashes=judge_hashes, stratum=part.cell, strata=part.labels,
+        raw_codes=part.raw_codes, raw_uniques=part.raw_uniques,
+        raw_confidence=part.raw_confidence, p_pass=part.p_pass, p_low=part.p_low,
+        p_high=part.p_high, decision=part.decision, expected_cost=part.expected_cost,
+        source=part.source, plan_version=plan_version, n_labels=part.n_labels,
+        evidence_at=_utc_us(part.evidence),
     )
-    with _gc_paused():
-        return [dict(zip(ROW_KEYS, values, strict=True))
-                for values in zip(*columns, strict=True)]
-
-
-def _stamps(values: pd.Series) -> list[Any]:
-    """Python datetimes of a timestamp column, None where NaT."""
-    out: list[Any] = [None] * len(values)
-    present = values.notna().to_numpy()
-    if present.any():
-        stamps = pd.DatetimeIndex(values[present]).to_pydatetime().tolist()
-        for i, v in zip(np.flatnonzero(present).tolist(), stamps, strict=True):
-            out[i] = v
-    return out
 
 
 def _rubric_aggregate_columns(
@@ -1121,7 +1083,7 @@ def _rubric_rows(
     data: RatingData,
     plan_version: int | None,
     warnings: list[str],
-) -> list[dict[str, Any]]:
+) -> ScoreBlock | None:
     """One "rubric" row per output that has a calibrated row for every pass/fail criterion of
     the study's latest rubric version (docs/calibration.md); none when the snapshot leaves one
     of those criteria out (``params.criteria``) or calibrated none of them."""
@@ -1132,13 +1094,13 @@ def _rubric_rows(
     every = (np.unique(np.concatenate(list(output_ids.values()))) if output_ids
              else np.empty(0, dtype=np.int64))
     if not needed or every.size == 0:
-        return []
+        return None
     left_out = [cid for cid in needed if cid not in data.criteria]
     if left_out:
         warnings.append(
             "the snapshot does not cover every pass/fail criterion of the rubric: no rubric rows"
         )
-        return []
+        return None
     # Row of each output in each needed criterion's columns (-1: none).
     at: dict[int, npt.NDArray[np.intp]] = {}
     for cid in needed:
@@ -1151,7 +1113,7 @@ def _rubric_rows(
     complete = np.logical_and.reduce([at[cid] >= 0 for cid in needed])
     missing = int((~complete).sum())
     outs = every[complete]
-    out: list[dict[str, Any]] = []
+    out: ScoreBlock | None = None
     if outs.size:
         cols = [(parts[cid], at[cid][complete]) for cid in needed]
         gates = [part.rule.is_hard_gate for part, _ in cols]
@@ -1199,17 +1161,17 @@ def _rubric_rows(
         ).max(axis=1)
         first, k0 = cols[0]
         n = outs.size
-        columns = (
-            repeat(inputs.study_id, n), outs.tolist(), repeat(None, n),
-            [first.candidate[i] for i in k0.tolist()], repeat(None, n), repeat(RUBRIC_KEY, n),
-            repeat(None, n), repeat("", n), first.cell[k0].tolist(), first.labels[k0].tolist(),
-            repeat("", n), repeat(None, n), np.minimum(1.0, np.maximum(0.0, agg)).tolist(),
-            _or_none(agg_low), _or_none(agg_high), decision.tolist(), cost.tolist(),
-            source.tolist(), repeat(plan_version, n), n_labels.tolist(), _stamps(stamps),
+        out = ScoreBlock(
+            study_id=inputs.study_id, subject=(outs * 2).astype(np.int64),
+            candidate=first.candidate[k0], criterion_id=None, criterion_key=RUBRIC_KEY,
+            judge_version=np.full(n, -1, dtype=np.int64), judge_hashes={},
+            stratum=first.cell[k0], strata=first.labels[k0],
+            raw_codes=np.zeros(n, dtype=np.intp), raw_uniques=("",),
+            raw_confidence=np.full(n, np.nan), p_pass=np.minimum(1.0, np.maximum(0.0, agg)),
+            p_low=agg_low, p_high=agg_high, decision=decision.astype(object),
+            expected_cost=cost, source=source.astype(object), plan_version=plan_version,
+            n_labels=n_labels.astype(np.int64), evidence_at=_utc_us(stamps),
         )
-        with _gc_paused():
-            out = [dict(zip(ROW_KEYS, values, strict=True))
-                   for values in zip(*columns, strict=True)]
     if missing:
         warnings.append(
             f"{missing} output(s) lack a calibrated score for some rubric criterion: no rubric "

@@ -10,17 +10,23 @@ figures.
 
 The per-output calibrated scores are not part of the JSON: they go to
 `calibration.models.CalibratedScore` in the same transaction as the result (``scores`` holds
-them in memory between the computation and that write).
+them in memory between the computation and that write, as columns: `ScoreRows`).
 
 Pure module: no Django.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
 
 CALIBRATION_RESULT_VERSION = 1
 
@@ -196,6 +202,131 @@ class CalibrationCell:
         )
 
 
+# The keys of a calibrated-score row, in the order `ScoreRows` yields them.
+ROW_KEYS = (
+    "study_id", "output_id", "comparison_id", "candidate_id", "criterion_id", "criterion_key",
+    "judge_version_id", "judge_version_hash", "stratum", "strata", "raw_value",
+    "raw_confidence", "p_pass", "p_low", "p_high", "decision", "expected_cost", "source",
+    "plan_version", "n_labels", "evidence_at",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoreBlock:
+    """Calibrated-score rows of one criterion (or the rubric) as columns, one entry per row.
+
+    A million rows as dicts cost seconds to build and, alive, slow every later garbage
+    collection; as columns they cost a few arrays, and the writer (calibration/services.py)
+    encodes them for PostgreSQL's binary COPY without a Python object per row.
+
+    Conventions: ``subject`` is the encoded subject (2 x output id, 2 x comparison id + 1);
+    ``candidate`` and ``judge_version`` hold -1 for null; the floats ``raw_confidence``,
+    ``p_low`` and ``p_high`` hold NaN for null (``p_pass`` and ``expected_cost`` are written
+    as they are); ``raw_value`` is codes into ``raw_uniques``; ``evidence_at`` is
+    datetime64[us] UTC with NaT for null; ``strata`` holds one dict per row, shared between
+    the rows of a label combination (never changed).
+    """
+
+    study_id: int
+    subject: npt.NDArray[np.int64]
+    candidate: npt.NDArray[np.int64]
+    criterion_id: int | None
+    criterion_key: str
+    judge_version: npt.NDArray[np.int64]
+    judge_hashes: Mapping[int, str]
+    stratum: npt.NDArray[np.object_]
+    strata: npt.NDArray[np.object_]
+    raw_codes: npt.NDArray[np.intp]
+    raw_uniques: tuple[str, ...]
+    raw_confidence: npt.NDArray[np.float64]
+    p_pass: npt.NDArray[np.float64]
+    p_low: npt.NDArray[np.float64]
+    p_high: npt.NDArray[np.float64]
+    decision: npt.NDArray[np.object_]
+    expected_cost: npt.NDArray[np.float64]
+    source: npt.NDArray[np.object_]
+    plan_version: int | None
+    n_labels: npt.NDArray[np.int64]
+    evidence_at: npt.NDArray[np.datetime64]
+
+    def __len__(self) -> int:
+        return int(self.subject.size)
+
+    def columns(self) -> tuple[Sequence[Any] | Iterator[Any], ...]:
+        """The rows' values as Python objects, one sequence per `ROW_KEYS` entry."""
+        n = len(self)
+        s = self.subject
+        is_output = (s % 2 == 0).tolist()
+        ids = (s // 2).tolist()
+        jvs = _ints_or_none(self.judge_version)
+        hashes = [self.judge_hashes.get(jv, "") if jv is not None else "" for jv in jvs]
+        raw = [self.raw_uniques[c] for c in self.raw_codes.tolist()]
+        return (
+            repeat(self.study_id, n),
+            [i if o else None for i, o in zip(ids, is_output, strict=True)],
+            [None if o else i for i, o in zip(ids, is_output, strict=True)],
+            _ints_or_none(self.candidate), repeat(self.criterion_id, n),
+            repeat(self.criterion_key, n), jvs, hashes, self.stratum.tolist(),
+            self.strata.tolist(), raw, _floats_or_none(self.raw_confidence),
+            self.p_pass.tolist(), _floats_or_none(self.p_low), _floats_or_none(self.p_high),
+            self.decision.tolist(), self.expected_cost.tolist(), self.source.tolist(),
+            repeat(self.plan_version, n), self.n_labels.tolist(), _datetimes(self.evidence_at),
+        )
+
+
+def _ints_or_none(values: npt.NDArray[np.int64]) -> list[int | None]:
+    out: list[int | None] = values.tolist()
+    for i in np.flatnonzero(values < 0).tolist():
+        out[i] = None
+    return out
+
+
+def _floats_or_none(values: npt.NDArray[np.float64]) -> list[float | None]:
+    out: list[float | None] = values.tolist()
+    for i in np.flatnonzero(~np.isfinite(values)).tolist():
+        out[i] = None
+    return out
+
+
+def _datetimes(values: npt.NDArray[np.datetime64]) -> list[Any]:
+    """Aware (UTC) Python datetimes, None where NaT."""
+    out: list[Any] = [None] * values.size
+    present = ~np.isnat(values)
+    if present.any():
+        stamps = pd.DatetimeIndex(values[present], tz="UTC").to_pydatetime().tolist()
+        for i, v in zip(np.flatnonzero(present).tolist(), stamps, strict=True):
+            out[i] = v
+    return out
+
+
+@dataclass(frozen=True)
+class ScoreRows:
+    """A snapshot's calibrated-score rows as column blocks (`ScoreBlock`).
+
+    Iterating yields each row as a dict keyed by `ROW_KEYS` (made one at a time, on demand:
+    what tests and non-PostgreSQL writers read); `calibration.services` writes the blocks
+    to PostgreSQL without making them.
+    """
+
+    blocks: tuple[ScoreBlock, ...] = ()
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.blocks)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for block in self.blocks:
+            for values in zip(*block.columns(), strict=True):
+                yield dict(zip(ROW_KEYS, values, strict=True))
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+
+def strata_json(strata: Any) -> str:
+    """The JSON text a row's strata dict is stored as (one spelling for every writer)."""
+    return json.dumps(strata if type(strata) is dict else dict(strata or {}))
+
+
 @dataclass(frozen=True, kw_only=True)
 class CalibrationResult:
     """A calibration snapshot's result (version 1; the JSON shape is in docs/calibration.md).
@@ -217,8 +348,9 @@ class CalibrationResult:
     cascades: dict[str, dict[str, Any]] = field(default_factory=dict)
     n_scores: int
     warnings: tuple[str, ...] = ()
-    # The CalibratedScore rows (dicts of field attname -> value), not serialised.
-    scores: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
+    # The CalibratedScore rows (iterating yields dicts of field attname -> value), not
+    # serialised.
+    scores: ScoreRows = field(default_factory=ScoreRows, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -284,7 +416,11 @@ class CalibrationResult:
 
 __all__ = [
     "CALIBRATION_RESULT_VERSION",
+    "ROW_KEYS",
     "CalibrationCell",
     "CalibrationResult",
     "CalibrationResultError",
+    "ScoreBlock",
+    "ScoreRows",
+    "strata_json",
 ]
