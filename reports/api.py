@@ -22,9 +22,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from reviewhub.api.pagination import PAGE_PARAMETERS, DefaultCursorPagination, paginated
-from reviewhub.errors import Forbidden, NotFound, ValidationFailed
-from studies.access import study_get_for_actor
-from studies.models import AnalysisPlan, Membership, Study
+from reviewhub.capabilities import Capability
+from reviewhub.errors import NotFound, ValidationFailed
+from studies.access import judge_data_need, study_access_get
+from studies.models import AnalysisPlan, Study
 from studies.serializers import ErrorSerializer
 
 from . import selectors, services
@@ -36,17 +37,14 @@ from .selection.results import SelectionResult
 
 def study_for_reports(request: Request, slug: str, *, write: bool = False) -> Study:
     """Leads create, leads and viewers read. Annotators grade blind, so they may not see judge
-    figures or disagreeing examples even though their role ranks above viewers."""
-    study, role = study_get_for_actor(
-        user=request.user,
-        slug=slug,
-        token=request.auth,
-        write=write,
-        min_role=Membership.Role.LEAD if write else Membership.Role.VIEWER,
-    )
-    if role == Membership.Role.ANNOTATOR:
-        raise Forbidden("Agreement reports are for leads and viewers; annotators grade blind.")
-    return study
+    figures or disagreeing examples even though their role ranks above viewers (the rule is
+    `reviewhub.capabilities`')."""
+    return study_access_get(
+        user=request.user, slug=slug, token=request.auth,
+        need=judge_data_need(write=write),
+        messages={Capability.VIEW_JUDGE_DATA:
+                  "Agreement reports are for leads and viewers; annotators grade blind."},
+    ).study
 
 
 class ReportCreateSerializer(serializers.Serializer):
