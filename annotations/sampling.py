@@ -7,7 +7,10 @@ explicit seeded `numpy.random.Generator`, so a plan can be rebuilt exactly from 
 
 Modes:
 - ``all``: every eligible subject (a census: inclusion probability 1).
-- ``per_stratum``: ``n`` subjects from every stratum of ``dimension`` (all of a smaller stratum).
+- ``per_stratum``: ``n`` subjects from every stratum of ``dimension`` (all of a smaller stratum),
+  or, with ``counts`` ({stratum label: n}), that many from each stratum it names (strata it
+  does not name get ``n``, or none without ``n``): what a selection report's Neyman
+  allocation of the next labels asks for.
 - ``proportional``: ``total`` subjects split in proportion to stratum sizes, but no stratum gets
   fewer than ``min_per_stratum`` (or its size, if smaller); see `allocate_proportional`.
 
@@ -72,9 +75,15 @@ class SamplingSpec:
     disagreement_weight: float = 0.0
     seed: int = 0
     include_errors: bool = False
+    # per_stratum only: subjects to draw per stratum label, overriding `n` where given.
+    counts: Mapping[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.counts is not None:
+            extra["counts"] = dict(self.counts)
         return {
+            **extra,
             "mode": self.mode,
             "subject": self.subject,
             "dimension": self.dimension,
@@ -225,9 +234,11 @@ def spec_parse(raw: Mapping[str, Any], *, default_seed: int) -> SamplingSpec:
             f"spec.dimension is required for mode '{mode}'.",
             details={"spec.dimension": "required"},
         )
-    if mode == "per_stratum" and n is None:
+    counts = _counts_field(raw, mode)
+    if mode == "per_stratum" and n is None and counts is None:
         raise ValidationFailed(
-            "spec.n is required for mode 'per_stratum'.", details={"spec.n": "required"}
+            "spec.n (or spec.counts) is required for mode 'per_stratum'.",
+            details={"spec.n": "required"},
         )
     if mode == "proportional" and total is None:
         raise ValidationFailed(
@@ -243,7 +254,30 @@ def spec_parse(raw: Mapping[str, Any], *, default_seed: int) -> SamplingSpec:
         disagreement_weight=weight,
         seed=default_seed if seed is None else seed,
         include_errors=include_errors,
+        counts=counts,
     )
+
+
+def _counts_field(raw: Mapping[str, Any], mode: str) -> dict[str, int] | None:
+    value = raw.get("counts")
+    if value is None:
+        return None
+    if mode != "per_stratum":
+        raise ValidationFailed("spec.counts applies to mode 'per_stratum' only.",
+                               details={"spec.counts": "only with mode 'per_stratum'"})
+    if not isinstance(value, Mapping) or not value:
+        raise ValidationFailed("spec.counts must be an object {stratum label: count}.",
+                               details={"spec.counts": "must be a non-empty object"})
+    out: dict[str, int] = {}
+    for label, count in value.items():
+        if not isinstance(label, str) or not label:
+            raise ValidationFailed("spec.counts keys must be stratum labels.",
+                                   details={"spec.counts": "keys must be stratum labels"})
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValidationFailed(f"spec.counts.{label} must be an integer >= 0.",
+                                   details={f"spec.counts.{label}": "must be an integer >= 0"})
+        out[label] = count
+    return out
 
 
 def allocate_per_stratum(sizes: Mapping[str, int], n: int) -> dict[str, int]:
@@ -405,6 +439,15 @@ def _allocation(spec: SamplingSpec, sizes: Mapping[str, int]) -> dict[str, int]:
     if spec.mode == "all":
         return dict(sizes)
     if spec.mode == "per_stratum":
+        if spec.counts is not None:
+            unknown = sorted(set(spec.counts) - set(sizes))
+            if unknown:
+                raise ValidationFailed(
+                    f"spec.counts names strata with no subject in '{spec.dimension}': "
+                    f"{', '.join(unknown)} (strata: {', '.join(sorted(sizes)) or 'none'}).",
+                    details={f"spec.counts.{h}": "no subject in this stratum" for h in unknown},
+                )
+            return {h: min(spec.counts.get(h, spec.n or 0), size) for h, size in sizes.items()}
         assert spec.n is not None
         return allocate_per_stratum(sizes, spec.n)
     assert spec.total is not None

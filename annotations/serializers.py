@@ -143,8 +143,8 @@ class SubmitResponseSerializer(serializers.Serializer):
 class SamplingPlanCreateSerializer(serializers.Serializer):
     spec = serializers.JSONField(
         help_text='{"mode": "all"|"per_stratum"|"proportional", "subject": "output"|"comparison",'
-        ' "dimension", "n", "total", "min_per_stratum", "disagreement_weight", "seed",'
-        ' "include_errors"}'
+        ' "dimension", "n", "counts" ({label: n}, per_stratum), "total", "min_per_stratum",'
+        ' "disagreement_weight", "seed", "include_errors"}'
     )
     k = serializers.IntegerField(min_value=1, max_value=100, default=3)
     gold_rate = serializers.FloatField(min_value=0.0, max_value=0.99, default=0.0)

@@ -257,8 +257,10 @@ class NextLabelsPlanSerializer(serializers.Serializer):
     requested = serializers.DictField(child=serializers.IntegerField(),
                                       help_text="Extra human labels per stratum the report "
                                                 "asked for.")
-    drawn_per_stratum = serializers.IntegerField(help_text="Outputs the plan draws per "
-                                                           "stratum (a plan has one n).")
+    drawn = serializers.DictField(child=serializers.IntegerField(),
+                                  help_text="Outputs the plan draws per stratum: the requested "
+                                            "labels times the candidates compared.")
+    drawn_per_stratum = serializers.IntegerField(help_text="The largest of `drawn`.")
     entries = serializers.IntegerField(help_text="Queue entries of the new plan.")
     note = serializers.CharField()
 
@@ -268,9 +270,8 @@ class SelectionNextLabelsView(APIView):
         operation_id="selection_reports_next_labels",
         summary="Create the sampling plan of a too-close report's next labels",
         description="Leads only. A new sampling plan version (it supersedes the active plan) "
-                    "drawing at random per stratum of the report's dimension; a sampling plan "
-                    "has one count per stratum, so every stratum gets the largest count the "
-                    "report asks for (times the candidates compared).",
+                    "drawing at random, per stratum of the report's dimension, the labels the "
+                    "report asks for there (times the candidates compared).",
         request=None,
         responses={201: NextLabelsPlanSerializer, 409: OpenApiResponse(
             ErrorSerializer, description="The report is not finished or asks for no labels.")},
@@ -287,7 +288,8 @@ class SelectionNextLabelsView(APIView):
         summary = made.plan.summary if isinstance(made.plan.summary, dict) else {}
         body = {"plan_id": made.plan.pk, "plan_version": made.plan.version,
                 "snapshot": made.snapshot_id, "dimension": made.dimension,
-                "requested": made.requested, "drawn_per_stratum": made.drawn_per_stratum,
+                "requested": made.requested, "drawn": dict(made.plan.spec.get("counts") or {}),
+                "drawn_per_stratum": made.drawn_per_stratum,
                 "entries": int(summary.get("entries", 0)), "note": made.note}
         return Response(body, status=status.HTTP_201_CREATED)
 

@@ -29,6 +29,46 @@ def test_per_stratum_caps_at_stratum_size() -> None:
     }
 
 
+def test_per_stratum_counts_draw_each_stratum_its_own_count() -> None:
+    spec = sampling.spec_parse({"mode": "per_stratum", "dimension": "lang",
+                                "counts": {"en": 5, "fr": 9}, "seed": 3}, default_seed=0)
+    population = [sampling.Subject(id=i, stratum=h)
+                  for i, h in enumerate(["en"] * 40 + ["de"] * 10 + ["fr"] * 4)]
+    result = sampling.draw(spec=spec, population=population, gold=[], gold_rate=0.0)
+    drawn = Counter(d.stratum for d in result.chosen)
+    # en its 5, fr all 4 of its 4 (fewer than 9), de none: counts name only en and fr.
+    assert drawn == {"en": 5, "fr": 4}
+    pi = {d.stratum: d.inclusion_probability for d in result.chosen}
+    assert pi["en"] == pytest.approx(5 / 40) and pi["fr"] == 1.0
+    with_n = sampling.spec_parse({"mode": "per_stratum", "dimension": "lang", "n": 2,
+                                  "counts": {"en": 5}}, default_seed=0)
+    assert Counter(d.stratum for d in sampling.draw(
+        spec=with_n, population=population, gold=[], gold_rate=0.0).chosen) == {
+        "en": 5, "de": 2, "fr": 2}
+
+
+@pytest.mark.parametrize(("raw", "field"), [
+    ({"mode": "per_stratum", "dimension": "lang", "counts": {"en": -1}}, "spec.counts.en"),
+    ({"mode": "per_stratum", "dimension": "lang", "counts": {"en": 1.5}}, "spec.counts.en"),
+    ({"mode": "per_stratum", "dimension": "lang", "counts": []}, "spec.counts"),
+    ({"mode": "proportional", "dimension": "lang", "total": 5, "counts": {"en": 1}},
+     "spec.counts"),
+])
+def test_bad_counts_name_the_field(raw: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationFailed) as exc:
+        sampling.spec_parse(raw, default_seed=0)
+    assert field in exc.value.details
+
+
+def test_counts_naming_an_empty_stratum_are_refused() -> None:
+    spec = sampling.spec_parse({"mode": "per_stratum", "dimension": "lang",
+                                "counts": {"xx": 3}}, default_seed=0)
+    with pytest.raises(ValidationFailed) as exc:
+        sampling.draw(spec=spec, population=[sampling.Subject(id=1, stratum="en")], gold=[],
+                      gold_rate=0.0)
+    assert "spec.counts.xx" in exc.value.details
+
+
 def test_proportional_with_floor_by_hand() -> None:
     # Shares of 40 over 100/50/10 are 25, 12.5, 2.5; fr is raised to its floor of 8, and the
     # remaining 32 are re-split over 150: 21.33 and 10.67, rounded by largest remainder.
