@@ -295,7 +295,8 @@ class SelectionNextLabelsView(APIView):
 
 
 class ReportExportView(APIView):
-    """CSV of one table: ?table=cells|confusion|bias|ceiling|system."""
+    """CSV of one table: ?table=cells|confusion|bias|ceiling|system|votes|correlation_levels|
+    orders (`reports.export.TABLES`)."""
 
     @extend_schema(
         operation_id="agreement_reports_export",

@@ -4,12 +4,37 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from .results import AgreementResult, HumanCeiling
+from .results import AgreementResult, Estimate, HumanCeiling
 
-TABLES = ("cells", "confusion", "bias", "ceiling", "system")
+TABLES = (
+    "cells",
+    "confusion",
+    "bias",
+    "ceiling",
+    "system",
+    # Result version 2 (a version 1 result exports them with the header only).
+    "votes",
+    "correlation_levels",
+    "orders",
+)
+# Keys of the per-vote figures of a cell (and the per-majority figures they sit beside).
+_VOTE_METRICS = (
+    ("majority", "accuracy"),
+    ("majority_without_ties", "agreement_without_ties"),
+    ("per_vote", "agreement_per_vote"),
+    ("per_vote_without_ties", "agreement_per_vote_without_ties"),
+)
+_LEVEL_METHODS = ("spearman", "pearson", "kendall")
+_ORDER_FIGURES = (
+    "accuracy_ab",
+    "accuracy_ba",
+    "accuracy_mean",
+    "accuracy_consistent",
+    "positional_agreement",
+)
 
 
 def _safe(value: Any) -> Any:
@@ -225,7 +250,154 @@ def table_rows(result: AgreementResult, table: str) -> tuple[list[str], Iterable
                     ]
 
         return header, system()
+    if table in ("votes", "correlation_levels", "orders"):
+        return _v2_rows(result, table, jname, ckey)
     raise ValueError(f"unknown table {table!r}")
+
+
+def _est_cells(est: Estimate | None) -> list[Any]:
+    return [None, None, None, None] if est is None else [est.value, est.ci_low, est.ci_high, est.n]
+
+
+def _v2_rows(
+    result: AgreementResult,
+    table: str,
+    jname: Callable[[Any], str],
+    ckey: Callable[[Any], str],
+) -> tuple[list[str], Iterable[list[Any]]]:
+    """The tables of result version 2, long: one row per figure."""
+    key = ["judge", "judge_version_id", "criterion", "dimension", "stratum"]
+    if table == "votes":
+        header = [*key, "figure", "value", "ci_low", "ci_high", "n", "n_subjects"]
+
+        def votes() -> Iterable[list[Any]]:
+            # Judge vs majority and vs every vote, then the humans' pooled pair agreement on
+            # the same subjects (the cell's ceiling), for cells that have per-vote figures.
+            for c in result.cells:
+                if "agreement_per_vote" not in c.metrics:
+                    continue
+                head = [
+                    jname(c.judge_version),
+                    c.judge_version,
+                    ckey(c.criterion),
+                    c.dimension,
+                    c.label,
+                ]
+                figures: list[tuple[str, Estimate | None]] = [
+                    (name, c.metrics[k]) for name, k in _VOTE_METRICS if k in c.metrics
+                ]
+                figures.append(("human_pooled", c.ceiling.pooled_agreement))
+                if c.ceiling.pooled_agreement_without_ties is not None:
+                    figures.append(
+                        ("human_pooled_without_ties", c.ceiling.pooled_agreement_without_ties)
+                    )
+                for name, est in figures:
+                    yield [*head, name, *_est_cells(est), c.n_subjects]
+
+        return header, votes()
+    if table == "correlation_levels":
+        header = [
+            *key,
+            "level",
+            "method",
+            "value",
+            "ci_low",
+            "ci_high",
+            "n",
+            "n_items",
+            "n_subjects",
+            "n_candidates",
+            "n_items_constant",
+            "n_items_too_few",
+        ]
+
+        def levels() -> Iterable[list[Any]]:
+            for r in result.correlation_levels:
+                head = [
+                    jname(r.judge_version),
+                    r.judge_version,
+                    ckey(r.criterion),
+                    r.dimension,
+                    r.label,
+                ]
+                for method in _LEVEL_METHODS:
+                    yield [
+                        *head,
+                        "sample",
+                        method,
+                        *_est_cells(getattr(r.sample, method)),
+                        r.sample.n_items,
+                        r.sample.n_subjects,
+                        None,
+                        r.sample.n_items_constant,
+                        r.sample.n_items_too_few,
+                    ]
+                for method in _LEVEL_METHODS:
+                    yield [
+                        *head,
+                        "dataset",
+                        method,
+                        *_est_cells(getattr(r.dataset, method)),
+                        r.dataset.n_items,
+                        r.dataset.n_subjects,
+                        None,
+                        None,
+                        None,
+                    ]
+                if r.system is not None:
+                    for method in _LEVEL_METHODS:
+                        yield [
+                            *head,
+                            "system",
+                            method,
+                            *_est_cells(getattr(r.system, method)),
+                            r.system.n_items,
+                            r.system.n_subjects,
+                            r.system.n_candidates,
+                            None,
+                            None,
+                        ]
+
+        return header, levels()
+    header = [
+        *key,
+        "basis",
+        "figure",
+        "value",
+        "ci_low",
+        "ci_high",
+        "n",
+        "n_pairs",
+        "n_unparseable_ab",
+        "n_unparseable_ba",
+    ]
+
+    def orders() -> Iterable[list[Any]]:
+        # basis: "unparseable as miss|tie" (every pair) or "parseable only".
+        for r in result.orders:
+            head = [
+                jname(r.judge_version),
+                r.judge_version,
+                ckey(r.criterion),
+                r.dimension,
+                r.label,
+            ]
+            for basis, figs in (
+                (f"unparseable as {r.unparseable_as}", r.counted),
+                ("parseable only", r.parseable),
+            ):
+                for name in _ORDER_FIGURES:
+                    yield [
+                        *head,
+                        basis,
+                        name,
+                        *_est_cells(getattr(figs, name)),
+                        r.n_pairs,
+                        r.n_unparseable_ab,
+                        r.n_unparseable_ba,
+                    ]
+
+    return header, orders()
 
 
 def table_csv(result: AgreementResult, table: str) -> str:

@@ -20,7 +20,7 @@ from reviewhub.errors import AppError, ValidationFailed
 from reviewhub.pages import page_study
 from studies.models import Membership, Study
 
-from . import audit_summary, charts, selectors, services
+from . import audit_summary, audit_tables, charts, selectors, services
 from .agreement import DEFAULT_PARAMS
 from .agreement.verdict import rule_items
 from .calibration_charts import cell_title, reliability_bins, reliability_svg
@@ -268,6 +268,9 @@ def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpRespons
         for b in (result.bias if result else ())
     ]
     export = reverse("reports-api-export", kwargs={"slug": slug, "report_id": report.pk})
+    sections = _audit_sections(result, study, report) if result else []
+    if result:
+        audit_tables.attach(result, sections)
     return render(
         request,
         "reports/audit.html",
@@ -278,7 +281,7 @@ def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpRespons
             "result": result,
             "summaries": audit_summary.judge_summaries(result) if result else (),
             "rule_items": _rule_items(result) if result else [],
-            "sections": _audit_sections(result, study, report) if result else [],
+            "sections": sections,
             "bias": bias,
             "csv_links": [(t, f"{export}?table={t}") for t in TABLES],
             "bias_url": reverse("reports-bias", kwargs={"slug": slug, "report_id": report.pk}),
