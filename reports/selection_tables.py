@@ -345,6 +345,34 @@ def _rankings(result: Mapping[str, Any]) -> TableRows:
     return header, rows
 
 
+def _win_rates(result: Mapping[str, Any]) -> TableRows:
+    header = ["criterion", "a", "b", "stratum", "n_comparisons", "n_labelled",
+              *_est_header("human"), *_est_header("judge"), *_est_header("ppi"), "ppi_lambda",
+              "ppi_method"]
+    pw = mapping(result.get("pairwise"))
+    rows = []
+    for w in rows_of(pw.get("win_rates")):
+        ppi = mapping(w.get("ppi"))
+        rows.append([pw.get("criterion"), w.get("a"), w.get("b"), w.get("stratum"),
+                     w.get("n_comparisons"), w.get("n_labelled"),
+                     *_est_columns("human", w.get("human")),
+                     *_est_columns("judge", w.get("judge")),
+                     *_est_columns("ppi", w.get("ppi")), number(ppi.get("lam")),
+                     ppi.get("method")])
+    return header, rows
+
+
+def _bradley_terry(result: Mapping[str, Any]) -> TableRows:
+    header = ["criterion", "stratum", "rank", "candidate", "strength", "ci_low", "ci_high",
+              "reference"]
+    pw = mapping(result.get("pairwise"))
+    rows = [[pw.get("criterion"), r.get("stratum"), r.get("rank"), r.get("candidate"),
+             number(r.get("strength")), number(r.get("ci_low")), number(r.get("ci_high")),
+             pw.get("reference")]
+            for r in rows_of(pw.get("bradley_terry"))]
+    return header, rows
+
+
 def _deviations(result: Mapping[str, Any]) -> TableRows:
     header = ["field", "message"]
     return header, [[d.get("field"), d.get("message")] for d in rows_of(result.get("deviations"))]
@@ -360,6 +388,8 @@ TABLES: dict[str, Callable[[Mapping[str, Any]], TableRows]] = {
     "public_vs_private": _public_vs_private,
     "next_labels": _next_labels,
     "rankings": _rankings,
+    "pairwise": _win_rates,
+    "bradley_terry": _bradley_terry,
     "deviations": _deviations,
 }
 
@@ -572,26 +602,91 @@ def _next_labels_view(result: Mapping[str, Any]) -> dict[str, Any] | None:
             if number(nl.get("se_planned")) is not None else ""}
 
 
-def _generic_table(value: Any) -> dict[str, Any] | None:
-    """A list of flat records as a table (columns: the union of their scalar keys)."""
-    records = rows_of(value)
-    if not records:
+def win_rate_text(est: Any) -> str:
+    """A win rate with its interval, as a percentage ("no data" without a value)."""
+    return estimate_text(est, "rate")
+
+
+def _swapped(est: Any) -> dict[str, Any]:
+    """The win rate of B over A from that of A over B (ties count half on both sides)."""
+    e = dict(mapping(est))
+    v, lo, hi = number(e.get("value")), number(e.get("ci_low")), number(e.get("ci_high"))
+    e["value"] = None if v is None else 1.0 - v
+    e["ci_low"] = None if hi is None else 1.0 - hi
+    e["ci_high"] = None if lo is None else 1.0 - lo
+    return e
+
+
+def strength_text(value: Any, low: Any, high: Any) -> str:
+    """A Bradley-Terry strength (log-odds against the reference) with its interval."""
+    v = number(value)
+    if v is None:
+        return DASH
+    lo, hi = number(low), number(high)
+    interval = f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None and hi is not None else ""
+    return f"{v:+.2f}{interval}"
+
+
+def _pairwise_view(result: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pairwise section: the win-rate matrix on the mix (row over column) and the
+    Bradley-Terry ranking per stratum, the mix first."""
+    pw = result.get("pairwise")
+    if not isinstance(pw, dict):
         return None
-    columns: list[str] = []
-    for r in records:
-        for k, v in r.items():
-            if k not in columns and (v is None or isinstance(v, str | int | float | bool)):
-                columns.append(k)
-    return {"columns": columns,
-            "rows": [[value_text(r.get(c)) if number(r.get(c)) is not None
-                      and not isinstance(r.get(c), int) else r.get(c) for c in columns]
-                     for r in records]}
+    rates = rows_of(pw.get("win_rates"))
+    bt = rows_of(pw.get("bradley_terry"))
+    mix_rates = {(str(w.get("a")), str(w.get("b"))): w for w in rates if w.get("stratum") == MIX}
+    seen = {n for pair in mix_rates for n in pair}
+    ranked = sorted((r for r in bt if r.get("stratum") == MIX),
+                    key=lambda r: number(r.get("rank")) or 0.0)
+    order = [str(r.get("candidate")) for r in ranked if str(r.get("candidate")) in seen]
+    listed = [str(c.get("name")) for c in rows_of(result.get("candidates"))]
+    order += [n for n in listed if n in seen and n not in order]
+    order += sorted(n for n in seen if n not in order)
+    matrix = []
+    for row in order:
+        cells = []
+        for col in order:
+            if row == col:
+                cells.append({"self": True, "text": DASH, "n": ""})
+                continue
+            if (row, col) in mix_rates:
+                w, est = mix_rates[(row, col)], mapping(mix_rates[(row, col)].get("ppi"))
+            elif (col, row) in mix_rates:
+                w = mix_rates[(col, row)]
+                est = _swapped(w.get("ppi")) if w.get("ppi") else {}
+            else:
+                cells.append({"self": False, "text": "not compared", "n": ""})
+                continue
+            has = number(est.get("value")) is not None
+            cells.append({"self": False, "text": win_rate_text(est) if has else "no data",
+                          "n": f"{w.get('n_comparisons')} comparisons, "
+                               f"{w.get('n_labelled')} labelled" if has else ""})
+        matrix.append({"candidate": row, "cells": cells})
+    strata = strata_order(result)
+    pos = {h: i for i, h in enumerate([MIX, *[h for h in strata if h != MIX]])}
+    reference = pw.get("reference")
+    bt_rows = sorted(bt, key=lambda r: (pos.get(str(r.get("stratum")), len(pos)),
+                                        number(r.get("rank")) or 0.0))
+    return {
+        "criterion": str(pw.get("criterion") or ""),
+        "reference": None if reference is None else str(reference),
+        "columns": order,
+        "matrix": matrix,
+        "bradley_terry": [{
+            "stratum": stratum_text(r.get("stratum")), "is_mix": r.get("stratum") == MIX,
+            "rank": rank_text(r.get("rank")), "candidate": str(r.get("candidate")),
+            "strength": ("0 (reference)" if str(r.get("candidate")) == reference
+                         and number(r.get("ci_low")) is None
+                         else strength_text(r.get("strength"), r.get("ci_low"),
+                                            r.get("ci_high")))}
+            for r in bt_rows],
+    }
 
 
 def page_view(result: Mapping[str, Any]) -> dict[str, Any]:
     """Everything the page and the PDF show, as plain text and numbers for the templates."""
     judge = mapping(result.get("judge"))
-    pairwise = mapping(result.get("pairwise"))
     gate_failures = {str(k): [gate_name(g) for g in v] for k, v in
                      mapping(result.get("gate_failures")).items() if isinstance(v, list) and v}
     return {
@@ -607,8 +702,7 @@ def page_view(result: Mapping[str, Any]) -> dict[str, Any]:
         "frontier": _frontier_rows(result),
         "public_private": _public_private(result),
         "next_labels": _next_labels_view(result),
-        "win_rates": _generic_table(pairwise.get("win_rates")),
-        "bradley_terry": _generic_table(pairwise.get("bradley_terry")),
+        "pairwise": _pairwise_view(result),
         "deviations": [{"field": str(d.get("field") or ""), "message": str(d.get("message") or "")}
                        for d in rows_of(result.get("deviations"))],
         "plan_followed": result.get("plan_followed") is True,

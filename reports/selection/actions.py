@@ -4,15 +4,14 @@
 Neyman-allocated on the PPI variances of the decisive paired difference) into a new sampling
 plan version through the annotations app's `sampling_plan_create`.
 
-What the sampling plan can and cannot say: its ``per_stratum`` mode draws the SAME number of
-outputs from every stratum of a dimension (there is no per-stratum count in a sampling spec).
-The plan made here therefore draws, per stratum, the largest count the allocation asks of any
-stratum, times the number of compared candidates (the difference needs labels on the outputs
-of both candidates of an item, and the plan draws outputs of every candidate): strata that
-need fewer labels get more than they need, never fewer. The requested counts are kept in the
-answer (and the plan is drawn as "random", with its inclusion probabilities, so the next
-snapshot weighs the new labels correctly). Outputs already labelled count toward k, as for
-any new plan version, and the new plan supersedes the active one.
+The plan draws, in each stratum, the count the allocation asks for times the number of
+compared candidates (``per_stratum`` mode with ``counts``): the plan draws outputs of every
+candidate, and the difference needs labels on the outputs of both candidates of an item, so
+about that many labels land on each candidate. The plan is drawn as "random", with its
+inclusion probabilities, so the next snapshot weighs the new labels correctly. Outputs
+already labelled count toward k, as for any new plan version, and the new plan supersedes the
+active one. Left for later: drawing whole items (every candidate's output of a drawn item),
+which would label pairs by design rather than by chance.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ class NextLabelsPlan:
     snapshot_id: int
     dimension: str | None
     requested: dict[str, int]  # extra labels per stratum the report asked for
-    drawn_per_stratum: int  # the plan's n per stratum (see the module docstring)
+    drawn_per_stratum: int  # the largest count the plan draws in one stratum
     note: str
 
 
@@ -78,13 +77,13 @@ def next_labels_plan_create(*, study: Study, snapshot: ReportSnapshot | int,
             "The report has no strata dimension; a sampling plan draws at random within the "
             "strata of a dimension. Build the report with params.dimension first.",
             details={"errors": [{"path": "params.dimension", "message": "required"}]})
-    per = max(requested.values()) * n_candidates
-    spec: dict[str, Any] = {"mode": "per_stratum", "dimension": result.dimension, "n": per,
-                            "seed": snapshot.pk}
-    note = (f"a sampling plan draws the same number of outputs from every stratum: {per} per "
-            f"stratum of '{result.dimension}' (the largest request, {max(requested.values())}, "
-            f"times {n_candidates} candidates), so strata asking for fewer get more labels "
-            "than they need")
+    counts = {label: n * n_candidates for label, n in requested.items()}
+    per = max(counts.values())
+    spec: dict[str, Any] = {"mode": "per_stratum", "dimension": result.dimension,
+                            "counts": counts, "seed": snapshot.pk}
+    note = (f"the plan draws, per stratum of '{result.dimension}', the requested labels times "
+            f"{n_candidates} candidates ({', '.join(f'{k}: {v}' for k, v in counts.items())}); "
+            "strata not listed get no new draw")
     plan = sampling_plan_create(study=study, spec=spec, k=1, gold_rate=0.0, created_by=user)
     return NextLabelsPlan(plan=plan, snapshot_id=snapshot.pk, dimension=result.dimension,
                           requested=requested, drawn_per_stratum=per, note=note)

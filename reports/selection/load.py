@@ -11,6 +11,13 @@ thousand human labels; it uses the same COPY-based reader (`calibration.frames`'
 `_values_frame`) on statements that select only those columns. A load costs at most
 `LOAD_MAX_QUERIES` queries whatever the study's size.
 
+For the study's pairwise criterion (`pairwise_criterion`), it also reads per comparison of
+two compared candidates (`SelectionInputs.comparisons`): the candidates of output A and B, the
+item's stratum, the judge's "A wins" score (A 1, B 0, tie 0.5, averaged over its verdicts, or
+its P(A wins) when every verdict records one), the human consensus on the same scale (the
+latest adjudication, then a gold label, else the mean of the annotators' scores) and the
+inclusion weight, by the same rules as the outputs' labels below.
+
 Definitions (the same as calibration's, docs/calibration.md):
 
 * Human label of an (output, criterion): the latest adjudication wins, then a gold label, then
@@ -57,8 +64,14 @@ FloatArray = npt.NDArray[np.float64]
 
 # Queries of one load, whatever the study's size: dimension, criteria, verdict counts (when no
 # judge is given), judge version, candidates, outputs, items, verdicts x2 (numeric and
-# categorical criteria), annotations, gold labels, adjudications, annotator names.
-LOAD_MAX_QUERIES = 13
+# categorical criteria), annotations, gold labels, adjudications, annotator names; and for a
+# pairwise criterion comparisons, their verdicts, annotations, gold labels and adjudications.
+LOAD_MAX_QUERIES = 18
+# Of which the pairwise criterion's (a study without one costs at most 13).
+LOAD_PAIRWISE_QUERIES = 5
+# A pairwise verdict or label as the score of candidate A (ties count half).
+A_WINS = {"A": 1.0, "B": 0.0, "tie": 0.5}
+COMPARISON_COLUMNS = ("comparison", "item", "a", "b", "stratum", "f", "y", "weight")
 # The severity level whose plan cost prices a failure the predictor cannot grade: the middle
 # of the 1-5 scale (docs/reports.md).
 SEVERITY_COST_LEVEL = "3"
@@ -124,6 +137,14 @@ class SelectionInputs:
     outputs: pd.DataFrame
     annotators_simulated: bool
     warnings: list[str] = field(default_factory=list)
+    # The pairwise criterion the report estimates win rates and strengths on (None: none).
+    pairwise_criterion: CriterionMeta | None = None
+    # One row per comparison of two compared candidates on that criterion
+    # (`COMPARISON_COLUMNS`): comparison, item, a and b (candidate ids of output A and B),
+    # stratum, f (the judge's "A wins" score: A 1, B 0, tie 0.5, or its P(A wins)), y (the
+    # human consensus on the same scale, NaN without one) and weight (1 / inclusion
+    # probability of its human labels, 1 when unknown).
+    comparisons: pd.DataFrame = field(default_factory=lambda: empty_comparisons())
 
 
 def metric_catalogue(criteria: Sequence[CriterionMeta], cost_unit: str) -> list[MetricMeta]:
@@ -371,16 +392,21 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
         )
         for c in crit_rows if c.rubric.version == latest
     ]
-    if any(c.scale == "pairwise" for c in criteria):
-        warnings.append("pairwise criteria are not estimated by this report yet (win rates "
-                        "and Bradley-Terry strengths): they are left out")
     crit_ids = [c.id for c in criteria if c.scale != "pairwise"]
+    pair_crit = pairwise_criterion(criteria, spec, warnings)
 
     judge_id = params.get("judge")
-    if judge_id is None and crit_ids:
+    if judge_id is None and (crit_ids or pair_crit is not None):
+        # The judge with most verdicts on the outputs' criteria; a study with pairwise
+        # criteria only counts its verdicts on comparisons instead (one query either way).
+        counted = (
+            Verdict.objects.filter(criterion_id__in=crit_ids, output__isnull=False)
+            if crit_ids else
+            Verdict.objects.filter(criterion_id=pair_crit.id if pair_crit else 0,
+                                   comparison__isnull=False)
+        )
         top = (
-            Verdict.objects.filter(criterion_id__in=crit_ids, is_scored=True,
-                                   output__isnull=False)
+            counted.filter(is_scored=True)
             .values("judge_version_id").annotate(n=Count("id")).order_by("-n", "judge_version_id")
             .values_list("judge_version_id", flat=True).first()
         )
@@ -425,6 +451,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
     n = len(outs)
     # The items' labels are read once per item, not once per output (a JSON key extraction
     # and a join per output cost more than the rest of the outputs' read).
+    item_rows: pd.DataFrame | None = None
     if dimension is not None and n:
         item_rows = _frame(
             Item.objects.filter(study=study).annotate(
@@ -500,9 +527,17 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
             Adjudication.objects.filter(criterion_id__in=crit_ids, output__isnull=False)
             .order_by("id").values_list("output_id", "criterion_id", "value"),
             ["output", "criterion", "label"], text=["label"])
+    # --- comparisons of a pairwise criterion ----------------------------------------------------
+    comparisons = empty_comparisons()
+    pair_annotators: list[int] = []
+    if pair_crit is not None and n:
+        comparisons, pair_annotators = _comparisons_load(
+            study, pair_crit, judge, list(candidates), item_rows, dimension, warnings)
+
     annotators_simulated = bool(study.is_simulated)
-    if len(ann) and not annotators_simulated:
-        ids = [int(x) for x in np.unique(ann["annotator"].to_numpy())]
+    if (len(ann) or pair_annotators) and not annotators_simulated:
+        ids = sorted({int(x) for x in np.unique(ann["annotator"].to_numpy())}
+                     | set(pair_annotators)) if len(ann) else sorted(set(pair_annotators))
         usernames = get_user_model().objects.filter(pk__in=ids).values_list("username",
                                                                             flat=True)
         annotators_simulated = any(_is_simulated_name(str(u)) for u in usernames)
@@ -666,7 +701,161 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
         costs=costs, dimension=dimension, possible_labels=possible, judge=judge,
         candidates=candidates, criteria=criteria, metrics=metrics, outputs=outs,
         annotators_simulated=annotators_simulated, warnings=warnings,
+        pairwise_criterion=pair_crit, comparisons=comparisons,
     )
+
+
+def empty_comparisons() -> pd.DataFrame:
+    """A comparisons frame without rows (the columns of `SelectionInputs.comparisons`)."""
+    return pd.DataFrame({
+        "comparison": pd.Series(dtype="int64"), "item": pd.Series(dtype="int64"),
+        "a": pd.Series(dtype="int64"), "b": pd.Series(dtype="int64"),
+        "stratum": pd.Series(dtype=object), "f": pd.Series(dtype="float64"),
+        "y": pd.Series(dtype="float64"), "weight": pd.Series(dtype="float64"),
+    })
+
+
+def pairwise_criterion(
+    criteria: Sequence[CriterionMeta], spec: Mapping[str, Any] | None, warnings: list[str],
+) -> CriterionMeta | None:
+    """The pairwise criterion the report estimates: the first one the plan gives a win_rate
+    threshold, else the rubric's first pairwise criterion (the others are named in a
+    warning)."""
+    pairs = [c for c in criteria if c.scale == "pairwise"]
+    if not pairs:
+        return None
+    planned = [k for k, e in ((spec or {}).get("criteria") or {}).items()
+               if isinstance(e, Mapping) and e.get("metric") == "win_rate"]
+    chosen = next((c for k in planned for c in pairs if c.key == k), pairs[0])
+    others = [c.key for c in pairs if c is not chosen]
+    if others:
+        warnings.append(f"win rates and Bradley-Terry strengths are estimated on the pairwise "
+                        f"criterion '{chosen.key}' only; not on {', '.join(others)}")
+    return chosen
+
+
+def _a_wins(num: FloatArray, text: Any) -> FloatArray:
+    """The "A wins" score of stored pairwise values: value_num when stored (A 1, B 0, tie
+    0.5, as the judges and importers write it), else the value's text."""
+    out = np.where(np.isin(num, (0.0, 0.5, 1.0)), num, np.nan)
+    if text is not None:
+        from_text = pd.Series(np.asarray(text, dtype=object)).map(A_WINS).to_numpy(
+            dtype=np.float64, na_value=np.nan)
+        out = np.where(np.isfinite(out), out, from_text)
+    return np.asarray(out, dtype=np.float64)
+
+
+def _comparisons_load(
+    study: Any, crit: CriterionMeta, judge: Mapping[str, Any] | None, cand_ids: list[int],
+    item_rows: pd.DataFrame | None, dimension: str | None, warnings: list[str],
+) -> tuple[pd.DataFrame, list[int]]:
+    """The comparisons of two compared candidates with the judge's "A wins" score, the human
+    consensus (adjudication, then gold, then the mean of the annotators' scores) and the
+    inclusion weight, by the rules of the outputs' labels (module docstring); five queries.
+    Returns the frame and the ids of the annotators who labelled them."""
+    from django.db.models import CharField, F, Value
+    from django.db.models.functions import Coalesce
+
+    from annotations.models import Adjudication, Annotation, GoldLabel
+    from judges.models import Verdict
+    from studies.models import Comparison
+
+    cmps = _frame(
+        Comparison.objects.filter(study=study, output_a__candidate_id__in=cand_ids,
+                                  output_b__candidate_id__in=cand_ids)
+        .order_by("id").values_list("id", "item_id", "output_a__candidate_id",
+                                    "output_b__candidate_id"),
+        ["comparison", "item", "a", "b"])
+    m = len(cmps)
+    if not m:
+        return empty_comparisons(), []
+    cmps = cmps.astype({"comparison": "int64", "item": "int64", "a": "int64", "b": "int64"})
+    index = pd.Index(cmps["comparison"].to_numpy())
+    if item_rows is not None and len(item_rows):
+        at = pd.Index(item_rows["item"].to_numpy(dtype=np.int64)).get_indexer(
+            cmps["item"].to_numpy())
+        labels = item_rows["label"].astype(object).to_numpy()
+        stratum = np.where(at >= 0, labels[np.maximum(at, 0)], UNKNOWN)
+    else:
+        stratum = np.full(m, ALL if dimension is None else UNKNOWN, dtype=object)
+    cmps["stratum"] = pd.Series(stratum, dtype=object).astype(str).to_numpy()
+
+    f = np.full(m, np.nan)
+    if judge is not None:
+        v = _frame(
+            Verdict.objects.filter(judge_version_id=judge["id"], criterion_id=crit.id,
+                                   is_scored=True, comparison__isnull=False)
+            .values_list("comparison_id", "value_num", "value", "probability"),
+            ["comparison", "num", "value", "probability"], text=["value"])
+        if len(v):
+            at = index.get_indexer(v["comparison"].to_numpy(dtype=np.int64))
+            keep = at >= 0
+            score = _a_wins(v["num"].to_numpy(dtype=np.float64)[keep],
+                            v["value"].astype(object).to_numpy()[keep])
+            prob = v["probability"].to_numpy(dtype=np.float64)[keep]
+            # P(A wins) only when every verdict has one (the outputs' rule).
+            use_prob = bool(prob.size) and bool(np.all(np.isfinite(prob)))
+            f = _mean_at(at[keep], prob if use_prob else score, m)
+        if not np.isfinite(f).any():
+            warnings.append(f"the judge has no verdict on the comparisons of '{crit.key}': "
+                            "its win rates are the humans' only")
+
+    ann = _frame(
+        Annotation.objects.filter(criterion_id=crit.id, comparison__isnull=False).annotate(
+            a_inclusion=F("assignment__entry__inclusion_probability"),
+            a_draw=Coalesce("assignment__entry__draw_kind", Value(""),
+                            output_field=CharField()),
+        ).values_list("comparison_id", "annotator_id", "value_num", "value", "a_inclusion",
+                      "a_draw"),
+        ["comparison", "annotator", "num", "value", "inclusion", "draw_kind"],
+        text=["value", "draw_kind"])
+    y = np.full(m, np.nan)
+    weight = np.ones(m)
+    countable = np.zeros(m, dtype=bool)
+    annotators: list[int] = []
+    if len(ann):
+        at = index.get_indexer(ann["comparison"].to_numpy(dtype=np.int64))
+        keep = at >= 0
+        ann = ann[keep]
+        at = at[keep]
+        annotators = sorted({int(x) for x in ann["annotator"].to_numpy(dtype=np.int64)})
+        kinds = ann["draw_kind"].astype(object).to_numpy()
+        not_escalated = kinds != "escalation"
+        np.logical_or.at(countable, at, not_escalated)
+        has_any = np.zeros(m, dtype=bool)
+        has_any[at] = True
+        escalated_only = int((has_any & ~countable).sum())
+        if escalated_only:
+            warnings.append(f"{escalated_only} comparison(s) labelled only through escalations "
+                            "(not a random draw) are left out of the win rates")
+        # The human consensus: the mean of the annotators' "A wins" scores (two annotators
+        # saying A and tie give 0.75), as the judge's samples average into its predictor.
+        y = _mean_at(at, _a_wins(ann["num"].to_numpy(dtype=np.float64),
+                                 ann["value"].astype(object).to_numpy()), m)
+        pi = ann["inclusion"].to_numpy(dtype=np.float64)
+        rnd = (kinds == "random") & np.isfinite(pi) & (pi > 0)
+        pi_max = np.full(m, np.nan)
+        if rnd.any():
+            np.fmax.at(pi_max, at[rnd], pi[rnd])
+        weight = np.where(np.isfinite(pi_max), 1.0 / np.where(np.isfinite(pi_max), pi_max, 1.0),
+                          1.0)
+    for model in (GoldLabel, Adjudication):  # adjudication last: it wins
+        lab = _frame(model.objects.filter(criterion_id=crit.id, comparison__isnull=False)
+                     .order_by("id").values_list("comparison_id", "value"),
+                     ["comparison", "label"], text=["label"])
+        if not len(lab):
+            continue
+        lab = lab.drop_duplicates("comparison", keep="last")
+        at = index.get_indexer(lab["comparison"].to_numpy(dtype=np.int64))
+        score = _a_wins(np.full(len(lab), np.nan), lab["label"].astype(object).to_numpy())
+        ok = (at >= 0) & np.isfinite(score)
+        y[at[ok]] = score[ok]
+        countable[at[ok]] = True
+    y[~countable] = np.nan
+    cmps["f"] = f
+    cmps["y"] = y
+    cmps["weight"] = weight
+    return cmps[list(COMPARISON_COLUMNS)].reset_index(drop=True), annotators
 
 
 def _mean_at(at: npt.NDArray[np.intp], values: FloatArray, n: int) -> FloatArray:
@@ -722,6 +911,10 @@ def selection_fingerprint(inputs: SelectionInputs) -> str:
     h = hashlib.sha256()
     if len(inputs.outputs):
         h.update(pd.util.hash_pandas_object(inputs.outputs, index=False).to_numpy().tobytes())
+    if len(inputs.comparisons):
+        h.update(b"comparisons")
+        h.update(pd.util.hash_pandas_object(inputs.comparisons, index=False).to_numpy()
+                 .tobytes())
     meta = {
         "judge": inputs.judge, "candidates": sorted(inputs.candidates.items()),
         "criteria": [c.__dict__ for c in inputs.criteria],
@@ -735,13 +928,18 @@ def selection_fingerprint(inputs: SelectionInputs) -> str:
 
 
 __all__ = [
+    "A_WINS",
+    "COMPARISON_COLUMNS",
     "LOAD_MAX_QUERIES",
+    "LOAD_PAIRWISE_QUERIES",
     "SEVERITY_COST_LEVEL",
     "CriterionMeta",
     "MetricMeta",
     "SelectionInputs",
+    "empty_comparisons",
     "metric_catalogue",
     "mix_problems",
+    "pairwise_criterion",
     "plan_read",
     "resolve_dimension",
     "selection_fingerprint",

@@ -206,6 +206,44 @@ class NextLabels:
 
 
 @dataclass(frozen=True)
+class WinRateRow:
+    """The win rate of candidate a over candidate b on the comparisons of the two (ties count
+    half), in one stratum or on the mix: human-only, judge-only and prediction-powered."""
+
+    a: str
+    b: str
+    stratum: str
+    n_comparisons: int
+    n_labelled: int
+    human: PPIJson | None
+    judge: PPIJson | None
+    ppi: PPIJson | None
+
+
+@dataclass(frozen=True)
+class BradleyTerryRow:
+    """A candidate's Bradley-Terry strength (log-odds against the reference, whose strength
+    is 0 with no interval) in one stratum or on the mix, and its rank there (1 = strongest)."""
+
+    stratum: str
+    candidate: str
+    strength: float | None
+    ci_low: float | None
+    ci_high: float | None
+    rank: int
+
+
+@dataclass(frozen=True)
+class Pairwise:
+    """Win rates and Bradley-Terry strengths on one pairwise criterion."""
+
+    criterion: str
+    win_rates: tuple[WinRateRow, ...]
+    bradley_terry: tuple[BradleyTerryRow, ...]
+    reference: str | None
+
+
+@dataclass(frozen=True)
 class SelectionResult:
     """The selection report (docs/reports.md), version `SELECTION_RESULT_VERSION`."""
 
@@ -237,7 +275,7 @@ class SelectionResult:
     public_vs_private: PublicVsPrivate | None
     decision: Decision
     next_labels: NextLabels | None
-    pairwise: Mapping[str, Any] | None
+    pairwise: Pairwise | None
     missing: tuple[str, ...]
     warnings: tuple[str, ...]
 
@@ -276,6 +314,7 @@ class SelectionResult:
 
 __all__ = [
     "SELECTION_RESULT_VERSION",
+    "BradleyTerryRow",
     "CandidateRef",
     "Decision",
     "Deviation",
@@ -289,10 +328,12 @@ __all__ = [
     "MetricRef",
     "NextLabels",
     "PPIJson",
+    "Pairwise",
     "PublicFlag",
     "PublicRow",
     "PublicVsPrivate",
     "RankingRow",
     "SelectionResult",
     "ThresholdRow",
+    "WinRateRow",
 ]

@@ -24,16 +24,28 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from annotations.models import Annotation, Assignment, QueueEntry, SamplingPlan
+from annotations.models import (
+    Adjudication,
+    Annotation,
+    Assignment,
+    GoldLabel,
+    QueueEntry,
+    SamplingPlan,
+)
 from judges.models import Judge, JudgeVersion, Verdict
 from reports.models import ReportSnapshot
-from reports.selection.load import LOAD_MAX_QUERIES, selection_inputs_load
+from reports.selection.load import (
+    LOAD_MAX_QUERIES,
+    LOAD_PAIRWISE_QUERIES,
+    selection_inputs_load,
+)
 from reports.selection.results import SelectionResult
 from reports.services import report_compute, report_snapshot_create
 from reviewhub.errors import ValidationFailed
 from studies.models import (
     AnalysisPlan,
     Candidate,
+    Comparison,
     Criterion,
     Item,
     Membership,
@@ -353,8 +365,13 @@ def test_too_close_gives_next_labels_and_the_plan_action(client_for: Any) -> Non
     assert plan.is_active and plan.spec["mode"] == "per_stratum"
     assert plan.spec["dimension"] == "length"
     assert body["requested"] == {k: v for k, v in r.next_labels.per_stratum.items() if v > 0}
-    assert body["drawn_per_stratum"] == max(body["requested"].values()) * 2
-    assert plan.spec["n"] == body["drawn_per_stratum"] and body["entries"] > 0
+    # Each stratum draws its own request times the two candidates, not the largest everywhere.
+    assert body["drawn"] == {k: 2 * v for k, v in body["requested"].items()}
+    assert plan.spec["counts"] == body["drawn"] and plan.spec.get("n") is None
+    assert body["drawn_per_stratum"] == max(body["drawn"].values()) and body["entries"] > 0
+    design = plan.summary["designs"]
+    for label, n in body["drawn"].items():
+        assert design[label]["drawn"] == min(n, design[label]["population"])
 
 
 def test_next_labels_refused_when_the_report_asks_for_none(
@@ -375,8 +392,9 @@ def test_the_load_is_a_bounded_number_of_queries(built: dict[str, Any]) -> None:
     params = params_validate(FAST)
     with CaptureQueriesContext(connection) as ctx:
         inputs = selection_inputs_load(built["study"], params, plan)
-    assert len(ctx.captured_queries) <= LOAD_MAX_QUERIES, [q["sql"][:80] for q in
-                                                          ctx.captured_queries]
+    # No pairwise criterion: none of the comparisons' queries.
+    assert len(ctx.captured_queries) <= LOAD_MAX_QUERIES - LOAD_PAIRWISE_QUERIES, [
+        q["sql"][:80] for q in ctx.captured_queries]
     # What it read: one row per output, labels on the drawn items only, weights 1 / pi.
     outs = inputs.outputs
     assert len(outs) == len(built["outputs"])
@@ -389,3 +407,236 @@ def test_the_load_is_a_bounded_number_of_queries(built: dict[str, Any]) -> None:
                    strict=True))
     assert all(got[k] == float(by_id[k]) for k in got)
     assert set(outs["stratum"]) == {"short", "long", "unknown"}
+
+
+# --- a SIMULATED pairwise study: win rates and Bradley-Terry strengths -------------------------
+
+# Bradley-Terry strengths (log-odds) of the simulated candidates per stratum: borealis leads on
+# short, atlas on long; cirrus trails everywhere.
+PAIR_STRENGTH = {
+    "borealis (simulated)": {"short": 1.0, "long": 0.0, "unknown": 0.5},
+    "atlas (simulated)": {"short": 0.0, "long": 1.0, "unknown": 0.5},
+    "cirrus (simulated)": {"short": -1.0, "long": -1.0, "unknown": -1.0},
+}
+PAIR_ITEMS = {"short": 120, "long": 80, "unknown": 20}
+PAIR_PLAN = {
+    "criteria": {"preferred": {"metric": "win_rate", "threshold": 0.5,
+                               "baseline": "cirrus (simulated)"}},
+    "strata": ["length"],
+    "deployment_mix": {"length": MIX},
+    "confidence_level": 0.95,
+}
+
+
+def build_pairwise_study(*, seed: int = 4, slug: str = "sel-pair",
+                         with_outputs_criterion: bool = False) -> dict[str, Any]:
+    """A pairwise-only study (SIMULATED): every item compares each pair of the three
+    candidates once, stored in a random A/B order; humans prefer A with the Bradley-Terry
+    probability of `PAIR_STRENGTH` (ties when it is nearly even); the judge agrees with the
+    humans 80 % of the time. A random 40 % of the comparisons are labelled by one annotator
+    (inclusion probability 0.4); a second annotator says "tie" on the first three of them; the
+    fourth has an adjudication ("B"), one more comparison only a gold label ("A") and one only
+    an escalation. `with_outputs_criterion`: a binary criterion on the outputs too, judged on
+    every output and labelled on the first 30 (a study mixing both kinds of criteria)."""
+    rng = np.random.default_rng(seed)
+    users = get_user_model()
+    owner: Any = UserFactory(username=f"{slug}-lead")
+    ann1 = users.objects.create(username=f"sim-annotator-{slug}-1")
+    ann2 = users.objects.create(username=f"sim-annotator-{slug}-2")
+    study: Any = StudyFactory(owner=owner, slug=slug, name="Pairwise (simulated)")
+    MembershipFactory(study=study, user=owner, role=Membership.Role.LEAD)
+    rubric = RubricVersion.objects.create(study=study, version=1)
+    pref = Criterion.objects.create(rubric=rubric, key="preferred", name="Preferred",
+                                    scale="pairwise", position=0)
+    StratumDimension.objects.create(study=study, key="length", name="Length",
+                                    kind="categorical", source="metadata.length", position=0)
+    items = Item.objects.bulk_create([
+        Item(study=study, external_id=f"{h}-{i}", input="q",
+             strata={} if h == "unknown" else {"length": h})
+        for h, n in PAIR_ITEMS.items() for i in range(n)])
+    names = list(PAIR_STRENGTH)
+    cands = {n: Candidate.objects.create(study=study, name=n, model_family="simulated")
+             for n in names}
+    outs = Output.objects.bulk_create([
+        Output(study=study, item=it, candidate=cands[n], text="a", latency_ms=900.0,
+               tokens_in=10, tokens_out=10, cost=0.001)
+        for it in items for n in names])
+    by = {(o.item_id, o.candidate_id): o for o in outs}
+    judge = Judge.objects.create(study=study, name="sim-judge (simulated)", kind="llm")
+    jv = JudgeVersion.objects.create(judge=judge, version=1, content_hash="p" * 16)
+    cmps: list[Comparison] = []
+    truth: list[str] = []
+    for it in items:
+        h = it.strata.get("length", "unknown")
+        for i in range(3):
+            for j in range(i + 1, 3):
+                first, second = (names[i], names[j]) if rng.random() < 0.5 else \
+                    (names[j], names[i])
+                p_a = 1 / (1 + np.exp(-(PAIR_STRENGTH[first][h] - PAIR_STRENGTH[second][h])))
+                u = rng.random()
+                truth.append("tie" if abs(u - p_a) < 0.05 else ("A" if u < p_a else "B"))
+                cmps.append(Comparison(study=study, item=it,
+                                       output_a=by[(it.pk, cands[first].pk)],
+                                       output_b=by[(it.pk, cands[second].pk)]))
+    cmps = Comparison.objects.bulk_create(cmps)
+    score = {"A": 1.0, "B": 0.0, "tie": 0.5}
+    says = [t if rng.random() < 0.8 else str(rng.choice(["A", "B", "tie"])) for t in truth]
+    Verdict.objects.bulk_create([
+        Verdict(judge_version=jv, criterion=pref, comparison=c, value=v, value_num=score[v])
+        for c, v in zip(cmps, says, strict=True)])
+    labelled = np.flatnonzero(rng.random(len(cmps)) < PI)
+    plan = SamplingPlan.objects.create(study=study, version=1, rubric=rubric, k=1)
+    entries = QueueEntry.objects.bulk_create([
+        QueueEntry(plan=plan, comparison=cmps[k], needed=1, draw_kind="random",
+                   inclusion_probability=PI) for k in labelled])
+    assigned = Assignment.objects.bulk_create([
+        Assignment(entry=e, annotator=ann1, status="submitted") for e in entries])
+    Annotation.objects.bulk_create([
+        Annotation(annotator=ann1, criterion=pref, comparison=cmps[k], assignment=a,
+                   plan=plan, value=truth[k], value_num=score[truth[k]])
+        for k, a in zip(labelled, assigned, strict=True)])
+    Annotation.objects.bulk_create([
+        Annotation(annotator=ann2, criterion=pref, comparison=cmps[k], plan=plan, value="tie",
+                   value_num=0.5) for k in labelled[:3]])
+    Adjudication.objects.create(criterion=pref, comparison=cmps[labelled[3]], value="B",
+                                adjudicated_by=owner)
+    rest = [k for k in range(len(cmps)) if k not in set(labelled.tolist())]
+    GoldLabel.objects.create(criterion=pref, comparison=cmps[rest[0]], value="A")
+    esc = QueueEntry.objects.create(plan=plan, comparison=cmps[rest[1]], needed=1,
+                                    draw_kind="escalation")
+    Annotation.objects.create(
+        annotator=ann1, criterion=pref, comparison=cmps[rest[1]], plan=plan, value="A",
+        value_num=1.0,
+        assignment=Assignment.objects.create(entry=esc, annotator=ann1, status="submitted"))
+    if with_outputs_criterion:
+        correct = Criterion.objects.create(rubric=rubric, key="correct", name="Correct",
+                                           scale="binary", position=1)
+        Verdict.objects.bulk_create([
+            Verdict(judge_version=jv, criterion=correct, output=o, value="pass", value_num=1.0)
+            for o in outs])
+        Annotation.objects.bulk_create([
+            Annotation(annotator=ann1, criterion=correct, output=o, value="pass", value_num=1.0)
+            for o in outs[:30]])
+    AnalysisPlan.objects.create(study=study, version=1, locked_at=timezone.now(),
+                                spec=PAIR_PLAN)
+    return {"study": study, "comparisons": cmps, "truth": truth, "says": says,
+            "labelled": labelled, "gold": rest[0], "escalated": rest[1]}
+
+
+def test_a_pairwise_study_loads_its_comparisons_in_bounded_queries() -> None:
+    from reports.selection.params import params_validate
+
+    data = build_pairwise_study(slug="sel-pair-load", with_outputs_criterion=True)
+    plan = AnalysisPlan.objects.get(study=data["study"])
+    with CaptureQueriesContext(connection) as ctx:
+        inputs = selection_inputs_load(data["study"], params_validate(FAST), plan)
+    # Comparisons, their verdicts, annotations, gold labels and adjudications on top of the
+    # outputs' queries.
+    assert len(ctx.captured_queries) <= LOAD_MAX_QUERIES, [q["sql"][:80] for q in
+                                                          ctx.captured_queries]
+    assert sum("comparison" in q["sql"] for q in ctx.captured_queries) == LOAD_PAIRWISE_QUERIES
+    y_out = inputs.outputs["y:pass_rate:correct"].to_numpy()
+    assert int(np.isfinite(y_out).sum()) == 30
+    assert inputs.pairwise_criterion is not None
+    assert inputs.pairwise_criterion.key == "preferred"
+    assert inputs.judge is not None  # found through its verdicts on comparisons
+    c = inputs.comparisons.set_index("comparison")
+    cmps, truth, lab = data["comparisons"], data["truth"], data["labelled"]
+    assert len(c) == len(cmps)
+    score = {"A": 1.0, "B": 0.0, "tie": 0.5}
+    assert [c.loc[x.pk, "f"] for x in cmps] == [score[v] for v in data["says"]]
+    # The consensus: the mean of the votes (a second "tie" halves the way to 0.5) ...
+    for k in lab[:3]:
+        assert c.loc[cmps[k].pk, "y"] == (score[truth[k]] + 0.5) / 2
+    # ... unless adjudicated; a gold label counts (weight 1); an escalation does not.
+    assert c.loc[cmps[lab[3]].pk, "y"] == 0.0
+    for k in lab[4:]:
+        assert c.loc[cmps[k].pk, "y"] == score[truth[k]]
+        assert c.loc[cmps[k].pk, "weight"] == pytest.approx(1 / PI)
+    assert c.loc[cmps[data["gold"]].pk, "y"] == 1.0
+    assert c.loc[cmps[data["gold"]].pk, "weight"] == 1.0
+    assert np.isnan(c.loc[cmps[data["escalated"]].pk, "y"])
+    assert int(np.isfinite(c["y"]).sum()) == len(lab) + 1
+    assert any("escalations" in w for w in inputs.warnings)
+    assert set(c["stratum"]) == {"short", "long", "unknown"}
+    assert inputs.annotators_simulated
+
+
+def test_a_pairwise_study_gets_win_rates_and_a_bradley_terry_ranking() -> None:
+    import jsonschema
+
+    data = build_pairwise_study()
+    snap = report_snapshot_create(study=data["study"], kind="selection", params=FAST,
+                                  created_by=None)
+    done = report_compute(report_id=snap.pk)
+    assert done.status == "done" and done.result is not None, done.error
+    jsonschema.validate(done.result, SelectionResult.json_schema())
+    r = SelectionResult.from_json(done.result)
+    assert r.to_json() == done.result
+    pw = r.pairwise
+    assert pw is not None and pw.criterion == "preferred"
+    assert pw.reference == "cirrus (simulated)"  # the plan's baseline
+    b, a, c = PAIR_STRENGTH
+    mix_rates = {(w.a, w.b): w for w in pw.win_rates if w.stratum == "mix"}
+    assert len(mix_rates) == 3
+    assert all(w.n_comparisons == sum(PAIR_ITEMS.values()) for w in mix_rates.values())
+    # The simulated truth re-weighted to the mix, inside the PPI interval (with a little
+    # slack for the ties, which the truth counts as "nearly even" only).
+    for (x, y_), w in mix_rates.items():
+        want = sum(MIX[h] / (1 + np.exp(-(PAIR_STRENGTH[x][h] - PAIR_STRENGTH[y_][h])))
+                   for h in MIX)
+        assert w.ppi is not None and w.ppi.ci_low is not None and w.ppi.ci_high is not None
+        assert w.ppi.ci_low - 0.03 <= want <= w.ppi.ci_high + 0.03, (x, y_)
+        assert w.human is not None and w.judge is not None
+    # Bradley-Terry: cirrus (the reference) last on the mix, borealis first on short.
+    mix_bt = {row.candidate: row for row in pw.bradley_terry if row.stratum == "mix"}
+    assert mix_bt[c].strength == 0.0 and mix_bt[c].ci_low is None and mix_bt[c].rank == 3
+    low = mix_bt[b].ci_low
+    assert low is not None and low > 0
+    short = {row.candidate: row.rank for row in pw.bradley_terry if row.stratum == "short"}
+    assert short[b] == 1
+    # The plan's win_rate threshold against the baseline: both beat cirrus on the mix.
+    rows = {(t.candidate, t.stratum): t.status for t in r.thresholds
+            if t.metric == "win_rate:preferred"}
+    assert rows[(b, "mix")] == "pass" and rows[(a, "mix")] == "pass"
+    assert (c, "mix") not in rows
+    assert not any("not checked" in w for w in r.warnings)
+    assert r.simulated
+
+
+def test_pandalm_real_pairwise_data_through_the_selection_report() -> None:
+    """PandaLM's 999 comparisons of five 7B models (real data, three annotators per item,
+    imported judges): the report's human-only win rate of each pair on the whole study is the
+    mean over that pair's items of the annotators' mean score for response 1 (1 -> 1,
+    2 -> 0, tie 0 -> 0.5), computed here straight from the published file."""
+    import json
+
+    from .conftest import imported_study, shared_data_dir
+
+    data_dir = shared_data_dir()
+    study = imported_study("sel-pandalm", ["pandalm"], data_dir)
+    rows = json.loads((data_dir / "pandalm" / "testset-v1.json").read_text())
+    score = {1: 1.0, 2: 0.0, 0: 0.5}
+    want: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        a, b = r["cmp_key"].split("_", 1)
+        votes = [score[int(r[f"annotator{k}"])] for k in (1, 2, 3)]
+        want.setdefault((a, b), []).append(sum(votes) / 3)
+    r = _build_report(study)
+    pw = r.pairwise
+    assert pw is not None
+    mix = {(w.a, w.b): w for w in pw.win_rates if w.stratum == "mix"}
+    assert len(mix) == len(want) == 10
+    for (a, b), scores in want.items():
+        w = mix.get((a, b))
+        flip = w is None
+        w = w if w is not None else mix[(b, a)]
+        assert w.n_comparisons == w.n_labelled == len(scores)
+        assert w.human is not None
+        got = 1.0 - w.human.value if flip and w.human.value is not None else w.human.value
+        assert got == pytest.approx(sum(scores) / len(scores), abs=1e-9), (a, b)
+        assert w.ppi is not None and w.judge is not None
+    bt = [x for x in pw.bradley_terry if x.stratum == "mix"]
+    assert sorted(x.rank for x in bt) == [1, 2, 3, 4, 5]
+    assert pw.reference is not None
+    assert not r.simulated

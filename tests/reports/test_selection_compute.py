@@ -11,6 +11,7 @@ are SIMULATED (seeded random draws).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from evalstats.ppi import (
     ppi_mean,
     ppi_mean_stratified,
 )
+from reports.results import json_safe
 from reports.selection.compute import selection_compute, selection_compute_raw
 from reports.selection.load import CriterionMeta, SelectionInputs, metric_catalogue, mix_problems
 from reports.selection.params import params_validate
@@ -311,3 +313,211 @@ def test_equal_candidates_are_rarely_shipped() -> None:
     assert ships / runs <= 0.07, (ships, beats_runner_up)
     # Beating some rival is far more common than beating all: the test can tell the rules apart.
     assert beats_runner_up > 2 * ships, (ships, beats_runner_up)
+
+
+# --- pairwise studies: win rates and Bradley-Terry strengths ----------------------------------
+
+PAIR_CRIT = CriterionMeta(id=2, key="preferred", name="Preferred", scale="pairwise",
+                          values=("A", "B", "tie"), pass_threshold=None, pass_labels=(),
+                          is_hard_gate=False, weight=1.0)
+# SIMULATED Bradley-Terry strengths per stratum (X strong on "a", Z on "b").
+STRENGTH = {"X": {"a": 0.8, "b": -0.2}, "Y": {"a": 0.0, "b": 0.0}, "Z": {"a": -0.6, "b": 0.7}}
+
+
+def make_pairwise_inputs(
+    *, seed: int = 5, label_rate: float = 0.3, plan_spec: dict[str, Any] | None = None,
+    judged: bool = True, n_items: dict[str, int] | None = None,
+) -> SelectionInputs:
+    """Three candidates answering the same items; every item compares each pair once, in a
+    random presentation order; a random 30 % of the comparisons carry a human verdict, the
+    judge agrees with the humans 80 % of the time (SIMULATED)."""
+    quality = {n: {"a": 0.7, "b": 0.7} for n in STRENGTH}
+    base = make_inputs(seed=seed, quality=quality, n_items=n_items or {"a": 150, "b": 120})
+    rng = np.random.default_rng(seed)
+    items = base.outputs.drop_duplicates("item")[["item", "stratum"]].to_numpy()
+    rows = []
+    cid = 0
+    names = list(STRENGTH)
+    for item, h in items:
+        for i in range(3):
+            for j in range(i + 1, 3):
+                first, second = (i, j) if rng.random() < 0.5 else (j, i)
+                d = STRENGTH[names[first]][h] - STRENGTH[names[second]][h]
+                p_a = 1.0 / (1.0 + math.exp(-d))
+                u = rng.random()
+                truth = 0.5 if abs(u - p_a) < 0.05 else float(u < p_a)
+                f = truth if rng.random() < 0.8 else float(rng.choice([0.0, 0.5, 1.0]))
+                lab = rng.random() < label_rate
+                cid += 1
+                rows.append({"comparison": cid, "item": int(item), "a": first + 1,
+                             "b": second + 1, "stratum": str(h),
+                             "f": f if judged else math.nan,
+                             "y": truth if lab else math.nan, "weight": 1.0 / label_rate})
+    spec = plan_spec if plan_spec is not None else {"criteria": {}}
+    return dataclasses.replace(
+        base, plan_spec=spec, plan=_plan(**{k: v for k, v in spec.items() if k != "criteria"}),
+        criteria=[*CRITERIA, PAIR_CRIT], pairwise_criterion=PAIR_CRIT,
+        comparisons=pd.DataFrame(rows))
+
+
+def _oriented(inputs: SelectionInputs, a: int, b: int) -> pd.DataFrame:
+    """The comparisons of candidates a and b (ids) as "a wins" scores."""
+    c = inputs.comparisons
+    fwd = c[(c["a"] == a) & (c["b"] == b)]
+    rev = c[(c["a"] == b) & (c["b"] == a)].assign(y=lambda d: 1 - d["y"], f=lambda d: 1 - d["f"])
+    return pd.concat([fwd, rev])
+
+
+def _clipped(e: Any) -> dict[str, Any]:
+    """An estimate's JSON with its interval cut to [0, 1]; floats compared to 1e-12 (the
+    report sums the comparisons in stored order, the test in another)."""
+    out = e.to_json()
+    out["ci_low"], out["ci_high"] = (min(max(out[k], 0.0), 1.0) for k in ("ci_low", "ci_high"))
+    return {k: pytest.approx(v, abs=1e-12) if isinstance(v, float) else v
+            for k, v in out.items()}
+
+
+def test_win_rates_are_evalstats_on_the_pairs_comparisons() -> None:
+    inputs = make_pairwise_inputs()
+    raw = selection_compute_raw(inputs, P)
+    pw = raw["pairwise"]
+    assert pw["criterion"] == "preferred"
+    names = {1: "X", 2: "Y", 3: "Z"}
+    assert {(r["a"], r["b"]) for r in pw["win_rates"]} == {("X", "Y"), ("X", "Z"), ("Y", "Z")}
+    for (a, b) in ((1, 2), (1, 3), (2, 3)):
+        d = _oriented(inputs, a, b)
+        for h in ("a", "b"):
+            cell = d[d["stratum"] == h]
+            y, f, w = (cell[k].to_numpy() for k in ("y", "f", "weight"))
+            lab = np.isfinite(y)
+            row = next(r for r in pw["win_rates"] if (r["a"], r["b"], r["stratum"])
+                       == (names[a], names[b], h))
+            assert row["n_comparisons"] == len(cell) and row["n_labelled"] == int(lab.sum())
+            assert row["human"] == _clipped(classical_mean(y[lab], w=w[lab]))
+            assert row["judge"] == _clipped(naive_mean(f))
+            assert row["ppi"] == _clipped(ppi_mean(y[lab], f[lab], f, w=w[lab]))
+        y, f, w = (d[k].to_numpy() for k in ("y", "f", "weight"))
+        s = (d["stratum"] == "b").to_numpy().astype(np.int64)
+        lab = np.isfinite(y)
+        mix = next(r for r in pw["win_rates"] if (r["a"], r["b"], r["stratum"])
+                   == (names[a], names[b], "mix"))
+        want = ppi_mean_stratified(y[lab], f[lab], s[lab], f, s, mix={0: 0.25, 1: 0.75},
+                                   w=w[lab]).mix
+        assert want is not None and mix["ppi"] == _clipped(want)
+        assert mix["n_comparisons"] == len(d)
+
+
+def test_bradley_terry_is_ppi_bradley_terry_on_the_same_arrays() -> None:
+    from evalstats.ppi import ppi_bradley_terry
+
+    inputs = make_pairwise_inputs()
+    raw = selection_compute_raw(inputs, P)
+    pw = raw["pairwise"]
+    c = inputs.comparisons
+    a, b = c["a"].to_numpy() - 1, c["b"].to_numpy() - 1
+    y, f, w = (c[k].to_numpy() for k in ("y", "f", "weight"))
+    s = c["stratum"].to_numpy()
+    lab = np.isfinite(y)
+    assert pw["reference"] == "X"
+    # The mix: every comparison re-weighted from its stratum's share to the mix's share.
+    share = {h: float(np.mean(s == h)) for h in ("a", "b")}
+    scale = np.array([{"a": 0.25, "b": 0.75}[h] / share[h] for h in s])
+    want = ppi_bradley_terry(y[lab], a[lab], b[lab], f[lab], a, b, f, candidates=[0, 1, 2],
+                             reference=0, w=(w * scale)[lab], w_unlabelled=scale)
+    got = {r["candidate"]: r for r in pw["bradley_terry"] if r["stratum"] == "mix"}
+    for code, name in enumerate("XYZ"):
+        e = want.strengths[code]
+        assert got[name]["strength"] == pytest.approx(e.value, abs=1e-12)
+        assert got[name]["ci_low"] == (None if e.ci_low is None else
+                                       pytest.approx(e.ci_low, abs=1e-12))
+        assert got[name]["rank"] == want.order.index(code) + 1
+    # A stratum: its comparisons alone, the inclusion weights only.
+    at = s == "b"
+    sub = ppi_bradley_terry(y[lab & at], a[lab & at], b[lab & at], f[lab & at], a[at], b[at],
+                            f[at], candidates=[0, 1, 2], reference=0, w=w[lab & at])
+    got_b = {r["candidate"]: r for r in pw["bradley_terry"] if r["stratum"] == "b"}
+    assert got_b["Z"]["strength"] == pytest.approx(sub.strengths[2].value, abs=1e-12)
+    assert got_b["Z"]["ci_high"] == pytest.approx(sub.strengths[2].ci_high, abs=1e-12)
+    # The simulated truth: Z strongest on "b", X on "a".
+    assert got_b["Z"]["rank"] == 1
+    assert next(r for r in pw["bradley_terry"] if r["stratum"] == "a"
+                and r["rank"] == 1)["candidate"] == "X"
+    SelectionResult.from_json(json_safe(raw | {"fingerprint": "x"}))
+
+
+def test_human_only_bradley_terry_is_a_logistic_regression() -> None:
+    """lambda = 0 on the labelled comparisons: statsmodels' Logit without intercept on the
+    +1/-1 design gives the same strengths, and its sandwich covariance (HC0, scaled by
+    n / (n - 1) for ppi_py's sample covariance of the gradients) the same standard errors."""
+    import statsmodels.api as sm
+
+    from reports.selection.compute import bradley_terry_fit
+
+    inputs = make_pairwise_inputs(judged=False)
+    c = inputs.comparisons
+    lab = np.isfinite(c["y"].to_numpy())
+    d = c[lab]
+    a, b = d["a"].to_numpy() - 1, d["b"].to_numpy() - 1
+    y = d["y"].to_numpy()
+    fit = bradley_terry_fit(a, b, y, d["f"].to_numpy(), np.ones(len(d)), reference=0,
+                            level=0.95)
+    assert fit.lam == 0.0
+    x = np.zeros((len(d), 2))
+    for k in (1, 2):
+        x[:, k - 1] = (a == k).astype(float) - (b == k).astype(float)
+    logit = sm.Logit(y, x).fit(disp=0, tol=1e-12, maxiter=200)
+    assert [fit.strengths[1].value, fit.strengths[2].value] == pytest.approx(
+        list(logit.params), abs=1e-8)
+    hc0 = sm.Logit(y, x).fit(disp=0, tol=1e-12, maxiter=200, cov_type="HC0")
+    n = len(d)
+    se = np.sqrt(np.diag(hc0.cov_params()) * n / (n - 1))
+    assert [fit.strengths[1].se, fit.strengths[2].se] == pytest.approx(list(se), rel=1e-6)
+    # The report's human-only fit when the judge judged no comparison.
+    raw = selection_compute_raw(inputs, P)
+    assert raw["pairwise"]["win_rates"][0]["judge"] is None
+
+
+def test_win_rate_thresholds_against_the_baseline() -> None:
+    spec = {"criteria": {"preferred": {"metric": "win_rate", "threshold": 0.5,
+                                       "baseline": "Y", "every_stratum": True}}}
+    raw = selection_compute_raw(make_pairwise_inputs(plan_spec=spec, label_rate=0.6,
+                                                     n_items={"a": 400, "b": 400}), P)
+    rows = {(t["candidate"], t["stratum"]): t["status"] for t in raw["thresholds"]
+            if t["metric"] == "win_rate:preferred"}
+    assert set(rows) == {(n, h) for n in ("X", "Z") for h in ("a", "b", "mix")}
+    # X beats Y on "a" (strength 0.8), loses on "b" (-0.2 is too close to call or a fail);
+    # Z loses on "a" (-0.6) and wins on "b" (0.7).
+    assert rows[("X", "a")] == "pass" and rows[("Z", "a")] == "fail"
+    assert rows[("Z", "b")] == "pass"
+    assert raw["pairwise"]["reference"] == "Y"
+    win = next(r for r in raw["pairwise"]["win_rates"] if (r["a"], r["b"], r["stratum"])
+               == ("X", "Y", "a"))
+    assert win["ppi"]["ci_low"] > 0.5
+    # Without a baseline the threshold is not checked, and the report says so.
+    spec2 = {"criteria": {"preferred": {"metric": "win_rate", "threshold": 0.5}}}
+    raw2 = selection_compute_raw(make_pairwise_inputs(plan_spec=spec2), P)
+    assert not [t for t in raw2["thresholds"] if t["metric"] == "win_rate:preferred"]
+    assert any("names no baseline" in w for w in raw2["warnings"])
+
+
+def test_a_study_without_pairwise_criterion_has_no_pairwise_section() -> None:
+    raw = selection_compute_raw(make_inputs(), P)
+    assert raw["pairwise"] is None
+    empty = dataclasses.replace(make_pairwise_inputs(), comparisons=make_pairwise_inputs()
+                                .comparisons.iloc[:0])
+    raw = selection_compute_raw(empty, P)
+    assert raw["pairwise"] == {"criterion": "preferred", "win_rates": [], "bradley_terry": [],
+                               "reference": None}
+    assert any("no comparison" in m for m in raw["missing"])
+
+
+def test_a_failed_win_rate_threshold_on_the_mix_makes_a_candidate_ineligible() -> None:
+    # No candidate wins 90 % of its comparisons with Y: X and Z fail on the mix, and Y (the
+    # baseline, which the threshold does not rate) is the only one left to recommend.
+    spec = {"criteria": {"preferred": {"metric": "win_rate", "threshold": 0.9,
+                                       "baseline": "Y", "every_stratum": False}}}
+    raw = selection_compute_raw(make_pairwise_inputs(plan_spec=spec), P)
+    rows = {(t["candidate"], t["stratum"]): t["status"] for t in raw["thresholds"]}
+    assert rows == {("X", "mix"): "fail", ("Z", "mix"): "fail"}
+    assert raw["decision"]["verdict"] == "ship" and raw["decision"]["candidate"] == "Y"
+    assert "the only candidate that passes every gate" in raw["decision"]["text"]

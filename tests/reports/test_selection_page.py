@@ -274,7 +274,7 @@ def test_every_table_as_csv_with_formulas_neutralised(study: Study, lead_page: C
     snap = selection_snapshot(study, result)
     expected_rows = {"estimates": 12, "differences": 2, "flips": 1, "gates": 2, "thresholds": 1,
                      "frontier": 3, "public_vs_private": 3, "next_labels": 3, "rankings": 5,
-                     "deviations": 1}
+                     "pairwise": 0, "bradley_terry": 0, "deviations": 1}
     assert set(expected_rows) == set(selection_tables.TABLES)
     for table, count in expected_rows.items():
         r = lead_page.get(_csv(snap, table))
@@ -590,3 +590,96 @@ def test_next_labels_of_an_unreadable_result_is_refused_on_the_page(study: Study
     assert r.status_code == 302
     page = lead_page.get(_detail(snap)).content.decode()
     assert "message-error" in page and "cannot be read" in page
+
+
+def pairwise_section() -> dict[str, Any]:
+    """A pairwise section of the SelectionResult v1 shape: A, B and the hostile name compared
+    on "preferred"; the hostile candidate was never compared with A; B is the reference."""
+    def rate(a: str, b: str, stratum: str, v: float, n: int = 200) -> dict[str, Any]:
+        return {"a": a, "b": b, "stratum": stratum, "n_comparisons": n, "n_labelled": 40,
+                "human": _ppi(v + 0.02, v - 0.12, v + 0.14, 40, 0, "classical"),
+                "judge": _ppi(v - 0.03, v - 0.07, v + 0.01, 0, n, "naive"),
+                "ppi": _ppi(v, v - 0.06, v + 0.06, 40, n)}
+    return {
+        "criterion": "preferred",
+        "win_rates": [rate("A", "B", "short", 0.40), rate("A", "B", "mix", 0.35),
+                      rate("B", HOSTILE, "mix", 0.80, 150)],
+        "bradley_terry": [
+            {"stratum": "mix", "candidate": "B", "strength": 0.0, "ci_low": None,
+             "ci_high": None, "rank": 1},
+            {"stratum": "mix", "candidate": "A", "strength": -0.62, "ci_low": -0.95,
+             "ci_high": -0.29, "rank": 2},
+            {"stratum": "mix", "candidate": HOSTILE, "strength": -1.39, "ci_low": -1.9,
+             "ci_high": -0.88, "rank": 3},
+            {"stratum": "short", "candidate": "B", "strength": 0.0, "ci_low": None,
+             "ci_high": None, "rank": 1},
+            {"stratum": "short", "candidate": "A", "strength": -0.41, "ci_low": -0.8,
+             "ci_high": -0.02, "rank": 2}],
+        "reference": "B",
+    }
+
+
+def test_pairwise_preferences_render_as_a_matrix_and_a_ranking(
+    study: Study, lead_page: Client, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reports.selection.results import SelectionResult
+
+    result = selection_result(pairwise=pairwise_section())
+    typed = SelectionResult.from_json(result)
+    assert typed.pairwise is not None and typed.pairwise.reference == "B"
+    assert typed.to_json() == result
+    snap = selection_snapshot(study, result)
+    html = lead_page.get(_detail(snap)).content.decode()
+    assert HOSTILE not in html
+    section = html[html.index('id="pairwise-heading"'):html.index('id="deviations-heading"')]
+    text = _text(section)
+    assert "Pairwise preferences" in text and "a tie counting half a win" in text
+    # The matrix on the mix, best first by the Bradley-Terry ranking: B, A, the hostile name.
+    heads = re.findall(r'<th scope="col">(.*?)</th>', section)
+    assert heads[:4] == ["Candidate", "over B", "over A",
+                         "over &lt;script&gt;alert(1)&lt;/script&gt;"]
+    row_b = re.search(r'<tr><th scope="row">B</th>(.*?)</tr>', section, re.S)
+    assert row_b is not None
+    cells = [_text(c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row_b.group(1), re.S)]
+    # B over A is 1 - (A over B): 65.0 % [59.0, 71.0]; B over the hostile name as stored.
+    assert cells == [selection_tables.DASH, "65.0 % [59.0, 71.0] 200 comparisons, 40 labelled",
+                     "80.0 % [74.0, 86.0] 150 comparisons, 40 labelled"]
+    row_a = re.search(r'<tr><th scope="row">A</th>(.*?)</tr>', section, re.S)
+    assert row_a is not None and "35.0 % [29.0, 41.0]" in row_a.group(1)
+    assert "not compared" in row_a.group(1)
+    for sentence in ("deployment mix 1 B 0 (reference)", "deployment mix 2 A -0.62 [-0.95, -0.29]",
+                     "short 2 A -0.41 [-0.80, -0.02]", "against B, whose strength is 0"):
+        assert sentence in text, sentence
+    assert section.count("<table") == section.count("<caption>") == 2
+    # The CSV tables.
+    rows = list(csv.DictReader(io.StringIO(lead_page.get(_csv(snap, "pairwise"))
+                                           .content.decode())))
+    assert [(r["a"], r["b"], r["stratum"]) for r in rows] == [
+        ("A", "B", "short"), ("A", "B", "mix"), ("B", HOSTILE, "mix")]
+    assert float(rows[1]["ppi_value"]) == pytest.approx(0.35)
+    assert rows[1]["criterion"] == "preferred"
+    bt = list(csv.DictReader(io.StringIO(lead_page.get(_csv(snap, "bradley_terry"))
+                                         .content.decode())))
+    assert len(bt) == 5 and bt[0]["ci_low"] == "" and bt[1]["strength"] == "-0.62"
+    assert {r["reference"] for r in bt} == {"B"}
+    # The PDF has the same section, without the CSV links.
+    documents: list[Any] = []
+    render = selection_pdf.pdf_document
+
+    def spy(html: str) -> Any:
+        documents.append(render(html))
+        return documents[-1]
+
+    monkeypatch.setattr(selection_pdf, "pdf_document", spy)
+    pdf = lead_page.get(reverse("reports-selection-pdf",
+                                kwargs={"slug": study.slug, "snapshot_id": snap.pk}))
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF-")
+    pdf_text = re.sub(r"\s+", " ", selection_pdf.document_text(documents[0]))
+    assert "Pairwise preferences" in pdf_text and "65.0 % [59.0, 71.0]" in pdf_text
+    assert "Win rates as CSV" not in pdf_text
+
+
+def test_without_pairwise_criterion_there_is_no_pairwise_section(study: Study,
+                                                                  lead_page: Client) -> None:
+    html = lead_page.get(_detail(selection_snapshot(study))).content.decode()
+    assert 'id="pairwise-heading"' not in html
