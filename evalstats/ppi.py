@@ -427,6 +427,26 @@ def _tuned_lambda(
     return float(np.clip(cov / denom, 0.0, 1.0))
 
 
+def _census_parts(
+    y: FloatArray, fl: FloatArray, wn: FloatArray, lam: float, big_n: int, ddof: int
+) -> tuple[float, float]:
+    """(design variance of the rectifier, the population's own variance of the mean) of the
+    difference estimator (`ppi_mean` with ``census=True``); ``wn`` has mean 1."""
+    n = len(y)
+    if n <= ddof or big_n <= 0:
+        return 0.0, 0.0
+    r = y - lam * fl
+    r_bar = float((wn * r).mean())
+    inv_pi = wn * (big_n / n)
+    # (1 - pi) / pi^2 = 1/pi^2 - 1/pi; an output drawn with certainty (pi >= 1) adds nothing.
+    factor = np.maximum(inv_pi**2 - inv_pi, 0.0)
+    scale = n / (n - ddof)
+    v_design = float(np.sum(factor * (r - r_bar) ** 2)) / big_n**2 * scale
+    y_bar = float((wn * y).mean())
+    v_pop = float(np.sum(wn * (y - y_bar) ** 2)) / (n - ddof) / big_n
+    return v_design, v_pop
+
+
 def ppi_mean(
     y: npt.ArrayLike,
     f_labelled: npt.ArrayLike,
@@ -437,6 +457,7 @@ def ppi_mean(
     lam: float | None = None,
     level: float = 0.95,
     interval: Interval = "normal",
+    census: bool = False,
 ) -> PPIEstimate:
     """PPI++ estimate of the mean human label, with power tuning when ``lam`` is ``None``.
 
@@ -458,9 +479,23 @@ def ppi_mean(
     and a Student t quantile with Welch-Satterthwaite degrees of freedom. With tens of labels
     the normal interval undercovers (about 90 % for a nominal 95 % at n = 10); the t interval
     keeps its level there and converges to the normal one as ``n`` grows.
+
+    ``census=True`` (not in ``ppi_py``): ``f_unlabelled`` holds the judge's scores on EVERY
+    output of the population, the labelled ones included, and the labelled outputs are a
+    probability sample of it with inclusion probabilities proportional to ``1 / w``. The
+    estimate is the survey difference estimator, lambda mean(f over all) + weighted mean of
+    (y - lambda f) over the labelled, unbiased whatever the inclusion probabilities, with no
+    weight needed on the unlabelled rest. Its variance is not ppi_py's (the two terms are not
+    independent samples): var(y) / N for the population's own sampling plus the design
+    variance of the rectifier, (1 / N^2) sum (1 - pi_i) / pi_i^2 (r_i - r_bar)^2 with
+    pi_i = (n / N) / w_i; for equal weights that is (1/n - 1/N) var(y - lambda f), and with
+    every output labelled it is the human-only variance.
     """
     level = _level(level)
     interval = _check_interval(interval)
+    if census and w_unlabelled is not None:
+        raise ValueError("census: the judge term runs over every output unweighted; "
+                         "w_unlabelled does not apply")
     yv = _vec(y, "y")
     fl = _vec(f_labelled, "f_labelled")
     fu = _vec(f_unlabelled, "f_unlabelled")
@@ -493,10 +528,17 @@ def ppi_mean(
         imputed = wu * (lam_used * fu)
         value += float(imputed.mean())
         var_i = float(imputed.var(ddof=ddof)) / big_n if big_n > ddof else 0.0
+    if census:
+        if big_n < n:
+            raise ValueError("census: f_unlabelled must hold the judge's scores on every "
+                             "output, the labelled ones included")
+        var_r, var_i = _census_parts(yv, fl, wv, lam_used, big_n, ddof)
+        how += "; judge term over every output, design-based variance"
     se = math.sqrt(var_r + var_i) if n >= 2 else None
     df = None
     if interval == "t" and se is not None:
-        df = _welch_df([(var_r, n - 1.0), (var_i, big_n - 1.0)]) or float(n - 1)
+        df = (float(n - 1) if census
+              else _welch_df([(var_r, n - 1.0), (var_i, big_n - 1.0)]) or float(n - 1))
     return _estimate(
         value,
         se,
@@ -604,6 +646,7 @@ def combine_strata(
 def _strata_normal(
     y: FloatArray, fl: FloatArray, sl: IntArray, fu: FloatArray, su: IntArray,
     w: FloatArray | None, wu: FloatArray | None, lam: float | None, level: float,
+    census: bool = False,
 ) -> dict[int, PPIEstimate]:
     """:func:`ppi_mean` (normal interval) of every stratum at once, from per-stratum sums.
 
@@ -673,6 +716,18 @@ def _strata_normal(
         value_i = np.where(has_u, lam_s * mu, 0.0)
         var_i = np.where(has_u, lam_s**2 * ss_u / big_n / big_n, 0.0)
     weighted = ", weighted" if (w is not None or wu is not None) else ""
+    if census:
+        if wu is not None:
+            raise ValueError("census: the judge term runs over every output unweighted; "
+                             "w_unlabelled does not apply")
+        # The labelled set is small: its design variance per stratum from its own slices.
+        for c in codes.tolist():
+            if big_n[c] < n[c]:
+                raise ValueError("census: f_unlabelled must hold the judge's scores on every "
+                                 "output, the labelled ones included")
+            li = sl == c
+            var_r[c], var_i[c] = _census_parts(y[li], fl[li], wl[li], float(lam_s[c]),
+                                               int(big_n[c]), 0)
     out: dict[int, PPIEstimate] = {}
     for c in codes.tolist():
         n_c, big_c = int(n[c]), int(big_n[c])
@@ -684,6 +739,8 @@ def _strata_normal(
             how = f"power-tuned lambda={float(lam_s[c]):.4g}"
         else:
             how = f"fixed lambda={float(lam_s[c]):.4g}"
+        if census and big_c:
+            how += "; judge term over every output, design-based variance"
         se = math.sqrt(float(var_r[c]) + float(var_i[c])) if n_c >= 2 else None
         out[c] = _estimate(
             float(value_r[c] + value_i[c]),
@@ -711,6 +768,7 @@ def ppi_mean_stratified(
     lam: float | None = None,
     level: float = 0.95,
     interval: Interval = "normal",
+    census: bool = False,
 ) -> StratifiedPPI:
     """Stratified PPI++ (Fisch et al. 2024): per-stratum power-tuned estimates and their mix.
 
@@ -742,7 +800,7 @@ def ppi_mean_stratified(
     if interval == "normal" and sl.size and (wv is None or np.all(wv > 0)) and (
         wu is None or np.all(wu > 0)
     ):
-        per = _strata_normal(yv, fl, sl, fu, su, wv, wu, lam, level)
+        per = _strata_normal(yv, fl, sl, fu, su, wv, wu, lam, level, census)
     for s in sorted(set(sl.tolist()) - set(per)):
         li = sl == s
         ui = su == s
@@ -755,6 +813,7 @@ def ppi_mean_stratified(
             lam=lam,
             level=level,
             interval=interval,
+            census=census,
         )
     how = "per-stratum power-tuned lambda" if lam is None else f"fixed lambda={lam:.4g}"
     mixed, missing = combine_strata(
@@ -783,6 +842,7 @@ def paired_difference(
     lam: float | None = None,
     level: float = 0.95,
     interval: Interval = "normal",
+    census: bool = False,
 ) -> PPIEstimate:
     """PPI++ estimate of mean(A - B) on shared items.
 
@@ -799,7 +859,7 @@ def paired_difference(
     _same_length((fau, "f_a_u"), (fbu, "f_b_u"))
     est = ppi_mean(
         ya - yb, fal - fbl, fau - fbu, w=w, w_unlabelled=w_unlabelled, lam=lam, level=level,
-        interval=interval,
+        interval=interval, census=census,
     )
     return _relabel(est, "paired difference A - B on shared items: ")
 
@@ -824,6 +884,7 @@ def paired_difference_stratified(
     lam: float | None = None,
     level: float = 0.95,
     interval: Interval = "normal",
+    census: bool = False,
 ) -> StratifiedPPI:
     """Stratified PPI++ of mean(A - B): per-stratum paired differences and their mix.
 
@@ -847,6 +908,7 @@ def paired_difference_stratified(
         lam=lam,
         level=level,
         interval=interval,
+        census=census,
     )
     prefix = "paired difference A - B on shared items: "
     return StratifiedPPI(

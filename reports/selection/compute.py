@@ -317,8 +317,10 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
                         # too: the difference estimator of survey sampling), so unequal
                         # inclusion probabilities need weights on the labelled set only; the
                         # unlabelled rest alone would over-represent rarely drawn outputs.
+                        # Its variance is design-based (census=True), not ppi_py's: the two
+                        # sets overlap, and with every output labelled it is the human one.
                         cell_est = ppi_mean(yy[lf], fy[lf], fy[np.isfinite(fy)], w=ww[lf],
-                                            level=level)
+                                            level=level, census=True)
                         ppi_cell[(ci, si, m.key)] = cell_est
                         row["ppi"] = cell_est.to_json()
                     elif ly.any():
@@ -346,7 +348,8 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
                 if lab_f.any():
                     every = np.isfinite(f)
                     strat = ppi_mean_stratified(y[lab_f], f[lab_f], s[lab_f], f[every], s[every],
-                                                mix=mix_codes, w=w[lab_f], level=level)
+                                                mix=mix_codes, w=w[lab_f], level=level,
+                                                census=True)
                     est_mix = strat.mix
                     if strat.missing and m.key == primary:
                         gone = ", ".join(labels[k] for k in strat.missing)
@@ -665,7 +668,7 @@ def _win_rate_cells(
         if lf.any():
             # The judge term over every comparison of the pair in the stratum, labelled ones
             # too (the difference estimator; see the outputs' cells).
-            cell["ppi"] = ppi_mean(yy[lf], ff[lf], ff[jf], w=ww[lf], level=level)
+            cell["ppi"] = ppi_mean(yy[lf], ff[lf], ff[jf], w=ww[lf], level=level, census=True)
         elif ly.any():
             cell["ppi"] = human[si]
         per[si] = cell
@@ -678,7 +681,7 @@ def _win_rate_cells(
     pm: PPIEstimate | None = None
     if lab_f.any():
         pm = ppi_mean_stratified(y[lab_f], f[lab_f], s[lab_f], f[every], s[every],
-                                 mix=mix_codes, w=w[lab_f], level=level).mix
+                                 mix=mix_codes, w=w[lab_f], level=level, census=True).mix
     elif np.isfinite(y).any():
         pm = hm
     mix_cell = {"n": int(y.size), "n_labelled": int(np.isfinite(y).sum()), "human": hm,
@@ -694,9 +697,11 @@ def bradley_terry_fit(
     human score ``y`` of A, judge score ``f`` of A, inclusion weight ``w`` of the human
     labels, ``scale`` a population weight of each comparison, 1 by default): the labelled set
     is the comparisons with both a human and a judge score, weighted ``w * scale``; the judge
-    term runs over every judged comparison (labelled ones too, as for the win rates),
-    weighted ``scale``. Without any judge score it is the human-only fit (lambda 0). Raises
-    ValueError when the comparisons do not identify the strengths."""
+    term runs over the judged comparisons WITHOUT a human label, weighted ``scale``: ppi_py's
+    design of two independent samples, whose variance the fit uses (the win rates' difference
+    estimator has its own, design-based variance; a logistic fit has no such form here).
+    Without any judge score it is the human-only fit (lambda 0). Raises ValueError when the
+    comparisons do not identify the strengths."""
     sc = np.ones(a.size) if scale is None else scale
     every = np.isfinite(f)
     cands = sorted(set(np.concatenate([a, b]).tolist()))
@@ -706,9 +711,10 @@ def bradley_terry_fit(
                                  a[:0], b[:0], np.zeros(0), candidates=cands,
                                  reference=reference, w=(w * sc)[lab], lam=0.0, level=level)
     lab = np.isfinite(y) & every
-    return ppi_bradley_terry(y[lab], a[lab], b[lab], f[lab], a[every], b[every], f[every],
+    rest = every & ~np.isfinite(y)
+    return ppi_bradley_terry(y[lab], a[lab], b[lab], f[lab], a[rest], b[rest], f[rest],
                              candidates=cands, reference=reference, w=(w * sc)[lab],
-                             w_unlabelled=sc[every], level=level)
+                             w_unlabelled=sc[rest], level=level)
 
 
 def _pairwise(
@@ -911,7 +917,7 @@ def _paired(
     # As for the cells: the judge term over every item both candidates answered.
     return paired_difference_stratified(
         ya[lab], yb[lab], f_a[lab], f_b[lab], s[lab], f_a[both_f], f_b[both_f], s[both_f],
-        mix=mix_codes, w=w, level=level,
+        mix=mix_codes, w=w, level=level, census=True,
     )
 
 

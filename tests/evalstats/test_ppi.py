@@ -590,3 +590,65 @@ def test_stratified_sums_equal_ppi_mean_per_stratum(weighted: bool, lam: float |
         else:
             assert got.se == pytest.approx(want.se, rel=1e-8)
         assert (got.method, got.warnings) == (want.method, want.warnings)
+
+
+# --- census: the judge term over every output (the survey difference estimator) -------------
+
+
+def test_census_with_every_output_labelled_is_the_human_only_estimate() -> None:
+    rng = np.random.default_rng(2)
+    y = (rng.random(300) < 0.6).astype(float)
+    f = np.clip(y * 0.5 + rng.normal(0.25, 0.1, 300), 0, 1)
+    got = ppi.ppi_mean(y, f, f, census=True)
+    human = ppi.classical_mean(y)
+    assert got.value == pytest.approx(human.value, abs=1e-12)
+    assert got.se == pytest.approx(human.se, rel=1e-12)
+    # ppi_py's two-sample variance would be narrower than the human-only one here: wrong.
+    assert ppi.ppi_mean(y, f, f).se < human.se  # type: ignore[operator]
+
+
+def test_census_variance_by_hand_and_stratified_path() -> None:
+    rng = np.random.default_rng(4)
+    n_all = 2000
+    f = rng.random(n_all)
+    y = (rng.random(n_all) < f).astype(float)
+    s = rng.integers(0, 3, n_all)
+    lab = rng.random(n_all) < 0.2
+    est = ppi.ppi_mean(y[lab], f[lab], f, census=True)
+    n, lam = int(lab.sum()), est.lam
+    assert lam is not None
+    r = y[lab] - lam * f[lab]
+    var = np.var(y[lab]) / n_all + (1 / n - 1 / n_all) * np.var(r)
+    assert est.se == pytest.approx(math.sqrt(var), rel=1e-12)
+    w = rng.uniform(1, 3, n_all)
+    strat = ppi.ppi_mean_stratified(y[lab], f[lab], s[lab], f, s, mix={0: 0.3, 1: 0.3, 2: 0.4},
+                                    w=w[lab], census=True)
+    for k in range(3):
+        m = s == k
+        one = ppi.ppi_mean(y[lab & m], f[lab & m], f[m], w=w[lab & m], census=True)
+        got = strat.per_stratum[k]
+        assert (got.value, got.se) == pytest.approx((one.value, one.se), abs=1e-12)
+    with pytest.raises(ValueError, match="every output"):
+        ppi.ppi_mean(y[lab], f[lab], f[:3], census=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fraction", "unequal"), [(0.1, False), (0.6, False), (1.0, False),
+                                                    (0.1, True), (0.5, True)])
+def test_census_intervals_cover(fraction: float, unequal: bool) -> None:
+    """SIMULATED populations of 2,000 outputs (y ~ Bernoulli(sigmoid(x)), a biased judge),
+    humans labelling a Poisson sample with equal or score-dependent probabilities: the 95 %
+    interval covers the population mean 0.5 in 93-97 % of 1,000 runs, also when most outputs
+    are labelled (where ppi_py's two-sample variance would be too small)."""
+    rng = np.random.default_rng(int(fraction * 100) + unequal)
+    runs, hits = 1000, 0
+    for _ in range(runs):
+        x = rng.normal(size=2000)
+        y = (rng.random(2000) < 1 / (1 + np.exp(-x))).astype(float)
+        f = np.clip(1 / (1 + np.exp(-(x + 0.3))) + rng.normal(0, 0.1, 2000), 0, 1)
+        pi = np.clip(fraction * (0.4 + 1.2 * f), 0.01, 1) if unequal else np.full(2000, fraction)
+        lab = rng.random(2000) < pi
+        e = ppi.ppi_mean(y[lab], f[lab], f, w=1 / pi[lab], census=True)
+        assert e.ci_low is not None and e.ci_high is not None
+        hits += e.ci_low <= 0.5 <= e.ci_high
+    assert 0.93 <= hits / runs <= 0.97

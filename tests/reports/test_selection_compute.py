@@ -104,7 +104,7 @@ def _rows(raw: dict[str, Any], stratum: str, cand: str) -> dict[str, Any]:
 
 
 def test_cell_estimates_are_evalstats_on_the_cells_outputs() -> None:
-    from ppi_py import ppi_mean_ci
+    from ppi_py import ppi_mean_pointestimate
 
     inputs = make_inputs()
     raw = selection_compute_raw(inputs, P)
@@ -121,12 +121,17 @@ def test_cell_estimates_are_evalstats_on_the_cells_outputs() -> None:
             assert row["human"] == classical_mean(y[lab], w=w[lab]).to_json()
             assert row["judge"] == naive_mean(f).to_json()
             # The judge term runs over every output of the cell (the difference estimator).
-            want = ppi_mean(y[lab], f[lab], f, w=w[lab])
+            want = ppi_mean(y[lab], f[lab], f, w=w[lab], census=True)
             assert row["ppi"] == want.to_json()
-            # The same interval from the authors' package (equal weights within a cell).
-            lo, hi = ppi_mean_ci(y[lab], f[lab], f, alpha=0.05)
-            assert row["ppi"]["ci_low"] == pytest.approx(float(np.ravel(lo)[0]), abs=1e-9)
-            assert row["ppi"]["ci_high"] == pytest.approx(float(np.ravel(hi)[0]), abs=1e-9)
+            # The same point estimate from the authors' package (equal weights within a cell);
+            # the interval is design-based (the judge term overlaps the labelled outputs).
+            point = ppi_mean_pointestimate(y[lab], f[lab], f)
+            assert row["ppi"]["value"] == pytest.approx(float(np.ravel(point)[0]), abs=1e-9)
+            # Design-based variance by hand (equal weights): var(y)/N + (1/n - 1/N) var(r).
+            n, big_n, lam = int(lab.sum()), len(f), row["ppi"]["lam"]
+            r = y[lab] - lam * f[lab]
+            var = np.var(y[lab]) / big_n + (1 / n - 1 / big_n) * np.var(r)
+            assert row["ppi"]["se"] == pytest.approx(math.sqrt(var), rel=1e-9)
 
 
 def test_the_mix_is_the_weighted_sum_of_the_strata_by_hand() -> None:
@@ -147,7 +152,7 @@ def test_the_mix_is_the_weighted_sum_of_the_strata_by_hand() -> None:
     s = (o["stratum"] == "b").to_numpy().astype(int)
     lab = np.isfinite(y)
     want = ppi_mean_stratified(y[lab], f[lab], s[lab], f, s, mix={0: 0.25, 1: 0.75},
-                               w=o["weight"].to_numpy()[lab])
+                               w=o["weight"].to_numpy()[lab], census=True)
     assert want.mix is not None and _rows(raw, "mix", "X")["ppi"] == want.mix.to_json()
     # X: 0.25 * 0.8 + 0.75 * 0.5 = 0.575; Y: 0.25 * 0.6 + 0.75 * 0.7 = 0.675: Y leads the mix.
     assert raw["rankings"][0] == {"stratum": "mix", "order": ["Y", "X"], "best": "Y"}
@@ -164,7 +169,8 @@ def test_paired_differences_are_on_item_aligned_outputs() -> None:
         f_a, f_b = ya["f:rubric_pass_rate"].to_numpy(), xb["f:rubric_pass_rate"].to_numpy()
         lab = np.isfinite(y_a) & np.isfinite(y_b)
         want = paired_difference(y_a[lab], y_b[lab], f_a[lab], f_b[lab], f_a, f_b,
-                                 w=(ya["weight"].to_numpy() * xb["weight"].to_numpy())[lab])
+                                 w=(ya["weight"].to_numpy() * xb["weight"].to_numpy())[lab],
+                                 census=True)
         row = next(d for d in raw["differences"] if d["stratum"] == h)
         assert (row["a"], row["b"]) == ("Y", "X")
         assert row["estimate"]["value"] == pytest.approx(want.value, abs=1e-12)
@@ -395,14 +401,14 @@ def test_win_rates_are_evalstats_on_the_pairs_comparisons() -> None:
             assert row["n_comparisons"] == len(cell) and row["n_labelled"] == int(lab.sum())
             assert row["human"] == _clipped(classical_mean(y[lab], w=w[lab]))
             assert row["judge"] == _clipped(naive_mean(f))
-            assert row["ppi"] == _clipped(ppi_mean(y[lab], f[lab], f, w=w[lab]))
+            assert row["ppi"] == _clipped(ppi_mean(y[lab], f[lab], f, w=w[lab], census=True))
         y, f, w = (d[k].to_numpy() for k in ("y", "f", "weight"))
         s = (d["stratum"] == "b").to_numpy().astype(np.int64)
         lab = np.isfinite(y)
         mix = next(r for r in pw["win_rates"] if (r["a"], r["b"], r["stratum"])
                    == (names[a], names[b], "mix"))
         want = ppi_mean_stratified(y[lab], f[lab], s[lab], f, s, mix={0: 0.25, 1: 0.75},
-                                   w=w[lab]).mix
+                                   w=w[lab], census=True).mix
         assert want is not None and mix["ppi"] == _clipped(want)
         assert mix["n_comparisons"] == len(d)
 
@@ -422,8 +428,11 @@ def test_bradley_terry_is_ppi_bradley_terry_on_the_same_arrays() -> None:
     # The mix: every comparison re-weighted from its stratum's share to the mix's share.
     share = {h: float(np.mean(s == h)) for h in ("a", "b")}
     scale = np.array([{"a": 0.25, "b": 0.75}[h] / share[h] for h in s])
-    want = ppi_bradley_terry(y[lab], a[lab], b[lab], f[lab], a, b, f, candidates=[0, 1, 2],
-                             reference=0, w=(w * scale)[lab], w_unlabelled=scale)
+    # The judge term of the fit: the comparisons without a human label (two samples).
+    rest = ~lab
+    want = ppi_bradley_terry(y[lab], a[lab], b[lab], f[lab], a[rest], b[rest], f[rest],
+                             candidates=[0, 1, 2], reference=0, w=(w * scale)[lab],
+                             w_unlabelled=scale[rest])
     got = {r["candidate"]: r for r in pw["bradley_terry"] if r["stratum"] == "mix"}
     for code, name in enumerate("XYZ"):
         e = want.strengths[code]
@@ -433,8 +442,9 @@ def test_bradley_terry_is_ppi_bradley_terry_on_the_same_arrays() -> None:
         assert got[name]["rank"] == want.order.index(code) + 1
     # A stratum: its comparisons alone, the inclusion weights only.
     at = s == "b"
-    sub = ppi_bradley_terry(y[lab & at], a[lab & at], b[lab & at], f[lab & at], a[at], b[at],
-                            f[at], candidates=[0, 1, 2], reference=0, w=w[lab & at])
+    ra = rest & at
+    sub = ppi_bradley_terry(y[lab & at], a[lab & at], b[lab & at], f[lab & at], a[ra], b[ra],
+                            f[ra], candidates=[0, 1, 2], reference=0, w=w[lab & at])
     got_b = {r["candidate"]: r for r in pw["bradley_terry"] if r["stratum"] == "b"}
     assert got_b["Z"]["strength"] == pytest.approx(sub.strengths[2].value, abs=1e-12)
     assert got_b["Z"]["ci_high"] == pytest.approx(sub.strengths[2].ci_high, abs=1e-12)
