@@ -224,3 +224,22 @@ def outputs_list(*, study: Study, params: Mapping[str, list[str]]) -> QuerySet[O
     elif isinstance(schema_valid, bool):
         qs = qs.filter(schema_valid=schema_valid)
     return qs
+
+
+def candidate_outputs_page(
+    *, candidate: Candidate, item_prefix: str = "", after_id: int = 0, size: int = 50
+) -> tuple[list[Output], bool]:
+    """One page of a candidate's outputs in id order, from `after_id` on (keyset paging:
+    every page costs one indexed range read, however deep), optionally only the outputs of
+    items whose external id starts with `item_prefix`. Returns the page and whether more
+    follow (one extra row is read to know)."""
+    qs = (
+        Output.objects.filter(candidate=candidate, id__gt=after_id)
+        .select_related("item")
+        .defer("item__input", "item__context", "item__reference", "item__metadata")
+        .order_by("id")
+    )
+    if item_prefix:
+        qs = qs.filter(item__external_id__startswith=item_prefix)
+    rows = list(qs[: size + 1])
+    return rows[:size], len(rows) > size

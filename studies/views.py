@@ -337,3 +337,38 @@ def study_data(request: HttpRequest, slug: str) -> HttpResponse:
                    for kind, _ in _INGEST_KINDS},
     )
     return render(request, "studies/data.html", context, status=status)
+
+
+# Outputs per page on a candidate's outputs page.
+OUTPUTS_PAGE_SIZE = 50
+
+
+@require_GET
+@login_required
+@strict_csp
+def candidate_outputs(request: HttpRequest, slug: str, candidate_id: int) -> HttpResponse:
+    """Every output of one candidate, for its study's lead: pages of OUTPUTS_PAGE_SIZE in id
+    order (`?after=<last id of the previous page>`, so a deep page costs what the first does),
+    and `?item=<prefix>` keeps the outputs of items whose external id starts with it."""
+    from .selectors import candidate_outputs_page
+
+    study, role = page_study(request, slug, min_role=Membership.Role.LEAD)
+    candidate = study.candidates.filter(pk=candidate_id).annotate(
+        n_outputs=Count("outputs")).first()
+    if candidate is None:
+        raise Http404("No such candidate in this study.")
+    item_prefix = request.GET.get("item", "").strip()[:200]
+    raw_after = request.GET.get("after", "")
+    if raw_after and not (raw_after.isascii() and raw_after.isdigit()):
+        return render(request, "studies/outputs.html", {
+            "study": study, "study_role": role, "candidate": candidate, "outputs": [],
+            "item_prefix": item_prefix, "bad_after": raw_after[:40]}, status=400)
+    after = int(raw_after or 0)
+    outputs, more = candidate_outputs_page(candidate=candidate, item_prefix=item_prefix,
+                                           after_id=after, size=OUTPUTS_PAGE_SIZE)
+    return render(request, "studies/outputs.html", {
+        "study": study, "study_role": role, "candidate": candidate, "outputs": outputs,
+        "item_prefix": item_prefix, "after": after,
+        "next_after": outputs[-1].pk if more and outputs else None,
+        "page_size": OUTPUTS_PAGE_SIZE,
+    })

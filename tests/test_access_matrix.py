@@ -244,6 +244,7 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "home": {"GET": PAGE_SIGNED_IN},
     "study-overview": {"GET": PAGE_MEMBER},
     "study-data": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
+    "study-candidate-outputs": {"GET": PAGE_LEAD},
     "account-tokens": {"GET": PAGE_SIGNED_IN, "POST": PAGE_SIGNED_IN},
     "study-new": {"GET": PAGE_SIGNED_IN, "POST": PAGE_SIGNED_IN},
     "account-token-revoke": {"POST": PAGE_OWN_TOKEN},
