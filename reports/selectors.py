@@ -28,6 +28,11 @@ def reports_for_study(
     )
 
 
+def reports_of_every_kind(*, study: Study) -> QuerySet[ReportSnapshot]:
+    """The study's report snapshots of every kind, newest first, without the result."""
+    return ReportSnapshot.objects.filter(study=study).defer("result").order_by("-id")
+
+
 def report_get(
     *, study: Study, report_id: int, kind: str = ReportSnapshot.Kind.AGREEMENT
 ) -> ReportSnapshot | None:

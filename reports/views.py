@@ -85,20 +85,34 @@ def reports_list(request: HttpRequest, slug: str) -> HttpResponse:
             return HttpResponseRedirect(
                 reverse("reports-audit", kwargs={"slug": slug, "report_id": report.pk})
             )
-    reports = selectors.reports_for_study(study=study)[:100]
+    # Every kind's snapshots in one list, each linked to the page that reads it.
+    every_kind = [
+        {"report": r, "url": _snapshot_url(slug, r)}
+        for r in selectors.reports_of_every_kind(study=study)[:100]
+    ]
     return render(
         request,
         "reports/list.html",
         {
             "study": study,
             "study_role": "lead",
-            "reports": reports,
+            "every_kind": every_kind,
             "error": error,
             "defaults": DEFAULT_PARAMS,
             "dimensions": list(study.dimensions.values_list("key", flat=True)),
         },
         status=400 if error else 200,
     )
+
+
+def _snapshot_url(slug: str, report: ReportSnapshot) -> str:
+    """Where a snapshot of any kind is read."""
+    if report.kind == ReportSnapshot.Kind.CALIBRATION:
+        return reverse("reports-calibration", kwargs={"slug": slug}) + f"?snapshot={report.pk}"
+    if report.kind == ReportSnapshot.Kind.SELECTION:
+        return reverse("reports-selection-detail",
+                       kwargs={"slug": slug, "snapshot_id": report.pk})
+    return reverse("reports-audit", kwargs={"slug": slug, "report_id": report.pk})
 
 
 def _result(report: ReportSnapshot) -> AgreementResult | None:
