@@ -121,6 +121,28 @@ def _new_judge_config(post: Any) -> dict[str, Any]:
     return config
 
 
+def _split_config(config: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """A version's config as the edit form shows it: the structured fields (those that hold
+    text) and every other key, which the form keeps in its JSON box so that nothing the
+    fields cannot express is lost."""
+    fields = {name: config[name] for name in _LLM_FIELDS if isinstance(config.get(name), str)}
+    rest = {k: v for k, v in config.items() if k not in fields}
+    return fields, rest
+
+
+def _edited_config(post: Any) -> dict[str, Any]:
+    """The config of the structured edit form: the other keys from its JSON box, then the
+    filled-in fields over them. An empty field sets nothing: a key that was a field's text is
+    gone (an emptied prompt: the default template), one the JSON box holds (a prompt stored
+    per scale) stays."""
+    config = _json_object(str(post.get("config_json", "")), "config_json")
+    for name in _LLM_FIELDS:
+        value = str(post.get(name, "")).strip()
+        if value:
+            config[name] = value
+    return config
+
+
 def _run_form(post: Any) -> dict[str, Any]:
     def number(name: str, cast: Any) -> Any:
         # Budgets and sample sizes: a cost may be 0, counts start at 1.
@@ -164,9 +186,10 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
             if action == "version":
                 judge = selectors.judge_get(study=study,
                                             judge_id=_int(request.POST.get("judge_id")) or 0)
-                outcome = services.judge_version_get_or_create(
-                    judge=judge, config=_json_object(request.POST.get("config_json", ""),
-                                                     "config_json"))
+                # The structured edit form, or the whole config as JSON.
+                config = (_edited_config(request.POST) if request.POST.get("mode") == "fields"
+                          else _json_object(request.POST.get("config_json", ""), "config_json"))
+                outcome = services.judge_version_get_or_create(judge=judge, config=config)
                 number = outcome.version.version
                 messages.success(request, (
                     f"{judge.name}: version {number} created." if outcome.created
@@ -193,15 +216,20 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     judges = list(selectors.judges_list(study=study).prefetch_related("versions"))
     rubric = rubric_current(study)
     policy = JudgeNetworkPolicy.from_settings()
+    rows = []
+    for j in judges:
+        versions = sorted(j.versions.all(), key=lambda v: -v.version)
+        latest = versions[0].config if versions else {}
+        fields, rest = _split_config(latest if isinstance(latest, dict) else {})
+        rows.append({
+            "judge": j, "versions": versions,
+            "config_text": json.dumps(latest, indent=2, ensure_ascii=False) if versions else "",
+            "fields": fields,
+            "rest_text": json.dumps(rest, indent=2, ensure_ascii=False) if rest else "",
+        })
     context = {
         "study": study,
-        "judges": [
-            {"judge": j, "versions": sorted(j.versions.all(), key=lambda v: -v.version),
-             "config_text": json.dumps(
-                 max(j.versions.all(), key=lambda v: v.version).config, indent=2,
-                 ensure_ascii=False) if j.versions.all() else ""}
-            for j in judges
-        ],
+        "judges": rows,
         "criteria": list(rubric.criteria.all()) if rubric else [],
         "candidates": list(study.candidates.order_by("name")),
         "allowed_base_urls": policy.allowed_base_urls,
