@@ -231,6 +231,8 @@ REVIEWHUB_TOKEN_FAILURE_RATE = env("REVIEWHUB_TOKEN_FAILURE_RATE", default="20/m
 # Bulk ingest bodies (streamed to a temporary file) above this many bytes get a 413 before
 # any parsing.
 REVIEWHUB_MAX_UPLOAD_BYTES = env.int("REVIEWHUB_MAX_UPLOAD_BYTES", default=200 * 1024 * 1024)
+# Bulk ingest with ?progress=ndjson: at most one progress event per this many seconds.
+REVIEWHUB_INGEST_PROGRESS_SECONDS = env.float("REVIEWHUB_INGEST_PROGRESS_SECONDS", default=0.5)
 # Every other request body (JSON, forms) above this many bytes gets a 413 before it is read
 # (reviewhub/middleware.py); Django's own form-parsing bound follows it.
 REVIEWHUB_MAX_REQUEST_BYTES = env.int("REVIEWHUB_MAX_REQUEST_BYTES", default=1024 * 1024)

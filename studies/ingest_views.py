@@ -8,8 +8,17 @@ the same two-pass validate-then-upsert code the `import_*` commands run.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import IO, Any, ClassVar
 
+from django.conf import settings
+from django.db import connection
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -18,6 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from reviewhub.errors import AppError, error_body
 from reviewhub.middleware import LengthRequired, length_required_message
 
 from . import ingest
@@ -61,6 +71,74 @@ class StreamedBodyParser(BaseParser):
         return {}
 
 
+logger = logging.getLogger(__name__)
+_DONE = object()
+
+
+class _QueueProgress:
+    """`ingest.IngestProgress` that puts events for the streamed answer on a queue: every phase
+    change, and an advance at most every REVIEWHUB_INGEST_PROGRESS_SECONDS (the service calls
+    `advance` once per ~256 KB read or per batch written; the client needs far fewer)."""
+
+    def __init__(self, events: queue.Queue[Any], nbytes: int) -> None:
+        self.events, self.nbytes = events, nbytes
+        self.interval = float(settings.REVIEWHUB_INGEST_PROGRESS_SECONDS)
+        self.name, self.done, self.last = "", 0, 0.0
+        self.total: int | None = None
+
+    def _emit(self) -> None:
+        self.last = time.monotonic()
+        total = self.nbytes if self.name == "validating" else self.total
+        unit = "bytes" if self.name == "validating" else "rows"
+        self.events.put({"phase": self.name, "done": self.done, "total": total, "unit": unit})
+
+    def phase(self, name: str, total: int | None) -> None:
+        self.name, self.total, self.done = name, total, 0
+        self._emit()
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if time.monotonic() - self.last >= self.interval:
+            self._emit()
+
+    def close(self) -> None:
+        pass
+
+
+def _ingest_events(study: Any, kind: ingest.Kind, body: IO[bytes], fmt: Any) -> Iterator[bytes]:
+    """The streamed answer of `?progress=ndjson`: progress events while the service validates
+    and writes, then one `{"result": …}` or `{"error": …}` line (the body a plain request
+    would get). The service runs in a thread of its own (with its own database connection),
+    so that this generator can hand each event to the client as it happens; the import is the
+    same one transaction, all or nothing."""
+    events: queue.Queue[Any] = queue.Queue()
+    size = body.seek(0, 2)
+    body.seek(0)
+
+    def run() -> None:
+        try:
+            result = ingest.ingest_run(study=study, kind=kind, stream=body, fmt=fmt,
+                                       progress=_QueueProgress(events, size))
+            events.put({"result": result.as_dict()})
+        except AppError as exc:
+            events.put({"status": exc.status_code, **error_body(exc.code, exc.message,
+                                                                  exc.details)})
+        except Exception:
+            logger.exception("streamed ingest of %s failed", kind)
+            events.put({"status": 500, **error_body("server_error", "The import failed; "
+                                                   "nothing was written.")})
+        finally:
+            body.close()
+            connection.close()
+            events.put(_DONE)
+
+    worker = threading.Thread(target=run, name=f"ingest-{kind}", daemon=True)
+    worker.start()
+    while (event := events.get()) is not _DONE:
+        yield (json.dumps(event) + "\n").encode()
+    worker.join()
+
+
 class BulkIngestView(APIView):
     kind: ClassVar[ingest.Kind]
     # The body is read raw from the stream; DRF's parsers would load it all into memory.
@@ -81,6 +159,13 @@ class BulkIngestView(APIView):
             # empty file (RequestLimitsMiddleware refuses chunked bodies earlier already). With
             # neither header the body is empty by HTTP's rules.
             raise LengthRequired(length_required_message())
+        if request.query_params.get("progress") == "ndjson":
+            # Progress while the server checks and writes (docs/ingest.md): the body is
+            # spooled first, then the answer streams; the generator owns the spool.
+            body = ingest.upload_spool(request.stream, content_length=content_length)
+            return StreamingHttpResponse(  # type: ignore[return-value]
+                _ingest_events(study, self.kind, body, fmt),
+                content_type="application/x-ndjson")
         with ingest.upload_spool(request.stream, content_length=content_length) as body:
             result = ingest.ingest_run(study=study, kind=self.kind, stream=body, fmt=fmt)
         return Response(result.as_dict())

@@ -54,10 +54,13 @@
     if (!file || !types[ext] || !urls[kind]) { return; }  // the server names the problem
     event.preventDefault();
     var xhr = new XMLHttpRequest();
-    xhr.open("POST", urls[kind]);
+    // ?progress=ndjson: the server streams what it is doing (validating, then writing), then
+    // the answer a plain request gets, one JSON object a line (docs/ingest.md).
+    xhr.open("POST", urls[kind] + "?progress=ndjson");
     xhr.setRequestHeader("Content-Type", types[ext]);
     xhr.setRequestHeader("X-CSRFToken", csrf);
     xhr.setRequestHeader("Accept", "application/json");
+    outcome.replaceChildren();  // the last upload's outcome is not this one's
     bar.hidden = false; bar.value = 0;
     status.textContent = "Uploading…";
     xhr.upload.onprogress = function (e) {
@@ -67,12 +70,43 @@
       }
     };
     xhr.upload.onload = function () { status.textContent = "Checking and writing the rows…"; };
+    var seen = 0, last = null;
+    function events() {
+      // Every complete line that arrived since the last call.
+      var text = xhr.responseText, end = text.lastIndexOf("\n");
+      if (end < seen) { return; }
+      text.slice(seen, end).split("\n").forEach(function (line) {
+        if (!line) { return; }
+        var ev = null;
+        try { ev = JSON.parse(line); } catch (err) { ev = null; }
+        if (!ev) { return; }
+        last = ev;
+        if (ev.phase) {
+          var what = ev.phase === "validating" ? "Checking" : "Writing";
+          bar.hidden = false;
+          if (ev.total) {
+            bar.value = Math.min(1, ev.done / ev.total);
+            status.textContent = what + " the rows: " + (ev.unit === "bytes"
+              ? Math.round(100 * ev.done / ev.total) + " % of the file"
+              : ev.done + " of " + ev.total + " rows") + "…";
+          } else {
+            status.textContent = what + " the rows…";
+          }
+        }
+      });
+      seen = end + 1;
+    }
+    xhr.onprogress = events;
     xhr.onload = function () {
       bar.hidden = true;
-      var body = null;
-      try { body = JSON.parse(xhr.responseText); } catch (err) { body = null; }
-      if (xhr.status === 200 && body) { status.textContent = ""; showResult(kind, body); return; }
       status.textContent = "";
+      var streamed = (xhr.getResponseHeader("Content-Type") || "").indexOf("ndjson") >= 0;
+      var body = null;
+      if (streamed) { events(); body = last; } else {
+        try { body = JSON.parse(xhr.responseText); } catch (err) { body = null; }
+        if (xhr.status === 200 && body) { body = {result: body}; }
+      }
+      if (body && body.result) { showResult(kind, body.result); return; }
       showError((body && body.error) || {message: "The server answered " + xhr.status + "."});
     };
     xhr.onerror = function () { bar.hidden = true; status.textContent = ""; showError({message: "The upload did not reach the server."}); };

@@ -124,18 +124,29 @@ def test_upload_with_progress_through_the_api_in_chromium(new_session: Any, view
     page.locator("#ingest-errors").wait_for()
     assert "line 2" in page.locator("#ingest-errors").inner_text()
     assert not Item.objects.filter(study=study).exists()
+    # Every text the status line shows, as it changes.
+    page.evaluate("""() => { window.__statuses = [];
+        new MutationObserver(() => window.__statuses.push(
+            document.getElementById('ingest-status').textContent))
+          .observe(document.getElementById('ingest-status'),
+                   {childList: true, characterData: true, subtree: true}); }""")
     for kind in ("items", "candidates", "outputs"):
         page.locator("#ingest-kind").select_option(kind)
         page.locator("#ingest-file").set_input_files(str(EXAMPLES / f"{kind}.jsonl"))
-        # The file goes to the REST bulk endpoint, the API's own code path.
+        # The file goes to the REST bulk endpoint, the API's own code path, which streams
+        # the server's progress (checking, then writing) before its answer.
         with page.expect_response(lambda r, k=kind: r.url.endswith(
-                f"/api/studies/alpha/{k}/bulk")) as answered:
+                f"/api/studies/alpha/{k}/bulk?progress=ndjson")) as answered:
             page.get_by_role("button", name="Upload").click()
         assert answered.value.status == 200
         page.locator("#ingest-result").wait_for()
         assert f"{kind.capitalize()}: " in page.locator("#ingest-result").inner_text()
     assert Output.objects.filter(study=study).count() == len(
         (EXAMPLES / "outputs.jsonl").read_bytes().splitlines())
+    # The server's progress reached the page: checking the file, then writing its rows.
+    statuses = page.evaluate("window.__statuses")
+    assert any(t.startswith("Checking the rows: ") for t in statuses), statuses
+    assert any(t.startswith("Writing the rows: ") for t in statuses), statuses
     page.reload()
     assert page.evaluate("window.__pwned === undefined")
     width = page.evaluate("document.documentElement.scrollWidth")
