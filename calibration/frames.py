@@ -624,7 +624,11 @@ def _orders_load(
     judges: dict[int, JudgeInfo],
     window: Mapping[str, datetime] | None = None,
 ) -> pd.DataFrame:
-    """Pairwise judge verdicts that record both presentation orders (for position bias)."""
+    """Pairwise judge verdicts that record both presentation orders (for position bias and the
+    orders table), one canonical code per order; NaN for an order whose answer could not be
+    parsed (an unscored verdict keeps the other order: judges.aggregation, the importer's
+    empty values). An order that has no answer because the provider call failed is not the
+    judge's doing: such pairs are left out."""
     pair_ids = [c.id for c in crits.values() if c.scale == "pairwise"]
     cols = ["subject", "criterion", "rater", "ab", "ba"]
     if not pair_ids or not judges:
@@ -633,16 +637,28 @@ def _orders_load(
     for jv, cid, comp, details in Verdict.objects.filter(
         criterion_id__in=pair_ids,
         judge_version_id__in=list(judges),
-        is_scored=True,
         comparison_id__isnull=False,
         **(window or {}),
     ).values_list("judge_version_id", "criterion_id", "comparison_id", "details"):
-        orders = (details or {}).get("orders") or {}
-        if "ab" in orders and "ba" in orders:
-            ab, ba = PAIRWISE_CODE.get(orders["ab"]), PAIRWISE_CODE.get(orders["ba"])
-            if ab is not None and ba is not None:
-                rows.append((SubjectRef.comparison(comp).code, cid, jv, ab, ba))
+        details = details or {}
+        orders = details.get("orders") or {}
+        if "ab" not in orders or "ba" not in orders:
+            continue
+        codes = [_order_code(details, order, orders[order]) for order in ("ab", "ba")]
+        if None in codes:
+            continue
+        rows.append((SubjectRef.comparison(comp).code, cid, jv, *codes))
     return _frame(rows, cols)
+
+
+def _order_code(details: Mapping[str, Any], order: str, value: Any) -> float | None:
+    """One order's canonical code; NaN when its answer was unparseable; None when the order
+    has no answer for another reason (a failed provider call), or an unknown value."""
+    if value is not None:
+        return PAIRWISE_CODE.get(value)
+    failed = any(isinstance(rec, Mapping) and rec.get("order") == order
+                 and rec.get("status") == "failed" for rec in details.get("samples") or ())
+    return None if failed else float("nan")
 
 
 def evidence_frame(data: RatingData) -> pd.DataFrame:

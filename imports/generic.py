@@ -653,7 +653,9 @@ def ratings_validate(
     for r in ratings:
         view = criteria[r.criterion]
         continuous = r.value_type == "continuous"
-        if continuous:
+        if _unparseable(r):
+            pass  # no value to check: stored unscored
+        elif continuous:
             if view.scale != "ordinal":
                 problems.add(
                     r.line,
@@ -728,10 +730,17 @@ def ratings_validate(
                     convention=r.convention,
                 )
                 for r in ratings
-                if r.pair is not None
+                if r.pair is not None and not _unparseable(r)
             ]
         )
     )
+    unparseable = sum(1 for r in ratings if _unparseable(r))
+    if unparseable:
+        notes.append(
+            f"{unparseable} judge rating{'s' if unparseable != 1 else ''} with an empty value: "
+            "stored as unparseable verdicts (unscored; the report counts them per cell, as a "
+            "miss or a tie where it says so, beside the figures on parseable verdicts)"
+        )
     pairs = list({r.pair: None for r in ratings if r.pair is not None})
     return _Plan(
         ratings=ratings,
@@ -746,6 +755,11 @@ def ratings_validate(
         notes=notes,
         warnings=warnings,
     )
+
+
+def _unparseable(r: _Rating) -> bool:
+    """A judge rating whose value is empty: the judge's answer could not be read."""
+    return r.kind == "judge" and r.raw_value == ""
 
 
 def _pair_value(view: _CriterionView, r: _Rating) -> str:
@@ -805,7 +819,9 @@ def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
         ("criterion", criterion),
         ("value", value),
     ):
-        if not val:
+        # An empty judge value is an unparseable verdict (the judge answered, nothing could be
+        # read from it): stored unscored, as the judge runs store theirs. Humans always answer.
+        if not val and not (name == "value" and kind == "judge"):
             problems.add(line, name, "required")
     if len(item) > 200:
         problems.add(line, "item_id", "longer than 200 characters")
@@ -958,7 +974,7 @@ def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
             _strata_record(line, item, out_id, rater, strata, st)
     if len(problems.items) == start:
         st.ratings.append(rating)
-        if value_type != "continuous":
+        if value_type != "continuous" and value:
             st.values_by_criterion.setdefault(criterion, []).append(value)
         else:
             st.values_by_criterion.setdefault(criterion, [])
@@ -1380,13 +1396,17 @@ def _write_ratings(
         view = plan.criteria[r.criterion]
         crit = crit_by_key[r.criterion]
         continuous = r.value_type == "continuous"
-        value = _continuous_text(r.raw_value) if continuous else view.canonical(r.raw_value)
+        value: str | None
+        if _unparseable(r):
+            value = ""  # unparseable: no value to canonicalise or swap
+        else:
+            value = _continuous_text(r.raw_value) if continuous else view.canonical(r.raw_value)
         assert value is not None
         if r.pair is not None:
             cid, reversed_ = comparison_of[r.pair]
             # In terms of the file's first orientation of the pair (r.flip), then of the
             # comparison as stored (reversed_ when an earlier import stored it the other way).
-            value = _SWAP[value] if r.flip != reversed_ else value
+            value = _SWAP[value] if value and r.flip != reversed_ else value
             subject = ("comparison", cid)
         else:
             assert r.output is not None

@@ -222,6 +222,15 @@ def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
     details: dict[str, Any] = {"imported": True}
     if spec.continuous:
         details["value_type"] = "continuous"
+    if any(v == "" for v in orders.values()):
+        # An empty value: the judge's answer could not be parsed. Unscored, like a run's
+        # verdict whose answer was unparseable; a pair keeps the order that did parse (None
+        # for the other), as judges.aggregation.combine_pairwise records it.
+        details["unparseable"] = True
+        if "" not in orders:
+            details["orders"] = {o: (v or None) for o, v in sorted(orders.items())}
+        return {"value": "", "value_num": None, "details": details,
+                "n_samples": max(1, len(orders)), "is_scored": False}
     if "" in orders:
         value = orders[""]
     else:
@@ -249,7 +258,7 @@ def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
                                        details={"field": "value"}) from None
         value_num = criterion_value_num(crit, value)
     return {"value": value, "value_num": value_num, "details": details,
-            "n_samples": max(1, len(orders))}
+            "n_samples": max(1, len(orders)), "is_scored": True}
 
 
 def _finite(raw: str) -> float | None:
@@ -296,7 +305,7 @@ def verdicts_import_bulk(
                     "output_id": key[3] if is_output else None,
                     "comparison_id": None if is_output else key[3],
                     "source": Verdict.Source.IMPORT.value,
-                    "is_scored": True,
+                    "is_scored": fields["is_scored"],
                     "value": fields["value"],
                     "value_num": fields["value_num"],
                     # COPY writes JSON text verbatim; bulk_create wants the object.
@@ -305,11 +314,10 @@ def verdicts_import_bulk(
                     "rationale": rationale,
                 })
             elif (cur.value, cur.details, cur.is_scored) != (
-                fields["value"], fields["details"], True
+                fields["value"], fields["details"], fields["is_scored"]
             ):
                 for k, val in fields.items():
                     setattr(cur, k, val)
-                cur.is_scored = True
                 changed.append(cur)
             else:
                 counts.unchanged += 1
