@@ -24,7 +24,7 @@ Public API (stable)
 results:    Estimate, ConfusionMatrix, ClassificationReport, CombinedVerdicts, ConsensusResult,
             LeaveOneOutAnnotator, LeaveOneOutResult, AltTestAnnotator, AltTestResult,
             PositionBiasResult, NominalAgreement, OrdinalAgreement, MeanPairwiseKappa,
-            RaterPairKappa
+            RaterPairKappa; frozen_array(values) (a read-only copy, for frozen results)
 options:    BootstrapOptions(*, n_resamples=1000, ci="bca"|"percentile", level=0.95,
                              min_items=30), DEFAULT_OPTIONS, CI
 agreement:  percent_agreement(a, b) -> Estimate
@@ -124,6 +124,25 @@ selective:  (guaranteed agreement, "trust or escalate", Jung, Brahman & Choi, IC
             trust_threshold(confidence, agree, *, alpha, delta, min_count=30, thresholds=None)
                 -> TrustThreshold      # fixed-sequence testing, exact binomial bound
             trust_cascade(confidences, agrees, *, alpha, delta, min_count=30) -> CascadeResult
+orders:     order_accuracy(verdict_ab, verdict_ba, reference, items, *,
+                           unparseable="miss"|"tie"|"drop", tie_category=0.0, ...)
+                -> OrderAccuracy   # per-order accuracy, its mean, order-consistent, positional
+votes:      vote_agreement(judge, votes, items, *, ties="keep"|"drop", tie_category=None, ...)
+                -> Estimate      # every human vote counts (votes: humans x subjects)
+            pooled_pair_agreement(votes, items, *, ties=..., tie_category=None, ...)
+                -> Estimate      # pairs of distinct humans on a subject, pooled
+levels:     per_item_correlations(x, y, items, ...) -> PerItemCorrelations
+            sample_level_correlation(x, y, items, ...) -> SampleLevelCorrelation
+                                              # per input across systems, then averaged
+ppi:        (prediction-powered inference, Angelopoulos et al. 2023; PPI++ 2024)
+            classical_mean, naive_mean, ppi_mean(..., census=False) -> PPIEstimate
+            ppi_mean_stratified, combine_strata -> StratifiedPPI
+            paired_difference, paired_difference_stratified; ppi_bradley_terry -> BradleyTerry
+            neyman_allocation -> NeymanAllocation; Interval, INTERVALS ("normal", "t")
+gates:      rate_gate (Wilson), quantile_intervals (exact order statistics),
+            mean_per_thousand, gate_check
+ranking:    kendall_tau (Fisher-z interval), holm, two_sided_p, pareto_front, rank_with_ties
+intervals:  wilson_interval, percentile_interval, bca_interval
 
 The bootstrap functions resample *items* (all ratings of an item move together) and compute all
 B resamples at once from per-item sufficient statistics; see docs/statistics.md.
@@ -210,13 +229,54 @@ from evalstats.costs import (
     false_pass_cost,
     policy_costs,
 )
-from evalstats.intervals import wilson_interval
+from evalstats.gates import (
+    gate_check,
+    mean_per_thousand,
+    quantile_intervals,
+    rate_gate,
+)
+from evalstats.intervals import bca_interval, percentile_interval, wilson_interval
+from evalstats.levels import (
+    PerItemCorrelations,
+    SampleLevelCorrelation,
+    per_item_correlations,
+    sample_level_correlation,
+)
 from evalstats.options import CI, DEFAULT_OPTIONS, BootstrapOptions
+from evalstats.orders import (
+    OrderAccuracy,
+    Unparseable,
+    order_accuracy,
+)
 from evalstats.pairwise import (
     combine_orders,
     pairwise_agreement,
     position_consistency,
     swap_labels,
+)
+from evalstats.ppi import (
+    INTERVALS,
+    BradleyTerry,
+    Interval,
+    NeymanAllocation,
+    PPIEstimate,
+    StratifiedPPI,
+    classical_mean,
+    combine_strata,
+    naive_mean,
+    neyman_allocation,
+    paired_difference,
+    paired_difference_stratified,
+    ppi_bradley_terry,
+    ppi_mean,
+    ppi_mean_stratified,
+)
+from evalstats.ranking import (
+    holm,
+    kendall_tau,
+    pareto_front,
+    rank_with_ties,
+    two_sided_p,
 )
 from evalstats.results import (
     AltTestAnnotator,
@@ -252,6 +312,10 @@ from evalstats.tables import (
     bootstrap_signed_bias,
     bootstrap_spearman,
 )
+from evalstats.votes import (
+    pooled_pair_agreement,
+    vote_agreement,
+)
 
 __all__ = [
     "CI",
@@ -260,11 +324,13 @@ __all__ = [
     "DEFAULT_REJECT_COST",
     "DEFAULT_REVIEW_COST",
     "DEFAULT_SEVERITY_COSTS",
+    "INTERVALS",
     "MAX_TABLE_CATEGORIES",
     "PAIRED_STATS",
     "AltTestAnnotator",
     "AltTestResult",
     "BootstrapOptions",
+    "BradleyTerry",
     "CalibrationCurve",
     "CalibrationDiagnostics",
     "CalibrationSelection",
@@ -278,20 +344,29 @@ __all__ = [
     "Estimate",
     "FalsePassCost",
     "HierarchicalCalibration",
+    "Interval",
     "LeaveOneOutAnnotator",
     "LeaveOneOutResult",
     "MeanPairwiseKappa",
+    "NeymanAllocation",
     "NominalAgreement",
+    "OrderAccuracy",
     "OrdinalAgreement",
+    "PPIEstimate",
+    "PerItemCorrelations",
     "PolicyCosts",
     "PositionBiasResult",
     "RaterPairKappa",
     "ReliabilityBin",
+    "SampleLevelCorrelation",
+    "StratifiedPPI",
     "StratumCalibration",
     "TrustThreshold",
+    "Unparseable",
     "accuracy",
     "alpha_clustered",
     "alt_test",
+    "bca_interval",
     "bootstrap_accuracy",
     "bootstrap_alpha",
     "bootstrap_by_group",
@@ -315,9 +390,11 @@ __all__ = [
     "calibration_fit",
     "calibration_hierarchical",
     "calibration_select",
+    "classical_mean",
     "classification_report",
     "cohen_kappa",
     "combine_orders",
+    "combine_strata",
     "confusion_matrix",
     "correlation",
     "correlation_clustered",
@@ -326,11 +403,14 @@ __all__ = [
     "expected_decision_cost",
     "false_pass_cost",
     "fleiss_kappa",
+    "gate_check",
     "group_difference_clustered",
     "gwet_ac1",
     "gwet_ac1_multi",
+    "holm",
     "item_cell_counts",
     "item_sums",
+    "kendall_tau",
     "krippendorff_alpha",
     "krippendorff_alpha_fast",
     "leave_one_annotator_out",
@@ -340,21 +420,40 @@ __all__ = [
     "mean_absolute_error",
     "mean_consensus",
     "mean_pairwise_kappa",
+    "mean_per_thousand",
+    "naive_mean",
+    "neyman_allocation",
     "nominal_agreement",
+    "order_accuracy",
     "ordinal_agreement",
+    "paired_difference",
+    "paired_difference_stratified",
     "pairwise_agreement",
+    "pareto_front",
+    "per_item_correlations",
     "percent_agreement",
     "percent_agreement_multi",
+    "percentile_interval",
     "policy_costs",
+    "pooled_pair_agreement",
     "position_bias",
     "position_consistency",
+    "ppi_bradley_terry",
+    "ppi_mean",
+    "ppi_mean_stratified",
+    "quantile_intervals",
+    "rank_with_ties",
+    "rate_gate",
     "reliability_bins",
     "resample_counts",
+    "sample_level_correlation",
     "self_preference",
     "signed_bias",
     "swap_labels",
     "trust_cascade",
     "trust_threshold",
+    "two_sided_p",
+    "vote_agreement",
     "wilson_interval",
     "with_interval",
 ]

@@ -148,3 +148,28 @@ def test_the_checker_allows_the_public_api() -> None:
         "other._private\n"
     )
     assert list(private_uses(source)) == []
+
+
+def test_every_public_module_is_listed_and_its_functions_are_re_exported() -> None:
+    """The package docstring is the index of the stable API: it names every public module, and
+    each public function of a module is reachable from `evalstats` itself as the same object
+    (constants, type aliases and the StatFn factories the docstring names stay module-level)."""
+    import importlib
+    import inspect
+
+    modules = sorted(m.name for m in pkgutil.walk_packages(evalstats.__path__, "evalstats.")
+                     if not _private(m.name))
+    doc = evalstats.__doc__ or ""
+    for name in modules:
+        mod = importlib.import_module(name)
+        short = name.split(".")[-1]
+        assert f"\n{short}:" in doc, f"the docstring does not list {name}"
+        for attr in getattr(mod, "__all__", ()):
+            obj = getattr(mod, attr)
+            if attr in evalstats.__all__:
+                assert getattr(evalstats, attr) is obj, f"{name}.{attr}"
+            elif inspect.isfunction(obj) or inspect.isclass(obj):
+                # Module-level helpers must at least be named in the index.
+                assert attr in doc, f"{name}.{attr} is neither re-exported nor listed"
+    for attr in evalstats.__all__:
+        assert hasattr(evalstats, attr), attr
