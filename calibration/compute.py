@@ -67,6 +67,7 @@ from evalstats.costs import (
 from evalstats.options import BootstrapOptions
 from evalstats.selective import TrustThreshold, trust_cascade, trust_threshold
 from studies.criteria import criterion_has_pass_reading, criterion_is_pass
+from studies.subjects import subject_split
 
 from .frames import PAIRWISE_CODE, RatingData
 from .results import (
@@ -1077,6 +1078,12 @@ def _rubric_aggregate_columns(
     return gate * rest
 
 
+def _output_ids(codes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The output ids among subject codes (comparisons left out), in their order."""
+    is_comparison, ids = subject_split(codes)
+    return ids[~is_comparison]
+
+
 def _rubric_rows(
     parts: Mapping[int, _CriterionRows],
     inputs: CalibrationInputs,
@@ -1088,9 +1095,7 @@ def _rubric_rows(
     the study's latest rubric version (docs/calibration.md); none when the snapshot leaves one
     of those criteria out (``params.criteria``) or calibrated none of them."""
     needed = list(inputs.rubric_criteria)
-    output_ids = {
-        cid: part.subject[part.subject % 2 == 0] // 2 for cid, part in parts.items()
-    }
+    output_ids = {cid: _output_ids(part.subject) for cid, part in parts.items()}
     every = (np.unique(np.concatenate(list(output_ids.values()))) if output_ids
              else np.empty(0, dtype=np.int64))
     if not needed or every.size == 0:
@@ -1107,7 +1112,7 @@ def _rubric_rows(
         if cid not in parts:
             at[cid] = np.full(every.size, -1, dtype=np.intp)
             continue
-        rows_of = np.flatnonzero(parts[cid].subject % 2 == 0)
+        rows_of = np.flatnonzero(~subject_split(parts[cid].subject)[0])
         pos = pd.Index(output_ids[cid]).get_indexer(every)
         at[cid] = np.where(pos >= 0, rows_of[np.where(pos >= 0, pos, 0)], -1)
     complete = np.logical_and.reduce([at[cid] >= 0 for cid in needed])

@@ -15,6 +15,7 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 
 from reviewhub.bulkcopy import bulk_insert
+from studies.subjects import subject_split
 
 from .models import CalibratedScore
 from .results import ScoreBlock, ScoreRows, strata_json
@@ -249,8 +250,8 @@ def _block_fields(
     """The chunk `rows` of a block as COPY fields, in the order of `_copy_columns`' columns."""
     s = block.subject[rows]
     n = s.size
-    is_output = s % 2 == 0
-    ids = s // 2
+    is_comparison, ids = subject_split(s)
+    is_output = ~is_comparison
 
     def ints(values: npt.NDArray[np.int64], column: str,
              null: npt.NDArray[np.bool_] | None = None) -> _Field:
