@@ -76,25 +76,33 @@ _DONE = object()
 
 
 class _QueueProgress:
-    """`ingest.IngestProgress` that puts events for the streamed answer on a queue: every phase
-    change, and an advance at most every REVIEWHUB_INGEST_PROGRESS_SECONDS (the service calls
-    `advance` once per ~256 KB read or per batch written; the client needs far fewer)."""
+    """`ingest.IngestRowProgress` that puts events for the streamed answer on a queue: every
+    phase change, and an advance at most every REVIEWHUB_INGEST_PROGRESS_SECONDS (the service
+    calls `advance` once per ~256 KB read or per batch written; the client needs far fewer).
+    `rows` is the rows read so far while validating, the rows written while writing."""
 
     def __init__(self, events: queue.Queue[Any], nbytes: int) -> None:
         self.events, self.nbytes = events, nbytes
         self.interval = float(settings.REVIEWHUB_INGEST_PROGRESS_SECONDS)
-        self.name, self.done, self.last = "", 0, 0.0
+        self.name, self.done, self.rows, self.last = "", 0, 0, 0.0
         self.total: int | None = None
 
     def _emit(self) -> None:
         self.last = time.monotonic()
-        total = self.nbytes if self.name == "validating" else self.total
-        unit = "bytes" if self.name == "validating" else "rows"
-        self.events.put({"phase": self.name, "done": self.done, "total": total, "unit": unit})
+        validating = self.name == "validating"
+        self.events.put({
+            "phase": self.name, "done": self.done,
+            "total": self.nbytes if validating else self.total,
+            "unit": "bytes" if validating else "rows",
+            "rows": self.rows if validating else self.done,
+        })
 
     def phase(self, name: str, total: int | None) -> None:
         self.name, self.total, self.done = name, total, 0
         self._emit()
+
+    def rows_read(self, rows: int) -> None:
+        self.rows = rows
 
     def advance(self, n: int) -> None:
         self.done += n
@@ -163,9 +171,13 @@ class BulkIngestView(APIView):
             # Progress while the server checks and writes (docs/ingest.md): the body is
             # spooled first, then the answer streams; the generator owns the spool.
             body = ingest.upload_spool(request.stream, content_length=content_length)
-            return StreamingHttpResponse(  # type: ignore[return-value]
+            streamed = StreamingHttpResponse(
                 _ingest_events(study, self.kind, body, fmt),
                 content_type="application/x-ndjson")
+            # A buffering proxy (nginx) would hold every line until the end: ask it not to.
+            streamed["X-Accel-Buffering"] = "no"
+            streamed["Cache-Control"] = "no-store"
+            return streamed  # type: ignore[return-value]
         with ingest.upload_spool(request.stream, content_length=content_length) as body:
             result = ingest.ingest_run(study=study, kind=self.kind, stream=body, fmt=fmt)
         return Response(result.as_dict())

@@ -18,6 +18,7 @@
     if (text !== undefined) { node.textContent = text; }
     return node;
   }
+  function count(n) { return Number(n).toLocaleString("en"); }
   function showResult(kind, r) {
     var p = el("p", "message message-success",
       kind.charAt(0).toUpperCase() + kind.slice(1) + ": " + r.created + " created, " +
@@ -83,12 +84,15 @@
         last = ev;
         if (ev.phase) {
           var what = ev.phase === "validating" ? "Checking" : "Writing";
+          var rows = typeof ev.rows === "number" ? ev.rows : ev.done;
           bar.hidden = false;
           if (ev.total) {
             bar.value = Math.min(1, ev.done / ev.total);
+            // Checking: rows read so far and how much of the file (its row count is not
+            // known before the end); writing: rows written of all of them.
             status.textContent = what + " the rows: " + (ev.unit === "bytes"
-              ? Math.round(100 * ev.done / ev.total) + " % of the file"
-              : ev.done + " of " + ev.total + " rows") + "…";
+              ? count(rows) + " read, " + Math.round(100 * ev.done / ev.total) + " % of the file"
+              : count(rows) + " of " + count(ev.total) + " written") + "…";
           } else {
             status.textContent = what + " the rows…";
           }

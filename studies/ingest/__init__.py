@@ -41,7 +41,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import ERROR_LIMIT, IngestProgress, IngestRejected, IngestResult, RowError
+from .errors import (
+    ERROR_LIMIT,
+    IngestProgress,
+    IngestRejected,
+    IngestResult,
+    IngestRowProgress,
+    RowError,
+)
 from .formats import (
     CONTENT_TYPES,
     EXTENSIONS,
@@ -84,6 +91,7 @@ __all__ = [
     "IngestProgress",
     "IngestRejected",
     "IngestResult",
+    "IngestRowProgress",
     "Kind",
     "KindSpec",
     "RawRecord",

@@ -7,7 +7,7 @@ that the API renders as a 400.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from reviewhub.errors import ValidationFailed
 
@@ -92,6 +92,16 @@ class IngestProgress(Protocol):
     def advance(self, nbytes: int) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class IngestRowProgress(IngestProgress, Protocol):
+    """An `IngestProgress` that is also told, with each advance while validating, how many rows
+    have been read so far (the data page shows the count; the CLI's byte bar has no use for
+    it). The service asks for this only when the object has `rows_read`, so an import without
+    progress, or with the CLI's, runs exactly as before."""
+
+    def rows_read(self, rows: int) -> None: ...
 
 
 class _ErrorCollector:

@@ -13,7 +13,7 @@ from reviewhub.errors import Conflict
 
 from ..models import Study
 from ..services import study_strata_recompute
-from .errors import IngestProgress, IngestResult, _ErrorCollector
+from .errors import IngestProgress, IngestResult, IngestRowProgress, _ErrorCollector
 from .formats import Format, Kind, Strategy
 from .reading import iter_records
 from .spool import _Spool
@@ -49,6 +49,8 @@ def ingest_run(
     (`"orm"`). Items are keyed by external_id, candidates by name, outputs by (candidate,
     item). After an items import that changed anything, the study's strata are recomputed in
     the same transaction. `on_batch` is told the size of each batch written (for tests).
+    `progress`, when given, hears each phase and advance (an `IngestRowProgress` also the rows
+    read while validating); without it no callback is made at all.
     """
     if kind not in SPECS:
         raise ValueError(f"unknown ingest kind {kind!r}")
@@ -91,7 +93,19 @@ def _validate_pass(
         tracker = _KeyedTracker(validator, "external_id" if kind == "items" else "name")
     errors = _ErrorCollector()
     rows = 0
-    on_bytes = progress.advance if progress is not None else None
+    on_bytes: Callable[[int], None] | None = None
+    if isinstance(progress, IngestRowProgress):
+        counting = progress
+
+        def advance_counting(nbytes: int) -> None:
+            # Called from inside iter_records between two rows, so `rows` (read through the
+            # closure) is the count so far; one call per ~256 KB, nothing per row.
+            counting.rows_read(rows)
+            counting.advance(nbytes)
+
+        on_bytes = advance_counting
+    elif progress is not None:
+        on_bytes = progress.advance
     for rec in iter_records(stream, fmt, validator.spec, on_bytes):
         rows += rec.is_row
         if rec.errors:

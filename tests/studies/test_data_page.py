@@ -173,3 +173,28 @@ def test_outputs_per_candidate_take_a_fixed_number_of_queries(
         html = client.get(PAGE).content.decode()
     # 20 of each candidate's 25 outputs, the first by id.
     assert "t5-19" in html and "t5-20" not in html and "t0-0" in html
+
+
+def test_the_data_page_costs_the_same_queries_at_any_size() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    lead, _study = _lead()
+    client = Client()
+    client.force_login(lead)
+
+    def grow(n_candidates: int, n_items: int) -> int:
+        _post(client, "items", "i.jsonl", b"".join(
+            json.dumps({"external_id": f"i{i}", "input": "q"}).encode() + b"\n"
+            for i in range(n_items)))
+        _post(client, "candidates", "c.jsonl", b"".join(
+            json.dumps({"name": f"m{c}"}).encode() + b"\n" for c in range(n_candidates)))
+        _post(client, "outputs", "o.jsonl", b"".join(
+            json.dumps({"item": f"i{i}", "candidate": f"m{c}", "text": "t"}).encode() + b"\n"
+            for c in range(n_candidates) for i in range(n_items)))
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(PAGE).status_code == 200
+        return len(queries)
+
+    small = grow(1, 3)
+    assert small == grow(8, 40)  # 8 candidates of 40 outputs: the same queries as 1 of 3

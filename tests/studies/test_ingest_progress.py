@@ -48,6 +48,8 @@ def test_progress_then_the_plain_answer(api_client: Any) -> None:
     body = _body(3000)
     r = client.post(URL + "?progress=ndjson", body, content_type="application/x-ndjson")
     assert r.status_code == 200
+    # Passed on line by line by a proxy, and never kept by a cache.
+    assert r["X-Accel-Buffering"] == "no" and r["Cache-Control"] == "no-store"
     events = _events(r)
     phases = [e for e in events if "phase" in e]
     validating = [e for e in phases if e["phase"] == "validating"]
@@ -88,3 +90,49 @@ def test_access_and_size_are_checked_before_streaming(api_client: Any, settings:
     client.force_authenticate(other)
     r = client.post(URL + "?progress=ndjson", _body(1), content_type="application/x-ndjson")
     assert r.status_code == 404
+
+
+@override_settings(REVIEWHUB_INGEST_PROGRESS_SECONDS=0)
+def test_events_count_the_rows_read_then_written(api_client: Any) -> None:
+    client, _study = _client(api_client)
+    body = _body(6000)  # ~0.7 MB: read in several ~256 KB pieces; two batches of 5000 written
+    events = _events(client.post(URL + "?progress=ndjson", body,
+                                 content_type="application/x-ndjson"))
+    validating = [e for e in events if e.get("phase") == "validating"]
+    writing = [e for e in events if e.get("phase") == "writing"]
+    read = [e["rows"] for e in validating]
+    # Rows read so far, growing with the bytes read; never more than the file holds.
+    assert read == sorted(read) and read[0] == 0 and 0 < read[-1] <= 6000, read
+    assert len(set(read)) >= 3, read
+    # Each event's count is consistent with its bytes: about 117 bytes a row here.
+    per_row = len(body) / 6000
+    for e in validating[1:]:
+        assert abs(e["rows"] * per_row - e["done"]) <= 2 * 65536 + per_row, e
+    assert [e["rows"] for e in writing] == [e["done"] for e in writing] == [0, 5000, 6000]
+    assert events[-1] == {"result": {"created": 6000, "updated": 0, "unchanged": 0}}
+
+
+def test_a_failure_while_writing_leaves_nothing_half_written(
+        api_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from studies.ingest import service
+
+    client, study = _client(api_client)
+    written: list[int] = []
+
+    class FailingUpserter(service._Upserter):
+        def write(self, rows: list[tuple[Any, ...]]) -> None:
+            if written:  # the first batch of 5000 goes in; the second fails
+                raise RuntimeError("disk full")
+            super().write(rows)
+            written.append(len(rows))
+
+    monkeypatch.setattr(service, "_Upserter", FailingUpserter)
+    events = _events(client.post(URL + "?progress=ndjson", _body(12000),
+                                 content_type="application/x-ndjson"))
+    assert written == [5000]
+    assert any(e.get("phase") == "writing" for e in events)
+    last = events[-1]
+    assert last["status"] == 500 and last["error"]["code"] == "server_error", last
+    assert "nothing was written" in last["error"]["message"]
+    # The one transaction rolled back the batch that had gone in.
+    assert not Item.objects.filter(study=study).exists()
