@@ -207,6 +207,11 @@ class EscalationRequestSerializer(serializers.Serializer):
     limit = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000,
                                      help_text="At most this many outputs, the most uncertain "
                                                "first.")
+    keep_sampling = serializers.BooleanField(
+        required=False, default=True,
+        help_text="Carry the active plan's unfinished entries (random draws, gold) into the new "
+                  "version, so sampling goes on beside the escalations (default). false: the "
+                  "new version holds the escalations alone.")
 
 
 class EscalationPlanSerializer(serializers.Serializer):
@@ -214,8 +219,12 @@ class EscalationPlanSerializer(serializers.Serializer):
     plan_version = serializers.IntegerField()
     snapshot = serializers.IntegerField()
     subject = serializers.ChoiceField(choices=["output", "comparison"])
-    outputs = serializers.IntegerField(help_text="Subjects (outputs or comparisons) sent to "
-                                                 "humans.")
+    outputs = serializers.IntegerField(help_text="Entries of the new plan version: the "
+                                                 "escalations and the entries carried over.")
+    escalated = serializers.IntegerField(help_text="Escalation entries (an escalated subject "
+                                                   "already drawn at random keeps that draw).")
+    carried_over = serializers.IntegerField(help_text="Unfinished entries of the active plan "
+                                                      "carried into the new version.")
     created = serializers.BooleanField(help_text="False when the snapshot's escalations had "
                                                  "been sent before (the existing plan).")
 
@@ -238,6 +247,7 @@ class EscalationCreate(APIView):
         result = escalations.escalations_plan_create(
             study=study, snapshot_id=ser.validated_data.get("snapshot"),
             created_by=request.user, limit=ser.validated_data.get("limit"),
+            keep_sampling=ser.validated_data.get("keep_sampling", True),
         )
         body = {
             "plan_id": result.plan.pk,
@@ -245,6 +255,8 @@ class EscalationCreate(APIView):
             "snapshot": result.snapshot_id,
             "subject": result.subject,
             "outputs": result.subjects,
+            "escalated": result.escalated,
+            "carried_over": result.carried_over,
             "created": result.created,
         }
         return Response(body, status=status.HTTP_201_CREATED if result.created

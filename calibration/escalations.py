@@ -29,6 +29,8 @@ class EscalationPlan:
     subject: str  # "output" or "comparison"
     subjects: int  # entries of the plan
     created: bool  # False: the plan made for this snapshot earlier
+    escalated: int = 0  # escalation entries (an escalated subject already drawn keeps its draw)
+    carried_over: int = 0  # unfinished entries of the active plan carried into this version
 
 
 def escalation_source(snapshot_id: int) -> str:
@@ -54,7 +56,8 @@ def escalated_subjects(*, study: Study, snapshot_id: int, subject: str) -> list[
 
 
 def escalations_plan_create(
-    *, study: Study, snapshot_id: int | None, created_by: Any, limit: int | None = None
+    *, study: Study, snapshot_id: int | None, created_by: Any, limit: int | None = None,
+    keep_sampling: bool = True,
 ) -> EscalationPlan:
     """Send the escalated outputs of a snapshot (the latest by default) to humans as a new
     sampling plan version; returns the plan and whether it was made now.
@@ -63,6 +66,8 @@ def escalations_plan_create(
     `limit` is not applied again). `limit` keeps the most uncertain outputs. A snapshot that
     escalated only comparisons sends those; one that escalated both sends the outputs (a plan
     has one kind of subject) and says how many comparisons it left in the plan summary.
+    `keep_sampling` (the default) carries the active plan's unfinished entries into the new
+    version, so random sampling goes on beside the escalations (`escalation_plan_create`).
     """
     resolved = snapshot_resolve(study=study, snapshot_id=snapshot_id)
     if resolved is None:
@@ -89,7 +94,7 @@ def escalations_plan_create(
         ids = ids[:limit]
     plan, created = escalation_plan_create(
         study=study, subject=subject, subject_ids=ids, source=source, created_by=created_by,
-        details={"snapshot_id": resolved, "escalated": escalated,
+        keep_sampling=keep_sampling, details={"snapshot_id": resolved, "escalated": escalated,
                  "left_out_comparisons": len(comparisons) if subject == "output" else 0},
     )
     return _result(plan, resolved, created=created)
@@ -100,6 +105,8 @@ def _result(plan: SamplingPlan, snapshot_id: int, *, created: bool) -> Escalatio
     return EscalationPlan(
         plan=plan, snapshot_id=snapshot_id, subject=str(plan.spec.get("subject", "output")),
         subjects=int(summary.get("entries", 0)), created=created,
+        escalated=int(summary.get("escalated_entries", summary.get("entries", 0))),
+        carried_over=int(summary.get("carried_over_entries", 0)),
     )
 
 

@@ -501,11 +501,15 @@ def _calibration_post(request: HttpRequest, study: Study) -> HttpResponse:
             snapshot_id=_positive_int(request.POST.get("snapshot", ""), "snapshot"),
             limit=_positive_int(request.POST.get("limit", ""), "limit"),
             created_by=request.user,
+            # An unticked checkbox is absent from the form.
+            keep_sampling=request.POST.get("keep_sampling", "") == "1",
         )
         verb = "Sent" if result.created else "Already sent"
-        messages.success(request, f"{verb}: {result.subjects} {result.subject}s of snapshot "
+        carried = (f", beside {result.carried_over} unfinished entries of the plan before it"
+                   if result.carried_over else "")
+        messages.success(request, f"{verb}: {result.escalated} {result.subject}s of snapshot "
                                   f"#{result.snapshot_id} are sampling plan "
-                                  f"v{result.plan.version} for humans.")
+                                  f"v{result.plan.version} for humans{carried}.")
         return HttpResponseRedirect(page)
     raise ValidationFailed("action must be 'build' or 'escalate'.",
                            details={"errors": [{"path": "action", "message": "unknown"}]})

@@ -2,8 +2,14 @@
 calibrated-score policy said "ask a human"), not drawn at random.
 
 Its entries have `draw_kind` "escalation" and no inclusion probability, so no estimator weights
-them as a random sample. Like every new plan version it supersedes the active plan; subjects
-labelled under earlier versions keep their annotations, counted toward k.
+them as a random sample. Like every new plan version it supersedes the active plan, but by
+default it keeps that plan's sampling going: every unfinished entry of the active plan (random
+draws, gold, earlier escalations) is carried into the new version as it was drawn, with its draw
+kind, inclusion probability, weight and stratum, so the random sample stays whole and its
+estimates stay unbiased while the escalations are graded beside it. An escalated subject that
+the active plan had already drawn at random keeps its random entry (the random draw is what the
+estimators need; it gets labelled either way). Subjects labelled under earlier versions keep
+their annotations, counted toward k, and their annotators are never offered them again.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from django.contrib.auth.models import User
 from django.db import connection, transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 
 from reviewhub.errors import ValidationFailed
@@ -37,13 +43,18 @@ def escalation_plan_create(
     k: int | None = None,
     created_by: User,
     details: dict[str, object] | None = None,
+    keep_sampling: bool = True,
 ) -> tuple[SamplingPlan, bool]:
-    """A new plan version that sends exactly `subject_ids` (outputs or comparisons, in that
-    order of priority) to `k` annotators each; returns (plan, created).
+    """A new plan version that sends `subject_ids` (outputs or comparisons, in that order of
+    priority) to `k` annotators each; returns (plan, created).
 
-    Idempotent per `source` (e.g. "calibration:<snapshot id>"): when a plan of the study was
-    already made for it, that plan is returned with created False and nothing changes. `k`
-    defaults to the latest plan's k (3 without one). Ids not in the study are refused.
+    With `keep_sampling` (the default) the active plan's unfinished entries are carried into the
+    new version unchanged (see the module docstring), when that plan samples the same kind of
+    subject; without it the new version holds the escalations alone and the active plan's
+    sampling stops, as with any new plan version. Idempotent per `source` (e.g.
+    "calibration:<snapshot id>"): when a plan of the study was already made for it, that plan is
+    returned with created False and nothing changes. `k` defaults to the latest plan's k (3
+    without one). Ids not in the study are refused.
     """
     _require_lead(study=study, user=created_by)
     if subject not in sampling.SUBJECTS:
@@ -84,34 +95,51 @@ def escalation_plan_create(
         old_plans = list(
             SamplingPlan.objects.filter(study=study, is_active=True).values_list("id", flat=True)
         )
+        carried = _open_entries(old_plans, subject, subject_field) if keep_sampling else []
+        carried_ids = {getattr(e, subject_field) for e in carried}
+        # An escalated subject that is already an open entry keeps that entry (see above).
+        escalate_ids = [sid for sid in ids if sid not in carried_ids]
         if old_plans:
             SamplingPlan.objects.filter(pk__in=old_plans).update(is_active=False, superseded_at=now)
             _end_leases(plan_ids=old_plans, now=now)
+        all_ids = escalate_ids + [getattr(e, subject_field) for e in carried]
         prior: dict[int, set[int]] = {}
         for sid, annotator_id in (
             Annotation.objects.filter(criterion_id__in=criterion_ids,
-                                      **{f"{subject_field}__in": ids})
+                                      **{f"{subject_field}__in": all_ids})
             .values_list(subject_field, "annotator_id").distinct()
         ):
             prior.setdefault(sid, set()).add(annotator_id)
         seed = int(np.random.default_rng().integers(2**31))
+        draw_kinds: dict[str, int] = {}
+        if escalate_ids:
+            draw_kinds[sampling.DRAW_ESCALATION] = len(escalate_ids)
+        for e in carried:
+            draw_kinds[e.draw_kind] = draw_kinds.get(e.draw_kind, 0) + 1
         plan = SamplingPlan.objects.create(
             study=study, version=last + 1, rubric=rubric,
-            spec={"mode": MODE_ESCALATION, "subject": subject, "source": source, "seed": seed},
+            spec={"mode": MODE_ESCALATION, "subject": subject, "source": source, "seed": seed,
+                  "keep_sampling": keep_sampling},
             k=needed, gold_rate=0.0, is_active=True, created_by=created_by,
             summary={
                 "seed": seed,
-                "entries": len(ids),
-                "gold_entries": 0,
+                "entries": len(all_ids),
+                "escalated_entries": len(escalate_ids),
+                "escalated_already_drawn": len(ids) - len(escalate_ids),
+                "carried_over_entries": len(carried),
+                "carried_over_from": sorted(old_plans) if carried else [],
+                "gold_entries": sum(1 for e in carried if e.is_gold),
                 "carried_over_annotators": sum(len(v) for v in prior.values()),
-                "draw_kinds": {sampling.DRAW_ESCALATION: len(ids)},
+                "draw_kinds": draw_kinds,
                 "source": source,
                 **(details or {}),
             },
         )
-        # Every entry gets a seeded random key, as in drawn plans: each annotator's order is
-        # derived from it, so annotators working in parallel do not all start at one output.
-        keys = np.random.default_rng(seed).integers(0, sampling.SORT_KEY_LIMIT, size=len(ids))
+        # Every escalation gets a seeded random key, as in drawn plans: each annotator's order
+        # is derived from it, so annotators working in parallel do not all start at one output.
+        # Carried entries keep their keys, so their order does not change.
+        keys = np.random.default_rng(seed).integers(0, sampling.SORT_KEY_LIMIT,
+                                                    size=len(escalate_ids))
         QueueEntry.objects.bulk_create(
             [
                 QueueEntry(plan=plan, is_gold=False, needed=needed,
@@ -119,7 +147,17 @@ def escalation_plan_create(
                            sort_key=int(key), stratum="", sample_weight=1.0,
                            draw_kind=QueueEntry.DrawKind.ESCALATION,
                            inclusion_probability=None, **{subject_field: sid})
-                for sid, key in zip(ids, keys, strict=True)
+                for sid, key in zip(escalate_ids, keys, strict=True)
+            ]
+            + [
+                QueueEntry(plan=plan, is_gold=e.is_gold, needed=e.needed,
+                           done_count=min(e.needed, len(prior.get(getattr(e, subject_field),
+                                                                   ()))),
+                           sort_key=e.sort_key, stratum=e.stratum,
+                           sample_weight=e.sample_weight, draw_kind=e.draw_kind,
+                           inclusion_probability=e.inclusion_probability,
+                           **{subject_field: getattr(e, subject_field)})
+                for e in carried
             ],
             batch_size=1000,
         )
@@ -138,6 +176,24 @@ def escalation_plan_create(
     if connection.vendor == "postgresql":
         transaction.on_commit(_queue_analyze)
     return plan, True
+
+
+def _open_entries(plan_ids: list[int], subject: str, subject_field: str) -> list[QueueEntry]:
+    """The unfinished entries of the active plan(s) that sample `subject`, in id order.
+
+    A plan holds one kind of subject: an active plan of comparisons is not carried into a plan
+    of outputs (and the other way round); it stops, as any superseded plan does.
+    """
+    if not plan_ids:
+        return []
+    same_subject = [
+        pk for pk, spec in SamplingPlan.objects.filter(pk__in=plan_ids).values_list("id", "spec")
+        if (spec or {}).get("subject", "output") == subject
+    ]
+    return list(
+        QueueEntry.objects.filter(plan_id__in=same_subject, done_count__lt=F("needed"))
+        .order_by("id")
+    )
 
 
 __all__ = ["MODE_ESCALATION", "escalation_plan_create"]

@@ -11,11 +11,12 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from annotations import services as annotation_services
-from annotations.models import QueueEntry, SamplingPlan
+from annotations.models import Annotation, QueueEntry, SamplingPlan
+from annotations.services.escalations import _open_entries
 from calibration.escalations import escalated_subjects, escalations_plan_create
 from calibration.models import CalibratedScore
 from reviewhub.errors import NotFound, ValidationFailed
-from studies.models import Membership, Study
+from studies.models import Membership, StratumDimension, Study
 from tests.factories import MembershipFactory, UserFactory
 
 from .scores_factory import World, snapshot_make, world_make
@@ -81,7 +82,8 @@ def test_idempotent_per_snapshot(world: World, lead: Any) -> None:
     assert not first.plan.is_active and newer.plan.is_active
 
 
-def test_supersedes_a_random_plan_and_counts_earlier_labels(world: World, lead: Any) -> None:
+def test_without_keep_sampling_it_replaces_the_plan_and_counts_earlier_labels(
+        world: World, lead: Any) -> None:
     annotator = UserFactory(username="ann")
     MembershipFactory(study=world.study, user=annotator, role=Membership.Role.ANNOTATOR)
     random_plan = annotation_services.sampling_plan_create(
@@ -96,15 +98,89 @@ def test_supersedes_a_random_plan_and_counts_earlier_labels(world: World, lead: 
             assignment=assignment, annotator=annotator, submission_id=uuid.uuid4(),
             labels={"correct": {"value": "pass"}, "safe": {"value": "pass"}})
         labelled.add(assignment.entry.output_id)  # type: ignore[arg-type]
-    result = escalations_plan_create(study=world.study, snapshot_id=None, created_by=lead)
+    result = escalations_plan_create(study=world.study, snapshot_id=None, created_by=lead,
+                                     keep_sampling=False)
     random_plan.refresh_from_db()
     assert not random_plan.is_active and result.plan.k == 2
+    assert result.carried_over == 0 and result.escalated == len(expected)
     done = dict(QueueEntry.objects.filter(plan=result.plan).values_list("output_id",
                                                                         "done_count"))
     assert {o for o, n in done.items() if n == 1} == labelled & set(expected)
     # The annotator is never offered an output they labelled already.
     offered = annotation_services.assignment_next(study=world.study, annotator=annotator)
     assert offered is not None and offered.entry.output_id not in labelled
+
+
+def _label(world: World, annotator: Any, n: int) -> list[int]:
+    done = []
+    for _ in range(n):
+        assignment = annotation_services.assignment_next(study=world.study, annotator=annotator)
+        assert assignment is not None
+        annotation_services.annotation_submit(
+            assignment=assignment, annotator=annotator, submission_id=uuid.uuid4(),
+            labels={"correct": {"value": "pass"}, "safe": {"value": "pass"}})
+        done.append(int(assignment.entry.output_id))  # type: ignore[arg-type]
+    return done
+
+
+def test_random_sampling_goes_on_beside_the_escalations(world: World, lead: Any) -> None:
+    annotator = UserFactory(username="ann")
+    MembershipFactory(study=world.study, user=annotator, role=Membership.Role.ANNOTATOR)
+    # The items' strata are set by the factory; the plan needs the dimension declared.
+    StratumDimension.objects.create(study=world.study, key="language",
+                                    kind=StratumDimension.Kind.CATEGORICAL,
+                                    source="metadata.language")
+    random_plan = annotation_services.sampling_plan_create(
+        study=world.study, spec={"mode": "per_stratum", "dimension": "language", "n": 2,
+                                 "seed": 3},
+        k=2, gold_rate=0, created_by=lead)
+    drawn = {e.output_id: e for e in QueueEntry.objects.filter(plan=random_plan)}
+    assert len(drawn) == 4 and all(0 < (e.inclusion_probability or 0) < 1
+                                   for e in drawn.values())
+    labelled = _label(world, annotator, 1)
+    expected = _expected_order(world)
+    result = escalations_plan_create(study=world.study, snapshot_id=None, created_by=lead)
+    random_plan.refresh_from_db()
+    assert not random_plan.is_active and result.plan.is_active
+    entries = {e.output_id: e for e in QueueEntry.objects.filter(plan=result.plan)}
+    # Every random draw is still in the queue, exactly as drawn (none was finished at k = 2).
+    assert result.carried_over == 4 and set(drawn) <= set(entries)
+    for out_id, old in drawn.items():
+        new = entries[out_id]
+        assert (new.draw_kind, new.inclusion_probability, new.sample_weight, new.stratum,
+                new.sort_key, new.needed) == (old.draw_kind, old.inclusion_probability,
+                                              old.sample_weight, old.stratum, old.sort_key,
+                                              old.needed)
+        assert new.done_count == (1 if out_id in labelled else 0)
+    # Escalated outputs the random plan had drawn keep their random draw; the others are
+    # escalation entries without an inclusion probability.
+    escalation_ids = {o for o, e in entries.items() if e.draw_kind == "escalation"}
+    assert escalation_ids == set(expected) - set(drawn)
+    assert result.escalated == len(escalation_ids) > 0
+    assert result.subjects == len(entries) == len(escalation_ids) + 4
+    assert all(entries[o].inclusion_probability is None for o in escalation_ids)
+    summary = result.plan.summary
+    assert summary["escalated_already_drawn"] == len(set(expected) & set(drawn))
+    assert summary["carried_over_from"] == [random_plan.pk]
+    assert summary["draw_kinds"] == {"escalation": len(escalation_ids),
+                                     drawn[next(iter(drawn))].draw_kind: 4}
+    # The annotator goes on with the random draws and the escalations, never one labelled
+    # before, and an annotation under a carried entry keeps its draw's inclusion probability.
+    more = _label(world, annotator, len(entries) - 1)
+    assert set(more) == set(entries) - set(labelled)
+    assert annotation_services.assignment_next(study=world.study, annotator=annotator) is None
+    for out_id in drawn:
+        got = set(Annotation.objects.filter(output_id=out_id, annotator=annotator)
+                  .values_list("assignment__entry__inclusion_probability", flat=True))
+        assert got == {drawn[out_id].inclusion_probability}
+
+
+def test_a_plan_of_comparisons_is_not_carried_into_one_of_outputs(
+        world: World, lead: Any) -> None:
+    random_plan = annotation_services.sampling_plan_create(
+        study=world.study, spec={"mode": "all", "seed": 1}, k=1, gold_rate=0, created_by=lead)
+    assert len(_open_entries([random_plan.pk], "output", "output_id")) == len(world.outputs)
+    assert _open_entries([random_plan.pk], "comparison", "comparison_id") == []
 
 
 def test_nothing_escalated_and_no_snapshot(study: Study, lead: Any) -> None:
