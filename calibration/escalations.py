@@ -105,7 +105,9 @@ def _result(plan: SamplingPlan, snapshot_id: int, *, created: bool) -> Escalatio
     return EscalationPlan(
         plan=plan, snapshot_id=snapshot_id, subject=str(plan.spec.get("subject", "output")),
         subjects=int(summary.get("entries", 0)), created=created,
-        escalated=int(summary.get("escalated_entries", summary.get("entries", 0))),
+        # Plans made before carry-over existed hold escalations only.
+        escalated=int(summary["escalated_entries"] if "escalated_entries" in summary
+                      else summary.get("entries", 0)),
         carried_over=int(summary.get("carried_over_entries", 0)),
     )
 
