@@ -637,9 +637,11 @@ def calibration_compute(
                     ).to_json()
                     failed = cy == 0.0
                     sev = humans.severity.reindex(fsubj[in_cell][failed]).to_numpy(np.float64)
+                    # The held-out P(pass) of each failure: where severity depends on it,
+                    # the cost of a false pass is that of the failures the judge lets through.
                     fpc = false_pass_cost(
                         sev, costs=cost_model, weights=cw[failed], clusters=cg[failed],
-                        rng=r_fpc, options=options,
+                        scores=np.clip(held[failed], 0.0, 1.0), rng=r_fpc, options=options,
                     )
                     fpc_json = fpc.to_json()
                     e = fpc.expected.value

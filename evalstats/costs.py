@@ -4,7 +4,9 @@ A lead states, in the analysis plan, what each kind of mistake costs in one unit
 choosing (money, minutes, points): shipping a failure of severity 1..5 (a *false pass*),
 rejecting a good output (a *false fail*, ``reject_cost``), and one human review
 (``review_cost``). From the severities annotators gave to the outputs they failed,
-:func:`false_pass_cost` estimates E[cost | fail], the expected cost of shipping a failure.
+:func:`false_pass_cost` estimates E[cost | fail], the expected cost of shipping a failure:
+the mean cost of every failure, or, where severity depends on the judge's score, of the
+failures the judge lets through (each weighted by its calibrated P(pass)).
 
 The decision rule (:func:`decision_thresholds`, :func:`decide`)
 --------------------------------------------------------------
@@ -64,7 +66,7 @@ import numpy as np
 import numpy.typing as npt
 
 from evalstats._data import as_1d, as_float
-from evalstats.clustered import bootstrap_clustered, item_sums, ratio_fn
+from evalstats.clustered import bootstrap_clustered, diff_of_means_fn, item_sums, ratio_fn
 from evalstats.options import DEFAULT_OPTIONS, BootstrapOptions
 from evalstats.results import Estimate
 
@@ -200,8 +202,17 @@ class FalsePassCost:
 
     ``severity_counts[i]``: failures of severity i + 1 (a fractional consensus severity counts
     at its nearest level); ``missing``: failures with no severity, left out of the mean;
-    ``expected``: weighted mean cost (clustered bootstrap interval); ``n``: all failures given,
-    with or without a severity.
+    ``n``: all failures given, with or without a severity.
+
+    ``all_failures``: the weighted mean cost of every failure (clustered bootstrap interval).
+    With the judge's scores, ``score_weighted`` is the mean cost of the failures the judge
+    *passes*: each failure weighted by its calibrated P(pass), the chance the judge lets it
+    through; ``score_difference`` is score-weighted minus all, with its interval. Severity
+    depends on the score when that interval excludes 0 (``depends_on_score``): then the
+    failures a judge passes are not a typical failure (e.g. it catches the harmful ones and
+    passes the cosmetic ones), and ``used`` is ``"score_weighted"``; otherwise the two estimate
+    the same mean, the one over every failure is the more precise, and ``used`` is ``"all"``.
+    ``expected`` is the estimate in use, the E[cost | fail] of the decision rule.
     """
 
     severity_counts: tuple[int, ...]
@@ -209,14 +220,31 @@ class FalsePassCost:
     expected: Estimate
     n: int
     warnings: tuple[str, ...] = ()
+    all_failures: Estimate | None = None
+    score_weighted: Estimate | None = None
+    score_difference: Estimate | None = None
+    used: str = "all"
+
+    @property
+    def depends_on_score(self) -> bool:
+        return self.used == "score_weighted"
 
     def to_json(self) -> dict[str, Any]:
+        def opt(e: Estimate | None) -> dict[str, Any] | None:
+            return _estimate_json(e) if e is not None else None
+
         return {
             "severity_counts": {str(level): c for level, c in zip(SEVERITY_LEVELS,
                                                                  self.severity_counts,
                                                                  strict=True)},
             "missing": self.missing,
             "expected": _estimate_json(self.expected),
+            "all_failures": opt(self.all_failures if self.all_failures is not None
+                                else self.expected),
+            "score_weighted": opt(self.score_weighted),
+            "score_difference": opt(self.score_difference),
+            "depends_on_score": self.depends_on_score,
+            "used": self.used,
             "n": self.n,
             "warnings": list(self.warnings),
         }
@@ -248,6 +276,7 @@ def false_pass_cost(
     costs: CostModel,
     weights: npt.ArrayLike | None = None,
     clusters: npt.ArrayLike | None = None,
+    scores: npt.ArrayLike | None = None,
     rng: np.random.Generator,
     options: BootstrapOptions = DEFAULT_OPTIONS,
 ) -> FalsePassCost:
@@ -258,14 +287,26 @@ def false_pass_cost(
     linear interpolation between its two levels. Failures without a severity are counted in
     ``missing`` and left out of the mean (a warning says how many): assuming they are as bad as
     the others is the only assumption the data allow, and it is stated, not hidden.
-    ``weights`` (e.g. 1 / inclusion probability, times P(judge passes | score) where the cost
-    of the failures a judge *passes* is wanted) weight the mean; ``clusters`` (item ids) are
+    ``weights`` (e.g. 1 / inclusion probability) weight the mean; ``clusters`` (item ids) are
     resampled together.
+
+    ``scores`` (optional, one per failure, in [0, 1]): the judge's calibrated P(pass) of each
+    failure. Then the cost of the failures the judge passes is estimated too, each failure
+    weighted by its score (``FalsePassCost.score_weighted``), and used where severity depends
+    on the score (see :class:`FalsePassCost`). The two estimates and their difference share one
+    set of item resamples (the same seed), so the difference's interval is paired.
     """
     sev = as_float(as_1d(severities, "severities"), "severities")
     n = int(sev.size)
     w = _weights(weights, n)
     cl = _clusters(clusters, n)
+    sc: FloatArray | None = None
+    if scores is not None:
+        sc = as_float(as_1d(scores, "scores"), "scores")
+        if sc.size != n:
+            raise ValueError(f"scores must have one entry per failure ({n}), got {sc.size}")
+        if not np.all(np.isfinite(sc)) or np.any((sc < 0) | (sc > 1)):
+            raise ValueError("scores must be probabilities in [0, 1]")
     have = ~np.isnan(sev)
     if np.any((sev[have] < 1) | (sev[have] > 5)):
         raise ValueError("severities must be in [1, 5] (or NaN for none given)")
@@ -285,21 +326,43 @@ def false_pass_cost(
     if s.size == 0 or ws.sum() <= 0:
         warnings.append("no human-failed output with a severity (and positive weight)")
         expected = Estimate(value=float("nan"), method=method, warnings=tuple(warnings))
-    else:
-        cost = np.interp(s, np.asarray(SEVERITY_LEVELS, dtype=np.float64),
-                         np.asarray(costs.severity_costs))
-        stats = item_sums(np.column_stack([ws, ws * cost]), cl[have])
-        expected = bootstrap_clustered(
-            stats, ratio_fn, n_subjects=int(s.size), rng=rng, options=options, method=method
+        return FalsePassCost(severity_counts=counts, missing=missing, expected=expected, n=n,
+                             warnings=tuple(warnings), all_failures=expected)
+    cost = np.interp(s, np.asarray(SEVERITY_LEVELS, dtype=np.float64),
+                     np.asarray(costs.severity_costs))
+    state = rng.bit_generator.state  # one seed for all three: paired resamples
+
+    def boot(stats: FloatArray, fn: Any, how: str) -> Estimate:
+        rng.bit_generator.state = state
+        est = bootstrap_clustered(
+            item_sums(stats, cl[have]), fn, n_subjects=int(s.size), rng=rng, options=options,
+            method=how,
         )
-        expected = Estimate(**{**expected.__dict__,
-                               "warnings": (*warnings, *expected.warnings)})
+        return Estimate(**{**est.__dict__, "warnings": (*warnings, *est.warnings)})
+
+    all_failures = boot(np.column_stack([ws, ws * cost]), ratio_fn, method)
+    if sc is None:
+        return FalsePassCost(severity_counts=counts, missing=missing, expected=all_failures,
+                             n=n, warnings=tuple(warnings), all_failures=all_failures)
+    wp = ws * sc[have]
+    if wp.sum() <= 0:
+        # The judge passes none of the failures: no false pass to cost; keep the mean of all.
+        warnings.append("the judge's scores give no failure a chance to pass: the mean cost of "
+                        "every failure is used")
+        return FalsePassCost(severity_counts=counts, missing=missing, expected=all_failures,
+                             n=n, warnings=tuple(warnings), all_failures=all_failures)
+    weighted = boot(np.column_stack([wp, wp * cost]), ratio_fn,
+                    "false_pass_cost (mean cost of a failure, weighted by the judge's P(pass))")
+    diff = boot(np.column_stack([wp, wp * cost, ws, ws * cost]), diff_of_means_fn,
+                "false_pass_cost difference (score-weighted - all failures)")
+    lo, hi = diff.ci_low, diff.ci_high
+    depends = (lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+               and (lo > 0 or hi < 0))
     return FalsePassCost(
-        severity_counts=counts,
-        missing=missing,
-        expected=expected,
-        n=n,
-        warnings=tuple(warnings),
+        severity_counts=counts, missing=missing,
+        expected=weighted if depends else all_failures, n=n, warnings=tuple(warnings),
+        all_failures=all_failures, score_weighted=weighted, score_difference=diff,
+        used="score_weighted" if depends else "all",
     )
 
 

@@ -455,6 +455,9 @@ def _calibration_cells(
             "thresholds": cell.get("thresholds") if isinstance(cell.get("thresholds"), dict)
             else None,
             "false_pass": _estimate(fpc.get("expected")),
+            # Older snapshots have no "used": their figure is the mean of every failure.
+            "false_pass_by_score": fpc.get("used") == "score_weighted",
+            "false_pass_all": _estimate(fpc.get("all_failures")),
             "false_fail_cost": cell.get("false_fail_cost"),
             "policy": {k: _estimate(policy.get(k)) for k in ("raw", "calibrated", "human_only")}
             if policy else None,

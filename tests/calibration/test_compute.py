@@ -42,7 +42,8 @@ def truth(q: np.ndarray) -> np.ndarray:
     return q**2
 
 
-def build_study(seed: int = SEED, truth_fn: Any = truth) -> dict[str, Any]:
+def build_study(seed: int = SEED, truth_fn: Any = truth,
+                severity_fn: Any = None) -> dict[str, Any]:
     """The synthetic study (module docstring); returns its objects and the known truth."""
     rng = np.random.default_rng(seed)
     users = get_user_model()
@@ -107,7 +108,8 @@ def build_study(seed: int = SEED, truth_fn: Any = truth) -> dict[str, Any]:
         anns.append(Annotation(
             annotator=a.annotator, criterion=correct, output_id=e.output_id, assignment=a,
             plan=plan, value="pass" if passed else "fail", value_num=1.0 if passed else 0.0,
-            severity=None if passed else 3,
+            severity=None if passed else (3 if severity_fn is None else
+                                          int(severity_fn(float(q[i])))),
         ))
     Annotation.objects.bulk_create(anns)
     return {
@@ -253,6 +255,27 @@ def test_judge_decisions_follow_the_cost_thresholds(result: CalibrationResult) -
     assert pol is not None
     # A miscalibrated judge: the calibrated decisions cost less than its raw verdicts.
     assert pol["calibrated"]["value"] < pol["raw"]["value"]
+
+
+def test_the_false_pass_cost_follows_the_judge_score_where_severity_does(db: Any) -> None:
+    # Failures the judge scores low are harmful (severity 5), the others cosmetic (1): the
+    # judge passes mostly cosmetic failures, so a false pass costs far less than the mean
+    # failure, and the thresholds use the score-weighted figure.
+    built = build_study(severity_fn=lambda q: 5 if q < 0.4 else 1)
+    whole = next(c for c in _compute(built["study"]).cells if c.stratum == "")
+    fpc = whole.false_pass_cost
+    assert fpc is not None and whole.thresholds is not None
+    assert fpc["used"] == "score_weighted" and fpc["depends_on_score"] is True
+    assert fpc["expected"] == fpc["score_weighted"]
+    assert fpc["score_difference"]["ci_high"] < 0
+    assert fpc["expected"]["value"] < fpc["all_failures"]["value"]
+    assert whole.thresholds["fail_cost"] == pytest.approx(fpc["expected"]["value"])
+    # The plain mean is numpy's weighted average over the random draws' failures (1 / pi).
+    drawn = np.flatnonzero(built["drawn"])
+    failed = [i for i in drawn if not built["human_pass"][i]]
+    cost = [100.0 if built["q"][i] < 0.4 else 1.0 for i in failed]
+    weights = [1.0 / PI.get(str(built["langs"][i]), 1.0) for i in failed]
+    assert fpc["all_failures"]["value"] == pytest.approx(np.average(cost, weights=weights))
 
 
 def test_diagnostics_improve_after_calibration(result: CalibrationResult) -> None:

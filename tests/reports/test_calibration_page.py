@@ -106,6 +106,23 @@ def test_renders_figures_and_escapes_hostile_text(world: World, lead_page: Clien
     assert f"{chart}?cell=0" in html and f"{chart}?cell=1" in html
     # The study navigation links the page.
     assert f'href="{_page(world.study.slug)}" aria-current="page">Calibration' in html
+    # The plain mean of every failure is used here: no score note.
+    assert "of the failures the judge passes" not in html
+
+
+def test_says_when_the_false_pass_cost_follows_the_judge_score(
+        world: World, lead_page: Client) -> None:
+    result = _result(world)
+    result["cells"][0]["false_pass_cost"] = {
+        "expected": {"value": 4.5, "ci_low": 3.0, "ci_high": 6.0},
+        "all_failures": {"value": 12.25, "ci_low": 10.0, "ci_high": 14.5},
+        "used": "score_weighted", "depends_on_score": True,
+    }
+    snapshot_make(world, result=result)
+    html = lead_page.get(_page(world.study.slug)).content.decode()
+    assert "4.50 [3.00, 6.00]" in html
+    assert ("of the failures the judge passes (severity depends on its score); all failures "
+            "12.25") in html
 
 
 def test_reliability_svg(world: World, lead_page: Client) -> None:
