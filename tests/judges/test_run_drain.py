@@ -344,11 +344,17 @@ def _last_output_fails_once(data: StudyData, server: ProviderServer, fault: Any)
 
 @pytest.mark.parametrize("n_items", [1, 4], ids=["one-job", "last-of-eight"])
 @pytest.mark.parametrize(
-    "fault", [server_error(503), rate_limited(None, retry_after_ms="400")], ids=["503", "429"])
+    "fault", [server_error(503), rate_limited(None, retry_after_ms="1200")], ids=["503", "429"])
 def test_a_transient_error_in_the_last_chunk_gets_a_successor_at_its_retry_time(
     study: Any, provider_server: ProviderServer, judge_key_env: str, broker: Broker,
-    n_items: int, fault: Any,
+    monkeypatch: pytest.MonkeyPatch, settings: Any, n_items: int, fault: Any,
 ) -> None:
+    # The retry must come due after this drain has ended, or the drain rightly claims it
+    # itself (it re-claims every 0.25 s while calls are in flight) and no successor is needed.
+    # Full jitter can make the first backoff a few milliseconds, so the jitter is pinned to its
+    # upper bound: 1 s for the 503, and 1.2 s x 1.1 from the 429's retry-after-ms.
+    settings.REVIEWHUB_JUDGE_BACKOFF_BASE_S = 1.0
+    monkeypatch.setattr("judges.executor.random.uniform", lambda a, b: b)
     data = build_study_data(study, n_items=n_items, n_candidates=1 if n_items == 1 else 2)
     output_id = _last_output_fails_once(data, provider_server, fault)
     run = start(data, provider_server, [data.binary])
