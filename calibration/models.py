@@ -42,9 +42,10 @@ class CalibratedScore(models.Model):
         Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
         db_constraint=False,
     )
+    # Indexed only where set (Meta.indexes): most studies' rows are all outputs.
     comparison = models.ForeignKey(
         Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
-        db_constraint=False,
+        db_constraint=False, db_index=False,
     )
     candidate = models.ForeignKey(
         Candidate, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
@@ -83,9 +84,15 @@ class CalibratedScore(models.Model):
 
     class Meta:
         ordering = ["snapshot_id", "id"]
+        # Every read names the study and the snapshot (the latest is the greatest snapshot id
+        # of a study; a page is a keyset by id inside one), so one index serves them all and
+        # the deletes of a snapshot's rows. Each index costs the write of every row: with
+        # (snapshot_id, id) and (study, snapshot_id) apart, and a full comparison index,
+        # PostgreSQL took ~1 s longer to store a million-verdict snapshot (docs/benchmarks.md).
         indexes = [
-            models.Index(fields=["snapshot_id", "id"], name="calscore_snapshot_id"),
-            models.Index(fields=["study", "snapshot_id"], name="calscore_study_snapshot"),
+            models.Index(fields=["study", "snapshot_id", "id"], name="calscore_study_snap_id"),
+            models.Index(fields=["comparison"], name="calscore_comparison",
+                         condition=models.Q(comparison__isnull=False)),
         ]
         constraints = [
             models.CheckConstraint(

@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 from django.db import connection, models, transaction
 from django.utils import timezone
+from psycopg.copy import QueuedLibpqWriter
 
 from reviewhub.bulkcopy import bulk_insert
 from studies.subjects import subject_split
@@ -53,11 +54,11 @@ def calibrated_scores_write(
             for row in rows
         ]
         with transaction.atomic():
-            CalibratedScore.objects.filter(snapshot_id=snapshot_id).delete()
+            CalibratedScore.objects.filter(study_id=study_id, snapshot_id=snapshot_id).delete()
             bulk_insert(CalibratedScore, prepared)
         return len(prepared)
     with transaction.atomic():
-        CalibratedScore.objects.filter(snapshot_id=snapshot_id).delete()
+        CalibratedScore.objects.filter(study_id=study_id, snapshot_id=snapshot_id).delete()
         if isinstance(rows, ScoreRows):
             return _copy_columns(study_id, snapshot_id, rows)
         return _copy_binary(study_id, snapshot_id, rows)
@@ -365,7 +366,11 @@ def _copy_columns(study_id: int, snapshot_id: int, scores: ScoreRows) -> int:
     columns = ", ".join(f'"{by_attname[a].column}"' for a in names)
     sql = f'COPY "{CalibratedScore._meta.db_table}" ({columns}) FROM STDIN (FORMAT BINARY)'
     count = 0
-    with connection.cursor() as cur, cur.cursor.copy(sql) as copy:
+    # The queued writer sends each chunk from a worker thread, so numpy encodes the next
+    # chunk while PostgreSQL stores this one (the server's share, rows and indexes, is the
+    # larger); with the plain writer the encoding and the server's work took turns.
+    with connection.cursor() as cur, cur.cursor.copy(
+            sql, writer=QueuedLibpqWriter(cur.cursor)) as copy:
         copy.write(_SIGNATURE)
         for block in scores.blocks:
             for start in range(0, len(block), _COPY_CHUNK):
