@@ -58,7 +58,10 @@ created_at             datetime64[us, UTC] when the verdict or annotation was re
 ``RatingData.items`` (index ``item``): external_id plus one str column per stratum dimension
 (``RatingData.dimensions``; "unknown" when the item has no label). ``RatingData.orders``: the
 presentation orders of pairwise judge verdicts that record both (subject, criterion, rater,
-ab, ba as pairwise codes). `evidence_frame` joins them all into one flat frame.
+ab, ba as pairwise codes). ``RatingData.rater_attributes``: the attributes of the study's
+members (user id -> {key: value}, from `Membership.metadata`, e.g. the `rater.group` an import
+gave a human rater; one query), read by the agreement report's rater groups.
+`evidence_frame` joins them all into one flat frame.
 
 Selections (`rating_data_load`): criteria by key, judge versions by id, candidates by name (a
 comparison is kept when both its candidates are), strata by dimension -> labels (a subject is
@@ -105,15 +108,25 @@ from django.db.models.functions import Cast, Coalesce, Length
 from annotations.models import Adjudication, Annotation, GoldLabel
 from judges.models import JudgeVersion, Verdict
 from studies.criteria import criterion_allowed_values
-from studies.models import Candidate, Comparison, Criterion, Item, Output, StratumDimension, Study
+from studies.models import (
+    Candidate,
+    Comparison,
+    Criterion,
+    Item,
+    Membership,
+    Output,
+    StratumDimension,
+    Study,
+)
 from studies.subjects import SubjectRef, comparison_codes, output_codes, subject_code_expr
 
 # Queries of one `rating_data_load`, whatever the study's size (criteria, judge versions,
 # candidates, verdicts x2, annotations x2, gold labels, adjudications, outputs, comparisons,
-# items, stratum dimensions, pairwise orders). tests/calibration/test_frames.py holds it.
-LOAD_MAX_QUERIES = 14
+# items, stratum dimensions, pairwise orders, members' attributes). tests/calibration/
+# test_frames.py holds it.
+LOAD_MAX_QUERIES = 15
 # The same for columns="agreement": no gold label and no adjudication query.
-LOAD_MAX_QUERIES_AGREEMENT = 12
+LOAD_MAX_QUERIES_AGREEMENT = 13
 
 ColumnSet = Literal["agreement", "evidence"]
 # The ratings columns of columns="agreement" (the first six of "evidence", in the same order).
@@ -158,6 +171,8 @@ class RatingData:
     items: pd.DataFrame
     dimensions: list[str]
     orders: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # user id -> the member's attributes ({"group": "expert"}); members without any are absent.
+    rater_attributes: dict[int, dict[str, str]] = field(default_factory=dict)
 
 
 # Codes used by the statistics: nominal scales get category indices; pairwise follows the
@@ -616,7 +631,24 @@ def rating_data_load(
         items=items,
         dimensions=dimensions,
         orders=orders,
+        rater_attributes=_rater_attributes_load(study),
     )
+
+
+def _rater_attributes_load(study: Study) -> dict[int, dict[str, str]]:
+    """Each member's attributes (`Membership.metadata`, an object of text values), one query.
+
+    A study has a member per rater, never per rating, so this reads every membership rather
+    than filtering on the JSON in SQL (which differs between PostgreSQL and SQLite)."""
+    out: dict[int, dict[str, str]] = {}
+    for user_id, meta in Membership.objects.filter(study=study).values_list("user_id", "metadata"):
+        if isinstance(meta, Mapping) and meta:
+            attrs = {
+                str(k): str(v) for k, v in meta.items() if isinstance(v, (str, int, float))
+            }
+            if attrs:
+                out[int(user_id)] = attrs
+    return out
 
 
 def _orders_load(

@@ -25,7 +25,7 @@ import io
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -187,10 +187,12 @@ def ratings_read(
 
 @dataclass(frozen=True)
 class ScaleSpec:
-    """How to create a missing criterion: scale plus ordinal points or categorical labels."""
+    """How to create a missing criterion: scale plus ordinal points or categorical labels, and
+    for an ordinal scale optionally the first passing point (`--pass-threshold KEY=N`)."""
 
     scale: str
     points: tuple[str, ...] = ()
+    pass_threshold: int | None = None
 
     def as_points(self) -> list[dict[str, Any]]:
         if self.scale == "ordinal":
@@ -201,11 +203,17 @@ class ScaleSpec:
 
     def criterion_fields(self, key: str) -> dict[str, Any]:
         """The rubric criterion this spec creates (validated by `studies.spec`)."""
-        return {"key": key, "name": key, "scale": self.scale, "points": self.as_points()}
+        fields: dict[str, Any] = {
+            "key": key, "name": key, "scale": self.scale, "points": self.as_points()
+        }
+        if self.pass_threshold is not None:
+            fields["pass_threshold"] = self.pass_threshold
+        return fields
 
     def describe(self) -> str:
         if self.scale == "ordinal":
-            return f"ordinal {self.points[0]}..{self.points[-1]}"
+            passing = f", pass >= {self.pass_threshold}" if self.pass_threshold is not None else ""
+            return f"ordinal {self.points[0]}..{self.points[-1]}{passing}"
         if self.scale == "categorical":
             return "categorical (" + ", ".join(self.points) + ")"
         return self.scale
@@ -392,7 +400,7 @@ class ImportSummary:
     updated: dict[str, int] = field(default_factory=dict)
     unchanged: dict[str, int] = field(default_factory=dict)
     criteria_created: list[str] = field(default_factory=list)
-    criteria: dict[str, dict[str, str]] = field(default_factory=dict)
+    criteria: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     dry_run: bool = False
@@ -487,7 +495,7 @@ class _Plan:
     outputs: dict[tuple[str, str], dict[str, Any]]  # (item, candidate) -> {"text", "output_id"}
     pairs: list[tuple[tuple[str, str], tuple[str, str]]]
     judge_value_types: dict[tuple[str, str], str]
-    criteria_info: dict[str, dict[str, str]] = field(default_factory=dict)
+    criteria_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     rater_attributes: dict[str, dict[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -554,16 +562,20 @@ def ratings_validate(
     scales: Mapping[str, ScaleSpec] | None = None,
     pairwise_values: str | None = None,
     texts: Iterable[tuple[int, Mapping[str, Any]]] | None = None,
+    pass_thresholds: Mapping[str, int] | None = None,
 ) -> _Plan:
     """Check every row (collecting "line N: field: reason" problems) and resolve criteria.
 
     `pairwise_values` ("outputs" or "presented") says what pairwise values refer to for rows
     without a `pairwise_values` column; a pairwise row with neither is refused. `texts` are the
     rows of a JSON Lines file of input and output texts keyed by `item_id` / `output_id`.
+    `pass_thresholds` (`--pass-threshold KEY=N`) gives the first passing point of an ordinal
+    criterion the import creates; on an existing criterion it must equal the stored threshold.
     Raises ValidationFailed listing the problems (capped at 50, with the total) when any row is
     invalid; returns the resolved plan otherwise. Reads the database, never writes.
     """
     scales = dict(scales or {})
+    thresholds = dict(pass_thresholds or {})
     if pairwise_values is not None and pairwise_values not in PAIRWISE_CONVENTIONS:
         raise ValidationFailed(
             f"pairwise_values must be one of {', '.join(PAIRWISE_CONVENTIONS)}, "
@@ -593,8 +605,16 @@ def ratings_validate(
     existing = {c.key: c for c in Criterion.objects.filter(rubric=rubric)} if rubric else {}
     criteria: dict[str, _CriterionView] = {}
     new_criteria: dict[str, ScaleSpec] = {}
-    info: dict[str, dict[str, str]] = {}
+    info: dict[str, dict[str, Any]] = {}
     first_line = {r.criterion: r.line for r in reversed(ratings)}
+    unrated = sorted(set(thresholds) - set(st.values_by_criterion))
+    if unrated:
+        raise ValidationFailed(
+            "--pass-threshold names "
+            + ", ".join(f"'{k}'" for k in unrated)
+            + ", not a criterion of the file",
+            details={"field": "pass_threshold", "criteria": unrated},
+        )
     for key in st.values_by_criterion:
         line = first_line[key]
         if key in st.pairwise_criteria and key in st.single_criteria:
@@ -610,6 +630,23 @@ def ratings_validate(
                     "criterion",
                     f"'{key}' exists as {crit.scale}; --scale says {scales[key].scale}",
                 )
+            if key in thresholds:
+                n = thresholds[key]
+                if crit.scale != "ordinal":
+                    problems.add(line, "criterion", _threshold_not_ordinal(key, n, crit.scale))
+                elif crit.pass_threshold != n:
+                    stored = crit.pass_threshold
+                    problems.add(
+                        line,
+                        "criterion",
+                        f"--pass-threshold {key}={n}: '{key}' exists with "
+                        + (f"pass_threshold {stored}" if stored is not None else
+                           "no pass_threshold")
+                        + "; an import does not change a criterion's threshold (set it in "
+                        "the rubric, or pass the stored one)",
+                    )
+                else:
+                    info[key]["pass_threshold"] = n
             continue
         if key in scales:
             spec = scales[key]
@@ -623,6 +660,20 @@ def ratings_validate(
                 continue
             spec = inferred.spec
             how = f"inferred: {inferred.reason}"
+        if key in thresholds:
+            n = thresholds[key]
+            if spec.scale != "ordinal":
+                problems.add(line, "criterion", _threshold_not_ordinal(key, n, spec.scale))
+                continue
+            if not 1 <= n <= len(spec.points):
+                problems.add(
+                    line,
+                    "criterion",
+                    f"--pass-threshold {key}={n}: {n} is outside the scale "
+                    f"{spec.points[0]}..{spec.points[-1]} of '{key}'",
+                )
+                continue
+            spec = replace(spec, pass_threshold=n)
         # The rubric's own rules decide whether the criterion may be created.
         refused = criterion_import_problems(spec.criterion_fields(key))
         if refused:
@@ -631,6 +682,8 @@ def ratings_validate(
             continue
         new_criteria[key] = spec
         info[key] = {"scale": spec.describe(), "how": how}
+        if spec.pass_threshold is not None:
+            info[key]["pass_threshold"] = spec.pass_threshold
         values = (
             list(PAIRWISE_VALUES)
             if spec.scale == "pairwise"
@@ -754,6 +807,13 @@ def ratings_validate(
         rater_attributes=st.rater_attributes,
         notes=notes,
         warnings=warnings,
+    )
+
+
+def _threshold_not_ordinal(key: str, n: int, scale: str) -> str:
+    return (
+        f"--pass-threshold {key}={n}: '{key}' is {scale}; only an ordinal criterion has a "
+        "pass threshold"
     )
 
 
@@ -1239,6 +1299,7 @@ def ratings_import(
     pairwise_values: str | None = None,
     texts: Iterable[tuple[int, Mapping[str, Any]]] | None = None,
     dry_run: bool = False,
+    pass_thresholds: Mapping[str, int] | None = None,
 ) -> ImportSummary:
     """Validate all rows, then write them in one transaction (all-or-nothing, idempotent).
 
@@ -1246,13 +1307,19 @@ def ratings_import(
     values where that cannot re-type them, and stated in the summary); `families` maps
     candidate and judge names to a model family (for the self-preference audit);
     `pairwise_values` ("outputs" | "presented") what pairwise values refer to where the rows
-    do not say; `texts` the rows of a texts file (JSON Lines keyed by item_id / output_id).
+    do not say; `texts` the rows of a texts file (JSON Lines keyed by item_id / output_id);
+    `pass_thresholds` the first passing point of ordinal criteria (see `ratings_validate`).
     `dry_run` writes everything and rolls it back, so the summary says what an import would
     do and nothing stays. Every table is written by its owning app's import services
     (studies, judges, annotations), which also hold the rules the rows obey.
     """
     plan = ratings_validate(
-        study=study, rows=rows, scales=scales, pairwise_values=pairwise_values, texts=texts
+        study=study,
+        rows=rows,
+        scales=scales,
+        pairwise_values=pairwise_values,
+        texts=texts,
+        pass_thresholds=pass_thresholds,
     )
     families = dict(families or {})
     summary = ImportSummary(

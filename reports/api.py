@@ -296,7 +296,7 @@ class SelectionNextLabelsView(APIView):
 
 class ReportExportView(APIView):
     """CSV of one table: ?table=cells|confusion|bias|ceiling|system|votes|correlation_levels|
-    orders (`reports.export.TABLES`)."""
+    orders|rater_groups (`reports.export.TABLES`)."""
 
     @extend_schema(
         operation_id="agreement_reports_export",

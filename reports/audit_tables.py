@@ -1,6 +1,7 @@
-"""The audit page's tables of result version 2, per criterion: correlation at three levels,
-agreement per vote and per majority beside the humans' pooled agreement, and verdicts in both
-presentation orders (pure: typed result in, strings and numbers out).
+"""The audit page's tables of result versions 2 and 3, per criterion: correlation at three
+levels, agreement per vote and per majority beside the humans' pooled agreement, verdicts in
+both presentation orders, and agreement by rater group (pure: typed result in, strings and
+numbers out).
 
 Each table is one row per judge x stratum, so a criterion with many strata stays one table;
 rows past `MAX_ROWS` are left to the CSV export (the page says how many).
@@ -151,12 +152,61 @@ def orders_table(result: AgreementResult, criterion: int) -> dict[str, Any] | No
     }
 
 
+GROUP_KINDS = {
+    "judge_vs_group": "Judge vs group",
+    "group_vs_group": "Group vs group",
+    "within_group": "Within group",
+}
+
+
+def groups_table(result: AgreementResult, criterion: int) -> dict[str, Any] | None:
+    """Agreement by rater group of one criterion (judge vs group, group vs group, within
+    group) per stratum, with the group sizes and the raters left out; None when the report was
+    computed without the `rater_groups` parameter."""
+    if result.rater_groups is None or result.rater_group_members is None:
+        return None
+    members = next((m for m in result.rater_group_members if m.criterion == criterion), None)
+    if members is None:
+        return None
+    judges = result.judges_by_id()
+    rows = []
+    for r in result.rater_groups:
+        if r.criterion != criterion:
+            continue
+        judge = judges[r.judge_version].display if r.judge_version in judges else "judge"
+        primary = r.primary
+        rows.append(
+            {
+                "title": r.title(judge).split(),
+                "kind": GROUP_KINDS.get(r.kind, r.kind),
+                "stratum": audit_summary.stratum_words(r.dimension, r.label).split(),
+                "metric": audit_summary.metric_name(r.primary_metric),
+                "too_few": r.too_few,
+                "figure": _est(primary),
+                "pooled": _est(r.metrics.get("pooled_agreement"))
+                if r.kind == "within_group" and not r.too_few
+                else None,
+                "n_subjects": r.n_subjects,
+                "n_raters": r.n_raters,
+            }
+        )
+    shown, more = _cap(rows)
+    return {
+        "attribute": members.attribute,
+        "groups": [(g.group, g.n_raters) for g in members.groups],
+        "n_without": members.n_raters_without,
+        "rows": shown,
+        "more": more,
+    }
+
+
 def criterion_tables(result: AgreementResult, criterion: CriterionRef) -> dict[str, Any]:
-    """The three tables of one criterion for its section of the audit page (None: absent)."""
+    """The tables of one criterion for its section of the audit page (None: absent)."""
     return {
         "levels": correlation_levels_table(result, criterion.id),
         "votes": votes_table(result, criterion.id),
         "orders": orders_table(result, criterion.id),
+        "groups": groups_table(result, criterion.id),
     }
 
 
@@ -171,6 +221,7 @@ __all__ = [
     "attach",
     "correlation_levels_table",
     "criterion_tables",
+    "groups_table",
     "orders_table",
     "votes_table",
 ]

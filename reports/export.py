@@ -19,6 +19,8 @@ TABLES = (
     "votes",
     "correlation_levels",
     "orders",
+    # Result version 3, with the rater_groups parameter (otherwise the header only).
+    "rater_groups",
 )
 # Keys of the per-vote figures of a cell (and the per-majority figures they sit beside).
 _VOTE_METRICS = (
@@ -252,6 +254,8 @@ def table_rows(result: AgreementResult, table: str) -> tuple[list[str], Iterable
         return header, system()
     if table in ("votes", "correlation_levels", "orders"):
         return _v2_rows(result, table, jname, ckey)
+    if table == "rater_groups":
+        return _group_rows(result, jname, ckey)
     raise ValueError(f"unknown table {table!r}")
 
 
@@ -398,6 +402,33 @@ def _v2_rows(
                     ]
 
     return header, orders()
+
+
+def _group_rows(
+    result: AgreementResult, jname: Callable[[Any], str], ckey: Callable[[Any], str]
+) -> tuple[list[str], Iterable[list[Any]]]:
+    """Agreement by rater group, long: one row per figure; a figure on too few subjects is one
+    row with its primary metric named and no numbers."""
+    header = [
+        "criterion", "dimension", "stratum", "comparison", "kind", "judge", "judge_version_id",
+        "group", "other_group", "n_subjects", "n_items", "n_raters", "n_pairs", "too_few",
+        "metric", "value", "ci_low", "ci_high", "n", "primary",
+    ]
+
+    def rows() -> Iterable[list[Any]]:
+        for r in result.rater_groups or ():
+            head = [
+                ckey(r.criterion), r.dimension, r.label, r.title(jname(r.judge_version) or "judge"),
+                r.kind, jname(r.judge_version), r.judge_version, r.group, r.other_group,
+                r.n_subjects, r.n_items, r.n_raters, r.n_pairs, r.too_few,
+            ]
+            if r.too_few:
+                yield [*head, r.primary_metric, None, None, None, None, True]
+                continue
+            for name, m in r.metrics.items():
+                yield [*head, name, *_est_cells(m), name == r.primary_metric]
+
+    return header, rows()
 
 
 def table_csv(result: AgreementResult, table: str) -> str:

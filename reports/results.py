@@ -20,6 +20,12 @@ verdicts in both presentation orders, per stratum) and, on nominal criteria, the
 per-vote agreement coefficients in a cell's `metrics` and the pooled pair agreement of the
 humans in the ceiling (`pooled_agreement`, `pooled_agreement_without_ties`). A version 1
 result is still read: its new tables are empty and the new ceiling keys are None.
+
+Version 3 adds agreement by rater group, present only in a report computed with the
+`rater_groups` parameter (absent keys otherwise, read as None): `rater_group_members` (per
+criterion, the attribute, each group's raters and the raters without the attribute) and
+`rater_groups` (judge vs group, group vs group and within-group figures per criterion x
+stratum). Versions 1 and 2 are still read (without them).
 """
 
 from __future__ import annotations
@@ -33,10 +39,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-AGREEMENT_RESULT_VERSION = 2
+AGREEMENT_RESULT_VERSION = 3
 # Versions `AgreementResult.from_json` reads: version 1 has no `correlation_levels` table (read
-# as empty), and none of the per-vote keys (absent keys are None).
-AGREEMENT_READABLE_VERSIONS = (1, 2)
+# as empty), and none of the per-vote keys (absent keys are None); versions 1 and 2 have no
+# rater groups (None).
+AGREEMENT_READABLE_VERSIONS = (1, 2, 3)
 # Tables a version 1 result does not have.
 _TABLES_SINCE_2 = ("correlation_levels", "orders")
 # Field metadata: the key is left out of the JSON when the value is None (and may be missing).
@@ -581,6 +588,65 @@ class DisagreementRow:
     examples: tuple[DisagreementExample, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class RaterGroupSize:
+    """A group of raters (one value of the attribute) and how many of a criterion's raters are
+    in it."""
+
+    group: str
+    n_raters: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaterGroupMembers:
+    """The rater groups of one criterion by ``attribute``; ``n_raters_without`` raters have no
+    value for it and are in no group."""
+
+    criterion: int
+    attribute: str
+    groups: tuple[RaterGroupSize, ...]
+    n_raters_without: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaterGroupRow:
+    """One figure by rater group of a criterion x stratum (reports/agreement/groups.py).
+
+    ``kind`` is "judge_vs_group" (``judge_version`` against ``group``'s consensus, the main
+    table's coefficients), "group_vs_group" (``group``'s consensus against ``other_group``'s)
+    or "within_group" (Krippendorff's alpha and pooled pair agreement among ``group``'s
+    raters; ``n_pairs`` pairs of raters). ``too_few``: fewer than ``min_items`` subjects, and
+    ``metrics`` is empty.
+    """
+
+    criterion: int
+    dimension: str
+    label: str
+    kind: str
+    judge_version: int | None
+    group: str
+    other_group: str | None
+    n_subjects: int
+    n_items: int
+    n_raters: int
+    too_few: bool
+    primary_metric: str
+    metrics: Mapping[str, Estimate]
+    n_pairs: int | None = field(default=None, metadata=_OMIT)
+
+    @property
+    def primary(self) -> Estimate | None:
+        return self.metrics.get(self.primary_metric)
+
+    def title(self, judge: str = "judge") -> str:
+        """A readable name: "judge vs expert", "expert vs crowd", "within expert"."""
+        if self.kind == "judge_vs_group":
+            return f"{judge} vs {self.group}"
+        if self.kind == "group_vs_group":
+            return f"{self.group} vs {self.other_group}"
+        return f"within {self.group}"
+
+
 @dataclass(frozen=True)
 class AgreementCell:
     """One judge version x criterion x stratum: coefficients, ceiling, test and verdict."""
@@ -628,6 +694,11 @@ class AgreementResult:
     # Version 2; a version 1 result reads them as empty.
     correlation_levels: tuple[CorrelationLevelsRow, ...] = ()
     orders: tuple[OrderRow, ...] = ()
+    # Version 3, only with the `rater_groups` parameter (absent from the JSON otherwise).
+    rater_group_members: tuple[RaterGroupMembers, ...] | None = field(
+        default=None, metadata=_OMIT
+    )
+    rater_groups: tuple[RaterGroupRow, ...] | None = field(default=None, metadata=_OMIT)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AgreementResult:
@@ -717,6 +788,9 @@ __all__ = [
     "JudgeRef",
     "OrderFigures",
     "OrderRow",
+    "RaterGroupMembers",
+    "RaterGroupRow",
+    "RaterGroupSize",
     "RaterPair",
     "ResultFormatError",
     "SampleLevel",

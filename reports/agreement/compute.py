@@ -32,6 +32,7 @@ from .coefficients import (
 )
 from .common import _cell_rng
 from .examples import _examples
+from .groups import rater_group_rows
 from .humans import _human_block, _HumanBlock
 from .levels import _correlation_levels
 from .orders import _order_rows
@@ -39,7 +40,7 @@ from .system import _system_level
 from .verdict import _verdict, rule_text
 
 # The version of the result's shape (reports.results.AGREEMENT_RESULT_VERSION).
-RESULT_VERSION = 2
+RESULT_VERSION = 3
 # Threads computing criteria and judge versions side by side (see compute_report); 1 computes
 # them in turn, in the calling thread. Without threadpoolctl, BLAS keeps its own threads and a
 # second report thread only competes with them for the cores (see _one_blas_thread).
@@ -93,6 +94,8 @@ class _Part:
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     correlation_levels: list[dict[str, Any]] = field(default_factory=list)
     orders: list[dict[str, Any]] = field(default_factory=list)
+    rater_group_members: list[dict[str, Any]] = field(default_factory=list)
+    rater_groups: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -298,6 +301,14 @@ def compute_report(
     def judge(unit: tuple[_CriterionBase, int, pd.DataFrame]) -> _Part:
         return _judge_part(data, unit[0], unit[1], unit[2], p)
 
+    def groups(b: _CriterionBase) -> _Part:
+        out = _Part()
+        if b.block is not None:
+            members, rows = rater_group_rows(data, b.crit, b.block, b.judges, p)
+            out.rater_group_members.append(members)
+            out.rater_groups.extend(rows)
+        return out
+
     # Every cell, ceiling and audit has its own generator, seeded by what it is, so criteria
     # and judge versions are independent: threads change nothing but the wall time, and the
     # parts are merged in report order. The bootstrap's multinomial draws and matrix products
@@ -307,6 +318,7 @@ def compute_report(
         bases = list(run(base, crits))
         units = [(b, jv_id, jr) for b in bases for jv_id, jr in b.judges]
         judge_parts = iter(list(run(judge, units)))
+        group_parts = list(run(groups, bases)) if p.get("rater_groups") is not None else []
     seen_strata: dict[tuple[str, str], None] = {}
     for b in bases:
         for pt in [b.part] + [next(judge_parts) for _ in b.judges]:
@@ -325,6 +337,10 @@ def compute_report(
                 result[name].extend(getattr(pt, name))
             result["warnings"].extend(pt.warnings)
     result["strata"] = [{"dimension": d, "label": lab} for d, lab in seen_strata]
+    if p.get("rater_groups") is not None:
+        # Only a report that asks for groups has the tables (result version 3).
+        result["rater_group_members"] = [m for g in group_parts for m in g.rater_group_members]
+        result["rater_groups"] = [r for g in group_parts for r in g.rater_groups]
     return result
 
 

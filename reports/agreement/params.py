@@ -39,6 +39,9 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "unparseable_as": "miss",
     "disagreement_gap": 1.0,
     "max_examples": 200,
+    # A rater attribute key (e.g. "group", from an import's rater.group column): the report
+    # adds judge vs group, group vs group and within-group figures. None: no groups.
+    "rater_groups": None,
 }
 
 
@@ -104,6 +107,14 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         is_int(p["max_examples"]) and 0 <= p["max_examples"] <= 10000,
         "max_examples",
         "an integer from 0 to 10000",
+    )
+    groups = p["rater_groups"]
+    need(
+        groups is None
+        or (isinstance(groups, str) and groups.strip() == groups and 0 < len(groups) <= 100),
+        "rater_groups",
+        "null or a rater attribute key (a non-empty string of at most 100 characters, e.g. "
+        "\"group\")",
     )
     crosses = p["crosses"]
     ok_crosses = isinstance(crosses, list) and all(

@@ -207,10 +207,11 @@ def test_every_column_from_a_hand_built_study(
     django_assert_max_num_queries: Any,
 ) -> None:
     f = _build()
-    # LOAD_MAX_QUERIES = 14: criteria, judge versions, candidates, verdicts (numeric and
+    # LOAD_MAX_QUERIES = 15: criteria, judge versions, candidates, verdicts (numeric and
     # categorical), annotations (the same two), gold labels, adjudications, outputs,
-    # comparisons, items, stratum dimensions and pairwise orders. COPY statements count too.
-    assert LOAD_MAX_QUERIES == 14
+    # comparisons, items, stratum dimensions, pairwise orders and the members' attributes
+    # (the raters' groups of the agreement report). COPY statements count too.
+    assert LOAD_MAX_QUERIES == 15
     with django_assert_max_num_queries(LOAD_MAX_QUERIES):
         data = rating_data_load(study=f["study"])
     _check_columns(f, data)
@@ -302,11 +303,11 @@ def test_agreement_columns_read_nothing_more(window: bool) -> None:
         evidence = rating_data_load(**kwargs)
     with CaptureQueriesContext(connection) as lean_q:
         lean = rating_data_load(columns="agreement", **kwargs)
-    # LOAD_MAX_QUERIES_AGREEMENT = 12: criteria, judge versions, candidates, verdicts (numeric
+    # LOAD_MAX_QUERIES_AGREEMENT = 13: criteria, judge versions, candidates, verdicts (numeric
     # and categorical), annotations (the same two), outputs, comparisons, items, stratum
-    # dimensions and pairwise orders; no gold label or adjudication query. This study has a
-    # criterion of each group, so every statement runs.
-    assert LOAD_MAX_QUERIES_AGREEMENT == 12
+    # dimensions, pairwise orders and the members' attributes (rater groups); no gold label or
+    # adjudication query. This study has a criterion of each group, so every statement runs.
+    assert LOAD_MAX_QUERIES_AGREEMENT == 13
     assert len(lean_q.captured_queries) == LOAD_MAX_QUERIES_AGREEMENT
     assert len(evidence_q.captured_queries) == LOAD_MAX_QUERIES
 

@@ -21,9 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import krippendorff
+import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 from scipy import stats
+from sklearn.metrics import accuracy_score, cohen_kappa_score
 
 from studies.models import Study
 
@@ -300,3 +303,30 @@ def test_doc_figures_match_an_independent_count() -> None:
     assert doc[f"{cell}.spearman"] == pytest.approx(stats.spearmanr(js, hs)[0], abs=5e-5)
     mae = statistics.mean(abs(a - b) for a, b in zip(js, hs, strict=True))
     assert doc[f"{cell}.mae"] == pytest.approx(mae, abs=5e-5)
+
+    # §5, rater groups: the experts' majority, the crowd rater and the judge, with
+    # scikit-learn; the experts among themselves with `krippendorff` and a count of pairs.
+    rows = _rows("file-format", "groups.csv")
+    items = sorted({r["item_id"] for r in rows})
+    by = {(r["rater_id"], r["item_id"]): int(r["value"] == "pass") for r in rows}
+    experts = ["e1", "e2", "e3"]
+    expert = [int(sum(by[e, i] for e in experts) >= 2) for i in items]
+    crowd = [by["c1", i] for i in items]
+    judge = [by["j", i] for i in items]
+    doc = _doc_figures("file-format")
+    vs = "rater_groups[kind=judge_vs_group, judge=j, group={}].metrics.{}"
+    assert doc[vs.format("expert", "accuracy")] == pytest.approx(accuracy_score(expert, judge))
+    assert doc[vs.format("expert", "kappa")] == pytest.approx(cohen_kappa_score(judge, expert))
+    assert doc[vs.format("crowd", "accuracy")] == pytest.approx(accuracy_score(crowd, judge))
+    pair = "rater_groups[kind=group_vs_group, group=crowd].metrics.{}"
+    assert doc[pair.format("accuracy")] == pytest.approx(accuracy_score(expert, crowd))
+    assert doc[pair.format("kappa")] == pytest.approx(cohen_kappa_score(crowd, expert))
+    matrix = np.array([[by[e, i] for i in items] for e in experts], dtype=float)
+    within = "rater_groups[kind=within_group, group=expert]"
+    assert doc[f"{within}.metrics.krippendorff_alpha"] == pytest.approx(
+        krippendorff.alpha(reliability_data=matrix, level_of_measurement="nominal",
+                           value_domain=[0.0, 1.0]), abs=5e-5)
+    pairs = [(col[a], col[b]) for col in matrix.T for a, b in ((0, 1), (0, 2), (1, 2))]
+    assert doc[f"{within}.n_pairs"] == len(pairs)
+    assert doc[f"{within}.metrics.pooled_agreement"] == pytest.approx(
+        statistics.mean(float(x == y) for x, y in pairs), abs=5e-5)

@@ -140,6 +140,12 @@ def _synthetic_data(seed: int = 5) -> RatingData:
         items=items,
         dimensions=["lang"],
         orders=pd.DataFrame(orders, columns=["subject", "criterion", "rater", "ab", "ba"]),
+        # Rater groups (result version 3): annotator 106 has none.
+        rater_attributes={
+            100 + a: {"group": g}
+            for a, g in enumerate(["expert"] * 3 + ["crowd"] * 3 + [""] + ["author"])
+            if g
+        },
     )
 
 
@@ -152,7 +158,9 @@ def _raw_json(data: RatingData, params: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def synthetic() -> dict[str, Any]:
     return _raw_json(
-        _synthetic_data(), {"n_resamples": 200, "seed": 2, "min_items": 10, "system_level": True}
+        _synthetic_data(),
+        {"n_resamples": 200, "seed": 2, "min_items": 10, "system_level": True,
+         "rater_groups": "group"},
     )
 
 
@@ -175,6 +183,11 @@ def test_synthetic_result_round_trips_exactly(synthetic: dict[str, Any]) -> None
     assert {"n_pairs" in b for b in synthetic["bias"]} == {True, False}
     # Binary criteria have no per-subject Kendall tau: the key is there, null.
     assert {s["per_subject_kendall"] is None for s in synthetic["system"]} == {True, False}
+    groups = synthetic["rater_groups"]
+    assert {g["kind"] for g in groups} == {"judge_vs_group", "group_vs_group", "within_group"}
+    assert {"n_pairs" in g for g in groups} == {True, False}
+    assert {g["other_group"] is None for g in groups} == {True, False}
+    assert {m["n_raters_without"] for m in synthetic["rater_group_members"]} == {1}  # 106
 
 
 def test_inner_tables_are_read_as_typed_rows(synthetic: dict[str, Any]) -> None:

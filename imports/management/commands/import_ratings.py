@@ -36,6 +36,14 @@ class Command(BaseCommand):
             "categorical:a,b,c (repeatable)",
         )
         parser.add_argument(
+            "--pass-threshold",
+            action="append",
+            default=[],
+            metavar="KEY=N",
+            help="first passing point of an ordinal criterion the import creates: points >= N "
+            "pass (repeatable; on an existing criterion it must equal the stored threshold)",
+        )
+        parser.add_argument(
             "--family",
             action="append",
             default=[],
@@ -70,6 +78,24 @@ class Command(BaseCommand):
                 scales[key.strip()] = scale_parse(text)
             except ValueError as exc:
                 raise CommandError(f"--scale {spec}: {exc}") from exc
+        thresholds: dict[str, int] = {}
+        for spec in opts["pass_threshold"]:
+            key, sep, text = spec.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise CommandError(f"--pass-threshold needs KEY=N, got {spec!r}")
+            try:
+                n = int(text.strip())
+            except ValueError:
+                raise CommandError(
+                    f"--pass-threshold {spec}: N must be an integer point of the scale of "
+                    f"'{key}', got {text.strip()!r}"
+                ) from None
+            if key in thresholds and thresholds[key] != n:
+                raise CommandError(
+                    f"--pass-threshold {spec}: '{key}' is given {thresholds[key]} already"
+                )
+            thresholds[key] = n
         families = {}
         for spec in opts["family"]:
             name, sep, fam = spec.partition("=")
@@ -88,6 +114,7 @@ class Command(BaseCommand):
                     pairwise_values=opts.get("pairwise_values"),
                     texts=ratings_read(opts["texts"], fmt="jsonl") if opts.get("texts") else None,
                     dry_run=bool(opts.get("dry_run")),
+                    pass_thresholds=thresholds,
                 )
                 if summary.dry_run:
                     transaction.set_rollback(True)

@@ -1,0 +1,252 @@
+"""Agreement by rater group (the `rater_groups` parameter): raters grouped by one attribute of
+their membership (e.g. ``group`` = expert / author / crowd, from an import's ``rater.group``).
+
+Per criterion and stratum:
+
+- judge vs group G: each judge version's usual coefficients (the main table's, with the same
+  intervals) against the consensus of G's raters only;
+- group G vs group H: G's consensus in the judge's place against H's consensus, on the subjects
+  both groups rated (ordinal: G's mean rounded half up against H's mean and its rounding, so
+  the primary coefficient is the quadratic-weighted kappa as in the main table);
+- within group G: Krippendorff's alpha among G's raters (level by scale, clustered interval as
+  in the ceiling) and the pooled agreement of pairs of distinct G raters on the same subject.
+
+Consensus is the main table's: majority vote (ties to the first rater by account id) on nominal
+scales, the mean on ordinal ones. Raters without the attribute are left out and counted. A
+figure on fewer subjects than `min_items` is marked too few and carries no numbers, as the
+main table's verdict treats a small cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+import evalstats as es
+from calibration.frames import CriterionInfo, RatingData
+from evalstats.votes import pooled_pair_agreement
+
+from .coefficients import _nominal_metrics, _ordinal_metrics, _primary_metric
+from .common import FloatArray, _categories, _cell_rng, _options, est_dict
+from .humans import _HumanBlock, _Stratum
+
+
+@dataclass
+class _Group:
+    name: str
+    rows: npt.NDArray[np.bool_]  # which of the block's humans are in the group
+    consensus: FloatArray  # per subject: majority code or mean (NaN: no rating of the group)
+    rounded: FloatArray  # ordinal: the mean rounded half up; nominal: = consensus
+
+
+def _groups(
+    crit: CriterionInfo, block: _HumanBlock, attrs: Mapping[int, Mapping[str, str]], key: str
+) -> tuple[list[_Group], int]:
+    """The groups of the criterion's human raters by attribute `key`, and how many raters have
+    no value for it."""
+    of = np.array([attrs.get(int(h), {}).get(key) for h in block.humans], dtype=object)
+    names = sorted({str(g) for g in of if g is not None})
+    cats = _categories(crit)
+    out = []
+    for name in names:
+        rows = of == name
+        sub = block.matrix[rows]
+        if crit.scale == "ordinal":
+            consensus = np.asarray(es.mean_consensus(sub).labels, dtype=np.float64)
+            rounded = np.floor(consensus + 0.5)
+        else:
+            consensus = np.asarray(
+                es.majority_vote(sub, tie_break="first", categories=cats).labels,
+                dtype=np.float64,
+            )
+            rounded = consensus
+        out.append(_Group(name, rows, consensus, rounded))
+    return out, int(sum(g is None for g in of))
+
+
+def _row(
+    crit: CriterionInfo,
+    st: _Stratum,
+    kind: str,
+    *,
+    group: str,
+    judge_version: int | None = None,
+    other_group: str | None = None,
+    n_subjects: int,
+    n_items: int,
+    n_raters: int,
+    primary: str,
+    metrics: dict[str, Any] | None,
+    n_pairs: int | None = None,
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "criterion": crit.id,
+        **st.as_dict(),
+        "kind": kind,
+        "judge_version": judge_version,
+        "group": group,
+        "other_group": other_group,
+        "n_subjects": n_subjects,
+        "n_items": n_items,
+        "n_raters": n_raters,
+        "too_few": metrics is None,
+        "primary_metric": primary,
+        "metrics": metrics or {},
+    }
+    if n_pairs is not None:
+        row["n_pairs"] = n_pairs
+    return row
+
+
+def _against(
+    crit: CriterionInfo,
+    j: FloatArray,
+    g: _Group,
+    idx: npt.NDArray[np.int64],
+    items: npt.NDArray[np.int64],
+    continuous: bool,
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """The main table's coefficients of `j` against group g's consensus on subjects `idx`."""
+    if crit.scale == "ordinal":
+        return _ordinal_metrics(
+            crit, j, g.consensus[idx], g.rounded[idx], items, continuous, p, rng
+        )
+    metrics, _ = _nominal_metrics(crit, j, g.consensus[idx], items, p, rng)
+    return metrics
+
+
+def _within(
+    crit: CriterionInfo,
+    block: _HumanBlock,
+    g: _Group,
+    st: _Stratum,
+    p: Mapping[str, Any],
+) -> dict[str, Any] | None:
+    """Alpha and pooled pair agreement among g's raters in the stratum (None: g rated none of
+    its subjects)."""
+    sub = block.matrix[g.rows][:, st.mask]
+    items = block.items[st.mask]
+    rated = ~np.isnan(sub)
+    if not rated.any():
+        return None
+    pairable = rated.sum(axis=0) >= 2
+    n = int(pairable.sum())
+    common: dict[str, Any] = {
+        "group": g.name,
+        "n_subjects": n,
+        "n_items": int(np.unique(items[pairable]).size),
+        "n_raters": int(rated[:, pairable].any(axis=1).sum()),
+        "primary": "krippendorff_alpha",
+    }
+    if n < p["min_items"]:
+        return _row(crit, st, "within_group", metrics=None, n_pairs=0, **common)
+    rng = _cell_rng(p["seed"], "group", "within", crit.id, st.dimension, st.label, g.name)
+    cats = _categories(crit)
+    level: Literal["ordinal", "nominal"] = "ordinal" if crit.scale == "ordinal" else "nominal"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=cats)
+    interval = es.alpha_clustered(
+        sub, items, level_of_measurement=level, value_domain=cats, rng=rng, options=_options(p)
+    )
+    pooled = pooled_pair_agreement(sub, items, ties="keep", rng=rng, options=_options(p))
+    metrics = {
+        "krippendorff_alpha": est_dict(es.with_interval(point, interval)),
+        "pooled_agreement": est_dict(pooled),
+    }
+    if crit.scale == "pairwise":
+        metrics["pooled_agreement_without_ties"] = est_dict(
+            pooled_pair_agreement(
+                sub, items, ties="drop", tie_category=0.0, rng=rng, options=_options(p)
+            )
+        )
+    return _row(
+        crit, st, "within_group", metrics=metrics, n_pairs=int(pooled.n_items), **common
+    )
+
+
+def rater_group_rows(
+    data: RatingData,
+    crit: CriterionInfo,
+    block: _HumanBlock,
+    judges: Sequence[tuple[int, pd.DataFrame]],
+    p: Mapping[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The criterion's group sizes and its figures by rater group (module docstring), in
+    report order: per stratum, judge vs each group, each pair of groups, within each group."""
+    key = str(p["rater_groups"])
+    groups, n_without = _groups(crit, block, data.rater_attributes, key)
+    members = {
+        "criterion": crit.id,
+        "attribute": key,
+        "groups": [{"group": g.name, "n_raters": int(g.rows.sum())} for g in groups],
+        "n_raters_without": n_without,
+    }
+    judge_codes = []
+    for jv_id, jr in judges:
+        jv = data.judges[jv_id]
+        continuous = jv.value_type == "continuous"
+        if continuous and crit.scale != "ordinal":
+            continue  # as in the main table: continuous scores of ordinal criteria only
+        jser = pd.Series(jr["num"].to_numpy(), index=jr["subject"].to_numpy())
+        judge_codes.append(
+            (jv_id, continuous, jser.reindex(block.subjects).to_numpy(dtype=np.float64))
+        )
+    rows: list[dict[str, Any]] = []
+    for st in block.strata:
+        for jv_id, continuous, j_all in judge_codes:
+            for g in groups:
+                idx = np.nonzero(~np.isnan(j_all) & ~np.isnan(g.consensus) & st.mask)[0]
+                if idx.size == 0:
+                    continue
+                items = block.items[idx]
+                metrics = None
+                if idx.size >= p["min_items"]:
+                    rng = _cell_rng(
+                        p["seed"], "group", jv_id, crit.id, st.dimension, st.label, g.name
+                    )
+                    metrics = _against(crit, j_all[idx], g, idx, items, continuous, p, rng)
+                rows.append(
+                    _row(
+                        crit, st, "judge_vs_group", judge_version=jv_id, group=g.name,
+                        n_subjects=int(idx.size), n_items=int(np.unique(items).size),
+                        n_raters=int((~np.isnan(block.matrix[g.rows][:, idx])).any(axis=1).sum()),
+                        primary=_primary_metric(crit, continuous), metrics=metrics,
+                    )
+                )
+        for a, g in enumerate(groups):
+            for h in groups[a + 1 :]:
+                idx = np.nonzero(~np.isnan(g.consensus) & ~np.isnan(h.consensus) & st.mask)[0]
+                if idx.size == 0:
+                    continue
+                items = block.items[idx]
+                metrics = None
+                if idx.size >= p["min_items"]:
+                    rng = _cell_rng(
+                        p["seed"], "group", "pair", crit.id, st.dimension, st.label, g.name,
+                        h.name,
+                    )
+                    metrics = _against(crit, g.rounded[idx], h, idx, items, False, p, rng)
+                both = g.rows | h.rows
+                rows.append(
+                    _row(
+                        crit, st, "group_vs_group", group=g.name, other_group=h.name,
+                        n_subjects=int(idx.size), n_items=int(np.unique(items).size),
+                        n_raters=int((~np.isnan(block.matrix[both][:, idx])).any(axis=1).sum()),
+                        primary=_primary_metric(crit, False), metrics=metrics,
+                    )
+                )
+        for g in groups:
+            within = _within(crit, block, g, st, p)
+            if within is not None:
+                rows.append(within)
+    return members, rows
+
+
+__all__ = ["rater_group_rows"]
