@@ -54,7 +54,7 @@ from .serializers import (
 TAG_ANNOTATE = ["annotation (annotators)"]
 TAG_LEAD = ["annotation (leads)"]
 ERRORS = {
-    400: OpenApiResponse(description="Validation failed; details name the field."),
+    400: OpenApiResponse(description="Validation failed; details.errors[].path names the field."),
     404: OpenApiResponse(description="Study, assignment or annotation not found for you."),
     409: OpenApiResponse(description="Conflict (already submitted, lease expired, ...)."),
 }
@@ -369,7 +369,7 @@ def _criterion_by_key(study: Study, key: str) -> Criterion:
         .first()
     )
     if criterion is None:
-        raise ValidationFailed(f"Unknown criterion '{key}'.", details={"criterion": "unknown"})
+        raise ValidationFailed.at("criterion", f"Unknown criterion '{key}'.")
     return criterion
 
 
@@ -401,11 +401,11 @@ def _subject(study: Study, data: dict[str, Any]) -> dict[str, Any]:
     if data.get("output") is not None:
         out["output"] = Output.objects.filter(study=study, pk=data["output"]).first()
         if out["output"] is None:
-            raise ValidationFailed("Unknown output.", details={"output": "not found"})
+            raise ValidationFailed.at("output", "Unknown output.")
     if data.get("comparison") is not None:
         out["comparison"] = Comparison.objects.filter(study=study, pk=data["comparison"]).first()
         if out["comparison"] is None:
-            raise ValidationFailed("Unknown comparison.", details={"comparison": "not found"})
+            raise ValidationFailed.at("comparison", "Unknown comparison.")
     return out
 
 
@@ -567,8 +567,6 @@ class AnnotationExportView(_AnyFormatNegotiation):
                 export.export_jsonl(study=study), content_type="application/x-ndjson"
             )
         else:
-            raise ValidationFailed(
-                "format must be 'csv' or 'jsonl'.", details={"format": "invalid"}
-            )
+            raise ValidationFailed.at("format", "format must be 'csv' or 'jsonl'.")
         response["Content-Disposition"] = f'attachment; filename="{study.slug}-annotations.{fmt}"'
         return response

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import Problems, ValidationFailed
 
 MODES = ("all", "per_stratum", "proportional")
 SUBJECTS = ("output", "comparison")
@@ -165,85 +165,63 @@ class SampleResult:
         return dict(sorted(Counter(d.draw_kind for d in self.chosen).items()))
 
 
-def _int_field(raw: Mapping[str, Any], name: str, *, minimum: int) -> int | None:
+def _int_field(raw: Mapping[str, Any], name: str, *, minimum: int,
+               problems: Problems) -> int | None:
     value = raw.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationFailed(
-            f"spec.{name} must be an integer.", details={f"spec.{name}": "must be an integer"}
-        )
+        problems.add(f"spec.{name}", "must be an integer")
+        return None
     if value < minimum:
-        raise ValidationFailed(
-            f"spec.{name} must be at least {minimum}.",
-            details={f"spec.{name}": f"must be >= {minimum}"},
-        )
+        problems.add(f"spec.{name}", f"must be at least {minimum}")
+        return None
     return value
 
 
 def spec_parse(raw: Mapping[str, Any], *, default_seed: int) -> SamplingSpec:
-    """Validate a plan spec as sent by a lead; every problem names its field."""
+    """Validate a plan spec as sent by a lead; every problem names its field (all of them are
+    collected, then raised as one ValidationFailed)."""
+    problems = Problems()
     if not isinstance(raw, Mapping):
-        raise ValidationFailed("spec must be an object.", details={"spec": "must be an object"})
+        problems.add("spec", "must be an object")
+        problems.raise_if_any("The sampling spec")
     known = set(SamplingSpec.__dataclass_fields__)
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ValidationFailed(
-            f"Unknown spec field(s): {', '.join(unknown)}.",
-            details={f"spec.{k}": "unknown field" for k in unknown},
-        )
+    for k in sorted(set(raw) - known):
+        problems.add(f"spec.{k}", "unknown field")
     mode = raw.get("mode", "all")
     if mode not in MODES:
-        raise ValidationFailed(
-            f"spec.mode must be one of {', '.join(MODES)}.", details={"spec.mode": "invalid"}
-        )
+        problems.add("spec.mode", f"must be one of {', '.join(MODES)}")
     subject = raw.get("subject", "output")
     if subject not in SUBJECTS:
-        raise ValidationFailed(
-            "spec.subject must be 'output' or 'comparison'.", details={"spec.subject": "invalid"}
-        )
+        problems.add("spec.subject", "must be 'output' or 'comparison'")
     dimension = raw.get("dimension")
     if dimension is not None and (not isinstance(dimension, str) or not dimension):
-        raise ValidationFailed(
-            "spec.dimension must be a dimension key.", details={"spec.dimension": "invalid"}
-        )
-    n = _int_field(raw, "n", minimum=1)
-    total = _int_field(raw, "total", minimum=1)
-    min_per = _int_field(raw, "min_per_stratum", minimum=0) or 0
-    seed = _int_field(raw, "seed", minimum=0)
+        problems.add("spec.dimension", "must be a dimension key")
+        dimension = ""
+    n = _int_field(raw, "n", minimum=1, problems=problems)
+    total = _int_field(raw, "total", minimum=1, problems=problems)
+    min_per = _int_field(raw, "min_per_stratum", minimum=0, problems=problems) or 0
+    seed = _int_field(raw, "seed", minimum=0, problems=problems)
     weight_raw = raw.get("disagreement_weight", 0.0)
+    weight = 0.0
     if isinstance(weight_raw, bool) or not isinstance(weight_raw, int | float):
-        raise ValidationFailed(
-            "spec.disagreement_weight must be a number.",
-            details={"spec.disagreement_weight": "must be a number"},
-        )
-    weight = float(weight_raw)
-    if not math.isfinite(weight) or weight < 0:
-        raise ValidationFailed(
-            "spec.disagreement_weight must be a finite number >= 0.",
-            details={"spec.disagreement_weight": "must be >= 0"},
-        )
+        problems.add("spec.disagreement_weight", "must be a number")
+    elif not math.isfinite(float(weight_raw)) or weight_raw < 0:
+        problems.add("spec.disagreement_weight", "must be a finite number >= 0")
+    else:
+        weight = float(weight_raw)
     include_errors = raw.get("include_errors", False)
     if not isinstance(include_errors, bool):
-        raise ValidationFailed(
-            "spec.include_errors must be true or false.",
-            details={"spec.include_errors": "must be a boolean"},
-        )
+        problems.add("spec.include_errors", "must be true or false")
     if mode in ("per_stratum", "proportional") and dimension is None:
-        raise ValidationFailed(
-            f"spec.dimension is required for mode '{mode}'.",
-            details={"spec.dimension": "required"},
-        )
-    counts = _counts_field(raw, mode)
-    if mode == "per_stratum" and n is None and counts is None:
-        raise ValidationFailed(
-            "spec.n (or spec.counts) is required for mode 'per_stratum'.",
-            details={"spec.n": "required"},
-        )
-    if mode == "proportional" and total is None:
-        raise ValidationFailed(
-            "spec.total is required for mode 'proportional'.", details={"spec.total": "required"}
-        )
+        problems.add("spec.dimension", f"is required for mode '{mode}'")
+    counts = _counts_field(raw, mode, problems)
+    if mode == "per_stratum" and raw.get("n") is None and raw.get("counts") is None:
+        problems.add("spec.n", "is required for mode 'per_stratum' (or give spec.counts)")
+    if mode == "proportional" and raw.get("total") is None:
+        problems.add("spec.total", "is required for mode 'proportional'")
+    problems.raise_if_any("The sampling spec")
     return SamplingSpec(
         mode=mode,
         subject=subject,
@@ -258,25 +236,25 @@ def spec_parse(raw: Mapping[str, Any], *, default_seed: int) -> SamplingSpec:
     )
 
 
-def _counts_field(raw: Mapping[str, Any], mode: str) -> dict[str, int] | None:
+def _counts_field(raw: Mapping[str, Any], mode: str, problems: Problems) -> dict[str, int] | None:
     value = raw.get("counts")
     if value is None:
         return None
     if mode != "per_stratum":
-        raise ValidationFailed("spec.counts applies to mode 'per_stratum' only.",
-                               details={"spec.counts": "only with mode 'per_stratum'"})
+        if mode in MODES:
+            problems.add("spec.counts", "applies to mode 'per_stratum' only")
+        return None
     if not isinstance(value, Mapping) or not value:
-        raise ValidationFailed("spec.counts must be an object {stratum label: count}.",
-                               details={"spec.counts": "must be a non-empty object"})
+        problems.add("spec.counts", "must be a non-empty object {stratum label: count}")
+        return None
     out: dict[str, int] = {}
     for label, count in value.items():
         if not isinstance(label, str) or not label:
-            raise ValidationFailed("spec.counts keys must be stratum labels.",
-                                   details={"spec.counts": "keys must be stratum labels"})
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValidationFailed(f"spec.counts.{label} must be an integer >= 0.",
-                                   details={f"spec.counts.{label}": "must be an integer >= 0"})
-        out[label] = count
+            problems.add("spec.counts", "keys must be stratum labels")
+        elif isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            problems.add(f"spec.counts.{label}", "must be an integer >= 0")
+        else:
+            out[label] = count
     return out
 
 
@@ -298,10 +276,10 @@ def allocate_proportional(sizes: Mapping[str, int], total: int, minimum: int) ->
         return dict(sizes)
     floors = {h: min(minimum, size) for h, size in sizes.items()}
     if sum(floors.values()) > total:
-        raise ValidationFailed(
+        raise ValidationFailed.at(
+            "spec.total",
             f"spec.total ({total}) is smaller than the per-stratum minimums "
             f"({sum(floors.values())} over {len(sizes)} strata).",
-            details={"spec.total": "smaller than min_per_stratum times the number of strata"},
         )
     fixed: dict[str, int] = {}
     free = {h for h, size in sizes.items() if size > 0}
@@ -442,10 +420,12 @@ def _allocation(spec: SamplingSpec, sizes: Mapping[str, int]) -> dict[str, int]:
         if spec.counts is not None:
             unknown = sorted(set(spec.counts) - set(sizes))
             if unknown:
-                raise ValidationFailed(
-                    f"spec.counts names strata with no subject in '{spec.dimension}': "
-                    f"{', '.join(unknown)} (strata: {', '.join(sorted(sizes)) or 'none'}).",
-                    details={f"spec.counts.{h}": "no subject in this stratum" for h in unknown},
+                problems = Problems()
+                for h in unknown:
+                    problems.add(f"spec.counts.{h}", "no subject in this stratum")
+                raise problems.error(
+                    message=f"spec.counts names strata with no subject in '{spec.dimension}': "
+                    f"{', '.join(unknown)} (strata: {', '.join(sorted(sizes)) or 'none'})."
                 )
             return {h: min(spec.counts.get(h, spec.n or 0), size) for h, size in sizes.items()}
         assert spec.n is not None

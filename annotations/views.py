@@ -245,13 +245,13 @@ def _int_field(data: Any, name: str) -> int | None:
     try:
         return int(raw)
     except ValueError as exc:
-        raise ValidationFailed(f"{name} must be an integer.", details={name: "invalid"}) from exc
+        raise ValidationFailed.at(name, f"{name} must be an integer.") from exc
 
 
 def _required_int(data: Any, name: str) -> int:
     value = _int_field(data, name)
     if value is None:
-        raise ValidationFailed(f"{name} is required.", details={name: "required"})
+        raise ValidationFailed.at(name, f"{name} is required.")
     return value
 
 
@@ -332,9 +332,7 @@ def grade_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpRes
         try:
             submission_id = uuid.UUID(raw_id)
         except ValueError as exc:
-            raise ValidationFailed(
-                "submission_id must be a UUID.", details={"submission_id": "invalid"}
-            ) from exc
+            raise ValidationFailed.at("submission_id", "submission_id must be a UUID.") from exc
         created = services.annotation_submit(
             assignment=assignment,
             annotator=_actor(request),
@@ -498,22 +496,18 @@ def _adjudicate(request: HttpRequest, study: Study) -> None:
     kind = data.get("subject", "")
     criterion = Criterion.objects.filter(pk=criterion_id, rubric__study=study).first()
     if criterion is None:
-        raise ValidationFailed("criterion_id is not a criterion of this study.",
-                               details={"criterion_id": "unknown"})
+        raise ValidationFailed.at("criterion_id", "criterion_id is not a criterion of this study.")
     output = comparison = None
     if kind == "output":
         output = Output.objects.filter(pk=subject_id, study=study).first()
         if output is None:
-            raise ValidationFailed("subject_id is not an output of this study.",
-                                   details={"subject_id": "unknown"})
+            raise ValidationFailed.at("subject_id", "subject_id is not an output of this study.")
     elif kind == "comparison":
         comparison = Comparison.objects.filter(pk=subject_id, study=study).first()
         if comparison is None:
-            raise ValidationFailed("subject_id is not a comparison of this study.",
-                                   details={"subject_id": "unknown"})
+            raise ValidationFailed.at("subject_id", "subject_id is not a comparison of this study.")
     else:
-        raise ValidationFailed("subject must be 'output' or 'comparison'.",
-                               details={"subject": "invalid"})
+        raise ValidationFailed.at("subject", "subject must be 'output' or 'comparison'.")
     services.adjudication_record(
         study=study, criterion=criterion, output=output, comparison=comparison,
         value=data.get("value", ""), note=data.get("note", ""), user=_actor(request),
@@ -627,15 +621,13 @@ def lead_members(request: HttpRequest, slug: str) -> HttpResponse:
                     pk=user_id, memberships__study=study
                 ).first()
                 if member is None:
-                    raise ValidationFailed("user_id is not a member of this study.",
-                                           details={"user_id": "unknown"})
+                    raise ValidationFailed.at("user_id", "user_id is not a member of this study.")
                 password = services.annotator_password_reset(study=study, user=member,
                                                               by=_actor(request))
                 one_time = {"username": member.username, "password": password,
                             "what": "Password reset"}
             else:
-                raise ValidationFailed("action must be 'invite' or 'reset'.",
-                                       details={"action": "invalid"})
+                raise ValidationFailed.at("action", "action must be 'invite' or 'reset'.")
         except AppError as exc:
             error = exc.message
     members = (

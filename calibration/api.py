@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 
 from reviewhub.api.pagination import PAGE_PARAMETERS, IdCursorPagination, paginated
 from reviewhub.capabilities import Capability
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import Problems, ValidationFailed
 from studies.access import judge_data_need, study_access_get
 from studies.models import Study
 from studies.serializers import ErrorSerializer
@@ -242,8 +242,7 @@ class EscalationCreate(APIView):
         study = _study(request, slug, write=True)
         ser = EscalationRequestSerializer(data=request.data)
         if not ser.is_valid():
-            raise ValidationFailed("The request did not validate; see details.",
-                                   details=ser.errors)
+            raise Problems.from_field_errors(ser.errors).error("The request")
         result = escalations.escalations_plan_create(
             study=study, snapshot_id=ser.validated_data.get("snapshot"),
             created_by=request.user, limit=ser.validated_data.get("limit"),

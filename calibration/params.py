@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import Problems
 
 # The calibration methods evalstats.calibration offers (tests/calibration/test_params.py
 # asserts this equals evalstats.calibration.METHODS; kept here so that validating a request
@@ -50,19 +50,16 @@ def _is_num(v: Any) -> bool:
 def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     """Fill defaults and check types; raise ValidationFailed naming each bad parameter."""
     if raw is not None and not isinstance(raw, Mapping):
-        raise ValidationFailed(
-            "The report parameters did not validate: params: must be an object",
-            details={"errors": [{"path": "params", "message": "must be an object"}]},
-        )
+        raise Problems.from_mapping({"params": "must be an object"}).error("The report parameters")
     raw = dict(raw or {})
-    errors: list[dict[str, str]] = []
+    problems = Problems()
     for key in sorted(set(raw) - set(DEFAULT_PARAMS), key=str):
-        errors.append({"path": f"params.{key}", "message": "unknown parameter"})
+        problems.add(f"params.{key}", "unknown parameter")
     p = {**DEFAULT_PARAMS, **{k: v for k, v in raw.items() if k in DEFAULT_PARAMS}}
 
     def need(cond: bool, key: str, message: str) -> None:
         if not cond:
-            errors.append({"path": f"params.{key}", "message": message})
+            problems.add(f"params.{key}", message)
 
     need(_is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
     need(
@@ -111,11 +108,7 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         "methods",
         "null or a non-empty list of distinct methods from: " + ", ".join(METHODS),
     )
-    if errors:
-        raise ValidationFailed(
-            f"The report parameters did not validate: {errors[0]['path']}: {errors[0]['message']}",
-            details={"errors": errors},
-        )
+    problems.raise_if_any("The report parameters")
     p["level"] = float(p["level"])
     if p["methods"] is None:
         p["methods"] = list(METHODS)

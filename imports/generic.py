@@ -38,7 +38,7 @@ from judges.services import (
     judge_imported_version_get_or_create,
     verdicts_import_bulk,
 )
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import Problems, ValidationFailed
 from studies import imports_service as studies_imports
 from studies.criteria import PAIRWISE_VALUES, criterion_allowed_values
 from studies.imports_service import (
@@ -50,7 +50,6 @@ from studies.models import Criterion, Study
 
 from .pairwise_check import PairwiseVote, order_consistency_warnings
 
-MAX_ERRORS = 50
 BATCH = 5000
 DEFAULT_CANDIDATE = "imported"
 DEFAULT_JUDGE_VERSION = "imported"
@@ -423,30 +422,16 @@ class ImportSummary:
         }
 
 
-class _Problems:
-    def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
+class _Problems(Problems):
+    """The one collector (`reviewhub.errors.Problems`), added to by line: the column is the
+    entry's path, the line its `line`, and a problem of the `--texts` file has `file: "texts"`."""
 
-    def add(self, line: int, fld: str, message: str, *, where: str = "line") -> None:
-        self.items.append({"line": line, "field": fld, "message": message, "where": where})
+    def add(self, line: int, fld: str, message: str, *,  # type: ignore[override]
+            where: str = "line") -> None:
+        super().add(fld, message, line=line, file="texts" if where == "texts line" else None)
 
-    def raise_if_any(self) -> None:
-        if not self.items:
-            return
-        first = self.items[0]
-        more = len(self.items) - 1
-        suffix = f" (and {more} more problem{'s' if more != 1 else ''})" if more else ""
-        raise ValidationFailed(
-            f"The ratings did not validate: {first['where']} {first['line']}: {first['field']}: "
-            f"{first['message']}{suffix}",
-            details={
-                "errors": [
-                    f"{p['where']} {p['line']}: {p['field']}: {p['message']}"
-                    for p in self.items[:MAX_ERRORS]
-                ],
-                "error_count": len(self.items),
-            },
-        )
+    def raise_if_any(self, what: str = "The ratings", **extra: Any) -> None:
+        super().raise_if_any(what, **extra)
 
 
 def _text(row: Mapping[str, Any], key: str) -> str:
@@ -504,8 +489,9 @@ class _Plan:
 def _label_field(exc: ValidationFailed, criterion: str) -> str:
     """The file column a label-rule error is about ("labels.KEY.severity" -> "severity")."""
     details = exc.details if isinstance(exc.details, dict) else {}
-    for name in details:
-        tail = str(name)[len(criterion) + 1 :] if str(name).startswith(criterion + ".") else ""
+    for entry in details.get("errors") or []:
+        name = str(entry.get("path", "")) if isinstance(entry, dict) else ""
+        tail = name[len(criterion) + 1 :] if name.startswith(criterion + ".") else ""
         if tail in ("severity", "severity_note"):
             return "severity"
     return "value"
@@ -577,10 +563,10 @@ def ratings_validate(
     scales = dict(scales or {})
     thresholds = dict(pass_thresholds or {})
     if pairwise_values is not None and pairwise_values not in PAIRWISE_CONVENTIONS:
-        raise ValidationFailed(
+        raise ValidationFailed.at(
+            "pairwise_values",
             f"pairwise_values must be one of {', '.join(PAIRWISE_CONVENTIONS)}, "
             f"got {pairwise_values!r}",
-            details={"field": "pairwise_values"},
         )
     problems = _Problems()
     st = _State(problems=problems, pairwise_values=pairwise_values)

@@ -38,7 +38,7 @@ from .serializers import (
 )
 
 ERRORS = {
-    400: OpenApiResponse(ErrorSerializer, description="Validation failed (details.field "
+    400: OpenApiResponse(ErrorSerializer, description="Validation failed (details.errors[].path "
                                                       "names the offending field)."),
     403: OpenApiResponse(ErrorSerializer, description="Read-only token or role too low."),
     404: OpenApiResponse(ErrorSerializer, description="No such study/judge, or no access."),
@@ -168,8 +168,7 @@ class JudgeVersionPreview(APIView):
         criterion = selectors.preview_criterion_get(
             study=study, criterion_key=data.get("criterion_key") or None, pairwise=pairwise)
         if not pairwise and data.get("order") not in (None, "", "ab"):
-            raise ValidationFailed("order applies to comparisons only.",
-                                   details={"field": "order"})
+            raise ValidationFailed.at("order", "order applies to comparisons only.")
         preview = judge_version_preview(version=version, criterion=criterion, subject=subject,
                                         order=data.get("order", "ab") if pairwise else "")
         return Response(preview)

@@ -55,8 +55,9 @@ MAX_TOP_LOGPROBS = 20
 MAX_TIMEOUT_S = 600.0
 
 
-def _fail(field: str, message: str, **details: Any) -> ValidationFailed:
-    return ValidationFailed(message, details={"field": field, **details})
+def _fail(field: str, message: str, **context: Any) -> ValidationFailed:
+    """One problem at `field` (the config path) in the one details shape."""
+    return ValidationFailed.at(field, message, **context)
 
 
 def canonical_json(value: Any) -> str:
@@ -416,10 +417,8 @@ def _base_url_checked(
     access = base_url_access(url, allowed_prefixes=prefixes, allow_private=allow_private,
                              resolve=resolve)
     if access.kind == "refused":
-        raise ValidationFailed(
-            access.reason,
-            details={"field": "base_url", "url": url, "setting": BASE_URL_SETTING,
-                     "allowed": prefixes},
+        raise ValidationFailed.at(
+            "base_url", access.reason, url=url, setting=BASE_URL_SETTING, allowed=prefixes,
             code="base_url_not_allowed",
         )
     return url.rstrip("/"), access
@@ -493,17 +492,15 @@ def api_key_env_validate(
     allowed = list(allowed)
     refusal = key_env_refusal(value, allowed=allowed, reserved=reserved)
     if refusal:
-        raise ValidationFailed(refusal, details={"field": "api_key_env", "name": value,
-                                                 "setting": KEY_ENV_SETTING,
-                                                 "allowed": allowed},
-                               code="api_key_env_not_allowed")
+        raise ValidationFailed.at("api_key_env", refusal, name=value, setting=KEY_ENV_SETTING,
+                                  allowed=allowed, code="api_key_env_not_allowed")
     if access is not None and not access.listed:
-        raise ValidationFailed(
+        raise ValidationFailed.at(
+            "api_key_env",
             f"api_key_env must be null here: a key is only sent to base URLs listed in "
             f"{BASE_URL_SETTING}, and this one is admitted as a private-network endpoint "
             f"({PRIVATE_NETWORKS_SETTING}). An operator can list its prefix.",
-            details={"field": "api_key_env", "name": value, "setting": BASE_URL_SETTING},
-            code="api_key_env_not_allowed")
+            name=value, setting=BASE_URL_SETTING, code="api_key_env_not_allowed")
     return value
 
 

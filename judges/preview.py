@@ -27,13 +27,14 @@ def judge_version_preview(
 ) -> dict[str, Any]:
     """{"method", "url", "headers" (key redacted), "body", "body_text", ...} for one call."""
     if version.judge.kind != Judge.Kind.LLM:
-        raise ValidationFailed(
+        raise ValidationFailed.at(
+            "judge",
             f"Judge '{version.judge.name}' is a {version.judge.get_kind_display()}: it sends no "
-            "provider request, so there is nothing to preview.", details={"field": "judge"})
+            "provider request, so there is nothing to preview.",
+        )
     if isinstance(subject, Comparison):
         if order not in ("ab", "ba"):
-            raise ValidationFailed("order must be 'ab' or 'ba' for a comparison.",
-                                   details={"field": "order"})
+            raise ValidationFailed.at("order", "order must be 'ab' or 'ba' for a comparison.")
         ctx = subject_context_for(criterion=criterion, comparison=subject, order=order)
     else:
         ctx = subject_context_for(criterion=criterion, output=subject)
@@ -41,8 +42,9 @@ def judge_version_preview(
     try:
         request = provider_request_for(config=config, ctx=ctx, resolve_key=False)
     except ProviderConfigError as exc:
-        raise ValidationFailed(f"This version cannot be called here: {exc.reason}",
-                               details={"field": "config"}) from None
+        raise ValidationFailed.at(
+            "config", f"This version cannot be called here: {exc.reason}",
+        ) from None
     if config.get("api_key_env"):
         # A stand-in so that the auth header appears where it will be; it is redacted below
         # and the environment is never read.

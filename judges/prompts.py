@@ -89,11 +89,12 @@ def template_validate(template: str, *, field: str = "template") -> set[str]:
     names = placeholders_in(template)
     unknown = sorted(names - set(PLACEHOLDERS))
     if unknown:
-        raise ValidationFailed(
+        raise ValidationFailed.at(
+            field,
             f"{field}: unknown placeholder(s) {', '.join('{' + n + '}' for n in unknown)}; "
             f"available: {', '.join('{' + n + '}' for n in PLACEHOLDERS)} (write {{{{ and "
             "}} for literal braces).",
-            details={"field": field, "unknown_placeholders": unknown},
+            unknown_placeholders=unknown,
         )
     return names
 

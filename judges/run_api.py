@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from reviewhub.api.pagination import DefaultCursorPagination
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import Problems, ValidationFailed
 from studies.access import study_get_for_actor
 from studies.models import Membership, Study
 
@@ -106,8 +106,7 @@ class BudgetSerializer(serializers.Serializer[Any]):
 
 def _valid(serializer: serializers.Serializer[Any]) -> dict[str, Any]:
     if not serializer.is_valid():
-        raise ValidationFailed("The request did not validate; see details for each field.",
-                               details=serializer.errors)
+        raise Problems.from_field_errors(serializer.errors).error("The request")
     return dict(serializer.validated_data)
 
 
@@ -137,8 +136,9 @@ class JudgeRunListCreate(APIView):
             pk=data["judge_version"], judge__study=study
         ).first()
         if version is None:
-            raise ValidationFailed("judge_version is not a judge version of this study",
-                                   details={"judge_version": data["judge_version"]})
+            raise ValidationFailed.at(
+                "judge_version", "judge_version is not a judge version of this study",
+            )
         run = runs.judge_run_start(
             study=study, judge_version=version,
             criteria=selectors.criteria_for_refs(study=study, refs=data["criteria"]),

@@ -10,7 +10,7 @@ from typing import Any
 from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
-from reviewhub.errors import NotFound, ValidationFailed
+from reviewhub.errors import NotFound, Problems, ValidationFailed
 from studies.models import Comparison, Criterion, Output, Study
 from studies.selectors import rubric_current
 
@@ -55,8 +55,7 @@ def preview_subject_get(
             raise NotFound(f"Output {output_id} not found in study '{study.slug}'.")
         return output
     if comparison_id is None:
-        raise ValidationFailed("Give output_id or comparison_id.",
-                               details={"field": "output_id"})
+        raise ValidationFailed.at("output_id", "Give output_id or comparison_id.")
     comparison = (Comparison.objects.filter(study=study, pk=comparison_id)
                   .select_related("item", "study", "output_a", "output_b").first())
     if comparison is None:
@@ -70,25 +69,29 @@ def preview_criterion_get(*, study: Study, criterion_key: str | None, pairwise: 
     that fits the subject (pairwise for comparisons, any other scale for outputs)."""
     rubric = rubric_current(study)
     if rubric is None:
-        raise ValidationFailed("The study has no rubric yet; a preview needs a criterion.",
-                               details={"field": "criterion_key"})
+        raise ValidationFailed.at(
+            "criterion_key", "The study has no rubric yet; a preview needs a criterion.",
+        )
     criteria = list(rubric.criteria.all())
     if criterion_key:
         chosen = next((c for c in criteria if c.key == criterion_key), None)
         if chosen is None:
-            raise ValidationFailed(f"No criterion {criterion_key!r} in the current rubric.",
-                                   details={"field": "criterion_key"})
+            raise ValidationFailed.at(
+                "criterion_key", f"No criterion {criterion_key!r} in the current rubric.",
+            )
     else:
         chosen = next((c for c in criteria if (c.scale == "pairwise") == pairwise), None)
         if chosen is None:
             kind = "pairwise" if pairwise else "single-output"
-            raise ValidationFailed(f"The current rubric has no {kind} criterion.",
-                                   details={"field": "criterion_key"})
+            raise ValidationFailed.at(
+                "criterion_key", f"The current rubric has no {kind} criterion.",
+            )
     if (chosen.scale == "pairwise") != pairwise:
-        raise ValidationFailed(
+        raise ValidationFailed.at(
+            "criterion_key",
             f"Criterion {chosen.key!r} is {chosen.scale}: preview it with "
             f"{'a comparison_id' if chosen.scale == 'pairwise' else 'an output_id'}.",
-            details={"field": "criterion_key"})
+        )
     return chosen
 
 
@@ -115,7 +118,10 @@ def criteria_for_refs(*, study: Study, refs: list[str]) -> list[Criterion]:
         else:
             found.append(crit)
     if missing:
-        raise ValidationFailed("unknown criteria for this study", details={"criteria": missing})
+        problems = Problems()
+        for ref in missing:
+            problems.add("criteria", f"unknown criterion {ref!r}")
+        raise problems.error(message=f"unknown criteria for this study: {', '.join(missing)}")
     return found
 
 
@@ -189,7 +195,7 @@ def _truthy(value: str, field: str) -> bool:
         return True
     if lowered in ("0", "false", "no"):
         return False
-    raise ValidationFailed(f"'{field}' must be true or false", details={field: value})
+    raise ValidationFailed.at(field, f"'{field}' must be true or false")
 
 
 def verdict_list(*, study: Study, filters: Mapping[str, str]) -> QuerySet[Verdict]:
@@ -205,14 +211,12 @@ def verdict_list(*, study: Study, filters: Mapping[str, str]) -> QuerySet[Verdic
         try:
             qs = qs.filter(run_id=int(filters["run"]))
         except ValueError:
-            raise ValidationFailed("'run' must be a run id", details={"run": filters["run"]}
-                                   ) from None
+            raise ValidationFailed.at("run", "'run' must be a run id") from None
     if filters.get("judge_version"):
         try:
             qs = qs.filter(judge_version_id=int(filters["judge_version"]))
         except ValueError:
-            raise ValidationFailed("'judge_version' must be an id",
-                                   details={"judge_version": filters["judge_version"]}) from None
+            raise ValidationFailed.at("judge_version", "'judge_version' must be an id") from None
     if filters.get("criterion"):
         value = filters["criterion"]
         crit = Criterion.objects.filter(rubric__study=study)

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 
 from reviewhub.bulkcopy import BATCH, bulk_insert
-from reviewhub.errors import Conflict, ValidationFailed
+from reviewhub.errors import Conflict, Problems, ValidationFailed
 from studies.criteria import criterion_value_num
 from studies.models import Criterion, Study
 from studies.subjects import SubjectRef
@@ -43,11 +43,9 @@ def judge_create(
     """Create a judge (no version yet). Names are unique within a study."""
     name = (name or "").strip()
     if not name or len(name) > MAX_NAME_CHARS:
-        raise ValidationFailed("name is required (at most 200 characters).",
-                               details={"field": "name"})
+        raise ValidationFailed.at("name", "name is required (at most 200 characters).")
     if kind not in Judge.Kind.values:
-        raise ValidationFailed(f"kind must be one of {', '.join(Judge.Kind.values)}.",
-                               details={"field": "kind"})
+        raise ValidationFailed.at("kind", f"kind must be one of {', '.join(Judge.Kind.values)}.")
     try:
         with transaction.atomic():
             return Judge.objects.create(study=study, name=name, kind=kind,
@@ -149,9 +147,8 @@ def judge_imported_version_get_or_create(
     updates an existing version's family.
     """
     if value_type not in ("label", "continuous"):
-        raise ValidationFailed(
-            f"value_type must be 'label' or 'continuous', got {value_type!r}.",
-            details={"field": "value_type"},
+        raise ValidationFailed.at(
+            "value_type", f"value_type must be 'label' or 'continuous', got {value_type!r}.",
         )
     judge = Judge.objects.filter(study=study, name=name).first()
     judge_created = False
@@ -162,12 +159,10 @@ def judge_imported_version_get_or_create(
         )
         judge_created = True
     elif judge.kind != Judge.Kind.IMPORTED:
-        raise ValidationFailed(
-            f"The ratings did not validate: rater_id: '{name}' is an existing {judge.kind} "
-            "judge; imported ratings need their own judge name",
-            details={"errors": [f"rater_id: '{name}' is an existing {judge.kind} judge"],
-                     "error_count": 1},
-        )
+        problems = Problems()
+        problems.add("rater_id", f"'{name}' is an existing {judge.kind} judge; imported ratings "
+                                 "need their own judge name")
+        raise problems.error("The ratings")
     digest = _imported_version_hash(label, value_type)
     with transaction.atomic():
         # Lock the judge row so that concurrent importers number versions in turn.
@@ -217,8 +212,9 @@ def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
     crit = spec.criterion
     orders = dict(spec.orders)
     if not orders or (("" in orders) and len(orders) > 1) or not set(orders) <= {"", "ab", "ba"}:
-        raise ValidationFailed(f"verdict on '{crit.key}': give one value, or one per order ab/ba.",
-                               details={"field": "orders"})
+        raise ValidationFailed.at(
+            "orders", f"verdict on '{crit.key}': give one value, or one per order ab/ba.",
+        )
     details: dict[str, Any] = {"imported": True}
     if spec.continuous:
         details["value_type"] = "continuous"
@@ -243,10 +239,10 @@ def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
     if spec.continuous:
         num = _finite(value)
         if crit.scale != Criterion.Scale.ORDINAL or num is None:
-            raise ValidationFailed(
+            raise ValidationFailed.at(
+                "value",
                 f"verdict on '{crit.key}': continuous scores are finite numbers on ordinal "
                 f"criteria ('{crit.key}' is {crit.scale}, value {value!r}).",
-                details={"field": "value"},
             )
         value_num = num
     else:
@@ -254,8 +250,7 @@ def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
             try:
                 criterion_value_num(crit, v)
             except ValueError as exc:
-                raise ValidationFailed(f"verdict on '{crit.key}': {exc}",
-                                       details={"field": "value"}) from None
+                raise ValidationFailed.at("value", f"verdict on '{crit.key}': {exc}") from None
         value_num = criterion_value_num(crit, value)
     return {"value": value, "value_num": value_num, "details": details,
             "n_samples": max(1, len(orders)), "is_scored": True}

@@ -102,10 +102,9 @@ def _json_object(text: str, path: str) -> dict[str, Any]:
     try:
         value = strict_loads(text)
     except ValueError as exc:
-        raise ValidationFailed(f"{path} is not valid JSON: {exc}",
-                               details={"field": path}) from None
+        raise ValidationFailed.at(path, f"{path} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise ValidationFailed(f"{path} must be a JSON object", details={"field": path})
+        raise ValidationFailed.at(path, f"{path} must be a JSON object")
     return value
 
 
@@ -209,7 +208,7 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
                 )
                 return HttpResponseRedirect(
                     reverse("judge-run-detail-page", args=[study.slug, run.pk]))
-            raise ValidationFailed("unknown action", details={"field": "action"})
+            raise ValidationFailed.at("action", "unknown action")
         except AppError as exc:
             errors = error_rows(exc)
             status = 404 if isinstance(exc, NotFound) else 400

@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 
 from reviewhub.api.pagination import PAGE_PARAMETERS, DefaultCursorPagination, paginated
 from reviewhub.capabilities import Capability
-from reviewhub.errors import NotFound, ValidationFailed
+from reviewhub.errors import NotFound, Problems, ValidationFailed
 from studies.access import judge_data_need, study_access_get
 from studies.models import AnalysisPlan, Study
 from studies.serializers import ErrorSerializer
@@ -108,7 +108,7 @@ class ReportListCreateView(APIView):
         study = study_for_reports(request, slug, write=True)
         ser = ReportCreateSerializer(data=request.data)
         if not ser.is_valid():
-            raise ValidationFailed("The request did not validate; see details.", details=ser.errors)
+            raise Problems.from_field_errors(ser.errors).error("The request")
         plan = None
         version = ser.validated_data.get("plan_version")
         if version is not None:

@@ -56,25 +56,15 @@ def page_study(
 def error_rows(exc: AppError) -> list[dict[str, Any]]:
     """An application error as rows {"line", "path", "message"} for a page's error list.
 
-    Services still answer in several `details` shapes (docs/api.md, "Errors"): a list of
-    problems ({"errors": [{"path", "message"}]}, ingest's {"line", "field", "reason"}), one
-    field ({"field": name}) or {name: reason} pairs. The first row of the last two carries the
-    error's own message, so the page says what is wrong and where.
+    A validation error lists its problems in the one `details` shape (docs/api.md, "Errors"):
+    one row per listed entry. Any other error is one row with its message.
     """
     details = exc.details if isinstance(exc.details, dict) else {}
-    listed = details.get("errors")
-    if isinstance(listed, list) and listed:
-        return [{"line": e.get("line"), "path": str(e.get("path") or e.get("field") or ""),
-                 "message": str(e.get("message") or e.get("reason") or "")}
-                for e in listed if isinstance(e, dict)]
-    if isinstance(details.get("field"), str):
-        return [{"line": None, "path": details["field"], "message": exc.message}]
-    pairs = list(details.items())
-    if not pairs:
+    listed = [e for e in details.get("errors") or [] if isinstance(e, dict)]
+    if not listed:
         return [{"line": None, "path": "", "message": exc.message}]
-    first = {"line": None, "path": str(pairs[0][0]), "message": exc.message}
-    return [first, *({"line": None, "path": str(k), "message": v}
-                     for k, v in pairs[1:] if isinstance(v, str))]
+    return [{"line": e.get("line"), "path": str(e.get("path", "")),
+             "message": str(e.get("message", ""))} for e in listed]
 
 
 def form_number(post: Any, name: str, cast: Callable[[str], Any], *, required: bool = False,
@@ -84,14 +74,14 @@ def form_number(post: Any, name: str, cast: Callable[[str], Any], *, required: b
     text = str(post.get(name, "")).strip()
     if not text:
         if required:
-            raise ValidationFailed(f"{name} is required.", details={"field": name})
+            raise ValidationFailed.at(name, f"{name} is required.")
         return None
     try:
         value = cast(text)
     except ValueError:
-        raise ValidationFailed(f"{name} must be a number.", details={"field": name}) from None
+        raise ValidationFailed.at(name, f"{name} must be a number.") from None
     if value != value:  # NaN
-        raise ValidationFailed(f"{name} must be a number.", details={"field": name})
+        raise ValidationFailed.at(name, f"{name} must be a number.")
     if minimum is not None and value < minimum:
-        raise ValidationFailed(f"{name} must be at least {minimum:g}.", details={"field": name})
+        raise ValidationFailed.at(name, f"{name} must be at least {minimum:g}.")
     return value

@@ -12,6 +12,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from reviewhub.api.schema import ERROR_DETAILS_SCHEMA
+
 from .criteria import criterion_allowed_values
 from .models import (
     AnalysisPlan,
@@ -27,10 +29,16 @@ from .models import (
 )
 
 
+@extend_schema_field(ERROR_DETAILS_SCHEMA)
+class ErrorDetailsField(serializers.JSONField):
+    """`details` of an error: for bad input, the one shape {"errors": [{path, message}],
+    "error_count"} (reviewhub.errors)."""
+
+
 class ErrorDetailSerializer(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
-    details = serializers.JSONField()
+    details = ErrorDetailsField()
 
 
 class ErrorSerializer(serializers.Serializer):

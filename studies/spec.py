@@ -3,7 +3,8 @@
 
 Every problem is reported with the JSON path of the offending value (``criteria[2].points``,
 ``spec.deployment_mix.language``) and raised together as one `ValidationFailed` whose details
-are ``{"errors": [{"path", "message"}, ...]}``. The validators return normalised copies (with
+are ``{"errors": [{"path", "message"}, ...], "error_count": n}`` (the one collector,
+`reviewhub.errors.Problems`, re-exported here). The validators return normalised copies (with
 defaults filled in) that the services store as they are.
 """
 
@@ -14,12 +15,12 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import MAX_LISTED, Problems
 
 from .criteria import criterion_has_pass_reading
 from .strata import DERIVED_SOURCES, METADATA_PREFIX, UNKNOWN, bin_labels, dimension_possible_labels
@@ -27,32 +28,8 @@ from .strata import DERIVED_SOURCES, METADATA_PREFIX, UNKNOWN, bin_labels, dimen
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 SCALES = ("binary", "ordinal", "pairwise", "categorical")
 DIMENSION_KINDS = ("categorical", "numeric_bins", "boolean")
-MAX_ERRORS = 50
+MAX_ERRORS = MAX_LISTED
 MIX_TOLERANCE = 1e-6
-
-
-@dataclass
-class Problems:
-    """Collects (path, message) pairs; `raise_if_any` turns them into one ValidationFailed."""
-
-    items: list[dict[str, str]] = field(default_factory=list)
-
-    def add(self, path: str, message: str) -> None:
-        self.items.append({"path": path or "$", "message": message})
-
-    def __bool__(self) -> bool:
-        return bool(self.items)
-
-    def raise_if_any(self, what: str = "The spec") -> None:
-        if not self.items:
-            return
-        first = self.items[0]
-        more = len(self.items) - 1
-        suffix = f" (and {more} more problem{'s' if more != 1 else ''})" if more else ""
-        raise ValidationFailed(
-            f"{what} did not validate: {first['path']}: {first['message']}{suffix}",
-            details={"errors": self.items[:MAX_ERRORS], "error_count": len(self.items)},
-        )
 
 
 def join(prefix: str, part: str | int) -> str:

@@ -45,8 +45,6 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
         "lookup belongs in studies (or the capability module) with pages calling down to it",
     ("reviewhub/templatetags/reviewhub_ui.py", "studies"):
         "the navigation tag reads the actor's study role to show the study's menu",
-    ("imports/management/commands/_common.py", "reports"):
-        "borrows the CLI error formatter `app_error_text`, which belongs in reviewhub",
     ("imports/management/commands/demo_seed.py", "reports"):
         "the demo builds its sample report through reports.services (imports and reports "
         "sit at the same level of the order)",

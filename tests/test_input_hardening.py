@@ -149,7 +149,7 @@ def _expect_400(response: Any, *, code: str, path: str | None = None) -> list[st
     if body["code"] != code:
         problems.append(f"code {body['code']}")
     if path is not None:
-        paths = [e.get("path") or e.get("parameter") for e in body["details"].get("errors", [])]
+        paths = [e["path"] for e in body["details"].get("errors", [])]
         if path not in paths:
             problems.append(f"paths {paths} (wanted {path})")
     return problems
@@ -283,7 +283,8 @@ def test_filter_names_with_nul_and_meta_filters(world: dict[str, Any]) -> None:
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_parameter"
     r = lead_c.get(f"/api/studies/{slug}/outputs", {"output_meta.k": NUL})
     assert r.status_code == 400
-    assert r.json()["error"]["details"]["errors"][0]["parameter"] == "output_meta.k"
+    assert r.json()["error"]["details"]["errors"][0]["path"] == "output_meta.k"
+    assert r.json()["error"]["details"]["errors"][0]["in"] == "query"
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "nan"])
@@ -322,7 +323,7 @@ def test_login_and_form_posts_refuse_nul(world: dict[str, Any], client: Any) -> 
     r = lead_c.post("/api/tokens", {"name": NUL})
     assert r.status_code == 400
     assert r.json()["error"]["details"]["errors"][0] == {
-        "field": "name", "in": "form", "message": r.json()["error"]["details"]["errors"][0][
+        "path": "name", "in": "form", "message": r.json()["error"]["details"]["errors"][0][
             "message"]}
 
 

@@ -61,7 +61,7 @@ def escalation_plan_create(
         raise ValidationFailed("subject must be 'output' or 'comparison'.",
                                details={"errors": [{"path": "subject", "message": "unknown"}]})
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 100):
-        raise ValidationFailed("k must be an integer from 1 to 100.", details={"k": "invalid"})
+        raise ValidationFailed.at("k", "k must be an integer from 1 to 100.")
     ids = list(dict.fromkeys(int(i) for i in subject_ids))
     if not ids:
         raise ValidationFailed("There are no subjects to escalate.",
@@ -73,7 +73,7 @@ def escalation_plan_create(
                                details={"errors": [{"path": "subjects", "message": "unknown"}]})
     rubric = latest_rubric(study)
     if rubric is None:
-        raise ValidationFailed("The study has no rubric yet.", details={"rubric": "missing"})
+        raise ValidationFailed.at("rubric", "The study has no rubric yet.")
     criteria = Criterion.objects.filter(rubric=rubric)
     criteria = (criteria.filter(scale=Criterion.Scale.PAIRWISE) if subject == "comparison"
                 else criteria.exclude(scale=Criterion.Scale.PAIRWISE))

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from reviewhub.errors import NotFound, ValidationFailed
+from reviewhub.errors import NotFound, Problems, ValidationFailed
 from studies.models import Comparison, Criterion, Output, Study
 
 from ..constants import SEVERITY_MIN
@@ -22,18 +22,14 @@ def _subject_check(
     if criterion.rubric.study_id != study.pk:
         raise NotFound("Criterion not found in this study.")
     if (output is None) == (comparison is None):
-        raise ValidationFailed(
-            "Give exactly one of output or comparison.",
-            details={"output": "exactly one", "comparison": "exactly one"},
-        )
+        raise Problems.from_mapping(
+            {"output": "give exactly one of output or comparison",
+             "comparison": "give exactly one of output or comparison"}
+        ).error(message="Give exactly one of output or comparison.")
     if criterion.scale == Criterion.Scale.PAIRWISE and comparison is None:
-        raise ValidationFailed(
-            "A pairwise criterion labels a comparison.", details={"comparison": "required"}
-        )
+        raise ValidationFailed.at("comparison", "A pairwise criterion labels a comparison.")
     if criterion.scale != Criterion.Scale.PAIRWISE and output is None:
-        raise ValidationFailed(
-            f"Criterion '{criterion.key}' labels an output.", details={"output": "required"}
-        )
+        raise ValidationFailed.at("output", f"Criterion '{criterion.key}' labels an output.")
     if output is not None:
         if output.study_id != study.pk:
             raise NotFound("Output not found in this study.")
@@ -71,7 +67,7 @@ def _canonical_value(criterion: Criterion, value: Any) -> str:
         clean = label_clean(criterion=criterion, raw=raw, field="value")
     except ValidationFailed as exc:
         # A failing value without severity is fine here: only the value matters.
-        if "value.severity" not in exc.details:
+        if "value.severity" not in {e["path"] for e in exc.details["errors"]}:
             raise
         raw["severity"] = SEVERITY_MIN
         clean = label_clean(criterion=criterion, raw=raw, field="value")

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import validate_email
 from django.db import IntegrityError, connection, transaction
 
-from reviewhub.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from reviewhub.errors import Conflict, Forbidden, NotFound, Problems, ValidationFailed
 from studies.models import Membership, Study
 from studies.services import membership_set
 
@@ -58,8 +58,8 @@ def annotator_invite(
     """
     _require_lead(study=study, user=invited_by)
     if role not in Membership.Role.values:
-        raise ValidationFailed(
-            f"role must be one of {', '.join(Membership.Role.values)}.", details={"role": "invalid"}
+        raise ValidationFailed.at(
+            "role", f"role must be one of {', '.join(Membership.Role.values)}.",
         )
     username = (username or "").strip()
     email = (email or "").strip()
@@ -67,13 +67,11 @@ def annotator_invite(
         try:
             validate_email(email)
         except DjangoValidationError as exc:
-            raise ValidationFailed(
-                "email is not a valid address.", details={"email": "invalid"}
-            ) from exc
+            raise ValidationFailed.at("email", "email is not a valid address.") from exc
     if not username and not email:
-        raise ValidationFailed(
-            "Give a username or an email.", details={"username": "required", "email": "required"}
-        )
+        raise Problems.from_mapping(
+            {"username": "give a username or an email", "email": "give a username or an email"}
+        ).error(message="Give a username or an email.")
     by_username = bool(username)
     if not username:
         username = email.split("@", 1)[0]
@@ -106,12 +104,11 @@ def _new_username_check(username: str) -> None:
     try:
         UnicodeUsernameValidator()(username)
     except DjangoValidationError as exc:
-        raise ValidationFailed(
-            "username may contain only letters, digits and @/./+/-/_.",
-            details={"username": "invalid"},
+        raise ValidationFailed.at(
+            "username", "username may contain only letters, digits and @/./+/-/_.",
         ) from exc
     if len(username) > 150:
-        raise ValidationFailed("username is too long.", details={"username": "too long"})
+        raise ValidationFailed.at("username", "username is too long.")
     if UserModel.objects.filter(username=username).exists():
         # Only reached with an e-mail and no username: the derived name is taken.
         raise Conflict(

@@ -75,18 +75,18 @@ class PlanDraw:
 def _plan_draw(*, study: Study, spec: Mapping[str, Any], k: int, gold_rate: float) -> PlanDraw:
     """Validate the plan and draw it (seeded: the same spec and seed draw the same entries)."""
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 100:
-        raise ValidationFailed("k must be an integer from 1 to 100.", details={"k": "invalid"})
+        raise ValidationFailed.at("k", "k must be an integer from 1 to 100.")
     if (
         isinstance(gold_rate, bool)
         or not isinstance(gold_rate, int | float)
         or not 0.0 <= float(gold_rate) < 1.0
     ):
-        raise ValidationFailed("gold_rate must be in [0, 1).", details={"gold_rate": "invalid"})
+        raise ValidationFailed.at("gold_rate", "gold_rate must be in [0, 1).")
     gold_rate = float(gold_rate)
     parsed = sampling.spec_parse(spec, default_seed=secrets.randbelow(2**31))
     rubric = latest_rubric(study)
     if rubric is None:
-        raise ValidationFailed("The study has no rubric yet.", details={"rubric": "missing"})
+        raise ValidationFailed.at("rubric", "The study has no rubric yet.")
     criteria_qs = Criterion.objects.filter(rubric=rubric)
     if parsed.subject == "comparison":
         criteria_qs = criteria_qs.filter(scale=Criterion.Scale.PAIRWISE)
@@ -95,15 +95,15 @@ def _plan_draw(*, study: Study, spec: Mapping[str, Any], k: int, gold_rate: floa
     criterion_ids = list(criteria_qs.values_list("id", flat=True))
     if not criterion_ids:
         kind = "pairwise" if parsed.subject == "comparison" else "non-pairwise"
-        raise ValidationFailed(
+        raise ValidationFailed.at(
+            "spec.subject",
             f"The rubric v{rubric.version} has no {kind} criteria for spec.subject "
             f"'{parsed.subject}'.",
-            details={"spec.subject": f"no {kind} criteria"},
         )
     if parsed.dimension is not None and not study.dimensions.filter(key=parsed.dimension).exists():
-        raise ValidationFailed(
+        raise ValidationFailed.at(
+            "spec.dimension",
             f"spec.dimension '{parsed.dimension}' is not a dimension of this study.",
-            details={"spec.dimension": "unknown dimension"},
         )
     subjects, _ = _population(study=study, spec=parsed)
     subject_field = subject_field_of(parsed.subject)
@@ -131,9 +131,7 @@ def _plan_draw(*, study: Study, spec: Mapping[str, Any], k: int, gold_rate: floa
     ]
     gold = [sampling.Subject(sid, h) for sid, h in subjects if sid in gold_ids]
     if not population and not gold:
-        raise ValidationFailed(
-            f"The study has no {parsed.subject}s to sample.", details={"spec.subject": "empty"}
-        )
+        raise ValidationFailed.at("spec.subject", f"The study has no {parsed.subject}s to sample.")
     result = sampling.draw(spec=parsed, population=population, gold=gold, gold_rate=gold_rate)
     return PlanDraw(parsed=parsed, rubric=rubric, criterion_ids=criterion_ids,
                     subject_field=subject_field, result=result, k=k, gold_rate=gold_rate)

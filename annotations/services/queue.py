@@ -59,7 +59,7 @@ def _annotator_hash(plan_id: int, annotator_id: int) -> tuple[int, int, int]:
 def _lease_until(now: datetime, minutes: int | None) -> datetime:
     lease = minutes if minutes is not None else settings.REVIEWHUB_LEASE_MINUTES
     if lease <= 0:
-        raise ValidationFailed("lease_minutes must be positive.", details={"lease_minutes": ">0"})
+        raise ValidationFailed.at("lease_minutes", "lease_minutes must be positive.")
     return now + timedelta(minutes=lease)
 
 

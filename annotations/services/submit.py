@@ -97,19 +97,16 @@ def annotation_submit(
         try:
             submission_id = uuid.UUID(str(submission_id))
         except ValueError as exc:
-            raise ValidationFailed(
-                "submission_id must be a UUID.", details={"submission_id": "invalid"}
-            ) from exc
+            raise ValidationFailed.at("submission_id", "submission_id must be a UUID.") from exc
     if source not in Annotation.Source.values:
-        raise ValidationFailed("source is invalid.", details={"source": "invalid"})
+        raise ValidationFailed.at("source", "source is invalid.")
     if time_on_task_ms is not None and (
         isinstance(time_on_task_ms, bool)
         or not isinstance(time_on_task_ms, int)
         or not 0 <= time_on_task_ms <= MAX_TIME_ON_TASK_MS
     ):
-        raise ValidationFailed(
-            "time_on_task_ms must be an integer from 0 to 86400000.",
-            details={"time_on_task_ms": "invalid"},
+        raise ValidationFailed.at(
+            "time_on_task_ms", "time_on_task_ms must be an integer from 0 to 86400000.",
         )
     clean_flags = flags_clean(flags)
     rationale = _text_clean(rationale, "rationale")

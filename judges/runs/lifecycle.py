@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from reviewhub.errors import Conflict, ValidationFailed
+from reviewhub.errors import Conflict, Problems, ValidationFailed
 from studies.models import Criterion, Study
 
 from ..models import Judge, JudgeJob, JudgeRun, JudgeVersion
@@ -38,9 +38,8 @@ def _default_enqueue(run_id: int, n: int) -> None:
 def _samples_for(version: JudgeVersion) -> int:
     samples = version.config.get("samples", 1) if version.judge.kind == Judge.Kind.LLM else 1
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ValidationFailed(
-            "judge version config 'samples' must be a positive integer",
-            details={"samples": samples},
+        raise ValidationFailed.at(
+            "samples", "judge version config 'samples' must be a positive integer",
         )
     return samples
 
@@ -49,12 +48,10 @@ def _check_budget_args(
     *, version: JudgeVersion, max_cost: float | None, max_calls: int | None
 ) -> None:
     if max_calls is not None and (isinstance(max_calls, bool) or max_calls < 1):
-        raise ValidationFailed("max_calls must be a positive integer",
-                               details={"max_calls": max_calls})
+        raise ValidationFailed.at("max_calls", "max_calls must be a positive integer")
     if max_cost is not None:
         if max_cost <= 0 or not math.isfinite(max_cost):
-            raise ValidationFailed("max_cost must be a positive number",
-                                   details={"max_cost": max_cost})
+            raise ValidationFailed.at("max_cost", "max_cost must be a positive number")
         if version.judge.kind == Judge.Kind.LLM:
             from ..pricing import cost_for
 
@@ -63,10 +60,11 @@ def _check_budget_args(
                              model=str(config.get("model", "")), tokens_in=1_000_000,
                              tokens_out=1_000_000, override=config.get("prices"))
             if price is None:
-                raise ValidationFailed(
+                raise ValidationFailed.at(
+                    "max_cost",
                     "max_cost needs a price for this model: add it to "
                     "REVIEWHUB_JUDGE_PRICES or to the judge config 'prices'",
-                    details={"max_cost": max_cost, "model": config.get("model")},
+                    model=config.get("model"),
                 )
 
 
@@ -90,22 +88,26 @@ def judge_run_start(
     version = judge_version
     judge = version.judge
     if judge.study_id != study.pk:
-        raise ValidationFailed("the judge version belongs to another study",
-                               details={"judge_version": version.pk})
+        raise ValidationFailed.at("judge_version", "the judge version belongs to another study")
     if judge.kind == Judge.Kind.IMPORTED:
-        raise ValidationFailed("imported judges hold imported verdicts and cannot be run",
-                               details={"judge_version": version.pk})
+        raise ValidationFailed.at(
+            "judge_version", "imported judges hold imported verdicts and cannot be run",
+        )
     criteria = list(dict.fromkeys(criteria))
     if not criteria:
-        raise ValidationFailed("at least one criterion is required", details={"criteria": []})
+        raise ValidationFailed.at("criteria", "at least one criterion is required")
     foreign = [c.key for c in criteria if c.rubric.study_id != study.pk]
     if foreign:
-        raise ValidationFailed("criteria must belong to this study's rubric",
-                               details={"criteria": foreign})
+        problems = Problems()
+        for key in foreign:
+            problems.add("criteria", f"criterion '{key}' is not in this study's rubric")
+        raise problems.error(message="criteria must belong to this study's rubric")
     pairwise = [c for c in criteria if c.scale == Criterion.Scale.PAIRWISE]
     if pairwise and judge.kind == Judge.Kind.PROGRAMMATIC:
-        raise ValidationFailed("programmatic checks judge single outputs, not pairs",
-                               details={"criteria": [c.key for c in pairwise]})
+        problems = Problems()
+        for c in pairwise:
+            problems.add("criteria", f"criterion '{c.key}' is pairwise")
+        raise problems.error(message="programmatic checks judge single outputs, not pairs")
     _check_budget_args(version=version, max_cost=max_cost, max_calls=max_calls)
     sel = selection_normalise(study=study, selection=selection)
     samples = _samples_for(version)
@@ -292,9 +294,11 @@ def judge_run_resume(
             run.max_calls = max_calls
         exhausted = _budget_exhausted(run)
         if exhausted:
-            raise ValidationFailed(f"the budget is still exhausted ({exhausted}); raise it to "
-                                   "resume", details={"max_cost": run.max_cost,
-                                                      "max_calls": run.max_calls})
+            raise ValidationFailed.at(
+                exhausted.split(" ", 1)[0],  # "max_calls reached: ..." or "max_cost reached: ..."
+                f"the budget is still exhausted ({exhausted}); raise it to resume",
+                max_cost=run.max_cost, max_calls=run.max_calls,
+            )
         resumable = JudgeJob.objects.filter(run=run).filter(
             Q(status=JudgeJob.Status.CANCELLED)
             | Q(status=JudgeJob.Status.FAILED, error_kind=JudgeJob.ErrorKind.TRANSIENT)

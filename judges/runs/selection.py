@@ -24,45 +24,40 @@ def selection_normalise(*, study: Study, selection: Mapping[str, Any] | None) ->
     sel = dict(selection or {"kind": "all"})
     kind = sel.get("kind", "all")
     if kind not in SELECTION_KINDS:
-        raise ValidationFailed(
-            f"selection.kind must be one of {', '.join(SELECTION_KINDS)}",
-            details={"selection.kind": kind},
+        raise ValidationFailed.at(
+            "selection.kind", f"selection.kind must be one of {', '.join(SELECTION_KINDS)}",
         )
     if kind == "all":
         return {"kind": "all"}
     if kind == "stratum":
         dimension, label = sel.get("dimension"), sel.get("label")
         if not isinstance(dimension, str) or not isinstance(label, str) or not label:
-            raise ValidationFailed(
-                "a stratum selection needs 'dimension' and 'label' (strings)",
-                details={"selection": sel},
+            raise ValidationFailed.at(
+                "selection", "a stratum selection needs 'dimension' and 'label' (strings)",
             )
         if not StratumDimension.objects.filter(study=study, key=dimension).exists():
-            raise ValidationFailed(
+            raise ValidationFailed.at(
+                "selection.dimension",
                 f"selection.dimension '{dimension}' is not a dimension of this study",
-                details={"selection.dimension": dimension},
             )
         return {"kind": "stratum", "dimension": dimension, "label": label}
     if kind == "candidate":
         name = sel.get("candidate")
         candidate = study.candidates.filter(name=name).first() if isinstance(name, str) else None
         if candidate is None:
-            raise ValidationFailed(
+            raise ValidationFailed.at(
+                "selection.candidate",
                 f"selection.candidate '{name}' is not a candidate of this study",
-                details={"selection.candidate": name},
             )
         return {"kind": "candidate", "candidate": candidate.name, "candidate_id": candidate.pk}
     n, seed = sel.get("n"), sel.get("seed")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValidationFailed(
-            "selection.n must be a positive integer", details={"selection.n": n}
-        )
+        raise ValidationFailed.at("selection.n", "selection.n must be a positive integer")
     if seed is None:
         # Drawn once and stored, so that a re-run judges exactly the same sample.
         seed = secrets.randbelow(2**31)
     elif isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValidationFailed("selection.seed must be an integer",
-                               details={"selection.seed": seed})
+        raise ValidationFailed.at("selection.seed", "selection.seed must be an integer")
     return {"kind": "sample", "n": n, "seed": seed}
 
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import Problems
 
 # Calderon, Reichart & Dror (2025), as documented in evalstats.alt_test.
 EPSILON_BY_ANNOTATOR_TYPE = {"expert": 0.2, "skilled": 0.15, "crowd": 0.1}
@@ -48,15 +48,15 @@ DEFAULT_PARAMS: dict[str, Any] = {
 def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     """Fill defaults and check types; raise ValidationFailed naming each bad parameter."""
     raw = dict(raw or {})
-    errors: list[dict[str, str]] = []
+    problems = Problems()
     unknown = sorted(set(raw) - set(DEFAULT_PARAMS))
     for key in unknown:
-        errors.append({"path": f"params.{key}", "message": "unknown parameter"})
+        problems.add(f"params.{key}", "unknown parameter")
     p = {**DEFAULT_PARAMS, **{k: v for k, v in raw.items() if k in DEFAULT_PARAMS}}
 
     def need(cond: bool, key: str, message: str) -> None:
         if not cond:
-            errors.append({"path": f"params.{key}", "message": message})
+            problems.add(f"params.{key}", message)
 
     def is_int(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
@@ -138,11 +138,7 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         "judges",
         "null or a list of judge version ids",
     )
-    if errors:
-        raise ValidationFailed(
-            f"The report parameters did not validate: {errors[0]['path']}: {errors[0]['message']}",
-            details={"errors": errors},
-        )
+    problems.raise_if_any("The report parameters")
     p["crosses"] = [list(c) for c in p["crosses"]]
     if p["epsilon"] is None:
         p["epsilon"] = EPSILON_BY_ANNOTATOR_TYPE[p["annotator_type"]]

@@ -58,7 +58,7 @@ from evalstats.ppi import (
 from evalstats.ranking import holm, kendall_tau, pareto_front, rank_with_ties, two_sided_p
 from evalstats.results import Estimate
 from reports.results import json_safe
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import Problems
 
 from .load import ALL, UNKNOWN, MetricMeta, SelectionInputs, mix_problems
 from .results import SELECTION_RESULT_VERSION, SelectionResult
@@ -194,10 +194,9 @@ def _mix_resolve(
     if source != "observed":
         errors = mix_problems(shares=mix, path=path, present=items_per_label,
                               possible=inputs.possible_labels)
-        if errors:
-            raise ValidationFailed(
-                f"The selection report's mix did not validate: {errors[0]['path']}: "
-                f"{errors[0]['message']}", details={"errors": errors})
+        problems = Problems()
+        problems.extend(errors)
+        problems.raise_if_any("The selection report's mix")
     return mix, source, deviations
 
 

@@ -56,7 +56,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import Problems
 
 from .params import MIX_TOLERANCE
 
@@ -219,12 +219,9 @@ def mix_problems(
 
 
 def _raise(errors: list[dict[str, str]]) -> None:
-    if errors:
-        raise ValidationFailed(
-            f"The selection report's inputs did not validate: {errors[0]['path']}: "
-            f"{errors[0]['message']}",
-            details={"errors": errors},
-        )
+    problems = Problems()
+    problems.extend(errors)
+    problems.raise_if_any("The selection report's inputs")
 
 
 def _dimension_info(study: Any, dimension: str | None) -> tuple[bool, list[str] | None]:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import Problems
 
 # Shares of a mix must sum to 1 within this (the plan's own tolerance, studies.spec).
 MIX_TOLERANCE = 1e-6
@@ -64,19 +64,16 @@ def _metric_key_ok(v: Any) -> bool:
 def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     """Fill defaults and check types; raise ValidationFailed naming each bad parameter."""
     if raw is not None and not isinstance(raw, Mapping):
-        raise ValidationFailed(
-            "The report parameters did not validate: params: must be an object",
-            details={"errors": [{"path": "params", "message": "must be an object"}]},
-        )
+        raise Problems.from_mapping({"params": "must be an object"}).error("The report parameters")
     raw = dict(raw or {})
-    errors: list[dict[str, str]] = []
+    problems = Problems()
     for key in sorted(set(raw) - set(DEFAULT_PARAMS), key=str):
-        errors.append({"path": f"params.{key}", "message": "unknown parameter"})
+        problems.add(f"params.{key}", "unknown parameter")
     p = {**DEFAULT_PARAMS, **{k: v for k, v in raw.items() if k in DEFAULT_PARAMS}}
 
     def need(cond: bool, path: str, message: str) -> None:
         if not cond:
-            errors.append({"path": f"params.{path}", "message": message})
+            problems.add(f"params.{path}", message)
 
     need(p["judge"] is None or (_is_int(p["judge"]) and p["judge"] > 0), "judge",
          "null or a judge version id")
@@ -123,11 +120,7 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     need(_is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
     need(p["benchmark"] is None or (isinstance(p["benchmark"], str) and p["benchmark"] != ""),
          "benchmark", "null or a public score key")
-    if errors:
-        raise ValidationFailed(
-            f"The report parameters did not validate: {errors[0]['path']}: {errors[0]['message']}",
-            details={"errors": errors},
-        )
+    problems.raise_if_any("The report parameters")
     if p["level"] is not None:
         p["level"] = float(p["level"])
     if p["mix"] is not None:

@@ -3,7 +3,9 @@
 Every 4xx/5xx body has the shape ``{"error": {"code", "message", "details"}}`` so that clients
 need one parser. Services raise the typed errors of `reviewhub.errors` (plain Python, so that
 pure modules can raise them without importing Django or DRF); views never build error bodies by
-hand. The error classes are re-exported here so that existing imports keep working.
+hand. The error classes are re-exported here so that existing imports keep working. DRF's
+own validation errors (serializer field errors) are converted to the one `details` shape of
+validation errors, ``{"errors": [{"path", "message"}], "error_count"}``, here too.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from reviewhub.errors import (
     Forbidden,
     NotFound,
     PayloadTooLarge,
+    Problems,
     UnsupportedMediaType,
     ValidationFailed,
     error_body,
@@ -73,8 +76,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return None
     code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
     if isinstance(exc, drf_exceptions.ValidationError):
-        message = "The request did not validate; see details for each field."
-        details: Any = response.data
+        # Serializer errors ({"field": ["message"], "nested": {...}}) in the one details shape.
+        problems = Problems.from_field_errors(response.data)
+        message = problems.summary("The request")
+        details: Any = problems.details()
     else:
         detail = response.data.get("detail", "") if isinstance(response.data, dict) else ""
         message = str(detail) or code.replace("_", " ")

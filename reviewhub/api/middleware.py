@@ -63,7 +63,6 @@ class RejectUnstorableTextMiddleware:
         message = (f"The form body {reason}." if name == "(body)" else
                    f"{kind} {name!r} {reason}.")
         if request.path.startswith("/api/"):
-            key = "parameter" if where == "query" else "field"
             return JsonResponse(error_body("invalid_parameter", message, {"errors": [
-                {key: name, "in": where, "message": reason}]}), status=400)
+                {"path": name, "message": reason, "in": where}], "error_count": 1}), status=400)
         return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")

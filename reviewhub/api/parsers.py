@@ -25,7 +25,8 @@ def invalid_json(exc: StrictJSONError, *, where: str = "The request body") -> In
     details: dict[str, Any] = {"path": exc.path, "message": exc.reason}
     if exc.line is not None:
         details.update(line=exc.line, column=exc.column)
-    return InvalidJSON(f"{where} is not accepted: {exc}.", details={"errors": [details]})
+    return InvalidJSON(f"{where} is not accepted: {exc}.",
+                       details={"errors": [details], "error_count": 1})
 
 
 class StrictJSONParser(JSONParser):

@@ -39,6 +39,38 @@ _SERVER = {
 _SERVER_CONTENT = {"text/html": {"schema": {"type": "string"}}}
 _METHODS = ("get", "put", "post", "patch", "delete", "head", "options", "trace")
 
+# One problem of a validation answer (reviewhub.errors.Problems); context keys such as `url`,
+# `setting` or `in` may follow.
+_PROBLEM_SCHEMA = {
+    "type": "object",
+    "description": "One problem: `path` names the field (a JSON path such as "
+                   "`criteria[1].pass_threshold`, a parameter, or a file's column) and `message` "
+                   "what is wrong; `line` (1-based) and `index` (element of a JSON array line) "
+                   "locate it in a file, `file` names the file when there are several.",
+    "properties": {
+        "path": {"type": "string"},
+        "message": {"type": "string"},
+        "line": {"type": "integer"},
+        "index": {"type": "integer"},
+        "column": {"type": "integer"},
+        "file": {"type": "string"},
+    },
+    "required": ["path", "message"],
+}
+# `details` of the error body (also the schema of ErrorDetailSerializer.details, which views
+# name in their own error responses).
+ERROR_DETAILS_SCHEMA = {
+    "type": "object",
+    "description": "For bad input (400): `errors` lists the problems (the first 50) and "
+                   "`error_count` counts them all (ingest adds `more_errors` and "
+                   "`rows_with_errors`); other errors may carry their own context here.",
+    "properties": {
+        "errors": {"type": "array", "items": _PROBLEM_SCHEMA},
+        "error_count": {"type": "integer", "minimum": 0},
+        "more_errors": {"type": "integer", "minimum": 0},
+        "rows_with_errors": {"type": "integer", "minimum": 0},
+    },
+}
 _ERROR_SCHEMA = {
     "type": "object",
     "description": 'The one error body: {"error": {"code", "message", "details"}}.',
@@ -48,7 +80,7 @@ _ERROR_SCHEMA = {
             "properties": {
                 "code": {"type": "string"},
                 "message": {"type": "string"},
-                "details": {},
+                "details": ERROR_DETAILS_SCHEMA,
             },
             "required": ["code", "message", "details"],
         },

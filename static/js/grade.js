@@ -228,15 +228,13 @@
   function errorText(body, status) {
     if (body && body.error) {
       var text = body.error.message || "The server refused this submission.";
-      var details = body.error.details;
-      if (details && typeof details === "object") {
-        var parts = [];
-        Object.keys(details).forEach(function (k) {
-          var v = details[k];
-          parts.push(k + ": " + (typeof v === "string" ? v : JSON.stringify(v)));
-        });
-        if (parts.length) { text += " (" + parts.join("; ") + ")"; }
-      }
+      // A validation error lists its problems as {path, message} (docs/api.md, "Errors").
+      var listed = (body.error.details && body.error.details.errors) || [];
+      var parts = [];
+      listed.forEach(function (e) {
+        if (e && e.path && e.message && e.message !== text) { parts.push(e.path + ": " + e.message); }
+      });
+      if (parts.length) { text += " (" + parts.join("; ") + ")"; }
       return text;
     }
     return "The server answered " + status + ".";

@@ -33,13 +33,14 @@
     box.appendChild(el("p", "", error.message || "The upload failed."));
     var rows = (error.details && error.details.errors) || [];
     var list = el("ul");
+    // Each problem is {path, message} plus, for a row of the file, its line (docs/api.md).
     rows.forEach(function (e) {
       var li = el("li");
-      var where = [];
-      if (e.line) { where.push("line " + e.line); }
-      li.appendChild(document.createTextNode(where.join("") + (e.line && e.field ? ", " : "")));
-      if (e.field || e.path) { li.appendChild(el("strong", "", e.field || e.path)); }
-      li.appendChild(document.createTextNode((e.line || e.field || e.path ? ": " : "") + (e.reason || e.message || "")));
+      var where = e.line ? "line " + e.line : "";
+      if (e.line && e.index !== undefined && e.index !== null) { where += " (element [" + e.index + "])"; }
+      li.appendChild(document.createTextNode(where + (where && e.path ? ", " : "")));
+      if (e.path) { li.appendChild(el("strong", "", e.path)); }
+      li.appendChild(document.createTextNode((where || e.path ? ": " : "") + (e.message || "")));
       list.appendChild(li);
     });
     if (rows.length) { box.appendChild(list); }

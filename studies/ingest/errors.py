@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from reviewhub.errors import ValidationFailed
+from reviewhub.errors import MAX_LISTED, Problems, ValidationFailed, problem_text
 
 # The 400 body lists at most this many errors and says how many more there were.
-ERROR_LIMIT = 50
+ERROR_LIMIT = MAX_LISTED
 
 
 # --------------------------------------------------------------------------------------------
@@ -22,7 +22,10 @@ ERROR_LIMIT = 50
 
 @dataclass(frozen=True)
 class RowError:
-    """One problem in an ingest file: where (line, JSON array element), which field, why."""
+    """One problem in an ingest file: where (line, JSON array element), which field, why.
+
+    In the answer it is an entry of the one `details` shape: the field (a column, or
+    "(row)"/"(file)") is its `path`, the reason its `message`."""
 
     line: int
     field: str
@@ -30,20 +33,18 @@ class RowError:
     index: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"line": self.line, "field": self.field, "reason": self.reason}
+        out: dict[str, Any] = {"path": self.field, "message": self.reason, "line": self.line}
         if self.index is not None:
             out["index"] = self.index
         return out
 
     def __str__(self) -> str:
-        where = f"line {self.line}"
-        if self.index is not None:
-            where += f" (element [{self.index}])"
-        return f"{where}: {self.field}: {self.reason}"
+        return problem_text(self.as_dict())
 
 
 class IngestRejected(ValidationFailed):
-    """The file had invalid rows; nothing was written. Renders as a 400 listing the errors."""
+    """The file had invalid rows; nothing was written. Renders as a 400 listing the errors
+    (the one `details` shape, plus `more_errors` and `rows_with_errors`)."""
 
     def __init__(
         self, *, errors: list[RowError], error_count: int, rows_with_errors: int, rows: int
@@ -56,14 +57,13 @@ class IngestRejected(ValidationFailed):
             )
         else:
             message = f"The file was rejected ({error_count} errors); nothing was written."
+        if errors:
+            message += f" First: {errors[0]}."
+        problems = Problems()
+        problems.extend(e.as_dict() for e in errors)
+        problems.count = error_count
         super().__init__(
-            message,
-            details={
-                "errors": [e.as_dict() for e in errors],
-                "error_count": error_count,
-                "more_errors": more,
-                "rows_with_errors": rows_with_errors,
-            },
+            message, details=problems.details(more_errors=more, rows_with_errors=rows_with_errors)
         )
         self.errors = errors
         self.error_count = error_count
@@ -105,23 +105,30 @@ class IngestRowProgress(IngestProgress, Protocol):
 
 
 class _ErrorCollector:
+    """The rows' errors: every one counted, the first `limit` kept (in line order in the
+    answer), and the rows that had any."""
+
     def __init__(self, limit: int = ERROR_LIMIT) -> None:
-        self.limit = limit
-        self.shown: list[RowError] = []
-        self.total = 0
+        self.problems = Problems(keep=limit)
         self.rows = 0
+
+    @property
+    def total(self) -> int:
+        return self.problems.count
 
     def add_row(self, errors: list[RowError]) -> None:
         if not errors:
             return
         self.rows += 1
-        self.total += len(errors)
-        room = self.limit - len(self.shown)
-        if room > 0:
-            self.shown.extend(errors[:room])
+        for e in errors:
+            self.problems.add(e.field, e.reason, line=e.line, index=e.index)
 
     def rejection(self, rows: int) -> IngestRejected:
-        shown = sorted(self.shown, key=lambda e: (e.line, e.index or 0))
+        shown = sorted(
+            (RowError(e["line"], e["path"], e["message"], e.get("index"))
+             for e in self.problems.items),
+            key=lambda e: (e.line, e.index or 0),
+        )
         return IngestRejected(
             errors=shown, error_count=self.total, rows_with_errors=self.rows, rows=rows
         )

@@ -195,7 +195,8 @@ class RowValidator:
             try:
                 cls.check_schema(schema)
             except jsonschema.SchemaError as exc:
-                raise ValidationFailed(
+                raise ValidationFailed.at(
+                    "output_schema",
                     f"The study's output_schema is not a valid JSON Schema ({exc.message}); fix "
                     "it before importing outputs.", code="invalid_output_schema",
                 ) from None

@@ -36,6 +36,11 @@ pytestmark = pytest.mark.django_db
 Client = Callable[..., APIClient]
 
 
+def _paths(response: Any) -> list[str]:
+    """The paths of the problems a 400 answer lists."""
+    return [e["path"] for e in response.json()["error"]["details"]["errors"]]
+
+
 def _base(slug: str = "alpha") -> str:
     return f"/api/studies/{slug}"
 
@@ -123,7 +128,7 @@ def test_next_submit_skip_heartbeat_revise(
     bad = client.patch(
         f"{_base()}/my/annotations/{correct['id']}", {"value": "fail"}, format="json"
     )
-    assert bad.status_code == 400 and "value.severity" in bad.json()["error"]["details"]
+    assert bad.status_code == 400 and "value.severity" in _paths(bad)
 
 
 @pytest.mark.postgres  # SQLite (the demo) claims through the ORM, with a few more statements
@@ -161,13 +166,14 @@ def test_submit_validation_errors_are_400_naming_the_field(
     aid = _next(client)["assignment"]["assignment_id"]
     r = _submit(client, aid, labels={**passing_labels(), "nonsense": {"value": "x"}})
     assert r.status_code == 400
-    assert r.json()["error"]["details"] == {"labels.nonsense": "unknown criterion"}
+    assert r.json()["error"]["details"] == {
+        "errors": [{"path": "labels.nonsense", "message": "unknown criterion"}], "error_count": 1}
     r = _submit(client, aid, labels={"correct": {"value": "pass"}})
-    assert r.status_code == 400 and "labels.helpful" in r.json()["error"]["details"]
+    assert r.status_code == 400 and "labels.helpful" in _paths(r)
     r = _submit(client, aid, submission_id="not-a-uuid")
-    assert r.status_code == 400 and "submission_id" in r.json()["error"]["details"]
+    assert r.status_code == 400 and "submission_id" in _paths(r)
     r = _submit(client, aid, labels=failing_labels(severity=9))
-    assert r.status_code == 400 and "labels.correct.severity" in r.json()["error"]["details"]
+    assert r.status_code == 400 and "labels.correct.severity" in _paths(r)
 
 
 def test_revision_window_over_api(
@@ -384,7 +390,7 @@ def test_sampling_plan_crud(world: World, lead_client: APIClient) -> None:
         {"spec": {"mode": "per_stratum", "dimension": "lang"}},
         format="json",
     )
-    assert bad.status_code == 400 and "spec.n" in bad.json()["error"]["details"]
+    assert bad.status_code == 400 and "spec.n" in _paths(bad)
     assert lead_client.get(f"{_base()}/sampling-plans/9").status_code == 404
     gone = lead_client.delete(f"{_base()}/sampling-plans/2")
     assert gone.status_code == 200 and gone.json()["is_active"] is False
@@ -439,7 +445,7 @@ def test_progress_disagreements_adjudication_gold(
         {"criterion": "nope", "output": target.pk, "value": "pass"},
         format="json",
     )
-    assert bad.status_code == 400 and "criterion" in bad.json()["error"]["details"]
+    assert bad.status_code == 400 and "criterion" in _paths(bad)
 
 
 def test_invite_and_reset_password(
@@ -463,7 +469,7 @@ def test_invite_and_reset_password(
     assert again.status_code == 201 and again.json()["one_time_password"] is None
     assert Membership.objects.get(study=world.study, user=user).role == "viewer"
     bad = lead_client.post(f"{_base()}/annotators/invite", {"email": "not-an-email"}, format="json")
-    assert bad.status_code == 400 and "email" in bad.json()["error"]["details"]
+    assert bad.status_code == 400 and "email" in _paths(bad)
     reset = lead_client.post(f"{_base()}/annotators/{user.pk}/reset-password")
     assert reset.status_code == 200
     user.refresh_from_db()

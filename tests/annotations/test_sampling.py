@@ -21,6 +21,12 @@ from .factories import World, passing_labels, world_build
 # --- pure allocation ------------------------------------------------------------------------
 
 
+def _paths(exc: ValidationFailed) -> list[str]:
+    """The paths of the problems a validation error lists (the one details shape)."""
+    return [e["path"] for e in exc.details["errors"]]
+
+
+
 def test_per_stratum_caps_at_stratum_size() -> None:
     assert sampling.allocate_per_stratum({"en": 6, "de": 3, "fr": 1}, 2) == {
         "en": 2,
@@ -57,7 +63,7 @@ def test_per_stratum_counts_draw_each_stratum_its_own_count() -> None:
 def test_bad_counts_name_the_field(raw: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationFailed) as exc:
         sampling.spec_parse(raw, default_seed=0)
-    assert field in exc.value.details
+    assert field in _paths(exc.value)
 
 
 def test_counts_naming_an_empty_stratum_are_refused() -> None:
@@ -66,7 +72,7 @@ def test_counts_naming_an_empty_stratum_are_refused() -> None:
     with pytest.raises(ValidationFailed) as exc:
         sampling.draw(spec=spec, population=[sampling.Subject(id=1, stratum="en")], gold=[],
                       gold_rate=0.0)
-    assert "spec.counts.xx" in exc.value.details
+    assert "spec.counts.xx" in _paths(exc.value)
 
 
 def test_proportional_with_floor_by_hand() -> None:
@@ -108,7 +114,7 @@ def test_proportional_without_floor_is_hamilton() -> None:
 def test_proportional_total_below_floors_is_refused() -> None:
     with pytest.raises(ValidationFailed) as info:
         sampling.allocate_proportional({"a": 10, "b": 10, "c": 10}, 5, 2)
-    assert "spec.total" in info.value.details
+    assert "spec.total" in _paths(info.value)
 
 
 def test_judge_uncertainty() -> None:
@@ -137,7 +143,18 @@ def test_spec_errors_name_the_field() -> None:
     ]:
         with pytest.raises(ValidationFailed) as info:
             sampling.spec_parse(raw, default_seed=1)
-        assert field in info.value.details, raw
+        assert field in _paths(info.value), raw
+
+
+def test_spec_errors_are_all_collected() -> None:
+    with pytest.raises(ValidationFailed) as info:
+        sampling.spec_parse({"mode": "per_stratum", "n": "3", "seed": -1, "surprise": 1,
+                             "include_errors": "yes"}, default_seed=1)
+    assert _paths(info.value) == ["spec.surprise", "spec.n", "spec.seed",
+                                  "spec.include_errors", "spec.dimension"]
+    assert info.value.details["error_count"] == 5
+    assert info.value.message == ("The sampling spec did not validate: spec.surprise: unknown "
+                                  "field (and 4 more problems)")
 
 
 # --- plans through the service --------------------------------------------------------------
@@ -344,7 +361,7 @@ def test_plan_errors(world: World, lead: Any, annotators: list[Any]) -> None:
             gold_rate=0,
             created_by=lead,
         )
-    assert "spec.dimension" in info.value.details
+    assert "spec.dimension" in _paths(info.value)
     with pytest.raises(ValidationFailed):
         services.sampling_plan_create(study=world.study, spec={}, k=0, gold_rate=0, created_by=lead)
     with pytest.raises(ValidationFailed):
@@ -355,7 +372,7 @@ def test_plan_errors(world: World, lead: Any, annotators: list[Any]) -> None:
         services.sampling_plan_create(
             study=world.study, spec={"subject": "comparison"}, k=3, gold_rate=0, created_by=lead
         )
-    assert "spec.subject" in info.value.details
+    assert "spec.subject" in _paths(info.value)
     with pytest.raises(Forbidden):
         services.sampling_plan_create(
             study=world.study, spec={}, k=3, gold_rate=0, created_by=annotators[0]

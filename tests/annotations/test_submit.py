@@ -43,7 +43,8 @@ def _submit(a: Assignment, annotator: Any, labels: Any = None, **kw: Any) -> lis
 
 
 def _error(exc: pytest.ExceptionInfo[Any]) -> dict[str, Any]:
-    return dict(exc.value.details)
+    """{path: message} of the problems the validation error lists."""
+    return {e["path"]: e["message"] for e in exc.value.details["errors"]}
 
 
 # --- validation -------------------------------------------------------------------------------

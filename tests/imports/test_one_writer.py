@@ -23,6 +23,7 @@ from annotations.models import Annotation
 from imports.generic import ratings_import, ratings_read
 from judges.services import VerdictImport, verdicts_import_bulk
 from reviewhub.api.errors import ValidationFailed
+from reviewhub.errors import problem_text
 from studies.models import Criterion, Study
 from tests.annotations.factories import World, annotators_make, world_build
 
@@ -45,7 +46,7 @@ def _import_error(study: Study, body: str) -> str:
         _import(study, body)
     errors = info.value.details["errors"]
     assert len(errors) == 1, errors
-    return str(errors[0])
+    return problem_text(errors[0])
 
 
 def _api_submit_error(study: Study, client_for: Callable[..., APIClient], labels: Any) -> Any:
@@ -76,7 +77,8 @@ def test_severity_on_a_passing_label_is_refused_with_the_api_message(
         {"correct": {"value": "pass", "severity": 2}, "helpful": {"value": "4"}},
     )
     assert api["code"] == "validation_failed"
-    assert api["details"] == {"labels.correct.severity": "not allowed for a passing label"}
+    assert api["details"] == {"errors": [{"path": "labels.correct.severity",
+                                          "message": api["message"]}], "error_count": 1}
     # The importer names the line and column, then gives the annotations app's own message.
     error = _import_error(study, "q1,o1,m1,ann,human,correct,pass,2\n")
     assert error == "line 2: severity: " + api["message"].removeprefix("labels.")

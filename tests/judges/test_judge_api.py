@@ -98,10 +98,11 @@ def test_version_config_errors_are_400_with_field(lead_client: Any, study: Any) 
                                 {"config": llm_config(LOCAL, api_key_env=SECRET)},
                                 format="json")
     assert response.status_code == 400
-    assert response.json()["error"]["details"]["field"] == "api_key_env"
+    assert response.json()["error"]["details"]["errors"][0]["path"] == "api_key_env"
     assert SECRET not in response.content.decode()
     missing = lead_client.post(versions_url(judge_id), {}, format="json")
-    assert missing.status_code == 400 and "config" in missing.json()["error"]["details"]
+    assert missing.status_code == 400
+    assert [e["path"] for e in missing.json()["error"]["details"]["errors"]] == ["config"]
     assert not JudgeVersion.objects.exists()
 
 

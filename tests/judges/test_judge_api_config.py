@@ -63,7 +63,7 @@ def test_refused_urls_name_the_url_and_the_setting(url: str) -> None:
     assert info.value.code == "base_url_not_allowed"
     assert url in info.value.message
     assert "REVIEWHUB_JUDGE_ALLOWED_BASE_URLS" in info.value.message
-    assert info.value.details["url"] == url
+    assert info.value.details["errors"][0]["url"] == url
 
 
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/v1", "127.0.0.1:8000", "http://user:pw@127.0.0.1/v1",
@@ -71,7 +71,7 @@ def test_refused_urls_name_the_url_and_the_setting(url: str) -> None:
 def test_malformed_urls(url: str) -> None:
     with pytest.raises(ValidationFailed) as info:
         validate(llm_config(url))
-    assert info.value.details["field"] == "base_url"
+    assert info.value.details["errors"][0]["path"] == "base_url"
 
 
 def test_service_reads_the_allow_list_setting() -> None:
@@ -86,7 +86,7 @@ def test_service_reads_the_key_allow_list_setting() -> None:
     config = llm_config("https://api.openai.com/v1", api_key_env="VLLM_TOKEN")
     with pytest.raises(ValidationFailed) as info:
         judge_config_validate(config)
-    assert info.value.details["field"] == "api_key_env"
+    assert info.value.details["errors"][0]["path"] == "api_key_env"
     assert "REVIEWHUB_JUDGE_KEY_ENV_ALLOWED" in info.value.message
     with override_settings(REVIEWHUB_JUDGE_KEY_ENV_ALLOWED=["VLLM_TOKEN"]):
         assert judge_config_validate(config)["api_key_env"] == "VLLM_TOKEN"
@@ -133,7 +133,7 @@ def test_default_settings_list_no_loopback_and_only_api_key_names() -> None:
 def test_api_key_env_must_be_a_variable_name(value: str) -> None:
     with pytest.raises(ValidationFailed) as info:
         validate(llm_config(LOCAL, api_key_env=value))
-    assert info.value.details["field"] == "api_key_env"
+    assert info.value.details["errors"][0]["path"] == "api_key_env"
     assert value not in info.value.message or "looks like" not in info.value.message
 
 
@@ -148,7 +148,7 @@ def test_api_key_env_names_accepted(value: str) -> None:
 def test_api_key_env_off_the_allow_list_names_the_field(value: str) -> None:
     with pytest.raises(ValidationFailed) as info:
         validate(llm_config(LOCAL, api_key_env=value))
-    assert info.value.details["field"] == "api_key_env"
+    assert info.value.details["errors"][0]["path"] == "api_key_env"
     assert info.value.code == "api_key_env_not_allowed"
 
 
@@ -198,7 +198,7 @@ def test_keys_refused_anywhere(config: dict[str, Any]) -> None:
 def test_field_errors_name_the_field(overrides: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationFailed) as info:
         validate(llm_config(LOCAL, **overrides))
-    assert info.value.details["field"] == field
+    assert info.value.details["errors"][0]["path"] == field
 
 
 def test_anthropic_specific_rules() -> None:

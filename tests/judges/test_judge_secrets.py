@@ -104,7 +104,7 @@ def test_api_refuses_key_variables_off_the_allow_list(lead_client: Any, study: A
                                                     api_key_env=name))
     assert response.status_code == 400, response.json()
     error = response.json()["error"]
-    assert error["details"]["field"] == "api_key_env"
+    assert error["details"]["errors"][0]["path"] == "api_key_env"
     assert error["code"] == "api_key_env_not_allowed"
     assert name in error["message"]
     assert not JudgeVersion.objects.exists() and not Judge.objects.exists()
@@ -119,7 +119,7 @@ def test_new_version_with_a_refused_key_variable_is_400(lead_client: Any, study:
     response = lead_client.post(versions_url(judge_id), {"config": llm_config(
         "https://api.openai.com/v1", api_key_env="DJANGO_SECRET_KEY")}, format="json")
     assert response.status_code == 400
-    assert response.json()["error"]["details"]["field"] == "api_key_env"
+    assert response.json()["error"]["details"]["errors"][0]["path"] == "api_key_env"
     assert JudgeVersion.objects.count() == 1
 
 
@@ -132,7 +132,7 @@ def test_own_variables_are_refused_even_when_the_operator_allows_everything(
     response = create_judge(lead_client, llm_config("https://api.openai.com/v1",
                                                     api_key_env=name))
     assert response.status_code == 400
-    assert response.json()["error"]["details"]["field"] == "api_key_env"
+    assert response.json()["error"]["details"]["errors"][0]["path"] == "api_key_env"
 
 
 @pytest.mark.django_db
@@ -150,7 +150,7 @@ def test_operator_allow_list_admits_names_and_globs(lead_client: Any, study: Any
     refused = lead_client.post(url, {"config": llm_config(
         "https://api.openai.com/v1", api_key_env="OPENAI_API_KEY")}, format="json")
     assert refused.status_code == 400
-    assert refused.json()["error"]["details"]["field"] == "api_key_env"
+    assert refused.json()["error"]["details"]["errors"][0]["path"] == "api_key_env"
 
 
 @pytest.mark.parametrize(("name", "allowed", "refused"), [
@@ -256,7 +256,7 @@ def test_loopback_and_private_urls_are_refused_unless_listed(
     settings.REVIEWHUB_JUDGE_ALLOWED_BASE_URLS = ["https://api.openai.com"]
     response = create_judge(lead_client, llm_config(url, api_key_env=None))
     assert response.status_code == 400
-    assert response.json()["error"]["details"]["field"] == "base_url"
+    assert response.json()["error"]["details"]["errors"][0]["path"] == "base_url"
     assert not Judge.objects.exists()
 
 
@@ -272,7 +272,7 @@ def test_a_listed_loopback_prefix_is_allowed(lead_client: Any, study: Any,
         refused = lead_client.post(versions_url(ok.json()["judge"]["id"]),
                                    {"config": llm_config(url, api_key_env=None)}, format="json")
         assert refused.status_code == 400, url
-        assert refused.json()["error"]["details"]["field"] == "base_url"
+        assert refused.json()["error"]["details"]["errors"][0]["path"] == "base_url"
 
 
 @pytest.mark.django_db
@@ -288,11 +288,11 @@ def test_private_network_flag_admits_private_hosts_without_a_key(
     keyed = lead_client.post(versions_url(ok.json()["judge"]["id"]), {"config": llm_config(
         "http://127.0.0.1:11434/v1", api_key_env="OPENAI_API_KEY")}, format="json")
     assert keyed.status_code == 400
-    assert keyed.json()["error"]["details"]["field"] == "api_key_env"
+    assert keyed.json()["error"]["details"]["errors"][0]["path"] == "api_key_env"
     public = lead_client.post(versions_url(ok.json()["judge"]["id"]), {"config": llm_config(
         "http://93.184.216.34/v1", api_key_env=None)}, format="json")
     assert public.status_code == 400
-    assert public.json()["error"]["details"]["field"] == "base_url"
+    assert public.json()["error"]["details"]["errors"][0]["path"] == "base_url"
 
 
 def _fake_dns(table: dict[str, list[str]]) -> Any:
@@ -589,4 +589,4 @@ def test_url_not_under_prefix(url: str, prefix: str) -> None:
 def test_validation_refuses_ambiguous_urls_naming_base_url(url: str) -> None:
     with pytest.raises(ValidationFailed) as info:
         config_validate(llm_config(url), kind="llm", allowed_base_urls=["https://gw.example"])
-    assert info.value.details["field"] == "base_url"
+    assert info.value.details["errors"][0]["path"] == "base_url"

@@ -113,4 +113,4 @@ def test_non_binary_criterion_refused() -> None:
 def test_programmatic_config_validation(config: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationFailed) as info:
         config_validate(config, kind="programmatic", allowed_base_urls=[])
-    assert info.value.details["field"] == field
+    assert info.value.details["errors"][0]["path"] == field

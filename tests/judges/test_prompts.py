@@ -74,7 +74,7 @@ def test_placeholders_substituted_once_and_literally() -> None:
 def test_unknown_placeholders_are_named(template: str, bad: list[str]) -> None:
     with pytest.raises(ValidationFailed) as info:
         template_validate(template, field="user_prompt.binary")
-    assert info.value.details["unknown_placeholders"] == sorted(bad)
+    assert info.value.details["errors"][0]["unknown_placeholders"] == sorted(bad)
     assert "user_prompt.binary" in info.value.message
     for name in bad:
         assert "{" + name + "}" in info.value.message
@@ -88,13 +88,13 @@ def test_known_placeholders_listed() -> None:
 def test_config_refuses_unknown_placeholder_in_prompt() -> None:
     with pytest.raises(ValidationFailed) as info:
         cfg(user_prompt="Grade {output} using {rubric}")
-    assert info.value.details["unknown_placeholders"] == ["rubric"]
+    assert info.value.details["errors"][0]["unknown_placeholders"] == ["rubric"]
 
 
 def test_config_refuses_untrusted_text_in_system_prompt() -> None:
     with pytest.raises(ValidationFailed) as info:
         cfg(system_prompt="Judge this: {output}")
-    assert info.value.details["field"].startswith("system_prompt.")
+    assert info.value.details["errors"][0]["path"].startswith("system_prompt.")
 
 
 def test_config_requires_output_placeholder() -> None:

@@ -78,12 +78,14 @@ def test_bad_input_is_a_clear_400_and_nothing_is_written(lead_client: Any, setup
     _, version, _ = setup
     r = lead_client.post(url("alpha"), {"judge_version": version.pk, "criteria": ["nope"]},
                          format="json")
-    assert r.status_code == 400 and r.json()["error"]["details"] == {"criteria": ["nope"]}
+    assert r.status_code == 400 and r.json()["error"]["details"] == {
+        "errors": [{"path": "criteria", "message": "unknown criterion 'nope'"}], "error_count": 1}
     r = lead_client.post(url("alpha"), {"judge_version": version.pk, "criteria": ["correct"],
                                         "selection": {"kind": "sample", "n": -1}}, format="json")
     assert r.status_code == 400 and "selection.n" in r.json()["error"]["message"]
     r = lead_client.post(url("alpha"), {"criteria": ["correct"]}, format="json")
-    assert r.status_code == 400 and "judge_version" in r.json()["error"]["details"]
+    assert r.status_code == 400
+    assert [e["path"] for e in r.json()["error"]["details"]["errors"]] == ["judge_version"]
     assert JudgeRun.objects.count() == 0 and JudgeJob.objects.count() == 0
 
 

@@ -228,7 +228,7 @@ def _probe_params(raw: Any) -> dict[str, Any]:
     raw = dict(raw or {})
     if set(raw) - {"fail"}:
         name = sorted(set(raw) - {"fail"})[0]
-        raise ValidationFailed("bad", details={"errors": [{"path": f"params.{name}"}]})
+        raise ValidationFailed.at(f"params.{name}", "bad")
     return raw
 
 

@@ -115,7 +115,7 @@ def test_data_after_the_json_array_is_an_error():
 def test_row_error_text_and_dict():
     err = ingest.RowError(7, "text", "too long", index=3)
     assert str(err) == "line 7 (element [3]): text: too long"
-    assert err.as_dict() == {"line": 7, "field": "text", "reason": "too long", "index": 3}
+    assert err.as_dict() == {"line": 7, "path": "text", "message": "too long", "index": 3}
     assert str(ingest.RowError(2, "item", "unknown")) == "line 2: item: unknown"
 
 

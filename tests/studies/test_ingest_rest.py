@@ -170,8 +170,8 @@ def test_ndjson_row_that_is_not_json(lead_client, seeded):
     before = snapshot(seeded)
     body = b'{"external_id": "n1", "input": "ok"}\n{"external_id": "n2", "input": \n'
     err = one_error(post(lead_client, "alpha", "items", body))
-    assert (err["line"], err["field"]) == (2, "(row)")
-    assert "not valid JSON" in err["reason"]
+    assert (err["line"], err["path"]) == (2, "(row)")
+    assert "not valid JSON" in err["message"]
     assert snapshot(seeded) == before
 
 
@@ -183,12 +183,12 @@ def test_missing_required_field(lead_client, seeded, fmt):
             {"external_id": "n3", "input": None}]
     errors = errors_of(post(lead_client, "alpha", "items", encode(fmt, rows), fmt))
     if fmt == "json":  # element index; pretty-printed lines
-        assert [(e["index"], e["field"]) for e in errors] == [(1, "external_id"), (2, "input")]
+        assert [(e["index"], e["path"]) for e in errors] == [(1, "external_id"), (2, "input")]
         assert all(e["line"] > 1 for e in errors)
     else:
-        assert [(e["line"], e["field"]) for e in errors] == [(2, "external_id"), (3, "input")]
-    assert errors[0]["reason"] == "required field is missing"
-    assert errors[1]["reason"] == "required field must not be null"
+        assert [(e["line"], e["path"]) for e in errors] == [(2, "external_id"), (3, "input")]
+    assert errors[0]["message"] == "required field is missing"
+    assert errors[1]["message"] == "required field must not be null"
     assert snapshot(seeded) == before
 
 
@@ -205,7 +205,7 @@ def test_wrong_type(lead_client, seeded, field, value, reason):
     before = snapshot(seeded)
     row = {"item": "i1", "candidate": "A", "text": "ok", field: value}
     err = one_error(post(lead_client, "alpha", "outputs", ndjson([row])))
-    assert (err["line"], err["field"], err["reason"]) == (1, field, reason)
+    assert (err["line"], err["path"], err["message"]) == (1, field, reason)
     assert snapshot(seeded) == before
 
 
@@ -216,14 +216,14 @@ def test_duplicate_external_id_in_one_file(lead_client, seeded, fmt):
     rows = [{"external_id": "d", "input": "a"}, {"external_id": "e", "input": "b"},
             {"external_id": "d", "input": "c"}]
     err = one_error(post(lead_client, "alpha", "items", encode(fmt, rows), fmt))
-    assert err["field"] == "external_id"
-    assert "duplicate external_id 'd'" in err["reason"]
+    assert err["path"] == "external_id"
+    assert "duplicate external_id 'd'" in err["message"]
     if fmt == "json":
-        assert err["index"] == 2 and "element [0]" in err["reason"]
+        assert err["index"] == 2 and "element [0]" in err["message"]
     else:
         expected = 4 if fmt == "csv" else 3  # CSV line 1 is the header
         assert err["line"] == expected
-        assert f"line {expected - 2}" in err["reason"]
+        assert f"line {expected - 2}" in err["message"]
     assert snapshot(seeded) == before
 
 
@@ -233,8 +233,8 @@ def test_duplicate_output_pair_in_one_file(lead_client, seeded):
     rows = [{"item": "i1", "candidate": "A"}, {"item": "i1", "candidate": "B"},
             {"item": "i1", "candidate": "A", "text": "again"}]
     err = one_error(post(lead_client, "alpha", "outputs", ndjson(rows)))
-    assert (err["line"], err["field"]) == (3, "(item, candidate)")
-    assert "duplicate output for item 'i1' and candidate 'A'" in err["reason"]
+    assert (err["line"], err["path"]) == (3, "(item, candidate)")
+    assert "duplicate output for item 'i1' and candidate 'A'" in err["message"]
     assert snapshot(seeded) == before
 
 
@@ -244,10 +244,10 @@ def test_output_for_unknown_item_or_candidate(lead_client, seeded):
     rows = [{"item": "i1", "candidate": "A"}, {"item": "nope", "candidate": "A"},
             {"item": "i2", "candidate": "Z"}, {"item": "gone", "candidate": "Y"}]
     errors = errors_of(post(lead_client, "alpha", "outputs", ndjson(rows)))
-    got = [(e["line"], e["field"]) for e in errors]
+    got = [(e["line"], e["path"]) for e in errors]
     assert got == [(2, "item"), (3, "candidate"), (4, "item"), (4, "candidate")]
-    assert "unknown item 'nope'" in errors[0]["reason"]
-    assert "unknown candidate 'Z'" in errors[1]["reason"]
+    assert "unknown item 'nope'" in errors[0]["message"]
+    assert "unknown candidate 'Z'" in errors[1]["message"]
     assert snapshot(seeded) == before
 
 
@@ -259,7 +259,7 @@ def test_output_cannot_reference_another_studys_item(lead_client, seeded, user_f
     ItemFactory(study=other, external_id="foreign")
     err = one_error(post(lead_client, "alpha", "outputs",
                          ndjson([{"item": "foreign", "candidate": "A"}])))
-    assert (err["line"], err["field"]) == (1, "item")
+    assert (err["line"], err["path"]) == (1, "item")
 
 
 @pytest.mark.django_db
@@ -268,20 +268,20 @@ def test_nul_bytes_are_rejected_in_every_format(lead_client, seeded):
     # JSON carries a NUL only as an escape; it is named by field.
     err = one_error(post(lead_client, "alpha", "items",
                          ndjson([{"external_id": "n", "input": "a\u0000b"}])))
-    assert (err["line"], err["field"]) == (1, "input")
-    assert "NUL character (U+0000)" in err["reason"] and "PostgreSQL" in err["reason"]
+    assert (err["line"], err["path"]) == (1, "input")
+    assert "NUL character (U+0000)" in err["message"] and "PostgreSQL" in err["message"]
     # ...also nested inside a JSON value.
     err = one_error(post(lead_client, "alpha", "items", json_array(
         [{"external_id": "n", "input": "a", "metadata": {"tags": ["x", "\u0000"]}}]), "json"))
-    assert err["field"] == "metadata" and "tags[1]" in err["reason"]
+    assert err["path"] == "metadata" and "tags[1]" in err["message"]
     # A raw NUL byte makes a JSON Lines row unreadable.
     err = one_error(post(lead_client, "alpha", "items",
                          b'{"external_id": "n", "input": "a\x00b"}\n'))
-    assert (err["line"], err["field"]) == (1, "(row)") and "NUL byte" in err["reason"]
+    assert (err["line"], err["path"]) == (1, "(row)") and "NUL byte" in err["message"]
     # CSV cells can hold raw NULs.
     err = one_error(post(lead_client, "alpha", "items",
                          b"external_id,input\nok,fine\nn,a\x00b\n", "csv"))
-    assert (err["line"], err["field"]) == (3, "input") and "NUL" in err["reason"]
+    assert (err["line"], err["path"]) == (3, "input") and "NUL" in err["message"]
     assert snapshot(seeded) == before
 
 
@@ -293,9 +293,9 @@ def test_ten_megabyte_field_is_over_the_default_limit(lead_client, seeded, fmt, 
     rows = [{"item": "i1", "candidate": "A", "text": "ok"},
             {"item": "i2", "candidate": "A", "text": "x" * (10 * 2**20)}]
     err = one_error(post(lead_client, "alpha", "outputs", encode(fmt, rows), fmt))
-    assert err["field"] == "text"
-    assert "10,485,760 characters" in err["reason"]
-    assert "REVIEWHUB_MAX_FIELD_CHARS" in err["reason"]
+    assert err["path"] == "text"
+    assert "10,485,760 characters" in err["message"]
+    assert "REVIEWHUB_MAX_FIELD_CHARS" in err["message"]
     assert snapshot(seeded) == before
 
 
@@ -307,8 +307,8 @@ def test_field_limit_follows_the_setting(lead_client, seeded, settings):
             {"item": "i2", "candidate": "A", "text": "y" * 51},
             {"item": "i3", "candidate": "A", "parsed_json": {"k": "z" * 60}}]
     errors = errors_of(post(lead_client, "alpha", "outputs", ndjson(rows)))
-    assert [(e["line"], e["field"]) for e in errors] == [(2, "text"), (3, "parsed_json")]
-    assert "51 characters long; the limit is 50" in errors[0]["reason"]
+    assert [(e["line"], e["path"]) for e in errors] == [(2, "text"), (3, "parsed_json")]
+    assert "51 characters long; the limit is 50" in errors[0]["message"]
     assert snapshot(seeded) == before
     settings.REVIEWHUB_MAX_FIELD_CHARS = 51
     assert post(lead_client, "alpha", "outputs", ndjson(rows[:2])).status_code == 200
@@ -329,16 +329,16 @@ def test_html_and_script_are_stored_byte_for_byte(lead_client, seeded, fmt):
 def test_csv_with_a_missing_column(lead_client, seeded):
     before = snapshot(seeded)
     err = one_error(post(lead_client, "alpha", "outputs", b"item,text\ni1,hello\n", "csv"))
-    assert (err["line"], err["field"]) == (1, "candidate")
-    assert err["reason"] == "required column is missing from the header"
+    assert (err["line"], err["path"]) == (1, "candidate")
+    assert err["message"] == "required column is missing from the header"
     assert snapshot(seeded) == before
 
 
 @pytest.mark.django_db
 def test_csv_row_with_too_few_cells(lead_client, seeded):
     err = one_error(post(lead_client, "alpha", "items", b"external_id,input\na,b\nc\n", "csv"))
-    assert (err["line"], err["field"]) == (3, "(row)")
-    assert "1 cells but the header has 2" in err["reason"]
+    assert (err["line"], err["path"]) == (3, "(row)")
+    assert "1 cells but the header has 2" in err["message"]
 
 
 @pytest.mark.django_db
@@ -346,8 +346,8 @@ def test_csv_extra_unknown_columns_are_rejected_unless_prefixed(lead_client, see
     before = snapshot(seeded)
     err = one_error(post(lead_client, "alpha", "items",
                          b"external_id,input,language,metadata.ok\na,b,en,1\n", "csv"))
-    assert (err["line"], err["field"]) == (1, "language")
-    assert "unknown column" in err["reason"] and "metadata.<key>" in err["reason"]
+    assert (err["line"], err["path"]) == (1, "language")
+    assert "unknown column" in err["message"] and "metadata.<key>" in err["message"]
     assert snapshot(seeded) == before
 
 
@@ -355,8 +355,8 @@ def test_csv_extra_unknown_columns_are_rejected_unless_prefixed(lead_client, see
 def test_unknown_json_field_is_rejected(lead_client, seeded):
     err = one_error(post(lead_client, "alpha", "items",
                          ndjson([{"external_id": "a", "input": "b", "lang": "en"}])))
-    assert (err["line"], err["field"]) == (1, "lang")
-    assert err["reason"].startswith("unknown field")
+    assert (err["line"], err["path"]) == (1, "lang")
+    assert err["message"].startswith("unknown field")
 
 
 @pytest.mark.django_db
@@ -367,8 +367,8 @@ def test_unknown_json_field_is_rejected(lead_client, seeded):
 def test_empty_file(lead_client, seeded, fmt, body):
     before = snapshot(seeded)
     err = one_error(post(lead_client, "alpha", "items", body, fmt))
-    assert (err["line"], err["field"]) == (1, "(file)")
-    assert "no rows" in err["reason"]
+    assert (err["line"], err["path"]) == (1, "(file)")
+    assert "no rows" in err["message"]
     assert snapshot(seeded) == before
 
 
@@ -384,7 +384,7 @@ def test_invalid_utf8(lead_client, seeded, fmt, body, line):
     before = snapshot(seeded)
     err = one_error(post(lead_client, "alpha", "items", body, fmt))
     assert err["line"] == line
-    assert "invalid UTF-8" in err["reason"]
+    assert "invalid UTF-8" in err["message"]
     assert snapshot(seeded) == before
 
 
@@ -401,7 +401,7 @@ def test_negative_or_nan_numbers_ndjson(lead_client, seeded, field, raw, reason)
     before = snapshot(seeded)
     body = f'{{"item": "i1", "candidate": "A", "{field}": {raw}}}\n'.encode()
     err = one_error(post(lead_client, "alpha", "outputs", body))
-    assert (err["line"], err["field"], err["reason"]) == (1, field, reason)
+    assert (err["line"], err["path"], err["message"]) == (1, field, reason)
     assert snapshot(seeded) == before
 
 
@@ -417,7 +417,7 @@ def test_negative_or_nan_numbers_csv(lead_client, seeded, field, cell, reason):
     before = snapshot(seeded)
     body = csv_bytes(["item", "candidate", field], [["i1", "A", cell]])
     err = one_error(post(lead_client, "alpha", "outputs", body, "csv"))
-    assert (err["line"], err["field"], err["reason"]) == (2, field, reason)
+    assert (err["line"], err["path"], err["message"]) == (2, field, reason)
     assert snapshot(seeded) == before
 
 
@@ -425,7 +425,7 @@ def test_negative_or_nan_numbers_csv(lead_client, seeded, field, cell, reason):
 def test_nan_inside_json_metadata_is_rejected(lead_client, seeded):
     body = b'{"item": "i1", "candidate": "A", "metadata": {"score": NaN}}\n'
     err = one_error(post(lead_client, "alpha", "outputs", body))
-    assert err["field"] == "metadata" and "NaN" in err["reason"]
+    assert err["path"] == "metadata" and "NaN" in err["message"]
 
 
 @pytest.mark.django_db
@@ -455,17 +455,17 @@ def test_error_list_is_capped_and_counts_the_rest(lead_client, seeded):
 @pytest.mark.django_db
 def test_json_array_structural_errors(lead_client, seeded):
     err = one_error(post(lead_client, "alpha", "items", b'{"external_id": "a"}', "json"))
-    assert err["field"] == "(file)" and "application/x-ndjson" in err["reason"]
+    assert err["path"] == "(file)" and "application/x-ndjson" in err["message"]
     err = one_error(post(lead_client, "alpha", "items",
                          b'[{"external_id": "a", "input": "b"},\n 3]', "json"))
-    assert (err["line"], err["index"], err["field"]) == (2, 1, "(row)")
-    assert "must be a JSON object, got number" in err["reason"]
+    assert (err["line"], err["index"], err["path"]) == (2, 1, "(row)")
+    assert "must be a JSON object, got number" in err["message"]
     err = one_error(post(lead_client, "alpha", "items",
                          b'[{"external_id": "a", "input": "b"}\n\n {"x": 1}]', "json"))
-    assert err["line"] == 3 and "expected ','" in err["reason"]
+    assert err["line"] == 3 and "expected ','" in err["message"]
     err = one_error(post(lead_client, "alpha", "items",
                          b'[{"external_id": "a", "input": "b"}', "json"))
-    assert "not closed" in err["reason"]
+    assert "not closed" in err["message"]
 
 
 # --- schema_valid ----------------------------------------------------------------------------

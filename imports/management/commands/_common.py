@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from imports.generic import ImportSummary
-from reports.management.commands._common import app_error_text
 from reviewhub.errors import AppError
+from reviewhub.errors import error_text as app_error_text
 from studies.models import Study
 from studies.services import study_create
 

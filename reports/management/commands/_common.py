@@ -1,20 +1,10 @@
-"""Shared helpers of the management commands (`report` here; the importers in `imports` too)."""
+"""Shared helpers of the management commands (`report` here; the importers in `imports` too).
+
+`app_error_text` is `reviewhub.errors.error_text`: an application error's message, then each
+listed problem of the one `details` shape a line (``line 3: value: ...``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from reviewhub.errors import error_text as app_error_text
 
-from reviewhub.errors import AppError
-
-
-def app_error_text(exc: AppError) -> str:
-    """The error message plus its listed problems, one a line."""
-    lines = [exc.message]
-    details: Any = exc.details
-    if isinstance(details, dict):
-        errors = details.get("errors") or []
-        lines.extend(f"  {e}" for e in errors)
-        total = details.get("error_count")
-        if isinstance(total, int) and total > len(errors):
-            lines.append(f"  ... and {total - len(errors)} more")
-    return "\n".join(lines)
+__all__ = ["app_error_text"]

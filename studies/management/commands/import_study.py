@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reviewhub.errors import AppError, ValidationFailed
+from reviewhub.errors import AppError, ValidationFailed, error_text
 from studies.services import study_import
 from studies.studyfile import study_file_parse
 
@@ -45,11 +45,7 @@ class Command(BaseCommand):
             report = study_import(doc=doc, owner_username=options.get("owner"),
                                   allow_new_plan_version=options["new_plan_version"])
         except AppError as exc:
-            lines = [exc.message]
-            for err in (exc.details or {}).get("errors", []) if isinstance(exc.details,
-                                                                           dict) else []:
-                lines.append(f"  {err['path']}: {err['message']}")
-            raise CommandError("\n".join([*lines, "Nothing was written."])) from exc
+            raise CommandError(f"{error_text(exc)}\nNothing was written.") from exc
         for section, outcome, detail in report.lines:
             self.stdout.write(f"{section}: {outcome}" + (f" ({detail})" if detail else ""))
         summary = "changes applied" if report.changed else "nothing to change"
