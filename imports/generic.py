@@ -595,11 +595,12 @@ def ratings_validate(
     first_line = {r.criterion: r.line for r in reversed(ratings)}
     unrated = sorted(set(thresholds) - set(st.values_by_criterion))
     if unrated:
-        raise ValidationFailed(
+        raise ValidationFailed.at(
+            "pass_threshold",
             "--pass-threshold names "
             + ", ".join(f"'{k}'" for k in unrated)
             + ", not a criterion of the file",
-            details={"field": "pass_threshold", "criteria": unrated},
+            criteria=unrated,
         )
     for key in st.values_by_criterion:
         line = first_line[key]
