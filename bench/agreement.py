@@ -117,7 +117,7 @@ def synthesise(seed: int = 1) -> dict[str, Any]:
 
 def frames(raw: dict[str, Any]) -> Any:
     """RatingData built directly from the arrays (the in-memory path)."""
-    from calibration.frames import CriterionInfo, JudgeInfo, RatingData
+    from calibration.frames import CriterionRef, JudgeRef, RatingData
 
     crits = {}
     for ci, (key, scale, k) in enumerate(raw["scales"]):
@@ -128,11 +128,11 @@ def frames(raw: dict[str, Any]) -> Any:
             if scale == "ordinal"
             else ("calm", "neutral", "rude")
         )
-        crits[ci + 1] = CriterionInfo(
+        crits[ci + 1] = CriterionRef(
             id=ci + 1, key=key, name=key, scale=scale, values=values, rubric_version=1
         )
     judges = {
-        j + 1: JudgeInfo(
+        j + 1: JudgeRef.of(
             id=j + 1,
             judge=f"judge-{j}",
             version=1,

@@ -106,6 +106,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, Length
 
 from annotations.models import Adjudication, Annotation, GoldLabel
+from calibration.refs import CriterionRef, JudgeRef
 from judges.models import JudgeVersion, Verdict
 from studies.criteria import criterion_allowed_values
 from studies.models import (
@@ -133,38 +134,12 @@ ColumnSet = Literal["agreement", "evidence"]
 AGREEMENT_COLUMNS = ("subject", "criterion", "rater", "num", "is_judge", "continuous")
 
 
-@dataclass(frozen=True)
-class CriterionInfo:
-    id: int
-    key: str
-    name: str
-    scale: str
-    # Stored values in scale order (ordinal "1".."k", categorical labels, pass/fail, A/B/tie).
-    values: tuple[str, ...]
-    rubric_version: int
-
-
-@dataclass(frozen=True)
-class JudgeInfo:
-    id: int
-    judge: str
-    version: int
-    label: str
-    model_family: str
-    value_type: str  # "label" | "continuous"
-    kind: str
-
-    @property
-    def display(self) -> str:
-        return f"{self.judge} {self.label}" if self.label else f"{self.judge} v{self.version}"
-
-
 @dataclass
 class RatingData:
     """Everything a report reads, as frames keyed by integer ids (columns: module docstring)."""
 
-    criteria: dict[int, CriterionInfo]
-    judges: dict[int, JudgeInfo]
+    criteria: dict[int, CriterionRef]
+    judges: dict[int, JudgeRef]
     candidates: dict[int, tuple[str, str]]  # id -> (name, model_family)
     ratings: pd.DataFrame
     subjects: pd.DataFrame
@@ -285,7 +260,7 @@ def _text_or_none(values: pd.Series) -> pd.Series:
 def _ratings(
     qs: QuerySet[Any],
     rater_field: str,
-    crits: dict[int, CriterionInfo],
+    crits: dict[int, CriterionRef],
     is_judge: bool,
     continuous: set[int],
     evidence: bool = True,
@@ -367,7 +342,7 @@ def _ratings(
 def _lean_parts(
     qs: QuerySet[Any],
     rater_field: str,
-    crits: dict[int, CriterionInfo],
+    crits: dict[int, CriterionRef],
     numeric: list[int],
     nominal_text: list[int],
 ) -> list[pd.DataFrame]:
@@ -398,7 +373,7 @@ def _lean_parts(
 
 
 def _category_codes(
-    df: pd.DataFrame, crits: dict[int, CriterionInfo], ids: Sequence[int]
+    df: pd.DataFrame, crits: dict[int, CriterionRef], ids: Sequence[int]
 ) -> np.ndarray:
     """Category index of each row's `value` in its criterion's scale (NaN when not on it)."""
     codes = np.full(len(df), np.nan)
@@ -415,7 +390,7 @@ def _category_codes(
 
 def _codes(
     parts: list[pd.DataFrame],
-    crits: dict[int, CriterionInfo],
+    crits: dict[int, CriterionRef],
     is_judge: bool,
     continuous: set[int],
 ) -> pd.DataFrame:
@@ -488,7 +463,7 @@ def rating_data_load(
     if criterion_keys:
         crit_qs = crit_qs.filter(key__in=list(criterion_keys))
     crits = {
-        c.pk: CriterionInfo(
+        c.pk: CriterionRef(
             id=c.pk,
             key=c.key,
             name=c.name,
@@ -502,7 +477,7 @@ def rating_data_load(
     if judge_version_ids:
         jv_qs = jv_qs.filter(pk__in=list(judge_version_ids))
     judges = {
-        v.pk: JudgeInfo(
+        v.pk: JudgeRef.of(
             id=v.pk,
             judge=v.judge.name,
             version=v.version,
@@ -652,8 +627,8 @@ def _rater_attributes_load(study: Study) -> dict[int, dict[str, str]]:
 
 
 def _orders_load(
-    crits: dict[int, CriterionInfo],
-    judges: dict[int, JudgeInfo],
+    crits: dict[int, CriterionRef],
+    judges: dict[int, JudgeRef],
     window: Mapping[str, datetime] | None = None,
 ) -> pd.DataFrame:
     """Pairwise judge verdicts that record both presentation orders (for position bias and the
@@ -747,8 +722,8 @@ __all__ = [
     "LOAD_MAX_QUERIES_AGREEMENT",
     "PAIRWISE_CODE",
     "ColumnSet",
-    "CriterionInfo",
-    "JudgeInfo",
+    "CriterionRef",
+    "JudgeRef",
     "RatingData",
     "evidence_frame",
     "rating_data_load",

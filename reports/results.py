@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from calibration.refs import CriterionRef, JudgeRef
+
 AGREEMENT_RESULT_VERSION = 3
 # Versions `AgreementResult.from_json` reads: version 1 has no `correlation_levels` table (read
 # as empty), and none of the per-vote keys (absent keys are None); versions 1 and 2 have no
@@ -280,32 +282,6 @@ class Estimate:
     warnings: tuple[str, ...]
     # Only tests report a p-value; the key is absent from the JSON of other estimates.
     p_value: float | None = field(default=None, metadata={OMIT_IF_NONE: True})
-
-
-@dataclass(frozen=True)
-class CriterionRef:
-    """A criterion as the report read it (the rubric may change after the report)."""
-
-    id: int
-    key: str
-    name: str
-    scale: str
-    values: tuple[str, ...]
-    rubric_version: int
-
-
-@dataclass(frozen=True)
-class JudgeRef:
-    """A judge version as the report read it."""
-
-    id: int
-    judge: str
-    version: int
-    label: str
-    display: str
-    model_family: str
-    value_type: str
-    kind: str
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 import evalstats as es
-from calibration.frames import CriterionInfo, JudgeInfo, RatingData
+from calibration.frames import CriterionRef, JudgeRef, RatingData
 from evalstats.clustered import coarsen
 
 from .common import FloatArray, _num, _numeric_reading, _options, est_dict
@@ -18,8 +18,8 @@ from .humans import _HumanBlock
 
 def _bias(
     data: RatingData,
-    crit: CriterionInfo,
-    jv: JudgeInfo,
+    crit: CriterionRef,
+    jv: JudgeRef,
     block: _HumanBlock,
     idx: npt.NDArray[np.int64],
     j: FloatArray,

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 import evalstats as es
-from calibration.frames import CriterionInfo
+from calibration.frames import CriterionRef
 from evalstats.votes import pooled_pair_agreement
 
 from .common import _categories, _cell_rng, _num, _options, est_dict
@@ -24,7 +24,7 @@ MAX_LISTED_PAIRS = 45
 
 
 def _ceiling(
-    crit: CriterionInfo,
+    crit: CriterionRef,
     block: _HumanBlock,
     idx: npt.NDArray[np.int64],
     p: Mapping[str, Any],
@@ -44,7 +44,7 @@ def _ceiling(
 
 
 def _ceiling_compute(
-    crit: CriterionInfo,
+    crit: CriterionRef,
     block: _HumanBlock,
     idx: npt.NDArray[np.int64],
     p: Mapping[str, Any],

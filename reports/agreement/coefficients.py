@@ -14,14 +14,14 @@ import numpy as np
 import numpy.typing as npt
 
 import evalstats as es
-from calibration.frames import CriterionInfo
+from calibration.frames import CriterionRef
 from evalstats.votes import vote_agreement
 
 from .common import FloatArray, _categories, _labels, _num, _options, est_dict
 
 
 def _nominal_metrics(
-    crit: CriterionInfo,
+    crit: CriterionRef,
     j: FloatArray,
     h: FloatArray,
     items: npt.NDArray[np.int64],
@@ -71,7 +71,7 @@ def _nominal_metrics(
 
 
 def _vote_metrics(
-    crit: CriterionInfo,
+    crit: CriterionRef,
     j: FloatArray,
     votes: FloatArray,
     items: npt.NDArray[np.int64],
@@ -95,7 +95,7 @@ def _vote_metrics(
 
 
 def _ordinal_metrics(
-    crit: CriterionInfo,
+    crit: CriterionRef,
     j: FloatArray,
     h_mean: FloatArray,
     h_round: FloatArray,
@@ -125,14 +125,14 @@ def _ordinal_metrics(
     return m
 
 
-def _primary_metric(crit: CriterionInfo, continuous: bool) -> str:
+def _primary_metric(crit: CriterionRef, continuous: bool) -> str:
     if continuous:
         return "spearman"
     return "qwk" if crit.scale == "ordinal" else "kappa"
 
 
 def _alt_test(
-    crit: CriterionInfo, j: FloatArray, sub: FloatArray, p: Mapping[str, Any]
+    crit: CriterionRef, j: FloatArray, sub: FloatArray, p: Mapping[str, Any]
 ) -> dict[str, Any]:
     active = (~np.isnan(sub)).any(axis=1)
     res = es.alt_test(

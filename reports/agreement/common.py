@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 import evalstats as es
-from calibration.frames import CriterionInfo
+from calibration.frames import CriterionRef
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -69,7 +69,7 @@ def _cell_rng(seed: int, *parts: object) -> np.random.Generator:
     return np.random.default_rng(material)
 
 
-def _categories(crit: CriterionInfo) -> list[float]:
+def _categories(crit: CriterionRef) -> list[float]:
     if crit.scale == "pairwise":
         return [0.0, 1.0, 2.0]
     if crit.scale == "binary":
@@ -79,7 +79,7 @@ def _categories(crit: CriterionInfo) -> list[float]:
     return [float(i) for i in range(len(crit.values))]
 
 
-def _labels(crit: CriterionInfo) -> list[str]:
+def _labels(crit: CriterionRef) -> list[str]:
     if crit.scale == "pairwise":
         return ["tie", "A", "B"]
     if crit.scale == "binary":
@@ -87,7 +87,7 @@ def _labels(crit: CriterionInfo) -> list[str]:
     return list(crit.values)
 
 
-def _numeric_reading(crit: CriterionInfo, codes: FloatArray) -> FloatArray | None:
+def _numeric_reading(crit: CriterionRef, codes: FloatArray) -> FloatArray | None:
     """value_num of codes (pairwise A 1 / tie .5 / B 0; binary; ordinal) or None (categorical)."""
     if crit.scale == "pairwise":
         return np.select([codes == 1, codes == 2, codes == 0], [1.0, 0.0, 0.5], np.nan)

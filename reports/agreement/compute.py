@@ -19,7 +19,7 @@ try:  # optional: see _one_blas_thread
 except ImportError:  # pragma: no cover - exercised only where threadpoolctl is missing
     threadpool_limits = None
 
-from calibration.frames import CriterionInfo, RatingData, value_text
+from calibration.frames import CriterionRef, RatingData, value_text
 
 from .bias import _bias
 from .ceiling import _ceiling
@@ -103,7 +103,7 @@ class _Part:
 class _CriterionBase:
     """A criterion's human block and ceilings, shared by the judge parts of the criterion."""
 
-    crit: CriterionInfo
+    crit: CriterionRef
     block: _HumanBlock | None
     ceiling_cache: dict[bytes, dict[str, Any]]
     part: _Part
@@ -111,7 +111,7 @@ class _CriterionBase:
 
 
 def _criterion_base(
-    data: RatingData, crit: CriterionInfo, crit_judges: pd.DataFrame, p: Mapping[str, Any]
+    data: RatingData, crit: CriterionRef, crit_judges: pd.DataFrame, p: Mapping[str, Any]
 ) -> _CriterionBase:
     """Human block, strata and ceilings of a criterion, and its judge versions' rows."""
     block = _human_block(data, crit, p)
@@ -293,7 +293,7 @@ def compute_report(
     for frame in (data.subjects, data.items):
         frame.index.get_indexer(frame.index[:1])
 
-    def base(crit: CriterionInfo) -> _CriterionBase:
+    def base(crit: CriterionRef) -> _CriterionBase:
         return _criterion_base(
             data, crit, judge_rows[judge_rows["criterion"].to_numpy() == crit.id], p
         )

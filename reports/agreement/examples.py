@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from calibration.frames import CriterionInfo, JudgeInfo, RatingData, value_text
+from calibration.frames import CriterionRef, JudgeRef, RatingData, value_text
 
 from .common import FloatArray
 from .humans import _HumanBlock
@@ -16,8 +16,8 @@ from .humans import _HumanBlock
 
 def _examples(
     data: RatingData,
-    crit: CriterionInfo,
-    jv: JudgeInfo,
+    crit: CriterionRef,
+    jv: JudgeRef,
     block: _HumanBlock,
     idx: npt.NDArray[np.int64],
     j: FloatArray,

@@ -28,7 +28,7 @@ import numpy.typing as npt
 import pandas as pd
 
 import evalstats as es
-from calibration.frames import CriterionInfo, RatingData
+from calibration.frames import CriterionRef, RatingData
 from evalstats.votes import pooled_pair_agreement
 
 from .coefficients import _nominal_metrics, _ordinal_metrics, _primary_metric
@@ -45,7 +45,7 @@ class _Group:
 
 
 def _groups(
-    crit: CriterionInfo, block: _HumanBlock, attrs: Mapping[int, Mapping[str, str]], key: str
+    crit: CriterionRef, block: _HumanBlock, attrs: Mapping[int, Mapping[str, str]], key: str
 ) -> tuple[list[_Group], int]:
     """The groups of the criterion's human raters by attribute `key`, and how many raters have
     no value for it."""
@@ -70,7 +70,7 @@ def _groups(
 
 
 def _row(
-    crit: CriterionInfo,
+    crit: CriterionRef,
     st: _Stratum,
     kind: str,
     *,
@@ -104,7 +104,7 @@ def _row(
 
 
 def _against(
-    crit: CriterionInfo,
+    crit: CriterionRef,
     j: FloatArray,
     g: _Group,
     idx: npt.NDArray[np.int64],
@@ -123,7 +123,7 @@ def _against(
 
 
 def _within(
-    crit: CriterionInfo,
+    crit: CriterionRef,
     block: _HumanBlock,
     g: _Group,
     st: _Stratum,
@@ -173,7 +173,7 @@ def _within(
 
 def rater_group_rows(
     data: RatingData,
-    crit: CriterionInfo,
+    crit: CriterionRef,
     block: _HumanBlock,
     judges: Sequence[tuple[int, pd.DataFrame]],
     p: Mapping[str, Any],

@@ -13,7 +13,7 @@ import numpy.typing as npt
 import pandas as pd
 
 import evalstats as es
-from calibration.frames import CriterionInfo, RatingData
+from calibration.frames import CriterionRef, RatingData
 from studies.strata import cross_label
 
 from .common import FloatArray, _categories, _numeric_reading
@@ -67,7 +67,7 @@ def _strata_for(
     return out
 
 
-def _human_block(data: RatingData, crit: CriterionInfo, p: Mapping[str, Any]) -> _HumanBlock | None:
+def _human_block(data: RatingData, crit: CriterionRef, p: Mapping[str, Any]) -> _HumanBlock | None:
     r = data.ratings
     h = r[(~r["is_judge"].to_numpy()) & (r["criterion"].to_numpy() == crit.id)]
     if h.empty:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from calibration.frames import CriterionInfo, JudgeInfo, RatingData
+from calibration.frames import CriterionRef, JudgeRef, RatingData
 from evalstats.levels import sample_level_correlation
 
 from .common import FloatArray, _cell_rng, _options, est_dict
@@ -28,8 +28,8 @@ METHODS: tuple[Method, ...] = ("spearman", "pearson", "kendall")
 
 def _correlation_levels(
     data: RatingData,
-    crit: CriterionInfo,
-    jv: JudgeInfo,
+    crit: CriterionRef,
+    jv: JudgeRef,
     block: _HumanBlock,
     stratum: _Stratum,
     idx: npt.NDArray[np.int64],

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibration.frames import CriterionInfo, JudgeInfo, RatingData
+from calibration.frames import CriterionRef, JudgeRef, RatingData
 from evalstats.orders import OrderAccuracy, order_accuracy
 
 from .common import _cell_rng, _options, est_dict
@@ -35,8 +35,8 @@ def _figures(res: OrderAccuracy) -> dict[str, Any]:
 
 def _order_rows(
     data: RatingData,
-    crit: CriterionInfo,
-    jv: JudgeInfo,
+    crit: CriterionRef,
+    jv: JudgeRef,
     block: _HumanBlock,
     p: Mapping[str, Any],
 ) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 import evalstats as es
-from calibration.frames import CriterionInfo, JudgeInfo, RatingData
+from calibration.frames import CriterionRef, JudgeRef, RatingData
 from evalstats.clustered import finite_percentile_interval, rank_corr_rows
 
 from .common import FloatArray, _num, _numeric_reading, est_dict
@@ -18,8 +18,8 @@ from .humans import _HumanBlock
 
 def _system_correlations(
     data: RatingData,
-    crit: CriterionInfo,
-    jv: JudgeInfo,
+    crit: CriterionRef,
+    jv: JudgeRef,
     block: _HumanBlock,
     idx: npt.NDArray[np.int64],
     j: FloatArray,
@@ -75,8 +75,8 @@ def _system_correlations(
 
 def _system_level(
     data: RatingData,
-    crit: CriterionInfo,
-    jv: JudgeInfo,
+    crit: CriterionRef,
+    jv: JudgeRef,
     block: _HumanBlock,
     idx: npt.NDArray[np.int64],
     j: FloatArray,

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.frames import CriterionInfo, JudgeInfo, RatingData
+from calibration.frames import CriterionRef, JudgeRef, RatingData
 from reports.agreement import compute_report, input_fingerprint, params_validate
 from reports.results import AgreementResult, CorrelationLevelsRow, json_safe
 
@@ -35,12 +35,12 @@ def _simulated() -> RatingData:
     every candidate (constant), item 2 only two judged outputs (too few)."""
     rng = np.random.default_rng(21)
     crits = {
-        1: CriterionInfo(1, "quality", "Quality", "ordinal", ("1", "2", "3", "4", "5"), 1),
-        2: CriterionInfo(2, "pref", "Preference", "pairwise", ("A", "B", "tie"), 1),
+        1: CriterionRef(1, "quality", "Quality", "ordinal", ("1", "2", "3", "4", "5"), 1),
+        2: CriterionRef(2, "pref", "Preference", "pairwise", ("A", "B", "tie"), 1),
     }
     judges = {
-        10: JudgeInfo(10, "judge", 1, "", "", "label", "llm"),
-        11: JudgeInfo(11, "metric", 1, "", "", "continuous", "imported"),
+        10: JudgeRef.of(10, "judge", 1, "", "", "label", "llm"),
+        11: JudgeRef.of(11, "metric", 1, "", "", "continuous", "imported"),
     }
     rows: list[tuple[int, int, int, float, bool, bool]] = []
     n_out = N_ITEMS * N_CAND

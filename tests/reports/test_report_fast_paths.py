@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 
 from annotations.models import Annotation
 from calibration import frames
-from calibration.frames import CriterionInfo, JudgeInfo, RatingData, rating_data_load, value_text
+from calibration.frames import CriterionRef, JudgeRef, RatingData, rating_data_load, value_text
 from judges.models import Judge, JudgeVersion, Verdict
 from reports.agreement import compute_report, input_fingerprint, params_validate
 from studies.models import Candidate, Criterion, Item, Output, RubricVersion, Study
@@ -29,14 +29,14 @@ def _rating_data(seed: int = 3) -> RatingData:
     rng = np.random.default_rng(seed)
     n_items, n_out = 150, 300
     crits = {
-        1: CriterionInfo(1, "correct", "Correct", "binary", ("fail", "pass"), 1),
-        2: CriterionInfo(2, "helpful", "Helpful", "ordinal", ("1", "2", "3", "4", "5"), 1),
-        3: CriterionInfo(3, "tone", "Tone", "categorical", ("calm", "neutral", "rude"), 1),
+        1: CriterionRef(1, "correct", "Correct", "binary", ("fail", "pass"), 1),
+        2: CriterionRef(2, "helpful", "Helpful", "ordinal", ("1", "2", "3", "4", "5"), 1),
+        3: CriterionRef(3, "tone", "Tone", "categorical", ("calm", "neutral", "rude"), 1),
     }
     judges = {
-        10: JudgeInfo(10, "judge-a", 1, "", "fam-a", "label", "llm"),
-        11: JudgeInfo(11, "judge-b", 1, "", "", "label", "llm"),
-        12: JudgeInfo(12, "metric", 1, "", "", "continuous", "imported"),
+        10: JudgeRef.of(10, "judge-a", 1, "", "fam-a", "label", "llm"),
+        11: JudgeRef.of(11, "judge-b", 1, "", "", "label", "llm"),
+        12: JudgeRef.of(12, "metric", 1, "", "", "continuous", "imported"),
     }
     rows: list[tuple[int, int, int, float, bool, bool]] = []
     for cid, crit in crits.items():

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.frames import CriterionInfo, JudgeInfo, RatingData, rating_data_load
+from calibration.frames import CriterionRef, JudgeRef, RatingData, rating_data_load
 from reports.agreement import compute_report, input_fingerprint, params_validate
 from reports.export import TABLES, table_csv
 from reports.models import ReportSnapshot
@@ -57,16 +57,16 @@ def _synthetic_data(seed: int = 5) -> RatingData:
     n_out = 3 * n_items  # one output of each candidate per item; subject 2s
     n_cmp = n_items  # candidate 1 vs 2 per item; subject 2c + 1
     crits = {
-        1: CriterionInfo(1, "correct", "Correct", "binary", ("fail", "pass"), 1),
-        2: CriterionInfo(2, "helpful", "Helpful", "ordinal", ("1", "2", "3", "4", "5"), 1),
-        3: CriterionInfo(3, "tone", "Tone", "categorical", ("calm", "neutral", "rude"), 1),
-        4: CriterionInfo(4, "pref", "Preference", "pairwise", ("A", "B", "tie"), 1),
-        5: CriterionInfo(5, "solo", "Solo", "binary", ("fail", "pass"), 1),
+        1: CriterionRef(1, "correct", "Correct", "binary", ("fail", "pass"), 1),
+        2: CriterionRef(2, "helpful", "Helpful", "ordinal", ("1", "2", "3", "4", "5"), 1),
+        3: CriterionRef(3, "tone", "Tone", "categorical", ("calm", "neutral", "rude"), 1),
+        4: CriterionRef(4, "pref", "Preference", "pairwise", ("A", "B", "tie"), 1),
+        5: CriterionRef(5, "solo", "Solo", "binary", ("fail", "pass"), 1),
     }
     judges = {
-        10: JudgeInfo(10, "judge-a", 1, "", "fam-a", "label", "llm"),
-        11: JudgeInfo(11, "judge-b", 1, "", "", "label", "llm"),
-        12: JudgeInfo(12, "metric", 1, "", "", "continuous", "imported"),
+        10: JudgeRef.of(10, "judge-a", 1, "", "fam-a", "label", "llm"),
+        11: JudgeRef.of(11, "judge-b", 1, "", "", "label", "llm"),
+        12: JudgeRef.of(12, "metric", 1, "", "", "continuous", "imported"),
     }
     rows: list[tuple[int, int, int, float, bool, bool]] = []
     orders: list[tuple[int, int, int, float, float]] = []

@@ -1,0 +1,52 @@
+"""What a statistic knows of a criterion and of a judge version: the evidence read model's
+descriptors (`calibration.frames.RatingData.criteria` / `.judges`) and, unchanged, what a report
+stores of them (`reports.results`), so the two cannot drift apart.
+
+Pure module: no Django, no numpy (reports/results.py, which imports it, imports without
+settings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CriterionRef:
+    """A criterion as it was read (the rubric may change after a report)."""
+
+    id: int
+    key: str
+    name: str
+    scale: str
+    # Stored values in scale order (ordinal "1".."k", categorical labels, pass/fail, A/B/tie).
+    values: tuple[str, ...]
+    rubric_version: int
+
+
+@dataclass(frozen=True)
+class JudgeRef:
+    """A judge version as it was read. `display` is stored (not derived on reading) so that a
+    stored report keeps the name it was computed under."""
+
+    id: int
+    judge: str
+    version: int
+    label: str
+    display: str
+    model_family: str
+    value_type: str  # "label" | "continuous"
+    kind: str
+
+    @classmethod
+    def of(
+        cls, id: int, judge: str, version: int, label: str, model_family: str,
+        value_type: str, kind: str,
+    ) -> JudgeRef:
+        """The ref with its display name: the imported judge's label, else "name vN"."""
+        display = f"{judge} {label}" if label else f"{judge} v{version}"
+        return cls(id=id, judge=judge, version=version, label=label, display=display,
+                   model_family=model_family, value_type=value_type, kind=kind)
+
+
+__all__ = ["CriterionRef", "JudgeRef"]
