@@ -38,7 +38,7 @@ class CriterionView:
     guidance: str
     scale: str
     points: list[dict[str, Any]]
-    pass_threshold: int | None
+    pass_threshold: int | float | None
     pass_labels: list[str]
     # The values for which the severity question is asked (empty for pairwise).
     failing_values: list[str]

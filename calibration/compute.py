@@ -94,7 +94,7 @@ class CriterionRule:
     key: str
     scale: str
     points: Any
-    pass_threshold: int | None
+    pass_threshold: int | float | None
     pass_labels: Any
     is_hard_gate: bool
     weight: float

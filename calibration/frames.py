@@ -104,7 +104,7 @@ from django.db.models.functions import Cast, Coalesce, Length
 
 from annotations.models import Adjudication, Annotation, GoldLabel
 from judges.models import JudgeVersion, Verdict
-from studies.criteria import criterion_allowed_values
+from studies.criteria import criterion_allowed_values, interval_bounds, number_text
 from studies.models import Candidate, Comparison, Criterion, Item, Output, StratumDimension, Study
 from studies.subjects import SubjectRef, comparison_codes, output_codes, subject_code_expr
 
@@ -129,6 +129,10 @@ class CriterionInfo:
     # Stored values in scale order (ordinal "1".."k", categorical labels, pass/fail, A/B/tie).
     values: tuple[str, ...]
     rubric_version: int
+    # Interval criteria: the closed range (min, max) of a score and the pass threshold (None:
+    # no pass/fail reading); None for the other scales.
+    bounds: tuple[float, float] | None = None
+    pass_threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -480,6 +484,8 @@ def rating_data_load(
             scale=c.scale,
             values=tuple(criterion_allowed_values(c)),
             rubric_version=c.rubric.version,
+            bounds=interval_bounds(c) if c.scale == "interval" else None,
+            pass_threshold=_float_or_none(c.pass_threshold) if c.scale == "interval" else None,
         )
         for c in crit_qs.order_by("rubric__version", "position", "id")
     }
@@ -696,10 +702,16 @@ def evidence_frame(data: RatingData) -> pd.DataFrame:
     return out
 
 
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def value_text(scale: str, values: Sequence[str], code: float, continuous: bool) -> str:
     """The canonical stored value of a code (used by the fingerprint and the examples page)."""
     if continuous:
         return repr(float(code))
+    if scale == "interval":
+        return number_text(code)
     if scale == "pairwise":
         return {0.0: "tie", 1.0: "A", 2.0: "B"}[float(code)]
     if scale == "binary":

@@ -285,6 +285,10 @@ class CriterionRef:
     scale: str
     values: tuple[str, ...]
     rubric_version: int
+    # Interval criteria only: the closed range [min, max] of a score and the pass threshold
+    # (absent: no pass/fail reading).
+    bounds: tuple[float, ...] | None = field(default=None, metadata={OMIT_IF_NONE: True})
+    pass_threshold: float | None = field(default=None, metadata={OMIT_IF_NONE: True})
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ class CriterionMeta:
     name: str
     scale: str
     values: tuple[str, ...]
-    pass_threshold: int | None
+    pass_threshold: int | float | None
     pass_labels: tuple[str, ...]
     is_hard_gate: bool
     weight: float
