@@ -318,3 +318,53 @@ def test_plan_metrics_of_an_interval_criterion(study: Study, lead: Any) -> None:
         plan_create(study=study, created_by=lead, spec={"criteria": {
             "plain": {"metric": "mean_score", "threshold": 7}}})
     assert "inside the range 1..5" in str(info.value)
+
+
+# --- calibration and selection ---------------------------------------------------------------
+
+
+def test_calibration_and_selection_read_an_interval_pass_as_score_at_least_the_threshold(
+    study: Study, lead: Any, tmp_path: Path
+) -> None:
+    rubric_update(study=study, created_by=lead, criteria=[
+        {"key": "cut", "scale": "interval", "min": 1, "max": 5, "pass_threshold": 3.5},
+        {"key": "plain", "scale": "interval", "min": 1, "max": 5}])
+    rng = np.random.default_rng(3)
+    rows: list[dict[str, Any]] = []
+    truth = rng.uniform(1, 5, size=40)
+    for i, t in enumerate(truth):
+        for crit in ("cut", "plain"):
+            human = float(np.clip(round(t + rng.normal(0, 0.3), 2), 1, 5))
+            judge = float(np.clip(round(t + rng.normal(0, 0.6), 2), 1, 5))
+            base = {"item_id": f"q{i}", "output_id": f"q{i}-x", "criterion": crit}
+            rows.append({**base, "rater_id": "h", "rater_kind": "human", "value": human})
+            rows.append({**base, "rater_id": "j", "rater_kind": "judge", "value": judge})
+    _import(_csv(tmp_path / "cal.csv", rows), "--study", study.slug)
+    out = tmp_path / "cal.json"
+    call_command("report", "calibration", "--study", study.slug, "--params",
+                 json.dumps({"n_resamples": 50, "curve_resamples": 20, "seed": 1}),
+                 "--out", str(out), stdout=io.StringIO())
+    body = json.loads(out.read_text())
+    assert body["status"] == "done", body
+    text = json.dumps(body["result"])
+    # Without a threshold the criterion is skipped, and the result says why.
+    assert ("criterion 'plain' has no pass/fail reading (no pass threshold or pass labels): "
+            "not calibrated") in text
+    assert '"cut"' in text
+    from calibration.compute import _pass_codes, calibration_inputs_load
+
+    inputs = calibration_inputs_load(study=study, params={})
+    [rule] = [r for r in inputs.rules.values() if r.key == "cut"]
+    assert (rule.min, rule.max, rule.pass_threshold) == (1.0, 5.0, 3.5)
+    assert _pass_codes(rule, (), np.array([3.49, 3.5, 5.0])).tolist() == [0.0, 1.0, 1.0]
+
+    from reports.selection.load import _label_reading, _pass_reading, selection_inputs_load
+
+    sel = selection_inputs_load(study, {}, None)
+    metas = {c.key: c for c in sel.criteria}
+    assert metas["cut"].has_pass_reading() and not metas["plain"].has_pass_reading()
+    assert _pass_reading(metas["cut"], np.array([2.0, 3.5, np.nan])).tolist()[:2] == [0.0, 1.0]
+    assert _label_reading(metas["cut"], "4.2", mean_score=False) == 1.0
+    assert _label_reading(metas["plain"], "4.2", mean_score=True) == 4.2
+    assert any("'plain' is an interval score without a pass_threshold" in w
+               for w in sel.warnings)
