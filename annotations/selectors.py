@@ -38,12 +38,16 @@ class CriterionView:
     guidance: str
     scale: str
     points: list[dict[str, Any]]
-    pass_threshold: int | None
+    pass_threshold: int | float | None
     pass_labels: list[str]
     # The values for which the severity question is asked (empty for pairwise).
     failing_values: list[str]
     # The rubric says grading it needs the item's context: the page shows the context open.
     needs_context: bool = False
+    # Interval criteria: the closed range of a score (None for the other scales). A score
+    # below pass_threshold (when there is one) is a failure and asks a severity.
+    min: float | None = None
+    max: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ def _criterion_view(c: Criterion) -> CriterionView:
         pass_labels=list(c.pass_labels or []),
         failing_values=[v for v in candidates if is_failure(c, v)],
         needs_context=bool(c.needs_context),
+        min=c.min if c.scale == Criterion.Scale.INTERVAL else None,
+        max=c.max if c.scale == Criterion.Scale.INTERVAL else None,
     )
 
 

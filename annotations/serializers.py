@@ -59,8 +59,11 @@ class CriterionViewSerializer(serializers.Serializer):
     guidance = serializers.CharField()
     scale = serializers.CharField()
     points = serializers.ListField(child=serializers.DictField())
-    pass_threshold = serializers.IntegerField(allow_null=True)
+    pass_threshold = serializers.FloatField(
+        allow_null=True, help_text="ordinal: an integer point; interval: a score (optional).")
     pass_labels = serializers.ListField(child=serializers.CharField())
+    min = serializers.FloatField(allow_null=True, help_text="interval: the lowest score.")
+    max = serializers.FloatField(allow_null=True, help_text="interval: the highest score.")
     failing_values = serializers.ListField(child=serializers.CharField())
     needs_context = serializers.BooleanField(
         help_text="Grading this criterion needs the item's context (the page shows it open)."

@@ -27,6 +27,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from reviewhub.errors import AppError, ValidationFailed, error_body
 from reviewhub.pages import error_rows, form_number, page_study, strict_csp
+from studies.criteria import number_text
 from studies.models import Comparison, Criterion, Membership, Output, Study
 
 from . import selectors, services
@@ -89,6 +90,8 @@ def _criterion_vm(
     severity: int | None = None,
     severity_note: str = "",
 ) -> dict[str, Any]:
+    if c.scale == Criterion.Scale.INTERVAL:
+        return _interval_vm(c, selected=selected, severity=severity, severity_note=severity_note)
     choices = _choices(c)
     has_pass_reading = bool(c.failing_values) or (
         c.scale == Criterion.Scale.ORDINAL and c.pass_threshold is not None
@@ -108,6 +111,41 @@ def _criterion_vm(
         "asks_severity": bool(c.failing_values),
         "selected": selected,
         "selected_fails": selected is not None and selected in c.failing_values,
+        "selected_severity": severity,
+        "selected_severity_note": severity_note,
+    }
+
+
+def _interval_vm(
+    c: selectors.CriterionView, *, selected: str | None, severity: int | None,
+    severity_note: str,
+) -> dict[str, Any]:
+    """An interval criterion: one number input (min, max, step any); a score below the
+    pass_threshold, when there is one, is a failure and asks the severity question."""
+    threshold = c.pass_threshold
+    fails = False
+    if selected is not None and threshold is not None:
+        try:
+            fails = float(selected) < float(threshold)
+        except ValueError:
+            fails = False
+    return {
+        "key": c.key,
+        "name": c.name,
+        "guidance": c.guidance,
+        "scale": c.scale,
+        "choices": [],
+        "number": {
+            "min": number_text(c.min if c.min is not None else 0.0),
+            "max": number_text(c.max if c.max is not None else 0.0),
+            "threshold": number_text(threshold) if threshold is not None else "",
+        },
+        "vertical": False,
+        "has_pass_reading": threshold is not None,
+        "fail_labels": [f"below {number_text(threshold)}"] if threshold is not None else [],
+        "asks_severity": threshold is not None,
+        "selected": selected,
+        "selected_fails": fails,
         "selected_severity": severity,
         "selected_severity_note": severity_note,
     }

@@ -94,11 +94,14 @@ class CriterionRule:
     key: str
     scale: str
     points: Any
-    pass_threshold: int | None
+    pass_threshold: int | float | None
     pass_labels: Any
     is_hard_gate: bool
     weight: float
     rubric_version: int
+    # Interval criteria: the closed range of a score (pass: score >= pass_threshold).
+    min: float | None = None
+    max: float | None = None
 
 
 @dataclass
@@ -134,7 +137,7 @@ def calibration_inputs_load(
             id=c.pk, key=c.key, scale=c.scale, points=c.points,
             pass_threshold=c.pass_threshold, pass_labels=list(c.pass_labels or []),
             is_hard_gate=bool(c.is_hard_gate), weight=float(c.weight),
-            rubric_version=c.rubric.version,
+            rubric_version=c.rubric.version, min=c.min, max=c.max,
         )
         for c in Criterion.objects.filter(pk__in=list(data.criteria)).select_related("rubric")
     }
@@ -211,7 +214,7 @@ def _pass_codes(rule: CriterionRule, values: tuple[str, ...], num: FloatArray) -
     """Pass reading (1/0) of rating codes; pairwise keeps the side code (tie 0, A 1, B 2)."""
     if rule.scale == "binary":
         return (num == 1.0).astype(np.float64)
-    if rule.scale == "ordinal":
+    if rule.scale in ("ordinal", "interval"):
         return (num >= float(rule.pass_threshold or 0)).astype(np.float64)
     if rule.scale == "categorical":
         labels = {str(x) for x in rule.pass_labels}
@@ -248,7 +251,7 @@ def _label_codes(rule: CriterionRule, labels: pd.Series) -> pd.Series:
 def _has_reading(rule: CriterionRule) -> bool:
     if rule.scale == "pairwise":
         return True
-    if rule.scale == "ordinal":
+    if rule.scale in ("ordinal", "interval"):  # interval without a threshold: skipped, said so
         return rule.pass_threshold is not None
     if rule.scale == "categorical":
         return bool(rule.pass_labels)
@@ -365,9 +368,13 @@ def _judge_scores(
         if use_prob:
             score, kind = prob, "probability"
             before = prob
-        elif rule.scale == "ordinal":
+        elif rule.scale in ("ordinal", "interval"):
             score = num
-            if continuous:
+            if rule.scale == "interval":
+                kind = "score"  # the range is the criterion's, not the scores seen
+                lo = float(rule.min if rule.min is not None else num.min() if num.size else 0.0)
+                hi = float(rule.max if rule.max is not None else num.max() if num.size else 1.0)
+            elif continuous:
                 kind = "score"
                 lo = float(num.min()) if num.size else 0.0
                 hi = float(num.max()) if num.size else 1.0

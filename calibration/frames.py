@@ -108,7 +108,7 @@ from django.db.models.functions import Cast, Coalesce, Length
 from annotations.models import Adjudication, Annotation, GoldLabel
 from calibration.refs import CriterionRef, JudgeRef
 from judges.models import JudgeVersion, Verdict
-from studies.criteria import criterion_allowed_values
+from studies.criteria import criterion_allowed_values, interval_bounds, number_text
 from studies.models import (
     Candidate,
     Comparison,
@@ -470,6 +470,8 @@ def rating_data_load(
             scale=c.scale,
             values=tuple(criterion_allowed_values(c)),
             rubric_version=c.rubric.version,
+            bounds=interval_bounds(c) if c.scale == "interval" else None,
+            pass_threshold=_float_or_none(c.pass_threshold) if c.scale == "interval" else None,
         )
         for c in crit_qs.order_by("rubric__version", "position", "id")
     }
@@ -703,10 +705,16 @@ def evidence_frame(data: RatingData) -> pd.DataFrame:
     return out
 
 
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def value_text(scale: str, values: Sequence[str], code: float, continuous: bool) -> str:
     """The canonical stored value of a code (used by the fingerprint and the examples page)."""
     if continuous:
         return repr(float(code))
+    if scale == "interval":
+        return number_text(code)
     if scale == "pairwise":
         return {0.0: "tie", 1.0: "A", 2.0: "B"}[float(code)]
     if scale == "binary":

@@ -8,7 +8,11 @@ settings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+# Metadata of a dataclass field whose key the stored JSON leaves out when it is None
+# (reports.results reads it; kept here so that the refs need not import reports).
+OMIT_IF_NONE = "omit_if_none"
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,10 @@ class CriterionRef:
     # Stored values in scale order (ordinal "1".."k", categorical labels, pass/fail, A/B/tie).
     values: tuple[str, ...]
     rubric_version: int
+    # Interval criteria only: the closed range (min, max) of a score and the pass threshold
+    # (None: no pass/fail reading); absent from a stored report for the other scales.
+    bounds: tuple[float, ...] | None = field(default=None, metadata={OMIT_IF_NONE: True})
+    pass_threshold: float | None = field(default=None, metadata={OMIT_IF_NONE: True})
 
 
 @dataclass(frozen=True)
@@ -49,4 +57,4 @@ class JudgeRef:
                    model_family=model_family, value_type=value_type, kind=kind)
 
 
-__all__ = ["CriterionRef", "JudgeRef"]
+__all__ = ["OMIT_IF_NONE", "CriterionRef", "JudgeRef"]

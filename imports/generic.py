@@ -24,6 +24,7 @@ import difflib
 import io
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,7 +41,13 @@ from judges.services import (
 )
 from reviewhub.errors import Problems, ValidationFailed
 from studies import imports_service as studies_imports
-from studies.criteria import PAIRWISE_VALUES, criterion_allowed_values
+from studies.criteria import (
+    PAIRWISE_VALUES,
+    criterion_allowed_values,
+    interval_bounds,
+    interval_value,
+    number_text,
+)
 from studies.imports_service import (
     criterion_import_problems,
     criterion_unsaved,
@@ -53,7 +60,7 @@ from .pairwise_check import PairwiseVote, order_consistency_warnings
 BATCH = 5000
 DEFAULT_CANDIDATE = "imported"
 DEFAULT_JUDGE_VERSION = "imported"
-SCALES = ("binary", "ordinal", "pairwise", "categorical")
+SCALES = ("binary", "ordinal", "pairwise", "categorical", "interval")
 _BINARY_ALIASES = {
     "pass": "pass",
     "fail": "fail",
@@ -186,12 +193,14 @@ def ratings_read(
 
 @dataclass(frozen=True)
 class ScaleSpec:
-    """How to create a missing criterion: scale plus ordinal points or categorical labels, and
-    for an ordinal scale optionally the first passing point (`--pass-threshold KEY=N`)."""
+    """How to create a missing criterion: scale plus ordinal points, categorical labels or an
+    interval's (min, max), and for an ordinal scale optionally the first passing point
+    (`--pass-threshold KEY=N`)."""
 
     scale: str
     points: tuple[str, ...] = ()
     pass_threshold: int | None = None
+    bounds: tuple[float, float] | None = None
 
     def as_points(self) -> list[dict[str, Any]]:
         if self.scale == "ordinal":
@@ -207,9 +216,13 @@ class ScaleSpec:
         }
         if self.pass_threshold is not None:
             fields["pass_threshold"] = self.pass_threshold
+        if self.scale == "interval" and self.bounds is not None:
+            fields["min"], fields["max"] = self.bounds
         return fields
 
     def describe(self) -> str:
+        if self.scale == "interval" and self.bounds is not None:
+            return f"interval {number_text(self.bounds[0])}..{number_text(self.bounds[1])}"
         if self.scale == "ordinal":
             passing = f", pass >= {self.pass_threshold}" if self.pass_threshold is not None else ""
             return f"ordinal {self.points[0]}..{self.points[-1]}{passing}"
@@ -218,12 +231,33 @@ class ScaleSpec:
         return self.scale
 
 
+_INTERVAL_RANGE = re.compile(
+    r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:\.\.|-)\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*$"
+)
+
+
+def _interval_parse(text: str, rest: str) -> ScaleSpec:
+    """``interval:1-5``, ``interval:0-1``, ``interval:0.5..4.5``, ``interval:-1..1``."""
+    m = _INTERVAL_RANGE.match(rest)
+    if m is None:
+        raise ValueError(
+            f"interval scale needs 'interval:MIN-MAX' (e.g. interval:1-5), got {text!r}"
+        )
+    lo, hi = float(m.group(1)), float(m.group(2))
+    if not lo < hi:
+        raise ValueError(f"an interval scale needs MIN < MAX, got {text!r}")
+    return ScaleSpec("interval", bounds=(lo, hi))
+
+
 def scale_parse(text: str) -> ScaleSpec:
-    """Parse ``binary``, ``pairwise``, ``ordinal:1-5`` (or ``1..5``), ``categorical:No,Yes``."""
+    """Parse ``binary``, ``pairwise``, ``ordinal:1-5`` (or ``1..5``), ``categorical:No,Yes``,
+    ``interval:1-5`` (or ``1..5``; any finite MIN < MAX, e.g. ``interval:0-1``)."""
     kind, _, rest = text.strip().partition(":")
     kind = kind.strip().lower()
     if kind in ("binary", "pairwise"):
         return ScaleSpec(kind)
+    if kind == "interval":
+        return _interval_parse(text, rest)
     if kind == "ordinal":
         sep = ".." if ".." in rest else "-"
         lo_s, _, hi_s = rest.partition(sep)
@@ -239,7 +273,10 @@ def scale_parse(text: str) -> ScaleSpec:
         if len(labels) < 2:
             raise ValueError(f"categorical scale needs at least two labels, got {text!r}")
         return ScaleSpec("categorical", labels)
-    raise ValueError(f"unknown scale {text!r} (binary, pairwise, ordinal:1-K, categorical:a,b,...)")
+    raise ValueError(
+        f"unknown scale {text!r} (binary, pairwise, ordinal:1-K, categorical:a,b,..., "
+        "interval:MIN-MAX)"
+    )
 
 
 class _CriterionView:
@@ -273,6 +310,11 @@ class _CriterionView:
                 return None
             text = str(int(num))
             return text if text in self.values else None
+        if self.scale == "interval":
+            try:
+                return number_text(interval_value(self.model, raw))
+            except ValueError:
+                return None
         return self.lower.get(raw.lower())
 
 
@@ -328,13 +370,16 @@ def _infer_scale(key: str, values: list[str], pairwise: bool) -> _Inference:
                 f"scale: --scale {key}=binary (1 = pass, 0 = fail), --scale "
                 f"{key}=categorical:{labels}, or recode the values to 1..K",
             )
+        # Continuous scores (a mean over raters) are not re-typed by inference either: the
+        # range of an interval criterion is the scale's, which the values cannot tell.
+        low, high = number_text(min(numeric)), number_text(max(numeric))
         return _Inference(
             None,
-            f"the values of '{key}' are non-integer numbers ({_values_preview(values)}): "
-            "continuous human scores (such as a mean over raters) have no criterion kind yet; "
-            "import each rater's own rating instead, or import the scores as a judge's "
-            "continuous scores (rater_kind=judge, value_type=continuous) on an ordinal "
-            "criterion",
+            f"the values of '{key}' are non-integer numbers from {low} to {high} "
+            f"({_values_preview(values)}): continuous scores (such as a mean over raters) "
+            f"import under an interval criterion, whose range the values cannot tell: state "
+            f"it, --scale {key}=interval:{low}-{high} (the range seen here; give the rating "
+            f"scale's, e.g. interval:1-5, where it is wider)",
         )
     if numeric:
         return _Inference(
@@ -617,6 +662,8 @@ def ratings_validate(
                     "criterion",
                     f"'{key}' exists as {crit.scale}; --scale says {scales[key].scale}",
                 )
+            elif key in scales and crit.scale == "interval":
+                _interval_range_check(line, key, crit, scales[key], problems)
             if key in thresholds:
                 n = thresholds[key]
                 if crit.scale != "ordinal":
@@ -697,11 +744,17 @@ def ratings_validate(
             pass  # no value to check: stored unscored
         elif continuous:
             if view.scale != "ordinal":
+                hint = (
+                    ": a judge's score on an interval criterion is its value, leave value_type "
+                    "empty"
+                    if view.scale == "interval"
+                    else ""
+                )
                 problems.add(
                     r.line,
                     "value_type",
                     "continuous scores are only allowed on "
-                    f"ordinal criteria ('{r.criterion}' is {view.scale})",
+                    f"ordinal criteria ('{r.criterion}' is {view.scale}{hint})",
                 )
             elif _as_number(r.raw_value) is None:
                 problems.add(r.line, "value", f"{r.raw_value!r} is not a finite number")
@@ -816,7 +869,29 @@ def _pair_value(view: _CriterionView, r: _Rating) -> str:
     return _SWAP[value] if r.flip else value
 
 
+def _interval_range_check(
+    line: int, key: str, crit: Criterion, spec: ScaleSpec, problems: _Problems
+) -> None:
+    """--scale KEY=interval:MIN-MAX on an existing interval criterion must state its range."""
+    if spec.bounds is not None and spec.bounds != interval_bounds(crit):
+        problems.add(
+            line,
+            "criterion",
+            f"'{key}' exists as {ScaleSpec('interval', bounds=interval_bounds(crit)).describe()}; "
+            f"--scale says {spec.describe()}",
+        )
+
+
 def _not_a_value(r: _Rating, view: _CriterionView) -> str:
+    if view.scale == "interval":
+        assert view.model is not None
+        try:
+            interval_value(view.model, r.raw_value)
+        except ValueError as exc:
+            reason = str(exc)
+        else:  # pragma: no cover - canonical() accepted it
+            reason = "not a value"
+        return f"{r.raw_value!r} is not a value of the interval criterion '{r.criterion}': {reason}"
     message = (
         f"{r.raw_value!r} is not a value of the {view.scale} "
         f"criterion '{r.criterion}' (allowed: {', '.join(view.values)})"
@@ -827,8 +902,9 @@ def _not_a_value(r: _Rating, view: _CriterionView) -> str:
             message += "; a judge's continuous scores need value_type=continuous"
         else:
             message += (
-                "; continuous human scores (such as a mean over raters) have no criterion "
-                "kind yet: import each rater's own rating"
+                "; continuous human scores (such as a mean over raters) import under an "
+                "interval criterion: give them a criterion key of their own with --scale "
+                "KEY=interval:MIN-MAX"
             )
     return message
 

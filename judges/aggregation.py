@@ -15,6 +15,9 @@ Rules (also in docs/judges.md):
 - ordinal: `value` is the median point (the lower median for an even count, a conservative
   choice on a graded scale), `value_num` that point, `details["mean"]` the mean; probability
   P(point >= pass_threshold) as above.
+- interval: `value` and `value_num` are the mean of the samples' scores (no rounding: a score
+  is any number of the range), `details["mean"]` the same; probability the share of samples
+  with a score >= pass_threshold (as above) when the criterion has one.
 - categorical: the most frequent label (ties: the lowest sample index); probability the share
   of samples with a pass label when the criterion has pass labels.
 - pairwise: each call's answer is the label AS PRESENTED; order "ba" showed output_b first, so
@@ -126,10 +129,11 @@ def combine_single(
     *,
     scale: str,
     calls: Sequence[CallView],
-    pass_threshold: int | None = None,
+    pass_threshold: int | float | None = None,
     pass_labels: Sequence[str] = (),
 ) -> CombinedVerdict:
-    """Combine the samples of one single-output criterion (binary, ordinal, categorical)."""
+    """Combine the samples of one single-output criterion (binary, ordinal, categorical,
+    interval: the mean of the samples' scores)."""
     ordered = sorted(calls, key=lambda c: c.sample_index)
     details: dict[str, Any] = {"samples": [_sample_record(c) for c in ordered]}
     scored = [c for c in ordered if c.status in SCORED_STATUSES]
@@ -176,6 +180,20 @@ def combine_single(
             details["probability_source"] = source
         return CombinedVerdict(
             is_scored=True, value=str(median), value_num=float(median), probability=prob,
+            rationale=rationale, n_samples=len(ordered), details=details,
+        )
+    if scale == "interval":
+        from studies.criteria import number_text
+
+        scores = [c.value_num if c.value_num is not None else float(c.value) for c in scored]
+        mean = sum(scores) / len(scores)
+        details["mean"] = mean
+        prob = None
+        if pass_threshold is not None:
+            prob, source = _probability(scored, [s >= pass_threshold for s in scores])
+            details["probability_source"] = source
+        return CombinedVerdict(
+            is_scored=True, value=number_text(mean), value_num=mean, probability=prob,
             rationale=rationale, n_samples=len(ordered), details=details,
         )
     # categorical

@@ -548,6 +548,8 @@ def _error_outcome(job: ClaimedJob, token: str, exc: ProviderError, now: datetim
 def _parsed_outcome(
     job: ClaimedJob, token: str, text: str, dctx: DrainContext, result: ProviderResult | None
 ) -> JobOutcome:
+    from studies.criteria import interval_bounds
+
     from .parsing import Unparseable, verdict_parse
 
     criterion = dctx.criterion(job.criterion_id)
@@ -574,6 +576,7 @@ def _parsed_outcome(
             parser=config.get("parser") or {},
             logprobs=result.logprobs if result is not None else None,
             pass_threshold=criterion.pass_threshold,
+            bounds=interval_bounds(criterion) if criterion.scale == "interval" else None,
         )
     except Unparseable as exc:
         outcome.status = JudgeJob.Status.UNPARSEABLE

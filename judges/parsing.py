@@ -5,14 +5,16 @@ LLM judge config and so of the judge version hash):
 
 1. The whole answer, stripped of surrounding whitespace and of at most one enclosing Markdown
    code fence (```json ... ```), must be one JSON object with a "verdict" member (a string,
-   or an integer for ordinal scales) and optionally a "rationale" string. This is what
-   structured output and the Anthropic forced tool call produce.
+   or a number for ordinal (an integer) and interval scales) and optionally a "rationale"
+   string. This is what structured output and the Anthropic forced tool call produce.
 2. Fallback "final_line" (unless the config says "none"): the last non-empty line is exactly
    `VERDICT: <value>` (case-insensitive keyword, optional quotes around the value); the text
    before it is the rationale.
 3. The value must be one of the allowed values: binary "pass"/"fail", pairwise "A"/"B"/"tie"
    (case-insensitive), ordinal an integer point of the scale (3, "3"; not 3.5, "3/5", "three"),
-   categorical a label (exact, else case-insensitive when that is unambiguous).
+   categorical a label (exact, else case-insensitive when that is unambiguous), interval a
+   finite number within the criterion's [min, max] (3.5, "3.5", 4, "4"; not "3/5", "4 out of
+   5", "high"), stored as its shortest text ("3.5", "4").
 
 Anything else raises `Unparseable` with the reason; it is never read as a pass or a fail.
 Pairwise labels are returned AS PRESENTED ("A" = the response shown first).
@@ -51,18 +53,52 @@ class Unparseable(Exception):
         self.reason = reason
 
 
+_NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _interval_value(raw: Any, bounds: tuple[float, float] | None) -> str:
+    """An interval verdict: a finite number within `bounds`, as its canonical text."""
+    from studies.criteria import number_text
+
+    if bounds is None:
+        raise Unparseable("the interval criterion has no range")
+    lo, hi = bounds
+    shown = f"{number_text(lo)}..{number_text(hi)}"
+    if isinstance(raw, bool):
+        raise Unparseable(f"verdict {raw!r} is not a number in {shown}")
+    if isinstance(raw, (int, float)):
+        num = float(raw)
+    elif isinstance(raw, str) and _NUMBER_RE.fullmatch(raw.strip()):
+        num = float(raw.strip())
+    else:
+        raise Unparseable(f"verdict {str(raw)[:50]!r} is not a number in {shown}")
+    if not math.isfinite(num):
+        raise Unparseable(f"verdict {str(raw)[:50]!r} is not a finite number")
+    if not lo <= num <= hi:
+        raise Unparseable(f"verdict {number_text(num)} is outside the range {shown}")
+    return number_text(num)
+
+
 def _value_num(scale: str, value: str) -> float | None:
     if scale == "binary":
         return 1.0 if value == "pass" else 0.0
     if scale == "ordinal":
         return float(int(value))
+    if scale == "interval":
+        return float(value)
     if scale == "pairwise":
         return {"A": 1.0, "B": 0.0, "tie": 0.5}[value]
     return None
 
 
-def normalise_value(raw: Any, *, scale: str, allowed_values: Sequence[str]) -> str:
-    """The allowed value `raw` denotes, or Unparseable."""
+def normalise_value(
+    raw: Any, *, scale: str, allowed_values: Sequence[str],
+    bounds: tuple[float, float] | None = None,
+) -> str:
+    """The allowed value `raw` denotes, or Unparseable. Interval criteria have no list of
+    values: `bounds` is their (min, max)."""
+    if scale == "interval":
+        return _interval_value(raw, bounds)
     allowed = [str(v) for v in allowed_values]
     if not allowed:
         raise Unparseable("the criterion defines no allowed values")
@@ -212,9 +248,10 @@ def _probability(
     scale: str,
     allowed_values: Sequence[str],
     logprobs: Sequence[TokenLogprob] | None,
-    pass_threshold: int | None,
+    pass_threshold: int | float | None,
 ) -> tuple[float | None, dict[str, Any]]:
-    if not logprobs or scale == "categorical":
+    # A continuous score has no distribution over a few values to read from the logprobs.
+    if not logprobs or scale in ("categorical", "interval"):
         return None, {}
     index = _verdict_token_index(text, logprobs, source)
     if index is None:
@@ -242,13 +279,15 @@ def verdict_parse(
     allowed_values: Sequence[str],
     parser: Mapping[str, Any],
     logprobs: Sequence[TokenLogprob] | None = None,
-    pass_threshold: int | None = None,
+    pass_threshold: int | float | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> ParsedVerdict:
     """Parse an answer strictly (see the module docstring); raise Unparseable otherwise.
 
     `probability` is P(pass) for binary, P(rating >= pass_threshold) for ordinal (the expected
     rating is in details), P("A" as presented) for pairwise, from the top logprobs at the
-    verdict token, renormalised over the allowed values; None without logprobs.
+    verdict token, renormalised over the allowed values; None without logprobs (and always for
+    categorical and interval criteria). `bounds` is an interval criterion's (min, max).
     """
     name = parser.get("name", "json_verdict") if parser else "json_verdict"
     version = parser.get("version", 1) if parser else 1
@@ -268,7 +307,8 @@ def verdict_parse(
             raise Unparseable(f"answer is neither a JSON verdict object{hint}: "
                               f"{text.strip()[:80]!r}")
     raw_value, rationale = found
-    value = normalise_value(raw_value, scale=criterion_scale, allowed_values=allowed_values)
+    value = normalise_value(raw_value, scale=criterion_scale, allowed_values=allowed_values,
+                            bounds=bounds)
     probability, details = _probability(
         text=text, source=source, value=value, scale=criterion_scale,
         allowed_values=allowed_values, logprobs=logprobs, pass_threshold=pass_threshold,

@@ -72,6 +72,8 @@ class SubjectContext:
     production_prompt: str
     # What the delimiter nonce is derived from, e.g. "output:17" or "comparison:4:ba".
     subject_key: str = ""
+    # Interval criteria: the (min, max) of a score (scale_points is then empty).
+    scale_range: tuple[float, float] | None = None
 
 
 # --- templates -----------------------------------------------------------------------------
@@ -235,8 +237,17 @@ DEFAULT_USER_PROMPTS: dict[str, str] = {
 }
 
 
-def scale_text(scale: str, points: tuple[tuple[str, str], ...]) -> str:
-    """The `{scale}` text; its last line lists the allowed values."""
+def scale_text(
+    scale: str, points: tuple[tuple[str, str], ...],
+    scale_range: tuple[float, float] | None = None,
+) -> str:
+    """The `{scale}` text; its last line lists the allowed values (interval: the range)."""
+    if scale == "interval" and scale_range is not None:
+        from studies.criteria import number_text
+
+        lo, hi = (number_text(x) for x in scale_range)
+        return (f"A score from {lo} (worst) to {hi} (best); any number in that range, "
+                f"decimals allowed (e.g. 3.5).\nAllowed values: a number from {lo} to {hi}")
     if scale == "binary":
         head = ('"pass" if the response meets the criterion, "fail" if it does not.')
         values = ["pass", "fail"]
@@ -256,12 +267,21 @@ def scale_text(scale: str, points: tuple[tuple[str, str], ...]) -> str:
     return f"{head}\nAllowed values: {', '.join(values)}"
 
 
-def verdict_schema(allowed_values: list[str]) -> dict[str, Any]:
-    """The JSON schema of the answer (strict-mode compatible: all required, no extras)."""
+def verdict_schema(
+    allowed_values: list[str], scale_range: tuple[float, float] | None = None
+) -> dict[str, Any]:
+    """The JSON schema of the answer (strict-mode compatible: all required, no extras); an
+    interval criterion's verdict is a number (its range is stated in the prompt and checked by
+    the parser: strict mode does not take every provider's minimum / maximum)."""
+    verdict: dict[str, Any] = (
+        {"type": "number"}
+        if scale_range is not None
+        else {"type": "string", "enum": list(allowed_values)}
+    )
     return {
         "type": "object",
         "properties": {
-            "verdict": {"type": "string", "enum": list(allowed_values)},
+            "verdict": verdict,
             "rationale": {"type": "string"},
         },
         "required": ["verdict", "rationale"],
@@ -290,6 +310,10 @@ class PromptRenderer:
         self._trusted: dict[tuple[Any, ...], dict[str, str]] = {}
 
     def _compiled(self, scale: str) -> tuple[tuple[tuple[str, bool], ...], ...]:
+        # Interval criteria are single-output criteria graded on a scale: they use the ordinal
+        # prompts (whose {scale} text then states the range), so that adding the scale left
+        # every judge config, and so every judge version's hash, as it was.
+        scale = "ordinal" if scale == "interval" else scale
         compiled = self._templates.get(scale)
         if compiled is None:
             config = self.config
@@ -305,13 +329,13 @@ class PromptRenderer:
 
     def _trusted_values(self, ctx: SubjectContext) -> dict[str, str]:
         key = (ctx.criterion_key, ctx.criterion_name, ctx.criterion_guidance,
-               ctx.criterion_scale, ctx.scale_points, ctx.production_prompt)
+               ctx.criterion_scale, ctx.scale_points, ctx.production_prompt, ctx.scale_range)
         values = self._trusted.get(key)
         if values is None:
             values = self._trusted[key] = {
                 "criterion_name": ctx.criterion_name or ctx.criterion_key,
                 "criterion_guidance": ctx.criterion_guidance or "(none)",
-                "scale": scale_text(ctx.criterion_scale, ctx.scale_points),
+                "scale": scale_text(ctx.criterion_scale, ctx.scale_points, ctx.scale_range),
                 "production_prompt": ctx.production_prompt or "(not recorded)",
             }
         return values
@@ -403,7 +427,8 @@ def provider_request_for(
     params = config.get("parameters") or {}
     schema = None
     if config.get("response_format", "json_schema") == "json_schema":
-        schema = {"name": "verdict", "schema": verdict_schema(_allowed_values(ctx)),
+        schema = {"name": "verdict",
+                  "schema": verdict_schema(_allowed_values(ctx), ctx.scale_range),
                   "strict": True}
     extra = dict(config.get("extra_body") or {})
     if params.get("top_p") is not None:
@@ -449,7 +474,7 @@ def subject_context_for(
     For a comparison, `order` "ba" presents output_b first: the prompt's "A" is then the
     comparison's B, and the caller maps the verdict back.
     """
-    from studies.criteria import criterion_allowed_values, criterion_value_labels
+    from studies.criteria import criterion_allowed_values, criterion_value_labels, interval_bounds
 
     if (output is None) == (comparison is None):
         raise ValueError("exactly one of output and comparison is needed")
@@ -484,4 +509,5 @@ def subject_context_for(
         scale_points=points,
         production_prompt=production_prompt_of(study.run_conditions),
         subject_key=subject_key,
+        scale_range=interval_bounds(criterion) if criterion.scale == "interval" else None,
     )

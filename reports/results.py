@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from calibration.refs import CriterionRef, JudgeRef
+from calibration.refs import OMIT_IF_NONE, CriterionRef, JudgeRef
 
 AGREEMENT_RESULT_VERSION = 3
 # Versions `AgreementResult.from_json` reads: version 1 has no `correlation_levels` table (read
@@ -49,7 +49,6 @@ AGREEMENT_READABLE_VERSIONS = (1, 2, 3)
 # Tables a version 1 result does not have.
 _TABLES_SINCE_2 = ("correlation_levels", "orders")
 # Field metadata: the key is left out of the JSON when the value is None (and may be missing).
-OMIT_IF_NONE = "omit_if_none"
 
 T = TypeVar("T")
 

@@ -62,8 +62,8 @@ class MembershipAdmin(admin.ModelAdmin):
 class CriterionInline(admin.StackedInline):
     model = Criterion
     extra = 0
-    fields = ("position", "key", "name", "scale", "guidance", "points", "pass_threshold",
-              "pass_labels", "is_hard_gate", "weight", "needs_context")
+    fields = ("position", "key", "name", "scale", "guidance", "points", "min", "max",
+              "pass_threshold", "pass_labels", "is_hard_gate", "weight", "needs_context")
 
 
 @admin.register(RubricVersion)

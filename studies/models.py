@@ -12,6 +12,20 @@ from django.db import models
 from django.db.models import Q
 
 
+class ThresholdField(models.FloatField):
+    """A pass threshold: an ordinal point (an integer) or an interval score (any number).
+
+    Stored as a double; read back as an int when it is integral, so that an ordinal
+    criterion's threshold is the integer it always was (3, not 3.0) wherever it is read.
+    """
+
+    def from_db_value(self, value: float | None, expression: object, connection: object
+                      ) -> int | float | None:
+        if value is None:
+            return None
+        return int(value) if float(value).is_integer() else float(value)
+
+
 class Study(models.Model):
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
@@ -122,6 +136,7 @@ class Criterion(models.Model):
         ORDINAL = "ordinal", "Ordinal 1..k"
         PAIRWISE = "pairwise", "Pairwise preference (A / B / tie)"
         CATEGORICAL = "categorical", "Categorical labels"
+        INTERVAL = "interval", "Interval (a score on a closed range)"
 
     rubric = models.ForeignKey(RubricVersion, on_delete=models.CASCADE, related_name="criteria")
     key = models.SlugField(max_length=60)
@@ -131,8 +146,12 @@ class Criterion(models.Model):
     # ordinal: [{"value": 1, "label": "..."}, ...] with values 1..k;
     # categorical: [{"value": "label", "label": "shown text"}, ...]; binary/pairwise: [].
     points = models.JSONField(default=list, blank=True)
-    # Ordinal only: a rating >= pass_threshold counts as a pass.
-    pass_threshold = models.IntegerField(null=True, blank=True)
+    # Ordinal (an integer point) and interval (any number in [min, max]): a rating >=
+    # pass_threshold counts as a pass. Interval criteria may have none (no pass/fail reading).
+    pass_threshold = ThresholdField(null=True, blank=True)
+    # Interval only: the closed range of a score (min < max); null for the other scales.
+    min = models.FloatField(null=True, blank=True)
+    max = models.FloatField(null=True, blank=True)
     # Categorical only: the labels that count as a pass (empty: no pass/fail reading).
     pass_labels = models.JSONField(default=list, blank=True)
     is_hard_gate = models.BooleanField(default=False)

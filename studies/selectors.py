@@ -54,7 +54,8 @@ def rubric_criteria_as_specs(*, rubric: RubricVersion) -> list[dict[str, Any]]:
     return [
         {"key": c.key, "name": c.name, "guidance": c.guidance, "scale": c.scale,
          "points": c.points, "pass_threshold": c.pass_threshold, "pass_labels": c.pass_labels,
-         "is_hard_gate": c.is_hard_gate, "weight": c.weight, "needs_context": c.needs_context}
+         "is_hard_gate": c.is_hard_gate, "weight": c.weight, "needs_context": c.needs_context,
+         "min": c.min, "max": c.max}
         for c in sorted(rubric.criteria.all(), key=lambda c: (c.position, c.id))
     ]
 

@@ -107,14 +107,22 @@ class MembershipRoleSerializer(serializers.Serializer):
 NEEDS_CONTEXT_HELP = ("Grading this criterion needs the item's context (e.g. groundedness): the "
                       "grading page shows the context open instead of collapsing a long one.")
 
+class _ThresholdOutField(serializers.FloatField):
+    """A pass threshold as stored: an ordinal point stays an integer (3, not 3.0)."""
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class CriterionSerializer(serializers.ModelSerializer):
     allowed_values = serializers.SerializerMethodField()
+    pass_threshold = _ThresholdOutField(read_only=True, allow_null=True)
 
     class Meta:
         model = Criterion
         fields = ["id", "key", "name", "guidance", "scale", "points", "pass_threshold",
-                  "pass_labels", "is_hard_gate", "weight", "needs_context", "position",
-                  "allowed_values"]
+                  "pass_labels", "is_hard_gate", "weight", "needs_context", "min", "max",
+                  "position", "allowed_values"]
         read_only_fields = fields
         extra_kwargs = {"needs_context": {"help_text": NEEDS_CONTEXT_HELP}}
 
@@ -154,7 +162,11 @@ class CriterionInputSerializer(serializers.Serializer):
     points = serializers.ListField(child=serializers.JSONField(), required=False,
                                    help_text="ordinal: [{value: 1..k, label}]; categorical: "
                                              "[{value, label}] or label strings.")
-    pass_threshold = serializers.IntegerField(required=False, allow_null=True)
+    pass_threshold = serializers.FloatField(
+        required=False, allow_null=True,
+        help_text="ordinal: an integer point; interval (optional): scores >= it pass.")
+    min = serializers.FloatField(required=False, help_text="interval: the lowest score.")
+    max = serializers.FloatField(required=False, help_text="interval: the highest score.")
     pass_labels = serializers.ListField(child=serializers.CharField(), required=False)
     is_hard_gate = serializers.BooleanField(required=False)
     weight = serializers.FloatField(required=False, min_value=0)

@@ -26,7 +26,7 @@ from .criteria import criterion_has_pass_reading
 from .strata import DERIVED_SOURCES, METADATA_PREFIX, UNKNOWN, bin_labels, dimension_possible_labels
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-SCALES = ("binary", "ordinal", "pairwise", "categorical")
+SCALES = ("binary", "ordinal", "pairwise", "categorical", "interval")
 DIMENSION_KINDS = ("categorical", "numeric_bins", "boolean")
 MAX_ERRORS = MAX_LISTED
 MIX_TOLERANCE = 1e-6
@@ -61,7 +61,37 @@ def _slug_problem(value: Any, max_length: int = 60) -> str | None:
 # --- Rubric criteria --------------------------------------------------------------------------
 
 _CRITERION_FIELDS = {"key", "name", "guidance", "scale", "points", "pass_threshold",
-                     "pass_labels", "is_hard_gate", "weight", "needs_context"}
+                     "pass_labels", "is_hard_gate", "weight", "needs_context", "min", "max"}
+
+
+def _interval_validate(raw: Mapping[str, Any], bad: Any) -> tuple[float, float] | None:
+    """An interval criterion's range and threshold: finite numbers, min < max, the threshold
+    (optional) inside [min, max]. Returns (min, max) when both are valid."""
+    lo: Any = raw.get("min")
+    hi: Any = raw.get("max")
+    ok = True
+    for name, value in (("min", lo), ("max", hi)):
+        if value is None:
+            bad(name, f"an interval criterion needs {name} (a finite number)")
+            ok = False
+        elif not _is_number(value):
+            bad(name, f"{name} must be a finite number (got {value!r})")
+            ok = False
+    if ok and not float(lo) < float(hi):
+        bad("max", f"max must be greater than min (got min {lo!r}, max {hi!r})")
+        ok = False
+    threshold = raw.get("pass_threshold")
+    if threshold is not None:
+        if not _is_number(threshold):
+            bad("pass_threshold", f"pass_threshold must be a finite number (got {threshold!r})")
+        elif ok and not float(lo) <= float(threshold) <= float(hi):
+            bad("pass_threshold", f"pass_threshold {threshold!r} is outside the range "
+                                  f"[{lo!r}, {hi!r}]")
+    if raw.get("points", []) not in (None, []):
+        bad("points", "an interval criterion takes no points (its range is min..max)")
+    if raw.get("pass_labels", []) not in (None, []):
+        bad("pass_labels", "an interval criterion takes no pass_labels (use pass_threshold)")
+    return (float(lo), float(hi)) if ok else None
 
 
 def _criterion_validate(raw: Any, path: str, problems: Problems) -> dict[str, Any] | None:
@@ -103,8 +133,15 @@ def _criterion_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
     pass_threshold = raw.get("pass_threshold")
     pass_labels_raw = raw.get("pass_labels", [])
     points: list[dict[str, Any]] = []
+    if scale != "interval":
+        for bound in ("min", "max"):
+            if raw.get(bound) is not None:
+                bad(bound, f"{bound} applies to interval criteria only")
+    bounds: tuple[float, float] | None = None
 
-    if scale in ("binary", "pairwise"):
+    if scale == "interval":
+        bounds = _interval_validate(raw, bad)
+    elif scale in ("binary", "pairwise"):
         if points_raw not in (None, []):
             bad("points", f"a {scale} criterion takes no points")
         if pass_threshold is not None:
@@ -194,15 +231,18 @@ def _criterion_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
         "scale": scale,
         "points": points,
         "pass_threshold": int(pass_threshold) if scale == "ordinal" and pass_threshold is not None
+        else float(pass_threshold) if scale == "interval" and pass_threshold is not None
         else None,
         "pass_labels": list(pass_labels_raw or []) if scale == "categorical" else [],
         "is_hard_gate": is_hard_gate,
         "weight": float(weight),
         "needs_context": needs_context,
+        "min": bounds[0] if bounds is not None else None,
+        "max": bounds[1] if bounds is not None else None,
     }
     if is_hard_gate and not criterion_has_pass_reading(_Shape(crit)):
-        bad("is_hard_gate", "a hard gate needs a pass/fail reading (binary, ordinal, or "
-                            "categorical with pass_labels)")
+        bad("is_hard_gate", "a hard gate needs a pass/fail reading (binary, ordinal, "
+                            "categorical with pass_labels, or interval with a pass_threshold)")
         return None
     return crit
 
@@ -215,6 +255,8 @@ class _Shape:
         self.points = d["points"]
         self.pass_threshold = d["pass_threshold"]
         self.pass_labels = d["pass_labels"]
+        self.min = d.get("min")
+        self.max = d.get("max")
 
 
 def criteria_validate(criteria: Any, *, path: str = "criteria",
@@ -417,8 +459,8 @@ def dimensions_validate(dimensions: Any, *, path: str = "dimensions",
 
 PLAN_METRICS = {
     # metric -> (scales it applies to, is a rate in [0, 1])
-    "pass_rate": (("binary", "ordinal", "categorical"), True),
-    "mean_score": (("ordinal",), False),
+    "pass_rate": (("binary", "ordinal", "categorical", "interval"), True),
+    "mean_score": (("ordinal", "interval"), False),
     "win_rate": (("pairwise",), True),
 }
 
@@ -581,13 +623,20 @@ def plan_spec_validate(spec: Any, *, context: PlanContext, path: str = "spec",
                              f"'{key}' (use one of: {fitting})")
                 continue
             if metric == "pass_rate" and not criterion_has_pass_reading(crit):
+                fix = "set a pass_threshold" if crit.scale == "interval" else "set pass_labels"
                 problems.add(join(cpath, "metric"),
-                             f"criterion '{key}' has no pass/fail reading (set pass_labels)")
+                             f"criterion '{key}' has no pass/fail reading ({fix})")
             threshold = float(entry["threshold"])
             if is_rate and not 0 <= threshold <= 1:
                 problems.add(join(cpath, "threshold"),
                              f"a {metric} threshold must be in [0, 1] (got {threshold})")
-            if metric == "mean_score":
+            if metric == "mean_score" and crit.scale == "interval":
+                lo, hi = float(crit.min), float(crit.max)
+                if not lo <= threshold <= hi:
+                    problems.add(join(cpath, "threshold"),
+                                 f"a mean_score threshold must be inside the range "
+                                 f"{lo:g}..{hi:g} (got {threshold})")
+            elif metric == "mean_score":
                 k = len(crit.points or [])
                 if not 1 <= threshold <= k:
                     problems.add(join(cpath, "threshold"),

@@ -28,6 +28,8 @@ from .criteria import (
     criterion_has_pass_reading,
     criterion_is_pass,
     criterion_value_labels,
+    interval_bounds,
+    number_text,
 )
 from .models import ApiToken, Membership, Output, Study
 from .spec import study_file_validate
@@ -79,7 +81,15 @@ def _criterion_scale(criterion: Any) -> dict[str, Any]:
         shown = f"{value} · {label}" if criterion.scale == "ordinal" and label != value else label
         points.append({"value": value, "shown": shown,
                        "passes": criterion_is_pass(criterion, value)})
-    if criterion.scale == "pairwise":
+    if criterion.scale == "interval":
+        lo, hi = interval_bounds(criterion)
+        rule = f"A score from {number_text(lo)} to {number_text(hi)}"
+        if criterion.pass_threshold is not None:
+            rule += (f"; below {number_text(criterion.pass_threshold)} counts as a failure "
+                     "(asks how bad it would be).")
+        else:
+            rule += "; no pass or fail reading."
+    elif criterion.scale == "pairwise":
         rule = "Pick the better of two outputs, or a tie; no pass or fail."
     elif not criterion_has_pass_reading(criterion):
         rule = "No pass or fail reading: every label is recorded as it is."

@@ -75,4 +75,6 @@ def is_failure(criterion: Criterion, value: str) -> bool:
         return criterion.pass_threshold is not None and int(value) < criterion.pass_threshold
     if criterion.scale == Criterion.Scale.CATEGORICAL:
         return bool(criterion.pass_labels) and value not in criterion.pass_labels
+    if criterion.scale == Criterion.Scale.INTERVAL:
+        return criterion.pass_threshold is not None and float(value) < criterion.pass_threshold
     return False

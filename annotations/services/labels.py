@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from reviewhub.errors import Problems, ValidationFailed
+from studies.criteria import interval_bounds, interval_value, number_text
 from studies.models import Criterion
 
 from ..constants import FLAG_KEYS, PAIRWISE_VALUES, SEVERITY_MAX, SEVERITY_MIN
@@ -60,6 +61,8 @@ def label_clean(
             message=f"{name} has unknown field(s): {', '.join(unknown)}."
         )
     value = raw.get("value")
+    if criterion.scale == Criterion.Scale.INTERVAL and isinstance(value, float):
+        value = number_text(value)  # a JSON number; NaN / inf are refused below
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value:
@@ -76,6 +79,17 @@ def label_clean(
                 f"{name}.value", f"{name}.value must be one of {', '.join(allowed)}.",
             )
         value_num = float(value)
+    elif criterion.scale == Criterion.Scale.INTERVAL:
+        try:
+            value_num = interval_value(criterion, value)
+        except ValueError as exc:
+            lo, hi = interval_bounds(criterion)
+            raise ValidationFailed(
+                f"{name}.value must be a number from {number_text(lo)} to "
+                f"{number_text(hi)} ({exc}).",
+                details={f"{name}.value": "invalid"},
+            ) from None
+        value = number_text(value_num)
     elif criterion.scale == Criterion.Scale.CATEGORICAL:
         allowed = _point_values(criterion)
         if value not in allowed:

@@ -55,7 +55,10 @@ def _ceiling_compute(
     sub = sub[active]
     items = block.items[idx]
     cats = _categories(crit)
-    level: Literal["ordinal", "nominal"] = "ordinal" if crit.scale == "ordinal" else "nominal"
+    level: Literal["ordinal", "nominal", "interval"] = (
+        crit.scale if crit.scale in ("ordinal", "interval") else "nominal"  # type: ignore[assignment]
+    )
+    domain = cats if crit.scale != "interval" else None
     pairable = (~np.isnan(sub)).sum(axis=0) >= 2
     out: dict[str, Any] = {
         "n_subjects": int(pairable.sum()),
@@ -72,16 +75,22 @@ def _ceiling_compute(
     # krippendorff divides 0/0 when a stratum has one value only; the NaN is reported. (errstate,
     # unlike warnings.catch_warnings, is thread-local: criteria may run in threads.)
     with np.errstate(divide="ignore", invalid="ignore"):
-        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=cats)
+        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=domain)
     interval = es.alpha_clustered(
         sub,
         items,
         level_of_measurement=level,
-        value_domain=cats,
+        value_domain=domain,
         rng=rng,
         options=_options(p),
     )
     out["alpha"] = est_dict(es.with_interval(point, interval))
+    if crit.scale == "interval":
+        # Scores on a continuous range have no categories for a kappa: alpha (interval level)
+        # is the ceiling.
+        out.update(pairwise_kappa=None, n_pairs=0, point=out["alpha"]["value"],
+                   point_metric="krippendorff alpha")
+        return out
     if crit.scale != "ordinal":
         # Drawn after alpha's interval, so alpha's numbers are those of earlier versions.
         out["pooled_agreement"] = est_dict(

@@ -2,7 +2,8 @@
 
 Nominal scales (binary, categorical, and pairwise with its tie category) are compared with
 the human majority; ordinal scales, and continuous judge scores of them, with the human mean
-and its rounding.
+and its rounding; interval scales with the human mean (not rounded), and, where the criterion
+has a pass_threshold, as pass/fail (score >= threshold) with the mean's pass/fail reading.
 """
 
 from __future__ import annotations
@@ -125,9 +126,72 @@ def _ordinal_metrics(
     return m
 
 
+def _interval_metrics(
+    crit: CriterionRef,
+    j: FloatArray,
+    h_mean: FloatArray,
+    items: npt.NDArray[np.int64],
+    p: Mapping[str, Any],
+    rng: np.random.Generator,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """An interval criterion's coefficients: judge vs the human mean (not rounded).
+
+    Krippendorff's alpha at the interval level of the pair (judge, human mean); Spearman,
+    Kendall tau-b and Pearson; MAE and signed bias (`evalstats.ordinal_agreement` with the
+    judge as continuous: no scale points to round to). With a pass_threshold also the
+    pass/fail figures (accuracy, Cohen's kappa: score >= threshold against mean >= threshold)
+    and their confusion matrix; without one those are left out (the report warns once per
+    criterion), never computed at an invented cut.
+    """
+    res = es.ordinal_agreement(
+        j, h_mean, h_mean, items, categories=[], judge_continuous=True, rng=rng,
+        options=_options(p),
+    )
+    pair = np.vstack([j, h_mean])
+    # A cell where every score is the same makes alpha 0/0: the NaN is the answer.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        point = es.krippendorff_alpha(pair, level="interval")
+    interval = (
+        es.alpha_clustered(
+            pair, items, level_of_measurement="interval", value_domain=None, rng=rng,
+            options=_options(p),
+        )
+        if j.size >= 2
+        else None
+    )
+    m: dict[str, Any] = {"alpha_interval": est_dict(es.with_interval(point, interval))}
+    for name in ("spearman", "kendall", "pearson", "mae", "signed_bias"):
+        m[name] = est_dict(getattr(res, name))
+    if crit.pass_threshold is None:
+        return m, None
+    t = float(crit.pass_threshold)
+    jb = (j >= t).astype(np.float64)
+    hb = (h_mean >= t).astype(np.float64)
+    nominal = es.nominal_agreement(jb, hb, items, n_categories=2, rng=rng, options=_options(p))
+    m["pass_accuracy"] = est_dict(nominal.accuracy)
+    m["pass_kappa"] = est_dict(nominal.kappa)
+    report = nominal.classification
+    labels = ["fail", "pass"]
+    confusion = {
+        "labels": labels,
+        "matrix": report.confusion.matrix.astype(int).tolist(),
+        "rows": f"human mean >= {t:g}",
+        "columns": f"judge >= {t:g}",
+        "per_class": [
+            {"label": lab, "precision": pr, "recall": rc, "f1": f, "support": s}
+            for lab, pr, rc, f, s in zip(
+                labels, report.precision, report.recall, report.f1, report.support, strict=True
+            )
+        ],
+    }
+    return m, confusion
+
+
 def _primary_metric(crit: CriterionRef, continuous: bool) -> str:
     if continuous:
         return "spearman"
+    if crit.scale == "interval":
+        return "alpha_interval"
     return "qwk" if crit.scale == "ordinal" else "kappa"
 
 
@@ -139,7 +203,7 @@ def _alt_test(
         j,
         sub[active],
         epsilon=p["epsilon"],
-        alignment="neg_abs" if crit.scale == "ordinal" else "accuracy",
+        alignment="neg_abs" if crit.scale in ("ordinal", "interval") else "accuracy",
         q=p["q"],
         min_items=p["min_items"],
         min_annotators=p["min_alt_annotators"],

@@ -2,7 +2,8 @@
 generators, and the codes of each scale.
 
 Codes: nominal scales use category indices in the criterion's value order (binary: fail 0,
-pass 1); pairwise uses tie 0, A 1, B 2; ordinal and continuous scores are the numbers.
+pass 1); pairwise uses tie 0, A 1, B 2; ordinal, interval and continuous scores are the
+numbers.
 """
 
 from __future__ import annotations
@@ -76,22 +77,25 @@ def _categories(crit: CriterionRef) -> list[float]:
         return [0.0, 1.0]
     if crit.scale == "ordinal":
         return [float(v) for v in crit.values]
+    if crit.scale == "interval":
+        return []  # a continuous range: no categories
     return [float(i) for i in range(len(crit.values))]
 
 
 def _labels(crit: CriterionRef) -> list[str]:
     if crit.scale == "pairwise":
         return ["tie", "A", "B"]
-    if crit.scale == "binary":
+    if crit.scale in ("binary", "interval"):  # interval: its pass/fail reading
         return ["fail", "pass"]
     return list(crit.values)
 
 
 def _numeric_reading(crit: CriterionRef, codes: FloatArray) -> FloatArray | None:
-    """value_num of codes (pairwise A 1 / tie .5 / B 0; binary; ordinal) or None (categorical)."""
+    """value_num of codes (pairwise A 1 / tie .5 / B 0; binary; ordinal; interval) or None
+    (categorical)."""
     if crit.scale == "pairwise":
         return np.select([codes == 1, codes == 2, codes == 0], [1.0, 0.0, 0.5], np.nan)
-    if crit.scale in ("binary", "ordinal"):
+    if crit.scale in ("binary", "ordinal", "interval"):
         return codes
     return None
 

@@ -25,6 +25,7 @@ from .bias import _bias
 from .ceiling import _ceiling
 from .coefficients import (
     _alt_test,
+    _interval_metrics,
     _nominal_metrics,
     _ordinal_metrics,
     _primary_metric,
@@ -123,6 +124,12 @@ def _criterion_base(
                 f"criterion '{crit.key}': judge verdicts but no human labels; nothing to compare"
             )
         return base
+    if crit.scale == "interval" and crit.pass_threshold is None:
+        out.warnings.append(
+            f"criterion '{crit.key}': an interval criterion without a pass_threshold has no "
+            "pass/fail reading, so its pass/fail figures (accuracy, kappa and their confusion "
+            "matrix) are left out; set a pass_threshold in the rubric to get them"
+        )
     for st in block.strata:
         out.strata.append((st.dimension, st.label))
         idx = np.nonzero(st.mask)[0]
@@ -158,11 +165,14 @@ def _judge_part(
         j = j_all[idx]
         items = block.items[idx]
         sub = block.matrix[:, idx]
-        if crit.scale == "ordinal":
-            metrics = _ordinal_metrics(
-                crit, j, block.consensus[idx], block.rounded[idx], items, continuous, p, rng
-            )
-            confusion = None
+        if crit.scale in ("ordinal", "interval"):
+            if crit.scale == "interval":
+                metrics, confusion = _interval_metrics(crit, j, block.consensus[idx], items, p, rng)
+            else:
+                metrics = _ordinal_metrics(
+                    crit, j, block.consensus[idx], block.rounded[idx], items, continuous, p, rng
+                )
+                confusion = None
             if p["correlation_levels"]:
                 out.correlation_levels.append(
                     _correlation_levels(data, crit, jv, block, st, idx, j, metrics, p)
@@ -259,6 +269,11 @@ def compute_report(
                 "scale": c.scale,
                 "values": list(c.values),
                 "rubric_version": c.rubric_version,
+                **(
+                    {"bounds": list(c.bounds), "pass_threshold": c.pass_threshold}
+                    if c.bounds is not None
+                    else {}
+                ),
             }
             for c in data.criteria.values()
         ],

@@ -24,7 +24,8 @@ def _examples(
     p: Mapping[str, Any],
 ) -> dict[str, Any]:
     continuous = jv.value_type == "continuous"
-    if crit.scale == "ordinal":
+    numeric = crit.scale in ("ordinal", "interval")
+    if numeric:
         gap = np.abs(j - block.consensus[idx])
         dis = gap >= p["disagreement_gap"]
     else:
@@ -46,7 +47,7 @@ def _examples(
                 else crit.values[int(j[i])],
                 "human": (
                     f"{hv:.2f}"
-                    if crit.scale == "ordinal"
+                    if numeric
                     else value_text(crit.scale, crit.values, float(hv), False)
                 ),
             }
@@ -58,7 +59,7 @@ def _examples(
         "n_subjects": int(idx.size),
         "rule": (
             "|judge - human mean| >= " + f"{p['disagreement_gap']:g}"
-            if crit.scale == "ordinal"
+            if numeric
             else "judge != human majority"
         ),
         "examples": rows,

@@ -34,8 +34,8 @@ class _HumanBlock:
     subjects: npt.NDArray[np.int64]
     humans: npt.NDArray[np.int64]
     matrix: FloatArray  # humans x subjects (codes, NaN missing)
-    consensus: FloatArray  # majority code or mean
-    rounded: FloatArray  # ordinal: mean rounded half up; nominal: = consensus
+    consensus: FloatArray  # majority code or mean (ordinal, interval)
+    rounded: FloatArray  # ordinal: mean rounded half up; nominal and interval: = consensus
     human_num_mean: FloatArray  # mean of value_num readings (length / self-preference audits)
     items: npt.NDArray[np.int64]
     strata: list[_Stratum]
@@ -83,6 +83,10 @@ def _human_block(data: RatingData, crit: CriterionRef, p: Mapping[str, Any]) -> 
     if crit.scale == "ordinal":
         consensus = np.asarray(es.mean_consensus(matrix).labels, dtype=np.float64)
         rounded = np.floor(consensus + 0.5)
+    elif crit.scale == "interval":
+        # The mean of the raters, not rounded: an interval score is any number of its range.
+        consensus = np.asarray(es.mean_consensus(matrix).labels, dtype=np.float64)
+        rounded = consensus
     else:
         consensus = np.asarray(
             es.majority_vote(matrix, tie_break="first", categories=cats).labels, dtype=np.float64

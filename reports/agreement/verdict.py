@@ -24,10 +24,12 @@ def rule_text(p: Mapping[str, Any]) -> str:
         f"{p['annotator_type']} annotators, Benjamini-Yekutieli at q = {p['q']:g}): "
         "'trustworthy' iff the judge's winning rate is at least 0.5. Without that overlap, the "
         "judge's primary coefficient against the human consensus (Cohen's kappa for binary, "
-        "categorical and pairwise criteria, quadratic-weighted kappa for ordinal ones) is "
+        "categorical and pairwise criteria, quadratic-weighted kappa for ordinal ones, "
+        "Krippendorff's interval alpha with the human mean for interval ones) is "
         "compared with the human ceiling on the same subjects (mean pairwise Cohen's kappa "
         "between annotators, quadratic-weighted for ordinal; Krippendorff's alpha when no pair "
-        f"shares {p['min_pair_items']} subjects): 'trustworthy' iff the lower end of the "
+        f"shares {p['min_pair_items']} subjects, and always for interval criteria): "
+        "'trustworthy' iff the lower end of the "
         f"judge's {p['level']:.0%} interval is at least the ceiling minus {p['margin']:g}. "
         "Continuous-score judges have no kappa and are decided by the alternative annotator test "
         "only. With no ceiling to compare against, the cell is 'too few labels'. Intervals: "
@@ -35,7 +37,7 @@ def rule_text(p: Mapping[str, Any]) -> str:
         f"move together), seed {p['seed']}. Human consensus: majority vote, ties broken by the "
         "first annotator (lowest account id; for imports the order of first appearance) whose "
         "label has the top count; for ordinal criteria the mean (rounded half up where a scale "
-        "point is needed)."
+        "point is needed); for interval criteria the mean, not rounded."
     )
 
 
@@ -51,9 +53,10 @@ def rule_items(p: Mapping[str, Any]) -> list[str]:
         f"annotators, Benjamini-Yekutieli at q = {p['q']:g}); trustworthy iff the winning rate "
         "is at least 0.5.",
         "Otherwise the judge's primary coefficient against the human consensus (Cohen's kappa; "
-        "quadratic-weighted for ordinal criteria) is held to the human ceiling on the same "
-        "subjects (mean pairwise kappa between annotators; Krippendorff's alpha when no pair "
-        f"shares {p['min_pair_items']} subjects): trustworthy iff the lower end of its "
+        "quadratic-weighted for ordinal criteria; interval alpha for interval ones) is held to "
+        "the human ceiling on the same subjects (mean pairwise kappa between annotators; "
+        f"Krippendorff's alpha when no pair shares {p['min_pair_items']} subjects, and for "
+        "interval criteria): trustworthy iff the lower end of its "
         f"{p['level']:.0%} interval is at least the ceiling minus {p['margin']:g}.",
         "Continuous scores are decided by the alternative annotator test only; without it, or "
         "with no ceiling, the cell is too few labels.",
@@ -61,7 +64,7 @@ def rule_items(p: Mapping[str, Any]) -> list[str]:
         f"of an item move together), seed {p['seed']}.",
         "Human consensus: majority vote, ties broken by the first annotator with the top "
         "label (lowest account id; for imports the order of first appearance); the mean for "
-        "ordinal criteria.",
+        "ordinal and interval criteria (interval: not rounded).",
     ]
 
 

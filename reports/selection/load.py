@@ -89,7 +89,7 @@ class CriterionMeta:
     name: str
     scale: str
     values: tuple[str, ...]
-    pass_threshold: int | None
+    pass_threshold: int | float | None
     pass_labels: tuple[str, ...]
     is_hard_gate: bool
     weight: float
@@ -98,7 +98,7 @@ class CriterionMeta:
     def has_pass_reading(self) -> bool:
         if self.scale == "binary":
             return True
-        if self.scale == "ordinal":
+        if self.scale in ("ordinal", "interval"):  # interval without a threshold: none
             return self.pass_threshold is not None
         if self.scale == "categorical":
             return bool(self.pass_labels)
@@ -155,7 +155,7 @@ def metric_catalogue(criteria: Sequence[CriterionMeta], cost_unit: str) -> list[
         if c.has_pass_reading():
             out.append(MetricMeta(f"pass_rate:{c.key}", f"Pass rate: {c.name}", "rate", True))
     for c in criteria:
-        if c.scale == "ordinal":
+        if c.scale in ("ordinal", "interval"):
             out.append(MetricMeta(f"mean_score:{c.key}", f"Mean score: {c.name}", "score", True))
     return out
 
@@ -317,7 +317,7 @@ def _pass_reading(c: CriterionMeta, num: FloatArray, text: Any = None) -> FloatA
     if c.scale == "binary":
         ok = np.isfinite(num)
         out[ok] = (num[ok] == 1.0).astype(np.float64)
-    elif c.scale == "ordinal" and c.pass_threshold is not None:
+    elif c.scale in ("ordinal", "interval") and c.pass_threshold is not None:
         ok = np.isfinite(num)
         out[ok] = (num[ok] >= float(c.pass_threshold)).astype(np.float64)
     elif c.scale == "categorical" and c.pass_labels and text is not None:
@@ -332,6 +332,14 @@ def _pass_reading(c: CriterionMeta, num: FloatArray, text: Any = None) -> FloatA
 
 def _label_reading(c: CriterionMeta, label: str, mean_score: bool) -> float:
     """A stored label (gold, adjudication) as a pass reading or, for mean scores, a level."""
+    if c.scale == "interval":  # a number (the rubric checked its range when it was stored)
+        try:
+            num = float(label)
+        except ValueError:
+            return math.nan
+        if mean_score:
+            return num
+        return math.nan if c.pass_threshold is None else float(num >= c.pass_threshold)
     if label not in c.values:
         return math.nan
     if mean_score:
@@ -389,6 +397,11 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
         )
         for c in crit_rows if c.rubric.version == latest
     ]
+    for c in criteria:
+        if c.scale == "interval" and c.pass_threshold is None:
+            warnings.append(f"criterion '{c.key}' is an interval score without a pass_threshold: "
+                            "no pass rate and no part in the rubric pass rate (its mean score "
+                            "is reported)")
     crit_ids = [c.id for c in criteria if c.scale != "pairwise"]
     pair_crit = pairwise_criterion(criteria, spec, warnings)
 
@@ -473,7 +486,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
     outs["error"] = outs["error"].to_numpy(dtype=np.float64) == 1
     index = pd.Index(outs["output"].to_numpy())
 
-    numeric = [c.id for c in criteria if c.scale in ("binary", "ordinal")]
+    numeric = [c.id for c in criteria if c.scale in ("binary", "ordinal", "interval")]
     nominal = [c.id for c in criteria if c.scale == "categorical"]
 
     # --- the judge's verdicts: value and probability, one judge version ------------------------
@@ -603,7 +616,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
         use_prob = bool(prob.size) and bool(np.all(np.isfinite(prob)))
         score = prob if use_prob else reading
         crit_f[c.id] = _mean_at(at, score, n)
-        if c.scale == "ordinal":
+        if c.scale in ("ordinal", "interval"):
             crit_level_f[c.id] = _mean_at(at, num, n)
 
         a = ann[ann["criterion"].to_numpy() == c.id] if len(ann) else ann
@@ -621,7 +634,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
         y = np.where(2 * s > k, 1.0, np.where(2 * s < k, 0.0, np.nan))
         y[k == 0] = np.nan
         level = np.full(n, np.nan)
-        if c.scale == "ordinal":
+        if c.scale in ("ordinal", "interval"):
             level = _mean_at(a_at[np.isfinite(a_num)], a_num[np.isfinite(a_num)], n)
         for lab in (gold, adjudicated):  # adjudication last: it wins
             if not len(lab):
@@ -684,7 +697,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
         if c.has_pass_reading() and c.scale != "pairwise":
             columns[f"f:pass_rate:{c.key}"] = crit_f[c.id]
             columns[f"y:pass_rate:{c.key}"] = crit_y[c.id]
-        if c.scale == "ordinal":
+        if c.scale in ("ordinal", "interval"):
             columns[f"f:mean_score:{c.key}"] = crit_level_f.get(c.id, np.full(n, np.nan))
             columns[f"y:mean_score:{c.key}"] = crit_level_y[c.id]
     if wanted:

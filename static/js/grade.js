@@ -91,10 +91,20 @@
     return Array.prototype.slice.call(crit.querySelectorAll("input[data-role=label]"));
   }
   function severityBox(crit) { return crit.querySelector(".severity"); }
+  // An interval criterion's number input: answered when it holds a number; it fails below
+  // its data-threshold (none: no pass/fail reading). The server checks the range again.
+  function numberInput(crit) { return crit.querySelector("input[data-number]"); }
+  function numberAnswered(input) { return input.value !== "" && !isNaN(Number(input.value)); }
   function isFailing(crit) {
+    var num = numberInput(crit);
+    if (num) {
+      var t = num.getAttribute("data-threshold");
+      return t !== null && numberAnswered(num) && Number(num.value) < Number(t);
+    }
     var checked = crit.querySelector("input[data-role=label]:checked");
     return !!(checked && checked.getAttribute("data-fails") === "1");
   }
+  function isAnswered(input) { return input.hasAttribute("data-number") ? numberAnswered(input) : input.checked; }
   function syncSeverity(crit) {
     var box = severityBox(crit);
     var failing = isFailing(crit);
@@ -138,7 +148,7 @@
   }
   function focusTarget(t) {
     var inputs = targetInputs(t);
-    var checked = inputs.filter(function (i) { return i.checked; })[0];
+    var checked = inputs.filter(isAnswered)[0];
     var el = checked || inputs[0];
     if (el) {
       el.focus({ preventScroll: true });
@@ -190,6 +200,23 @@
     }
     clearError();
   });
+  // A number is typed, not chosen: the severity question follows it as it changes, and Enter
+  // in it moves on (a failing score to its severity) instead of submitting the form.
+  form.addEventListener("input", function (ev) {
+    var el = ev.target;
+    var crit = el.closest(".criterion");
+    if (crit && el.hasAttribute("data-number")) { syncSeverity(crit); paint(); }
+  });
+  form.addEventListener("keydown", function (ev) {
+    var el = ev.target;
+    if (ev.key !== "Enter" || ev.ctrlKey || ev.metaKey) { return; }
+    if (!el.hasAttribute || !el.hasAttribute("data-number")) { return; }
+    var crit = el.closest(".criterion");
+    if (!crit || !numberAnswered(el)) { return; }
+    ev.preventDefault();
+    syncSeverity(crit);
+    advanceFrom({ crit: crit, kind: "label", el: crit });
+  });
   form.addEventListener("focusin", function (ev) {
     var crit = ev.target.closest(".criterion");
     if (!crit) { return; }
@@ -215,7 +242,7 @@
     var list = targets();
     for (var i = 0; i < list.length; i++) {
       var t = list[i];
-      if (!targetInputs(t).some(function (x) { return x.checked; })) { return i; }
+      if (!targetInputs(t).some(isAnswered)) { return i; }
     }
     return -1;
   }
@@ -223,7 +250,8 @@
     var name = t.crit.getAttribute("data-name");
     return t.kind === "severity"
       ? "Say how bad the failure on \u201c" + name + "\u201d would be."
-      : "Choose a rating for \u201c" + name + "\u201d.";
+      : (numberInput(t.crit) ? "Give a score for \u201c" : "Choose a rating for \u201c") +
+        name + "\u201d.";
   }
   function errorText(body, status) {
     if (body && body.error) {

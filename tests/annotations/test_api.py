@@ -564,3 +564,53 @@ def test_list_endpoints_have_bounded_queries(
     with django_assert_max_num_queries(6):
         r = lead_client.get(f"{_base()}/annotations/export?format=jsonl")
         assert len(b"".join(r.streaming_content).splitlines()) == 20
+
+
+# --- interval criteria (issue 15, section 5) --------------------------------------------------
+
+
+def test_interval_criterion_is_graded_with_a_number_in_its_range(
+    world: World, lead: Any, annotators: list[Any], client_for: Client
+) -> None:
+    from django.test import Client as PageClient
+
+    from studies.models import Criterion
+
+    Criterion.objects.create(
+        rubric=world.rubric, key="quality", name="Quality", scale=Criterion.Scale.INTERVAL,
+        min=1, max=5, pass_threshold=3.5, position=2,
+    )
+    services.sampling_plan_create(study=world.study, spec={"mode": "all", "seed": 4}, k=2,
+                                  gold_rate=0, created_by=lead)
+    client = client_for(annotators[0])
+    aid = _next(client)["assignment"]["assignment_id"]
+    labels = passing_labels()
+    for bad, detail in ((6, "labels.quality.value"), ("4 out of 5", "labels.quality.value"),
+                        (0.99, "labels.quality.value")):
+        r = _submit(client, aid, labels={**labels, "quality": {"value": bad}})
+        assert r.status_code == 400, bad
+        assert detail in r.json()["error"]["details"], bad
+    r = _submit(client, aid, labels={**labels, "quality": {"value": 6}})
+    assert "must be a number from 1 to 5 (6 is outside the range 1..5)" in (
+        r.json()["error"]["message"])
+    # Below the threshold a score is a failure: the severity is asked exactly then.
+    r = _submit(client, aid, labels={**labels, "quality": {"value": 2.5}})
+    assert r.status_code == 400 and "labels.quality.severity" in r.json()["error"]["details"]
+    r = _submit(client, aid, labels={**labels, "quality": {"value": 4.25, "severity": 2}})
+    assert r.status_code == 400 and "labels.quality.severity" in r.json()["error"]["details"]
+    assert not Annotation.objects.filter(criterion__key="quality").exists()
+    r = _submit(client, aid, labels={**labels, "quality": {"value": 4.25}})
+    assert r.status_code == 200, r.content
+    saved = Annotation.objects.get(criterion__key="quality")
+    assert (saved.value, saved.value_num, saved.severity) == ("4.25", 4.25, None)
+    # A failing score with its severity, as text (the form's encoding).
+    aid = _next(client)["assignment"]["assignment_id"]
+    r = _submit(client, aid, labels={**labels, "quality": {"value": "2.5", "severity": 3}})
+    assert r.status_code == 200, r.content
+    # The grading page asks it with a number input of the range (keyboard: type, Enter moves).
+    page = PageClient()
+    page.force_login(annotators[1])
+    html = page.get(f"/studies/{world.study.slug}/grade/").content.decode()
+    assert 'type="number" name="label-quality"' in html
+    assert 'min="1" max="5" step="any"' in html and 'data-threshold="3.5"' in html
+    assert 'id="severity-quality"' in html

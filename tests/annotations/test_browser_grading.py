@@ -461,3 +461,37 @@ def test_grading_context_is_what_the_page_shows(browser_session: Any) -> None:
     assert page.locator("#output-text").inner_text() == ctx.output_text
     assert page.locator("#reference-text").inner_text() == ctx.item_reference
     assert page.locator("details.context #context-text").inner_text() == ctx.item_context
+
+
+def test_interval_criterion_is_a_number_input_usable_by_keyboard(browser_session: Any) -> None:
+    gs = grading_study(n_annotators=1, k=1, rows=[2, 3], criteria=("correct", "score"))
+    s = browser_session
+    page = s.page
+    s.login(gs.annotators[0].username, PASSWORD)
+    s.goto(GRADE)
+    box = page.locator("#label-score-number")
+    assert box.get_attribute("type") == "number"
+    assert (box.get_attribute("min"), box.get_attribute("max"), box.get_attribute("step")) == (
+        "1", "5", "any")
+    assert not _severity_visible(page, "score")
+    # Below the threshold (3.5) the severity question appears; at or above it, it goes.
+    for typed, fails in (("2.5", True), ("3.5", False), ("1", True), ("4.75", False)):
+        box.fill(typed)
+        assert _severity_visible(page, "score") is fails, typed
+    # Keyboard only: 1 answers "correct" (pass) and moves to the score; typing a failing
+    # score and Enter moves to its severity, a digit answers it, Enter submits.
+    page.locator("#label-correct-1").focus()
+    page.keyboard.press("1")
+    assert page.evaluate("document.activeElement.id") == "label-score-number"
+    page.keyboard.press("Control+A")
+    page.keyboard.type("2.25")
+    page.keyboard.press("Enter")
+    assert _severity_visible(page, "score")
+    assert page.evaluate("document.activeElement.name") == "severity-score"
+    assert not Annotation.objects.exists()  # Enter in the number moved on, it did not submit
+    page.keyboard.press("3")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    saved = {a.criterion.key: (a.value, a.value_num, a.severity)
+             for a in Annotation.objects.select_related("criterion")}
+    assert saved == {"correct": ("pass", 1.0, None), "score": ("2.25", 2.25, 3)}

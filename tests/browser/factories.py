@@ -129,6 +129,10 @@ def grading_study(
             name="Tone", scale=Criterion.Scale.CATEGORICAL, points=TONE_POINTS,
             pass_labels=["friendly", "neutral"], guidance="How does the answer sound?",
         ),
+        "score": dict(
+            name="Overall score", scale=Criterion.Scale.INTERVAL, min=1, max=5,
+            pass_threshold=3.5, guidance="Any number from 1 to 5; below 3.5 fails.",
+        ),
     }
     for position, key in enumerate(criteria):
         criterion: Any = CriterionFactory(rubric=rubric, key=key, position=position, **specs[key])

@@ -249,21 +249,25 @@ def _single(values: list[Any], criterion: str = "quality") -> list[dict[str, Any
     ]
 
 
-def test_continuous_human_scores_are_refused_never_made_categorical(
+def test_continuous_human_scores_are_never_inferred_the_refusal_names_the_interval_scale(
     study: Study, tmp_path: Path
 ) -> None:
     # Means over raters on a 1-5 scale (as many releases give them): 2.2 is no point of an
-    # ordinal scale, and as categorical labels "3" and "3.0" would be two labels.
+    # ordinal scale, and as categorical labels "3" and "3.0" would be two labels. Inference
+    # re-types neither way: the message names the interval scale to state, with the range seen.
     path = _csv(tmp_path / "m.csv", _single([2.2, 3, 3.0, 4.6667, 1.0]))
     error = _import_error(path, "--study", study.slug)
-    assert "line 2: criterion: the values of 'quality' are non-integer numbers" in error
-    assert "continuous human scores" in error and "have no criterion kind yet" in error
+    assert "line 2: criterion: the values of 'quality' are non-integer numbers from 1 to " in error
+    assert "continuous scores (such as a mean over raters) import under an interval" in error
+    assert "--scale quality=interval:1-4.6667" in error
+    assert "no criterion kind yet" not in error
     _nothing_written(study.slug)
-    # On an existing ordinal criterion the value is refused with the same explanation.
+    # On an existing ordinal criterion the value is refused, pointing to an interval criterion.
     _import(_csv(tmp_path / "ok.csv", _single([1, 5])), "--study", study.slug)
     error = _import_error(path, "--study", study.slug)
     assert "'2.2' is not a value of the ordinal criterion 'quality'" in error
-    assert "continuous human scores" in error
+    assert "continuous human scores (such as a mean over raters) import under an interval" in (
+        error)
 
 
 def test_numbers_need_a_stated_scale_unless_they_are_an_ordinal_1_to_k(

@@ -293,6 +293,23 @@ def test_doc_figures_match_an_independent_count() -> None:
         assert doc[f"{base}.system.{method}"] == pytest.approx(fn(mj, mh)[0], abs=5e-5)
     assert doc[f"{base}.sample.n_items"] == len(per_item)
 
+    # §5: human means under an interval criterion against a judge's scores (krippendorff's
+    # interval alpha, scipy's correlations).
+    means = {r["item_id"]: float(r["value"]) for r in _rows("file-format", "means.csv")}
+    scored = {r["item_id"]: float(r["value"]) for r in _rows("file-format", "means-j.csv")}
+    hs = [means[i] for i in sorted(means)]
+    js = [scored[i] for i in sorted(means)]
+    doc = _doc_figures("file-format")
+    cell = "cells[judge=j, stratum=overall].metrics"
+    assert doc[f"{cell}.alpha_interval"] == pytest.approx(
+        krippendorff.alpha(reliability_data=[js, hs], level_of_measurement="interval"), abs=5e-5)
+    for method, fn in fns.items():
+        assert doc[f"{cell}.{method}"] == pytest.approx(fn(js, hs)[0], abs=5e-5)
+    assert doc[f"{cell}.mae"] == pytest.approx(
+        statistics.mean(abs(a - b) for a, b in zip(js, hs, strict=True)), abs=5e-5)
+    assert doc[f"{cell}.signed_bias"] == pytest.approx(
+        statistics.mean(a - b for a, b in zip(js, hs, strict=True)), abs=5e-5)
+
     # §5: the continuous judge scores against the rater's own.
     rows = _rows("file-format", "means-judge.csv")
     hs = [float(r["value"]) for r in rows if r["rater_kind"] == "human"]

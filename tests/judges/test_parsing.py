@@ -184,3 +184,34 @@ def test_categorical_gets_no_probability() -> None:
     tokens = json_tokens("refusal", [("refusal", -0.1)])
     assert parse('{"verdict": "refusal", "rationale": "ok"}', "categorical",
                  logprobs=tokens).probability is None
+
+
+# --- interval criteria (issue 15, section 5) -------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "value", "num"), [
+    ('{"verdict": 3.5, "rationale": "mostly"}', "3.5", 3.5),
+    ('{"verdict": "4", "rationale": "good"}', "4", 4.0),
+    ('{"verdict": 1, "rationale": "bad"}', "1", 1.0),
+    ('{"verdict": 5.0, "rationale": "top"}', "5", 5.0),
+    ("It reads well.\nVERDICT: 2.25", "2.25", 2.25),
+])
+def test_interval_verdict_is_a_number_in_the_range(text: str, value: str, num: float) -> None:
+    got = verdict_parse(text=text, criterion_scale="interval", allowed_values=[], parser=PARSER,
+                        bounds=(1.0, 5.0))
+    assert (got.value, got.value_num, got.probability) == (value, num, None)
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ('{"verdict": 5.5, "rationale": ""}', "outside the range 1..5"),
+    ('{"verdict": 0, "rationale": ""}', "outside the range 1..5"),
+    ('{"verdict": "3/5", "rationale": ""}', "not a number in 1..5"),
+    ('{"verdict": "high", "rationale": ""}', "not a number in 1..5"),
+    ('{"verdict": true, "rationale": ""}', "not a number in 1..5"),
+    ('{"verdict": NaN, "rationale": ""}', "not a finite number"),
+])
+def test_interval_verdict_outside_the_range_is_unparseable(text: str, reason: str) -> None:
+    with pytest.raises(Unparseable) as info:
+        verdict_parse(text=text, criterion_scale="interval", allowed_values=[], parser=PARSER,
+                      bounds=(1.0, 5.0))
+    assert reason in info.value.reason

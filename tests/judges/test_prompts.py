@@ -302,3 +302,25 @@ def test_renderer_reports_an_unknown_placeholder_in_a_stored_template() -> None:
                          scale_points=(), production_prompt="", subject_key="output:1")
     with pytest.raises(ProviderConfigError, match=r"unknown placeholder \{gone\}"):
         renderer.render(ctx)
+
+
+def test_interval_prompt_states_the_range_and_the_schema_asks_a_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RH_TEST_JUDGE_KEY", "k")
+    ctx = binary_ctx(criterion_scale="interval", scale_points=(), scale_range=(1.0, 5.0))
+    text = user_text(cfg(), ctx)
+    assert "A score from 1 (worst) to 5 (best); any number in that range" in text
+    assert "Allowed values: a number from 1 to 5" in text
+    request = provider_request_for(config=cfg(), ctx=ctx)
+    assert request.response_format is not None
+    assert request.response_format["schema"]["properties"]["verdict"] == {"type": "number"}
+
+
+@pytest.mark.django_db
+def test_interval_criterion_context_carries_its_range() -> None:
+    output = make_output()
+    crit = CriterionFactory(rubric__study=output.study, key="quality", scale="interval",
+                            points=[], min=0, max=1, pass_threshold=0.5)
+    ctx = subject_context_for(criterion=crit, output=output)
+    assert (ctx.criterion_scale, ctx.scale_points, ctx.scale_range) == ("interval", (), (0.0, 1.0))

@@ -89,3 +89,16 @@ def test_pairwise_missing_order_is_unscored() -> None:
                                 call(0, "", order="ba", status="unparseable", error="bad")])
     assert not v.is_scored and v.value == ""
     assert "ba" in v.rationale
+
+
+def test_interval_samples_combine_to_their_mean() -> None:
+    calls = [call(0, "3", num=3.0), call(1, "4.5", num=4.5), call(2, "", status="unparseable"),
+             call(3, "2.5", num=2.5)]
+    v = combine_single(scale="interval", calls=calls, pass_threshold=3.5)
+    assert (v.is_scored, v.value) == (True, "3.3333333333333335")
+    assert v.value_num == pytest.approx(10 / 3)
+    assert v.details["mean"] == pytest.approx(10 / 3)
+    assert v.probability == pytest.approx(1 / 3)  # one of three scored samples >= 3.5
+    assert v.details["unscored_samples"] == 1
+    v = combine_single(scale="interval", calls=[call(0, "2", num=2.0), call(1, "3", num=3.0)])
+    assert (v.value, v.value_num, v.probability) == ("2.5", 2.5, None)

@@ -33,7 +33,8 @@ class Command(BaseCommand):
             default=[],
             metavar="KEY=SCALE",
             help="scale of a new criterion: binary, pairwise, ordinal:1-5, "
-            "categorical:a,b,c (repeatable)",
+            "categorical:a,b,c, interval:1-5 (a continuous score on a closed range, e.g. "
+            "interval:0-1) (repeatable)",
         )
         parser.add_argument(
             "--pass-threshold",
