@@ -84,10 +84,10 @@ def label_clean(
             value_num = interval_value(criterion, value)
         except ValueError as exc:
             lo, hi = interval_bounds(criterion)
-            raise ValidationFailed(
+            raise ValidationFailed.at(
+                f"{name}.value",
                 f"{name}.value must be a number from {number_text(lo)} to "
                 f"{number_text(hi)} ({exc}).",
-                details={f"{name}.value": "invalid"},
             ) from None
         value = number_text(value_num)
     elif criterion.scale == Criterion.Scale.CATEGORICAL:
