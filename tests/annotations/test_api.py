@@ -589,15 +589,17 @@ def test_interval_criterion_is_graded_with_a_number_in_its_range(
                         (0.99, "labels.quality.value")):
         r = _submit(client, aid, labels={**labels, "quality": {"value": bad}})
         assert r.status_code == 400, bad
-        assert detail in r.json()["error"]["details"], bad
+        assert [e["path"] for e in r.json()["error"]["details"]["errors"]] == [detail], bad
     r = _submit(client, aid, labels={**labels, "quality": {"value": 6}})
     assert "must be a number from 1 to 5 (6 is outside the range 1..5)" in (
         r.json()["error"]["message"])
     # Below the threshold a score is a failure: the severity is asked exactly then.
     r = _submit(client, aid, labels={**labels, "quality": {"value": 2.5}})
-    assert r.status_code == 400 and "labels.quality.severity" in r.json()["error"]["details"]
+    assert r.status_code == 400 and [
+        e["path"] for e in r.json()["error"]["details"]["errors"]] == ["labels.quality.severity"]
     r = _submit(client, aid, labels={**labels, "quality": {"value": 4.25, "severity": 2}})
-    assert r.status_code == 400 and "labels.quality.severity" in r.json()["error"]["details"]
+    assert r.status_code == 400 and [
+        e["path"] for e in r.json()["error"]["details"]["errors"]] == ["labels.quality.severity"]
     assert not Annotation.objects.filter(criterion__key="quality").exists()
     r = _submit(client, aid, labels={**labels, "quality": {"value": 4.25}})
     assert r.status_code == 200, r.content
