@@ -10,7 +10,6 @@ read back).
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import CommandError, call_command
 from sklearn.metrics import cohen_kappa_score
 
 from annotations.models import Annotation
@@ -26,6 +24,7 @@ from imports.pairwise_check import PairwiseVote, order_consistency
 from judges.models import Judge, Verdict
 from studies.imports_service import importer_username
 from studies.models import Candidate, Comparison, Criterion, Item, Membership, Output, Study
+from tests.imports.cli import agreement_report, import_error, run_import
 
 pytestmark = pytest.mark.django_db
 
@@ -48,28 +47,7 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def _import(path: Path, *args: str) -> tuple[dict[str, Any], str, str]:
-    """Run import_ratings; return (summary JSON, stdout before it, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    call_command("import_ratings", str(path), *args, stdout=out, stderr=err)
-    text = out.getvalue()
-    start = text.index("{\n")
-    return json.loads(text[start:]), text[:start], err.getvalue()
 
-
-def _import_error(path: Path, *args: str) -> str:
-    with pytest.raises(CommandError) as info:
-        call_command("import_ratings", str(path), *args, stdout=io.StringIO())
-    return str(info.value)
-
-
-def _report(slug: str, tmp_path: Path) -> dict[str, Any]:
-    out = tmp_path / f"{slug}-report.json"
-    call_command(
-        "report", "agreement", "--study", slug, "--params", '{"n_resamples": 200, "seed": 1}',
-        "--out", str(out), stdout=io.StringIO(),
-    )
-    return json.loads(out.read_text())["result"]
 
 
 def _nothing_written(slug: str) -> None:
@@ -138,16 +116,16 @@ def _stored(slug: str) -> dict[str, Any]:
 
 def test_a_pairwise_file_must_say_what_its_values_refer_to(study: Study, tmp_path: Path) -> None:
     path = _csv(tmp_path / "p.csv", _pairwise_rows("outputs", column=False))
-    error = _import_error(path, "--study", study.slug)
+    error = import_error(path, "--study", study.slug)
     assert "line 2: pairwise_values: required for a pairwise rating" in error
     assert "'outputs' if A means output_a is better" in error
     assert "(and 49 more problems)" in error  # every one of the 50 pairwise rows
     _nothing_written(study.slug)
     bad = _csv(tmp_path / "bad.csv", [{**r, "pairwise_values": "first"}
                                       for r in _pairwise_rows("outputs", column=False)])
-    assert "pairwise_values: must be 'outputs'" in _import_error(bad, "--study", study.slug)
+    assert "pairwise_values: must be 'outputs'" in import_error(bad, "--study", study.slug)
     stated = _csv(tmp_path / "s.csv", _pairwise_rows("outputs"))
-    error = _import_error(stated, "--study", study.slug, "--pairwise-values", "presented")
+    error = import_error(stated, "--study", study.slug, "--pairwise-values", "presented")
     assert "the row says 'outputs' but --pairwise-values says 'presented'" in error
     _nothing_written(study.slug)
 
@@ -161,7 +139,7 @@ def test_both_conventions_store_the_same_ratings_and_figures(
         slug = f"conv-{convention}"
         rows = _pairwise_rows(convention, column=how == "column")
         extra = [] if how == "column" else ["--pairwise-values", convention]
-        summary, _, err = _import(
+        summary, _, err = run_import(
             _csv(tmp_path / f"{slug}.csv", rows), "--study", slug, "--owner", lead.username,
             *extra,
         )
@@ -172,7 +150,7 @@ def test_both_conventions_store_the_same_ratings_and_figures(
             humans, judge = stored[f"p{i}"]
             assert humans == {r: votes[i] for r, (_, votes) in HUMANS.items()}
             assert judge == JUDGE[i]
-        results[convention] = _report(slug, tmp_path)
+        results[convention] = agreement_report(slug, tmp_path)
     for result in results.values():
         [jv] = [j["id"] for j in result["judges"] if j["judge"] == "j"]
         cell = next(c for c in result["cells"] if c["judge_version"] == jv
@@ -194,7 +172,7 @@ def test_a_wrong_declaration_is_flagged_by_the_order_check(lead: Any, tmp_path: 
     # read inverted. The judge's two orders then name opposite winners on all 10 comparisons
     # (one-sided binomial tail 2**-10), the humans' on the 7 decided by both orders (2**-7).
     rows = [{**r, "pairwise_values": "presented"} for r in _pairwise_rows("outputs")]
-    summary, _, err = _import(
+    summary, _, err = run_import(
         _csv(tmp_path / "w.csv", rows), "--study", "wrong", "--owner", lead.username
     )
     assert len(summary["warnings"]) == 2
@@ -256,15 +234,15 @@ def test_continuous_human_scores_are_never_inferred_the_refusal_names_the_interv
     # ordinal scale, and as categorical labels "3" and "3.0" would be two labels. Inference
     # re-types neither way: the message names the interval scale to state, with the range seen.
     path = _csv(tmp_path / "m.csv", _single([2.2, 3, 3.0, 4.6667, 1.0]))
-    error = _import_error(path, "--study", study.slug)
+    error = import_error(path, "--study", study.slug)
     assert "line 2: criterion: the values of 'quality' are non-integer numbers from 1 to " in error
     assert "continuous scores (such as a mean over raters) import under an interval" in error
     assert "--scale quality=interval:1-4.6667" in error
     assert "no criterion kind yet" not in error
     _nothing_written(study.slug)
     # On an existing ordinal criterion the value is refused, pointing to an interval criterion.
-    _import(_csv(tmp_path / "ok.csv", _single([1, 5])), "--study", study.slug)
-    error = _import_error(path, "--study", study.slug)
+    run_import(_csv(tmp_path / "ok.csv", _single([1, 5])), "--study", study.slug)
+    error = import_error(path, "--study", study.slug)
     assert "'2.2' is not a value of the ordinal criterion 'quality'" in error
     assert "continuous human scores (such as a mean over raters) import under an interval" in (
         error)
@@ -274,17 +252,17 @@ def test_numbers_need_a_stated_scale_unless_they_are_an_ordinal_1_to_k(
     study: Study, tmp_path: Path
 ) -> None:
     zero_based = _csv(tmp_path / "z.csv", _single([0, 1, 2, 2, 0]))
-    error = _import_error(zero_based, "--study", study.slug)
+    error = import_error(zero_based, "--study", study.slug)
     assert "the values of 'quality' are integers from 0 to 2" in error
     assert "--scale quality=categorical:0,1,2" in error
     _nothing_written(study.slug)
-    summary, notes, _ = _import(
+    summary, notes, _ = run_import(
         zero_based, "--study", study.slug, "--scale", "quality=categorical:0,1,2"
     )
     assert summary["criteria"]["quality"]["how"] == "stated (--scale)"
     assert "criterion 'quality': categorical (0, 1, 2) (stated (--scale))" in notes
     inferred = _csv(tmp_path / "i.csv", _single([1, 5, "4.0", 2], criterion="tone"))
-    summary, notes, _ = _import(inferred, "--study", study.slug)
+    summary, notes, _ = run_import(inferred, "--study", study.slug)
     assert summary["criteria"]["tone"] == {
         "scale": "ordinal 1..5", "how": "inferred: every value is an integer from 1 to 5",
         "rubric": "v1",
@@ -301,7 +279,7 @@ def test_numbers_need_a_stated_scale_unless_they_are_an_ordinal_1_to_k(
 def test_dry_run_shows_the_inferred_kinds_and_writes_nothing(lead: Any, tmp_path: Path) -> None:
     rows = _single([[4, 5], [2, 1], [3, 3]]) + _single(["pass", "fail", "pass"], "correct")
     path = _csv(tmp_path / "d.csv", rows)
-    summary, notes, _ = _import(path, "--study", "dry", "--owner", lead.username, "--dry-run")
+    summary, notes, _ = run_import(path, "--study", "dry", "--owner", lead.username, "--dry-run")
     assert notes.startswith("dry run: nothing was written")
     assert "criterion 'quality': ordinal 1..5 (inferred" in notes
     assert "criterion 'correct': binary (inferred: every value is pass or fail)" in notes
@@ -309,7 +287,7 @@ def test_dry_run_shows_the_inferred_kinds_and_writes_nothing(lead: Any, tmp_path
     assert summary["created"]["annotation"] == 9 and summary["created"]["user"] == 2
     assert not Study.objects.filter(slug="dry").exists()
     _nothing_written("dry")
-    summary, _, _ = _import(path, "--study", "dry", "--owner", lead.username)
+    summary, _, _ = run_import(path, "--study", "dry", "--owner", lead.username)
     assert summary["dry_run"] is False and summary["created"]["annotation"] == 9
     assert Annotation.objects.filter(criterion__rubric__study__slug="dry").count() == 9
 
@@ -319,7 +297,7 @@ def test_a_failed_import_leaves_nothing_behind(lead: Any, tmp_path: Path) -> Non
     robot = {"item_id": "q9", "output_id": "o9", "rater_id": "r1", "rater_kind": "robot",
              "criterion": "quality", "value": 3}
     bad = _csv(tmp_path / "bad.csv", [*_single([4, 5]), robot])
-    assert "line 4: rater_kind" in _import_error(bad, "--study", "atomic", "--owner",
+    assert "line 4: rater_kind" in import_error(bad, "--study", "atomic", "--owner",
                                                  lead.username)
     assert not Study.objects.filter(slug="atomic").exists()
     _nothing_written("atomic")
@@ -330,7 +308,7 @@ def test_a_failed_import_leaves_nothing_behind(lead: Any, tmp_path: Path) -> Non
     gpt = {"item_id": "q0", "output_id": "o0", "rater_id": "gpt", "rater_kind": "judge",
            "criterion": "quality", "value": 4}
     clash = _csv(tmp_path / "clash.csv", [*_single([4, 5]), gpt])
-    assert "'gpt' is an existing llm judge" in _import_error(clash, "--study", "atomic")
+    assert "'gpt' is an existing llm judge" in import_error(clash, "--study", "atomic")
     _nothing_written("atomic")
     assert not Output.objects.filter(study=study).exists()
 
@@ -346,7 +324,7 @@ def test_pairwise_candidates_are_optional_positions_stand_in(
         {"item_id": "p1", "output_a": "p1-2", "output_b": "p1-1", "rater_id": "h2",
          "rater_kind": "human", "criterion": "pref", "value": "B", "order": "ab"},
     ]
-    summary, notes, _ = _import(_csv(tmp_path / "c.csv", rows), "--study", study.slug,
+    summary, notes, _ = run_import(_csv(tmp_path / "c.csv", rows), "--study", study.slug,
                                 "--pairwise-values", "outputs")
     assert "2 pairwise rows have no candidate_a/candidate_b" in notes
     assert sorted(Candidate.objects.filter(study=study).values_list("name", flat=True)) == [
@@ -357,7 +335,7 @@ def test_pairwise_candidates_are_optional_positions_stand_in(
         "A", "A"]
     assert summary["created"]["comparison"] == 1
     half = [{**rows[0], "candidate_a": "x"}]
-    error = _import_error(_csv(tmp_path / "h.csv", half), "--study", study.slug,
+    error = import_error(_csv(tmp_path / "h.csv", half), "--study", study.slug,
                           "--pairwise-values", "outputs")
     assert "line 2: candidate_b: give both candidate columns or neither" in error
 
@@ -366,13 +344,13 @@ def test_extra_columns_are_ignored_with_a_warning_misspellings_refused(
     study: Study, tmp_path: Path
 ) -> None:
     rows = [{**r, "annotator_notes": "fine", "colour": "red"} for r in _single([4, 5])]
-    summary, _, err = _import(_csv(tmp_path / "x.csv", rows), "--study", study.slug)
+    summary, _, err = run_import(_csv(tmp_path / "x.csv", rows), "--study", study.slug)
     assert summary["created"]["annotation"] == 2
     assert [w.split(" (")[0] for w in summary["warnings"]] == [
         "column 'annotator_notes'", "column 'colour'"]
     assert "name it meta.colour to keep it as item metadata" in err
     typo = [{**r, "judge_verison": "v2"} for r in _single([4])]
-    error = _import_error(_csv(tmp_path / "t.csv", typo), "--study", study.slug)
+    error = import_error(_csv(tmp_path / "t.csv", typo), "--study", study.slug)
     assert "line 2: judge_verison: unknown column; did you mean 'judge_version'?" in error
 
 
@@ -382,7 +360,7 @@ def test_rater_attributes_are_kept_on_the_membership(study: Study, tmp_path: Pat
         for r in _single([[4, 5], [2, 1]])
     ] + [{"item_id": "q0", "output_id": "o0", "rater_id": "gpt", "rater_kind": "judge",
           "criterion": "quality", "value": 4, "rater.group": "judge"}]
-    summary, _, err = _import(_csv(tmp_path / "g.csv", rows), "--study", study.slug)
+    summary, _, err = run_import(_csv(tmp_path / "g.csv", rows), "--study", study.slug)
     groups = {
         m.user.username: m.metadata
         for m in Membership.objects.filter(study=study, role="annotator").select_related("user")
@@ -394,7 +372,7 @@ def test_rater_attributes_are_kept_on_the_membership(study: Study, tmp_path: Pat
     # JSON Lines may give them as an object; a rater is one thing on every row.
     clash = [{**r, "rater": {"group": "expert" if i < 2 else "author"}}
              for i, r in enumerate(_single([[4, 5], [2, 1]]))]
-    error = _import_error(_jsonl(tmp_path / "g.jsonl", clash), "--study", study.slug)
+    error = import_error(_jsonl(tmp_path / "g.jsonl", clash), "--study", study.slug)
     assert "line 3: rater.group: rater 'r0' is 'expert' on line 1 but 'author' here" in error
 
 
@@ -405,7 +383,7 @@ def test_strata_that_vary_per_row_say_what_to_use_instead(study: Study, tmp_path
          "rater_kind": "human", "criterion": "quality", "value": 3}
         for s in ("fusion", "s2s") for r in ("a", "b")
     ]
-    error = _import_error(_csv(tmp_path / "s.csv", per_output), "--study", study.slug)
+    error = import_error(_csv(tmp_path / "s.csv", per_output), "--study", study.slug)
     assert "line 4: stratum.system: item '125' is 'fusion' on line 2 but 's2s' here" in error
     assert "it describes the output, not the item" in error and "candidate column" in error
     # The annotator's group given as a "stratum": constant per rater.
@@ -414,7 +392,7 @@ def test_strata_that_vary_per_row_say_what_to_use_instead(study: Study, tmp_path
          "rater_kind": "human", "criterion": "quality", "value": 3}
         for i in range(2) for r, g in (("a", "expert"), ("b", "crowd"))
     ]
-    error = _import_error(_csv(tmp_path / "r.csv", per_rater), "--study", study.slug)
+    error = import_error(_csv(tmp_path / "r.csv", per_rater), "--study", study.slug)
     assert "item 'q0' is 'expert' on line 2 but 'crowd' here" in error
     assert "make it the rater attribute column rater.group" in error
     _nothing_written(study.slug)
@@ -428,7 +406,7 @@ def test_texts_come_from_a_second_json_lines_file(study: Study, tmp_path: Path) 
         {"output_id": "o0", "text": "4"},
         {"output_id": "o-unrated", "text": "not in the ratings"},
     ])
-    summary, _, err = _import(ratings, "--study", study.slug, "--texts", str(texts))
+    summary, _, err = run_import(ratings, "--study", study.slug, "--texts", str(texts))
     assert dict(Item.objects.filter(study=study).values_list("external_id", "input")) == {
         "q0": "What is 2+2?", "q1": "Capital of France?"}
     assert dict(Output.objects.filter(study=study).values_list("item__external_id", "text")) == {
@@ -436,12 +414,12 @@ def test_texts_come_from_a_second_json_lines_file(study: Study, tmp_path: Path) 
     assert "1 texts of the texts file name an item or output that is not in the ratings" in err
     clash = _csv(tmp_path / "c.csv", [{**r, "output_text": "five"} for r in _single([4, 5])])
     other = _jsonl(tmp_path / "o.jsonl", [{"output_id": "o0", "text": "4"}])
-    error = _import_error(clash, "--study", "other", "--owner", "lead", "--texts", str(other))
+    error = import_error(clash, "--study", "other", "--owner", "lead", "--texts", str(other))
     assert "texts line 1: output_id: output 'o0' has a different text in the ratings file" in error
     assert not Study.objects.filter(slug="other").exists()
     twice = _jsonl(tmp_path / "w.jsonl", [{"output_id": "o0", "text": "4"},
                                           {"output_id": "o0", "text": "four"}])
-    error = _import_error(ratings, "--study", "other", "--owner", "lead", "--texts", str(twice))
+    error = import_error(ratings, "--study", "other", "--owner", "lead", "--texts", str(twice))
     assert "texts line 2: output_id: output 'o0' has another text on texts line 1" in error
     assert summary["created"]["item"] == 2
 
@@ -452,7 +430,7 @@ def test_a_later_file_listing_the_pair_the_other_way_round(
 ) -> None:
     first = {"item_id": "p1", "output_a": "p1-x", "output_b": "p1-y", "candidate_a": "x",
              "candidate_b": "y", "criterion": "pref", "pairwise_values": convention}
-    _import(_csv(tmp_path / "1.csv", [
+    run_import(_csv(tmp_path / "1.csv", [
         {**first, "order": "ab", "rater_id": "h1", "rater_kind": "human", "value": "A"}]),
         "--study", study.slug)
     # The second file lists y first. h2 prefers x, shown second ("ba" in the file's own terms
@@ -471,7 +449,7 @@ def test_a_later_file_listing_the_pair_the_other_way_round(
              "value": value(True, "ab")}]
     rows += [{**other, "order": o, "rater_id": "j", "rater_kind": "judge",
               "value": value(True, o)} for o in ("ab", "ba")]
-    summary, _, _ = _import(_csv(tmp_path / "2.csv", rows), "--study", study.slug)
+    summary, _, _ = run_import(_csv(tmp_path / "2.csv", rows), "--study", study.slug)
     assert summary["warnings"] == [] and summary.get("created", {}).get("comparison", 0) == 0
     [comp] = Comparison.objects.filter(study=study).select_related("output_a__candidate")
     assert comp.output_a.candidate.name == "x"
@@ -483,5 +461,5 @@ def test_a_later_file_listing_the_pair_the_other_way_round(
 
 def test_a_plain_rater_column_is_refused_not_ignored(study: Study, tmp_path: Path) -> None:
     rows = [{**r, "rater": "alice"} for r in _single([4])]
-    error = _import_error(_csv(tmp_path / "r.csv", rows), "--study", study.slug)
+    error = import_error(_csv(tmp_path / "r.csv", rows), "--study", study.slug)
     assert "line 2: rater: must be a JSON object of rater.<key> values" in error

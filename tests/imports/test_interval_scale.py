@@ -20,7 +20,7 @@ from typing import Any
 import krippendorff
 import numpy as np
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import call_command
 from scipy import stats
 from sklearn.metrics import cohen_kappa_score
 
@@ -32,6 +32,7 @@ from studies.criteria import criterion_is_pass, criterion_value_num
 from studies.models import Criterion, Item, Study
 from studies.services import plan_create, rubric_update
 from studies.spec import criteria_validate
+from tests.imports.cli import agreement_report, import_error, run_import
 
 pytestmark = pytest.mark.django_db
 
@@ -39,6 +40,11 @@ pytestmark = pytest.mark.django_db
 # judge scoring the same outputs.
 MEANS = [2.2, 3, 4.6667, 1.5, 3.3333, 4, 2.75, 5]
 JUDGE = [2, 3.5, 4.5, 1, 3, 4.5, 2, 4.8]
+
+
+def _import(path: Path, *args: str) -> tuple[dict[str, Any], str]:
+    summary, notes, _ = run_import(path, *args)
+    return summary, notes
 
 
 def _csv(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -62,27 +68,6 @@ def _rows(raters: dict[str, list[float | None]], kind: str = "human") -> list[di
     ]
 
 
-def _import(path: Path, *args: str) -> tuple[dict[str, Any], str]:
-    out = io.StringIO()
-    call_command("import_ratings", str(path), *args, stdout=out, stderr=io.StringIO())
-    text = out.getvalue()
-    start = text.index("{\n")
-    return json.loads(text[start:]), text[:start]
-
-
-def _import_error(path: Path, *args: str) -> str:
-    with pytest.raises(CommandError) as info:
-        call_command("import_ratings", str(path), *args, stdout=io.StringIO())
-    return str(info.value)
-
-
-def _report(slug: str, tmp_path: Path) -> dict[str, Any]:
-    out = tmp_path / f"{slug}-report.json"
-    call_command(
-        "report", "agreement", "--study", slug, "--params", '{"n_resamples": 200, "seed": 1}',
-        "--out", str(out), stdout=io.StringIO(),
-    )
-    return json.loads(out.read_text())["result"]
 
 
 def _overall(result: dict[str, Any], table: str = "cells") -> dict[str, Any]:
@@ -119,7 +104,7 @@ def test_means_over_raters_import_under_a_stated_interval_scale_and_report_at_in
     assert sorted(Verdict.objects.filter(criterion=quality).values_list("value_num", flat=True)
                   ) == sorted(float(v) for v in JUDGE)
 
-    result = _report("means", tmp_path)
+    result = agreement_report("means", tmp_path)
     [crit] = result["criteria"]
     assert (crit["scale"], crit["bounds"], crit["values"]) == ("interval", [1.0, 5.0], [])
     assert "pass_threshold" not in crit
@@ -159,7 +144,7 @@ def test_several_raters_consensus_is_their_mean_and_the_ceiling_interval_alpha(
     path = _csv(tmp_path / "raters.csv", _rows(raters) + _rows({"j": judge}, "judge"))
     _import(path, "--study", "raters", "--owner", lead.username,
             "--scale", "quality=interval:1-5")
-    result = _report("raters", tmp_path)
+    result = agreement_report("raters", tmp_path)
     matrix = np.array([[np.nan if v is None else v for v in vs] for vs in raters.values()])
     mean = np.nanmean(matrix, axis=0)  # 2.25, 3.1667, ...: the mean, not rounded to a point
     j = np.array(judge)
@@ -193,9 +178,9 @@ def test_a_pass_threshold_gives_the_pass_fail_figures(
     summary, _ = _import(path, "--study", study.slug)
     assert summary["criteria"]["quality"] == {"scale": "interval", "how": "existing"}
     # ... and --scale must then state the same range.
-    error = _import_error(path, "--study", study.slug, "--scale", "quality=interval:0-10")
+    error = import_error(path, "--study", study.slug, "--scale", "quality=interval:0-10")
     assert "'quality' exists as interval 1..5; --scale says interval 0..10" in error
-    result = _report(study.slug, tmp_path)
+    result = agreement_report(study.slug, tmp_path)
     assert result["criteria"][0]["pass_threshold"] == 3.5
     m = _overall(result)["metrics"]
     jp = [int(v >= 3.5) for v in JUDGE]
@@ -222,7 +207,7 @@ def test_inference_refuses_continuous_scores_and_names_the_scale_to_state(
     lead: Any, tmp_path: Path
 ) -> None:
     path = _csv(tmp_path / "m.csv", _rows({"mean": [2.2, 3, 3.0, 4.6667, 1.0]}))
-    error = _import_error(path, "--study", "inferred", "--owner", lead.username)
+    error = import_error(path, "--study", "inferred", "--owner", lead.username)
     assert ("line 2: criterion: the values of 'quality' are non-integer numbers from 1 to "
             "4.6667") in error
     assert "--scale quality=interval:1-4.6667" in error
@@ -243,7 +228,7 @@ def test_values_outside_the_range_are_refused_with_their_line(
     rows.append({"item_id": "q9", "output_id": "q9-x", "rater_id": "mean", "rater_kind": "human",
                  "criterion": "quality", "value": "good"})
     path = _csv(tmp_path / "bad.csv", rows)
-    error = _import_error(path, "--study", "range", "--owner", lead.username,
+    error = import_error(path, "--study", "range", "--owner", lead.username,
                           "--scale", "quality=interval:1-5")
     assert ("line 3: value: '5.5' is not a value of the interval criterion 'quality': 5.5 is "
             "outside the range 1..5") in error

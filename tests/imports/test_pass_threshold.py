@@ -5,17 +5,20 @@ creates pass (points >= N), refused where it could not hold or would silently ch
 from __future__ import annotations
 
 import csv
-import io
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import CommandError, call_command
 
 from studies.models import Criterion, Study
+from tests.imports.cli import import_error, run_import
 
 pytestmark = pytest.mark.django_db
+
+
+def _import(path: Path, *args: str) -> tuple[dict[str, Any], str]:
+    summary, notes, _ = run_import(path, *args)
+    return summary, notes
 
 
 def _file(path: Path, values: list[Any], criterion: str = "quality") -> Path:
@@ -26,19 +29,6 @@ def _file(path: Path, values: list[Any], criterion: str = "quality") -> Path:
             w.writerow([f"q{i}", f"o{i}", "r0", "human", criterion, v])
     return path
 
-
-def _import(path: Path, *args: str) -> tuple[dict[str, Any], str]:
-    out = io.StringIO()
-    call_command("import_ratings", str(path), *args, stdout=out, stderr=io.StringIO())
-    text = out.getvalue()
-    start = text.index("{\n")
-    return json.loads(text[start:]), text[:start]
-
-
-def _error(path: Path, *args: str) -> str:
-    with pytest.raises(CommandError) as info:
-        call_command("import_ratings", str(path), *args, stdout=io.StringIO())
-    return str(info.value)
 
 
 def _criterion(study: Study, key: str = "quality") -> Criterion:
@@ -75,14 +65,14 @@ def test_pass_threshold_must_be_an_integer_point_of_the_scale(
 ) -> None:
     path = _file(tmp_path / "q.csv", [1, 3, 4, 5])
     for bad in ("6", "0"):
-        error = _error(path, "--study", study.slug, "--scale", "quality=ordinal:1-5",
+        error = import_error(path, "--study", study.slug, "--scale", "quality=ordinal:1-5",
                        "--pass-threshold", f"quality={bad}")
         assert f"--pass-threshold quality={bad}: {bad} is outside the scale 1..5" in error
-    error = _error(path, "--study", study.slug, "--pass-threshold", "quality=3.5")
+    error = import_error(path, "--study", study.slug, "--pass-threshold", "quality=3.5")
     assert "--pass-threshold quality=3.5: N must be an integer" in error and "'quality'" in error
-    assert "--pass-threshold needs KEY=N" in _error(
+    assert "--pass-threshold needs KEY=N" in import_error(
         path, "--study", study.slug, "--pass-threshold", "4")
-    error = _error(path, "--study", study.slug, "--pass-threshold", "tone=4")
+    error = import_error(path, "--study", study.slug, "--pass-threshold", "tone=4")
     assert "--pass-threshold names 'tone', not a criterion of the file" in error
     assert not Criterion.objects.filter(rubric__study=study).exists()
 
@@ -91,19 +81,19 @@ def test_pass_threshold_is_refused_on_a_criterion_that_is_not_ordinal(
     study: Study, tmp_path: Path
 ) -> None:
     binary = _file(tmp_path / "b.csv", ["pass", "fail"], "correct")
-    error = _error(binary, "--study", study.slug, "--pass-threshold", "correct=1")
+    error = import_error(binary, "--study", study.slug, "--pass-threshold", "correct=1")
     assert (
         "--pass-threshold correct=1: 'correct' is binary; only an ordinal criterion has a "
         "pass threshold"
     ) in error
     labels = _file(tmp_path / "c.csv", ["a", "b"], "style")
-    error = _error(labels, "--study", study.slug, "--scale", "style=categorical:a,b",
+    error = import_error(labels, "--study", study.slug, "--scale", "style=categorical:a,b",
                    "--pass-threshold", "style=1")
     assert "'style' is categorical; only an ordinal criterion" in error
     assert not Criterion.objects.filter(rubric__study=study).exists()
     # ... and on an existing binary criterion.
     _import(binary, "--study", study.slug)
-    error = _error(binary, "--study", study.slug, "--pass-threshold", "correct=1")
+    error = import_error(binary, "--study", study.slug, "--pass-threshold", "correct=1")
     assert "'correct' is binary; only an ordinal criterion" in error
 
 
@@ -116,7 +106,7 @@ def test_pass_threshold_never_changes_an_existing_criterion(
     summary, _ = _import(path, "--study", study.slug, "--pass-threshold", "quality=4")
     assert summary["criteria"]["quality"] == {
         "scale": "ordinal", "how": "existing", "pass_threshold": 4}
-    error = _error(path, "--study", study.slug, "--pass-threshold", "quality=3")
+    error = import_error(path, "--study", study.slug, "--pass-threshold", "quality=3")
     assert (
         "--pass-threshold quality=3: 'quality' exists with pass_threshold 4; an import does "
         "not change a criterion's threshold"
@@ -125,6 +115,6 @@ def test_pass_threshold_never_changes_an_existing_criterion(
     # A criterion imported without one has none: setting it is a rubric change too.
     tone = _file(tmp_path / "t.csv", [1, 2], "tone")
     _import(tone, "--study", study.slug)
-    error = _error(tone, "--study", study.slug, "--pass-threshold", "tone=2")
+    error = import_error(tone, "--study", study.slug, "--pass-threshold", "tone=2")
     assert "'tone' exists with no pass_threshold" in error
     assert _criterion(study, "tone").pass_threshold is None
