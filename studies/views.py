@@ -132,6 +132,7 @@ def study_overview(request: HttpRequest, slug: str) -> HttpResponse:
             lead_links=[
                 (label, url)
                 for label, url in (
+                    ("Analysis plan", _optional_url("study-plan", slug)),
                     ("Queue status", _optional_url("annotations-lead-queue", slug)),
                     ("Disagreements", _optional_url("annotations-lead-disagreements", slug)),
                     ("Members", _optional_url("annotations-lead-members", slug)),

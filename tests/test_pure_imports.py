@@ -33,6 +33,7 @@ APP_PURE = [
     "studies.spec",
     "studies.criteria",
     "studies.strata",
+    "studies.planform",
     "studies.ingest",
     "studies.ingest.formats",
     "studies.ingest.errors",
