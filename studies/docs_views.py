@@ -54,15 +54,21 @@ def _href(target: str) -> str:
 @lru_cache(maxsize=64)
 def _render(name: str, mtime: float) -> tuple[str, str]:
     """(title, HTML) of docs/<name>.md; cached per file version."""
+    title, html = markdown_html((DOCS_DIR / f"{name}.md").read_text(encoding="utf-8"))
+    return title or name, html
+
+
+def markdown_html(text: str) -> tuple[str, str]:
+    """(first h1's text, HTML) of a Markdown text: raw HTML escaped, headings given GitHub's
+    anchors, links to docs pages, screenshots and examples pointed at the served routes."""
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
-    text = (DOCS_DIR / f"{name}.md").read_text(encoding="utf-8")
     tokens = md.parse(text)
-    title = name
+    title = ""
     for i, token in enumerate(tokens):
         if token.type == "heading_open" and i + 1 < len(tokens):
             heading = tokens[i + 1].content
             token.attrSet("id", _anchor(heading))
-            if token.tag == "h1" and title == name:
+            if token.tag == "h1" and not title:
                 title = heading.replace("`", "")
         for child in token.children or []:
             if child.type == "link_open":

@@ -34,6 +34,7 @@ APP_PURE = [
     "studies.criteria",
     "studies.strata",
     "studies.planform",
+    "studies.studyform",
     "studies.ingest",
     "studies.ingest.formats",
     "studies.ingest.errors",
