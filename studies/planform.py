@@ -191,6 +191,9 @@ def form_spec(values: Mapping[str, Any], *, base_spec: Mapping[str, Any] | None,
     if isinstance(base.get("notes"), str):
         spec["notes"] = base["notes"]
     primary = str(values.get("primary_metric") or "").strip()
+    flagged = [k for k, e in (base.get("criteria") or {}).items()
+               if isinstance(e, Mapping) and e.get("primary") is True]
+    base_flagged = flagged[0] if flagged else ""
     entries: dict[str, Any] = {}
     for c in criteria:
         prefix = f"c-{c.key}-"
@@ -208,11 +211,13 @@ def form_spec(values: Mapping[str, Any], *, base_spec: Mapping[str, Any] | None,
         baseline = str(values.get(prefix + "baseline") or "").strip()
         if baseline:
             entry["baseline"] = baseline
-        if primary == c.key:
-            entry["primary"] = True
+        if primary == c.key and c.key == base_flagged:
+            entry["primary"] = True  # kept as the stored plan says it
         entries[c.key] = entry
     spec["criteria"] = entries
-    if primary:
+    # The primary metric is written the way the stored plan wrote it: a stored `primary: true`
+    # flag stays a flag, so that saving unchanged shows no difference.
+    if primary and (base.get("primary_metric") or primary != base_flagged):
         spec["primary_metric"] = primary
     for name, integer in (("margin", False), ("confidence_level", False),
                           ("min_human_labels_per_stratum", True)):

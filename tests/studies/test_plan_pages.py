@@ -107,7 +107,7 @@ def test_the_form_creates_v1_with_the_spec_the_api_would_store(setup: Any) -> No
     assert r.status_code == 302 and r["Location"] == "/studies/plans/plan/?version=1"
     plan = AnalysisPlan.objects.get(study=setup.study)
     expected = plan_spec_validate({
-        "criteria": {"ok": {"metric": "pass_rate", "threshold": 0.9, "primary": True},
+        "criteria": {"ok": {"metric": "pass_rate", "threshold": 0.9},
                      "quality": {"metric": "mean_score", "threshold": 2.5,
                                  "every_stratum": False}},
         "primary_metric": "ok", "margin": 0.02, "confidence_level": 0.95,
@@ -273,3 +273,25 @@ def test_the_plan_page_shows_what_a_locked_plan_holds(setup: Any) -> None:
     assert "≤ 2000" in html and "≥ 0.99" in html and "en 70 %" in html
     assert "guaranteed_agreement" in html and "Rubric pass rate (default" in html
     assert "Edit as a new version" in html and "Review and lock" not in html
+
+
+@pytest.mark.parametrize("stored", [
+    {"criteria": {"ok": {"metric": "pass_rate", "threshold": 0.9, "direction": ">=",
+                         "every_stratum": True, "primary": True}}},
+    {"criteria": {"ok": {"metric": "pass_rate", "threshold": 0.9, "direction": ">=",
+                         "every_stratum": True}}, "primary_metric": "ok", "margin": 0.02,
+     "gates": {"error_rate": 0.05}, "deployment_mix": {"lang": {"en": 0.7, "de": 0.3},
+                                                      "len": {"q1": 1.0}},
+     "costs": {"unit": "EUR", "severity": {"1": 1.0, "2": 2.0, "3": 3.0, "4": 4.0,
+                                           "5": 5.0}, "false_fail": 1.0, "review": 0.5},
+     "policy": {"kind": "guaranteed_agreement", "alpha": 0.1, "delta": 0.05,
+                "min_count": 20, "cascade": [3, 4]}},
+])
+def test_a_plan_saved_unchanged_through_the_form_has_no_difference(stored: dict[str, Any]
+                                                                   ) -> None:
+    crit = [SimpleNamespace(key="ok", name="OK", scale="binary"),
+            SimpleNamespace(key="quality", name="Quality", scale="ordinal")]
+    values = form_initial(stored, criteria=crit, dimensions=DIMS)
+    spec, problems = form_spec(values, base_spec=stored, criteria=crit, dimensions=DIMS)
+    assert not problems
+    assert plan_diff(stored, spec) == []
