@@ -197,3 +197,19 @@ def test_docs_pages_are_served_rendered_with_anchors_and_without_raw_html() -> N
                 "/docs/img/nope.png", "/docs/examples/study-template.txt"):
         assert client.get(bad).status_code == 404, bad
     assert Client().get("/docs/study-spec/").status_code == 302
+
+
+def test_the_data_page_links_the_ingest_docs_and_examples() -> None:
+    from studies.models import Membership
+    from tests.factories import MembershipFactory, StudyFactory
+
+    lead = UserFactory()
+    study = StudyFactory(owner=lead, slug="with-data")
+    MembershipFactory(study=study, user=lead, role=Membership.Role.LEAD)
+    client = _client(lead)
+    html = client.get("/studies/with-data/data/").content.decode()
+    assert 'href="/docs/ingest/"' in html and "docs/ingest.md" not in html
+    assert "<code>docs/" not in html
+    for name in re.findall(r'href="/docs/examples/([^"]+)"', html):
+        r = client.get(f"/docs/examples/{name}")
+        assert r.status_code == 200 and "attachment" in r["Content-Disposition"], name
