@@ -127,7 +127,10 @@ def plan_edit(request: HttpRequest, slug: str) -> HttpResponse:
     notes = base.notes if base is not None else ""
     spec_text = json.dumps(base_spec or {"criteria": {}}, indent=2, sort_keys=True)
     if request.method == "POST":
-        values = form_values(request.POST, criteria=criteria, dimensions=dimensions)
+        # The text path leaves the form's fields as the base version had them.
+        values = (form_values(request.POST, criteria=criteria, dimensions=dimensions)
+                  if request.POST.get("mode") != "text"
+                  else form_initial(base_spec, criteria=criteria, dimensions=dimensions))
         notes = str(request.POST.get("notes", ""))
         action = request.POST.get("action", "")
         try:

@@ -256,6 +256,10 @@ def test_selection_and_calibration_link_the_plan_page_where_no_plan_is_locked(se
         html = render_to_string("reports/selection_body.html",
                                 {"view": view, "study": setup.study, **extra})
         assert "No locked analysis plan" in html and 'id="plan-link"' not in html
+    view["missing"] = ["no locked analysis plan: the report follows no pre-registered rule"]
+    html = render_to_string("reports/selection_body.html",
+                            {"view": view, "study": setup.study, "is_lead": True, "pdf": False})
+    assert '<a href="/studies/plans/plan/">Review and lock the analysis plan</a>' in html
     report = SimpleNamespace(pk=1, plan=None, computed_at=None, input_fingerprint="")
     html = render_to_string("reports/calibration.html", {"report": report, "study": setup.study})
     assert '<a href="/studies/plans/plan/" id="plan-link">no locked analysis plan</a>' in html
