@@ -90,8 +90,9 @@ def _doc_path(name: str) -> Path:
 @require_GET
 @login_required
 @strict_csp
-def docs_page(request: HttpRequest, name: str) -> HttpResponse:
-    """One docs page (docs/<name>.md) rendered."""
+def docs_page(request: HttpRequest, page: str) -> HttpResponse:
+    """One docs page (docs/<page>.md) rendered."""
+    name = page
     path = _doc_path(name)
     title, html = _render(name, path.stat().st_mtime)
     context: dict[str, Any] = {"title": title, "html": mark_safe(html),
@@ -101,8 +102,9 @@ def docs_page(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_GET
 @login_required
-def docs_file(request: HttpRequest, folder: str, name: str) -> FileResponse:
+def docs_file(request: HttpRequest, folder: str, filename: str) -> FileResponse:
     """A screenshot (docs/img/) or an example file (docs/examples/, as a download)."""
+    name = filename
     if folder not in ("img", "examples") or not _NAME.match(name):
         raise Http404("No such file.")
     path = DOCS_DIR / folder / name
