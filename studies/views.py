@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
@@ -34,6 +35,7 @@ from .criteria import (
 from .models import ApiToken, Membership, Output, Study
 from .spec import study_file_validate
 from .studyfile import MAX_STUDY_FILE_BYTES, study_file_parse
+from .studyform import StudyForm, field_errors, form_doc, form_layout, form_read
 
 
 def _optional_url(name: str, slug: str) -> str | None:
@@ -132,6 +134,7 @@ def study_overview(request: HttpRequest, slug: str) -> HttpResponse:
             lead_links=[
                 (label, url)
                 for label, url in (
+                    ("Analysis plan", _optional_url("study-plan", slug)),
                     ("Queue status", _optional_url("annotations-lead-queue", slug)),
                     ("Disagreements", _optional_url("annotations-lead-disagreements", slug)),
                     ("Members", _optional_url("annotations-lead-members", slug)),
@@ -251,8 +254,11 @@ def study_new(request: HttpRequest) -> HttpResponse:
     then create it with the signed-in user as owner and lead, through `study_import` (the
     service of the `import_study` command). An existing slug is refused, never updated."""
     user = _account(request)
-    context: dict[str, Any] = {"errors": [], "preview": None, "text": "", "file_name": ""}
+    context: dict[str, Any] = {"errors": [], "preview": None, "text": "", "file_name": "",
+                               "form": form_layout(StudyForm.empty(), {}), "from_form": False}
     status = 200
+    if request.method == "POST" and str(request.POST.get("action", "")).startswith("form"):
+        return _study_new_form(request, context)
     if request.method == "POST":
         try:
             text, name = _study_file_text(request)
@@ -273,6 +279,30 @@ def study_new(request: HttpRequest) -> HttpResponse:
             context["errors"] = error_rows(exc)
             context["error_message"] = exc.message
     return render(request, "studies/new.html", context, status=status)
+
+
+def _study_new_form(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+    """The form path of "New study": the form becomes a study file (`studies.studyform`),
+    checked by the same validator as an upload, and previewed the same way; its Create button
+    sends that file's text through the upload path's `study_import`."""
+    form = form_read(request.POST)
+    context.update(form=form_layout(form, {}), from_form=True)
+    if request.POST.get("action") != "form-preview":  # a row was added: show the form again
+        return render(request, "studies/new.html", context)
+    doc, problems = form_doc(form)
+    text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+    try:
+        problems.raise_if_any("The form")
+        spec_file = study_file_validate(study_file_parse(text, name="study.yaml"))
+    except AppError as exc:
+        rows = error_rows(exc)
+        context.update(errors=rows, error_message=exc.message,
+                       form=form_layout(form, field_errors(rows, form, doc)))
+        return render(request, "studies/new.html", context, status=400)
+    taken = Study.objects.filter(slug=spec_file.study.get("slug")).exists()
+    context.update(text=text, file_name="study.yaml",
+                   preview={"file": spec_file, "slug_taken": taken})
+    return render(request, "studies/new.html", context)
 
 
 # --- Items, candidates and outputs -------------------------------------------------------------

@@ -247,6 +247,11 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "study-candidate-outputs": {"GET": PAGE_LEAD},
     "account-tokens": {"GET": PAGE_SIGNED_IN, "POST": PAGE_SIGNED_IN},
     "study-new": {"GET": PAGE_SIGNED_IN, "POST": PAGE_SIGNED_IN},
+    "study-plan": {"GET": PAGE_LEAD},
+    "study-plan-edit": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
+    "study-plan-lock": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
+    "docs-page": {"GET": PAGE_SIGNED_IN},
+    "docs-file": {"GET": PAGE_SIGNED_IN},
     "account-token-revoke": {"POST": PAGE_OWN_TOKEN},
     "judge-list-page": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "judge-version-preview-page": {"GET": PAGE_LEAD},
@@ -478,6 +483,8 @@ def _seed() -> Seeded:
         # django.contrib.auth and the admin
         "uidb64": "MQ", "token": "set-password", "id": member.pk, "app_label": "studies",
         "content_type_id": "1", "url": "no-such-admin-page/",
+        # the served docs: a page and an example file
+        "page": "study-spec", "folder": "examples", "filename": "study.yaml",
     }
     queries = {
         "reports-heatmap": {"criterion": crit_id},

@@ -33,6 +33,8 @@ APP_PURE = [
     "studies.spec",
     "studies.criteria",
     "studies.strata",
+    "studies.planform",
+    "studies.studyform",
     "studies.ingest",
     "studies.ingest.formats",
     "studies.ingest.errors",
