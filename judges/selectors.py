@@ -3,6 +3,7 @@ progress) and verdicts. Bounded query counts."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -250,6 +251,28 @@ def _failure_kind() -> Case:
         default=Value("other"),
         output_field=CharField(),
     )
+
+
+def failure_kind_of(*, error_kind: str, http_status: int | None, error: str,
+                    unparseable: bool = False) -> str:
+    """`_failure_kind` for one failure held in memory (the connection test's): same rules."""
+    if error_kind == JudgeJob.ErrorKind.PARSE or unparseable:
+        return "parse"
+    if http_status == 429:
+        return "rate_limited"
+    if http_status is not None and http_status >= 500:
+        return "server_error"
+    if http_status is not None and http_status >= 400:
+        return "refused"
+    if re.match(_GAVE_UP + "timeout", error):
+        return "timeout"
+    if re.match(_GAVE_UP + "connection error", error):
+        return "connection"
+    if http_status is not None and http_status >= 200:
+        return "bad_response"
+    if error_kind == JudgeJob.ErrorKind.PERMANENT and http_status is None:
+        return "not_sent"
+    return "other"
 
 
 def judge_run_failure_kinds(*, run_ids: list[int]) -> dict[int, dict[str, int]]:

@@ -185,3 +185,6 @@ def test_failure_kinds_follow_what_the_executor_records(
     JudgeJob.objects.filter(run=run).update(status=status, error_kind=error_kind,
                                             http_status=http_status, error=error)
     assert selectors.judge_run_failure_kinds(run_ids=[run.pk]) == {run.pk: {kind: 1}}
+    # The connection test classifies its one failure by the same rules, in Python.
+    assert selectors.failure_kind_of(error_kind=error_kind, http_status=http_status,
+                                     error=error) == kind
