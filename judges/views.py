@@ -59,6 +59,18 @@ def preview_page(request: HttpRequest, slug: str, judge_id: int, version_id: int
     criterion_key = request.GET.get("criterion_key", "")
     preview: dict[str, Any] | None = None
     error = ""
+    # Nothing picked yet: preview with the study's first output (else its first comparison)
+    # rather than show an empty page; the form says which one it is.
+    defaulted = False
+    if not (output_id or comparison_id) and version.judge.kind == Judge.Kind.LLM:
+        first_output = (Output.objects.filter(study=study).order_by("id")
+                        .values_list("id", flat=True).first())
+        if first_output is not None:
+            output_id, defaulted = first_output, True
+        else:
+            comparison_id = (Comparison.objects.filter(study=study).order_by("id")
+                             .values_list("id", flat=True).first())
+            defaulted = comparison_id is not None
     if output_id or comparison_id:
         try:
             subject = selectors.preview_subject_get(
@@ -87,6 +99,7 @@ def preview_page(request: HttpRequest, slug: str, judge_id: int, version_id: int
         "body_pretty": json.dumps(preview["body"], indent=2, ensure_ascii=False)
         if preview else "",
         "error": error,
+        "defaulted": defaulted,
     }
     return render(request, "judges/preview.html", context)
 
