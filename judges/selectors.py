@@ -345,18 +345,20 @@ def judge_run_outcome(
     kinds = [{"kind": k, "label": FAILURE_KINDS[k], "count": by_kind[k]}
              for k in FAILURE_KINDS if by_kind.get(k)]
     if failed == 0:
-        summary = ""
+        headline = ""
     elif state == "failed" and failed == total:
-        summary = f"every call failed ({failed} of {total} jobs)"
+        headline = f"every call failed ({failed} of {total} jobs)"
     else:
-        summary = f"{failed} of {total} jobs failed"
+        headline = f"{failed} of {total} jobs failed"
+    summary = headline
     if kinds:
-        summary += ": " + ", ".join(f"{k['count']} {k['label']}" for k in kinds)
+        summary += " — " + "; ".join(f"{k['label']}: {k['count']}" for k in kinds)
     data: dict[str, Any] = {
         "state": state,
         "label": labels.get(state, state),
         "has_failures": failed > 0,
         "failed_jobs": failed,
+        "headline": headline,
         "summary": summary,
         "by_kind": {k["kind"]: k["count"] for k in kinds},
         "kinds": kinds,

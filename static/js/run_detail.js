@@ -26,12 +26,12 @@
     var box = document.getElementById("run-failures");
     box.hidden = !o.has_failures;
     if (!o.has_failures) { return; }
-    text("f-title", titles[o.state] || "Some jobs failed"); text("f-summary", o.summary);
+    text("f-title", titles[o.state] || "Some jobs failed"); text("f-summary", o.headline);
     var kinds = document.getElementById("f-kinds");
     kinds.replaceChildren();
     o.kinds.forEach(function (k) {
-      var li = el("li"); li.appendChild(el("span", "f-count", k.count));
-      li.appendChild(document.createTextNode(" " + k.label)); kinds.appendChild(li);
+      var li = el("li", "", k.label + ": "); li.appendChild(el("span", "f-count", k.count));
+      kinds.appendChild(li);
     });
     var first = document.getElementById("f-first");
     first.replaceChildren();

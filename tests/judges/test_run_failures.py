@@ -93,11 +93,12 @@ def test_a_run_where_every_call_failed_is_failed_in_red_with_its_reason(
     status = re.search(r'<strong id="p-status"[^>]*>(.*?)</strong>', html)
     assert status is not None and status.group(1) == "Failed"
     assert 'class="run-state run-state-failed"' in status.group(0)
-    box = re.search(r'<div class="message message-error" role="alert" id="run-failures">'
+    box = re.search(r'<div class="message message-error run-failures" role="alert" '
+                    r'id="run-failures">'
                     r'(.*?)</div>', html, re.S)
     assert box is not None, html
     box_text = text_of(box.group(1))
-    assert "This run failed" in box_text and "12 connection error" in box_text
+    assert "This run failed" in box_text and "connection error: 12" in box_text
     assert "gave up after 2 attempts: connection error" in box_text
     assert re.search(r'<progress id="p-bar"[^>]*class="run-failed"', html)
     assert re.search(r'<dd id="p-verdicts">0</dd>', html)
@@ -105,7 +106,7 @@ def test_a_run_where_every_call_failed_is_failed_in_red_with_its_reason(
     html = client.get(f"/studies/{study.slug}/judge-runs/").content.decode()
     row = text_of(re.search(r"<tbody>(.*?)</tbody>", html, re.S).group(1))  # type: ignore[union-attr]
     assert "Failed" in row and "Done" not in row
-    assert "12 connection error" in row and "first: gave up after 2 attempts" in row
+    assert "connection error: 12" in row and "first: gave up after 2 attempts" in row
     assert 'class="run-state run-state-failed"' in html
 
 
