@@ -189,3 +189,38 @@ def test_failure_kinds_follow_what_the_executor_records(
     # The connection test classifies its one failure by the same rules, in Python.
     assert selectors.failure_kind_of(error_kind=error_kind, http_status=http_status,
                                      error=error) == kind
+
+
+def test_the_runs_list_costs_the_same_queries_for_two_runs_or_six(
+    lead_client: Any, study: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    data = build_study_data(study, n_items=1, n_candidates=2)
+
+    def failed_run(i: int) -> None:
+        version = make_version(data.study, llm_config(CLOSED, model=f"m-{i}"))
+        run = judge_run_start(study=data.study, judge_version=version,
+                              criteria=[data.binary], enqueue=EnqueueSpy())
+        JudgeJob.objects.filter(run=run).update(
+            status="failed", error_kind="transient",
+            error="gave up after 5 attempts: connection error (ConnectError): refused")
+        JudgeRun.objects.filter(pk=run.pk).update(status="done")
+
+    def listing() -> tuple[int, list[dict[str, Any]]]:
+        with CaptureQueriesContext(connection) as queries:
+            rows = lead_client.get(f"/api/studies/{study.slug}/judge-runs").json()["results"]
+        # The token's last-used stamp is written at most once a minute: not the list's cost.
+        sql = [q["sql"] for q in queries.captured_queries if "studies_apitoken" not in q["sql"]]
+        return len(sql), rows
+
+    for i in range(2):
+        failed_run(i)
+    few, rows = listing()
+    assert [r["outcome"]["state"] for r in rows] == ["failed", "failed"]
+    for i in range(2, 6):
+        failed_run(i)
+    many, rows = listing()
+    assert len(rows) == 6 and all(r["outcome"]["by_kind"] == {"connection": 2} for r in rows)
+    assert many == few
