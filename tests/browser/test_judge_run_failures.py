@@ -67,3 +67,12 @@ def test_a_run_where_every_call_failed_is_red_with_its_reasons(
     assert cells.nth(2).locator("span").evaluate("e => getComputedStyle(e).color") == RED
     assert f"connection error: {n}" in row.inner_text()
     assert not s.page_errors
+
+    # On a phone the long error lines wrap inside the box: the page does not scroll sideways.
+    phone = new_session("phone")
+    phone.login(g.lead.username, PASSWORD)
+    phone.page.goto(phone.url(f"/studies/support/judge-runs/{run.pk}/"))
+    phone.page.locator("#p-updated", has_text=":").wait_for()
+    assert phone.page.locator("#run-failures").is_visible()
+    width = phone.page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"horizontal scroll on a phone: {width}px"
