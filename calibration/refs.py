@@ -34,11 +34,13 @@ class CriterionRef:
 
 def judge_display(judge: str, version: int, label: str) -> str:
     """A judge version's name in reports: "name label" for an imported judge's labelled
-    version, else "name vN". A label the name already holds is not repeated (the demo's
-    "sim-judge (simulated)" with label "simulated" is not "sim-judge (simulated) simulated")."""
+    version, else "name vN". A label the name already ends with in parentheses is not
+    repeated: the demo's "sim-judge (simulated)" labelled "simulated" is not "sim-judge
+    (simulated) simulated". Only that exact form: a label that is merely part of the name
+    ("gpt-4" of "gpt-4-0613") is kept, so two labelled versions never share a name."""
     if not label:
         return f"{judge} v{version}"
-    if label.casefold() in judge.casefold():
+    if judge.casefold().endswith(f"({label.casefold()})"):
         return judge
     return f"{judge} {label}"
 

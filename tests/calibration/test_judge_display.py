@@ -17,6 +17,11 @@ from judges.services import judge_imported_version_get_or_create
     ("sim-judge (simulated)", 1, "simulated", "sim-judge (simulated)"),
     ("sim-judge (simulated)", 2, "Simulated", "sim-judge (simulated)"),
     ("rater-7", 1, "gpt-4o 2024-08", "rater-7 gpt-4o 2024-08"),
+    # A label that is only part of the name stays: "gpt-4-0613 gpt-4" and "gpt-4-0613 0613"
+    # must not both become "gpt-4-0613".
+    ("gpt-4-0613", 1, "gpt-4", "gpt-4-0613 gpt-4"),
+    ("gpt-4-0613", 2, "0613", "gpt-4-0613 0613"),
+    ("judge (simulated) extra", 1, "simulated", "judge (simulated) extra simulated"),
     ("house judge", 3, "", "house judge v3"),
 ])
 def test_display_names(name: str, version: int, label: str, shown: str) -> None:
