@@ -32,6 +32,19 @@ class CriterionRef:
     pass_threshold: float | None = field(default=None, metadata={OMIT_IF_NONE: True})
 
 
+def judge_display(judge: str, version: int, label: str) -> str:
+    """A judge version's name in reports: "name label" for an imported judge's labelled
+    version, else "name vN". A label the name already ends with in parentheses is not
+    repeated: the demo's "sim-judge (simulated)" labelled "simulated" is not "sim-judge
+    (simulated) simulated". Only that exact form: a label that is merely part of the name
+    ("gpt-4" of "gpt-4-0613") is kept, so two labelled versions never share a name."""
+    if not label:
+        return f"{judge} v{version}"
+    if judge.casefold().endswith(f"({label.casefold()})"):
+        return judge
+    return f"{judge} {label}"
+
+
 @dataclass(frozen=True)
 class JudgeRef:
     """A judge version as it was read. `display` is stored (not derived on reading) so that a
@@ -51,10 +64,10 @@ class JudgeRef:
         cls, id: int, judge: str, version: int, label: str, model_family: str,
         value_type: str, kind: str,
     ) -> JudgeRef:
-        """The ref with its display name: the imported judge's label, else "name vN"."""
-        display = f"{judge} {label}" if label else f"{judge} v{version}"
+        """The ref with its display name (`judge_display`)."""
+        display = judge_display(judge, version, label)
         return cls(id=id, judge=judge, version=version, label=label, display=display,
                    model_family=model_family, value_type=value_type, kind=kind)
 
 
-__all__ = ["OMIT_IF_NONE", "CriterionRef", "JudgeRef"]
+__all__ = ["OMIT_IF_NONE", "CriterionRef", "JudgeRef", "judge_display"]

@@ -24,9 +24,12 @@ from studies.models import Comparison, Membership, Study
 from studies.serializers import ErrorSerializer
 
 from . import selectors, services
+from .connection_test import judge_connection_test
 from .models import Judge, JudgeVersion
 from .preview import judge_version_preview
 from .serializers import (
+    ConnectionTestRequestSerializer,
+    ConnectionTestSerializer,
     JudgeCreatedSerializer,
     JudgeCreateSerializer,
     JudgeSerializer,
@@ -172,3 +175,26 @@ class JudgeVersionPreview(APIView):
         preview = judge_version_preview(version=version, criterion=criterion, subject=subject,
                                         order=data.get("order", "ab") if pairwise else "")
         return Response(preview)
+
+
+class JudgeConnectionTest(APIView):
+    @extend_schema(
+        tags=TAGS, summary="Test a judge config with one real call",
+        description="Validates the config as saving it would (allow-lists, key by environment "
+                    "variable name), then makes one real call on one output of the study (the "
+                    "first, or output_id) for one single-output criterion, and answers the "
+                    "latency and the parsed verdict, or the error and its kind. Nothing is "
+                    "stored. A config the allow-lists refuse is a 400; a call that fails is a "
+                    "200 with ok false.",
+        request=ConnectionTestRequestSerializer,
+        responses={200: ConnectionTestSerializer, **ERRORS},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        # Lead and a write token: the call costs money and shows item text to the lead.
+        study, _role = study_get_for_actor(user=request.user, slug=slug, token=request.auth,
+                                           write=True, min_role=Membership.Role.LEAD)
+        data = _validated(ConnectionTestRequestSerializer, request)
+        result = judge_connection_test(study=study, config=data["config"],
+                                       criterion_key=data.get("criterion_key") or None,
+                                       output_id=data.get("output_id"))
+        return Response(result.as_dict())

@@ -7,6 +7,8 @@ from . import api, run_api
 
 urlpatterns = [
     path("studies/<slug:slug>/judges", api.JudgeListCreate.as_view(), name="api-judges"),
+    path("studies/<slug:slug>/judges/connection-test", api.JudgeConnectionTest.as_view(),
+         name="api-judge-connection-test"),
     path("studies/<slug:slug>/judges/<int:judge_id>", api.JudgeDetail.as_view(),
          name="api-judge"),
     path("studies/<slug:slug>/judges/<int:judge_id>/versions",

@@ -57,6 +57,7 @@ def run_data(run: JudgeRun, *, progress: bool = True) -> dict[str, Any]:
     }
     if progress:
         data["progress"] = selectors.judge_run_progress(run=run)
+        data["outcome"] = selectors.judge_run_outcome_for(run=run)
     return data
 
 
@@ -111,23 +112,32 @@ def _valid(serializer: serializers.Serializer[Any]) -> dict[str, Any]:
 
 
 class JudgeRunListCreate(APIView):
-    @extend_schema(operation_id="judge_runs_list", responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="judge_runs_list",
+                   summary="List the study's judge runs with job counts and outcome",
+                   responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
         study = _study(request, slug)
         paginator = DefaultCursorPagination()
         page = paginator.paginate_queryset(selectors.judge_run_list(study=study), request,
                                            view=self) or []
         # One grouped count for the page instead of a progress query per run.
-        counts = selectors.judge_run_job_counts(run_ids=[r.pk for r in page])
+        ids = [r.pk for r in page]
+        counts = selectors.judge_run_job_counts(run_ids=ids)
+        kinds = selectors.judge_run_failure_kinds(run_ids=ids)
+        first = selectors.judge_run_first_error_texts(run_ids=[i for i in ids if kinds.get(i)])
         rows = []
         for r in page:
             row = run_data(r, progress=False)
             row["jobs"] = counts.get(r.pk, {})
             row["calls_made"] = r.calls_made
+            row["outcome"] = selectors.judge_run_outcome(run=r, jobs=row["jobs"],
+                                                         by_kind=kinds.get(r.pk, {}))
+            row["outcome"]["first_error"] = first.get(r.pk, "")
             rows.append(row)
         return paginator.get_paginated_response(rows)
 
-    @extend_schema(operation_id="judge_runs_create", request=RunStartSerializer,
+    @extend_schema(operation_id="judge_runs_create",
+                   summary="Start a judge run", request=RunStartSerializer,
                    responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str) -> Response:
         study = _study(request, slug, write=True)
@@ -150,14 +160,17 @@ class JudgeRunListCreate(APIView):
 
 
 class JudgeRunDetail(APIView):
-    @extend_schema(operation_id="judge_runs_detail", responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="judge_runs_detail",
+                   summary="A judge run with its progress and outcome",
+                   responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str, run_id: int) -> Response:
         study = _study(request, slug)
         return Response(run_data(selectors.judge_run_get(study=study, run_id=run_id)))
 
 
 class JudgeRunCancel(APIView):
-    @extend_schema(operation_id="judge_runs_cancel", request=None, responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="judge_runs_cancel",
+                   summary="Cancel a judge run", request=None, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str, run_id: int) -> Response:
         study = _study(request, slug, write=True)
         run = runs.judge_run_cancel(run=selectors.judge_run_get(study=study, run_id=run_id))
@@ -165,7 +178,9 @@ class JudgeRunCancel(APIView):
 
 
 class JudgeRunResume(APIView):
-    @extend_schema(operation_id="judge_runs_resume", request=BudgetSerializer,
+    @extend_schema(operation_id="judge_runs_resume",
+                   summary="Resume a judge run (optionally with new budgets)",
+                   request=BudgetSerializer,
                    responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str, run_id: int) -> Response:
         study = _study(request, slug, write=True)
@@ -177,7 +192,8 @@ class JudgeRunResume(APIView):
 
 
 class JudgeRunRerun(APIView):
-    @extend_schema(operation_id="judge_runs_rerun", request=None,
+    @extend_schema(operation_id="judge_runs_rerun",
+                   summary="Re-run a judge run's spec as a new run", request=None,
                    responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str, run_id: int) -> Response:
         study = _study(request, slug, write=True)
@@ -188,7 +204,9 @@ class JudgeRunRerun(APIView):
 
 
 class VerdictList(APIView):
-    @extend_schema(operation_id="verdicts_list", responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="verdicts_list",
+                   summary="List the study's verdicts (filter: run, criterion, candidate, ...)",
+                   responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
         study = _study(request, slug)
         qs = selectors.verdict_list(study=study, filters=request.query_params)

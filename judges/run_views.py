@@ -27,8 +27,16 @@ def _lead_study(request: HttpRequest, slug: str) -> Study:
 def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     study = _lead_study(request, slug)
     runs = list(selectors.judge_run_list(study=study)[:100])
-    counts = selectors.judge_run_job_counts(run_ids=[r.pk for r in runs])
-    rows = [(r, counts.get(r.pk, {})) for r in runs]
+    ids = [r.pk for r in runs]
+    counts = selectors.judge_run_job_counts(run_ids=ids)
+    kinds = selectors.judge_run_failure_kinds(run_ids=ids)
+    first = selectors.judge_run_first_error_texts(run_ids=[i for i in ids if kinds.get(i)])
+    rows = []
+    for r in runs:
+        outcome = selectors.judge_run_outcome(run=r, jobs=counts.get(r.pk, {}),
+                                              by_kind=kinds.get(r.pk, {}))
+        outcome["first_error"] = first.get(r.pk, "")
+        rows.append((r, counts.get(r.pk, {}), outcome))
     return render(request, "judges/run_list.html", {"study": study, "rows": rows})
 
 
@@ -40,6 +48,7 @@ def run_detail_page(request: HttpRequest, slug: str, run_id: int) -> HttpRespons
     except NotFound:
         raise Http404("not found") from None
     progress = selectors.judge_run_progress(run=run)
+    outcome = selectors.judge_run_outcome_for(run=run)
     stall = next_retry_at = None
     if run.status == JudgeRun.Status.RUNNING:
         stall = runs.run_stall(run_id=run.pk)
@@ -47,7 +56,7 @@ def run_detail_page(request: HttpRequest, slug: str, run_id: int) -> HttpRespons
             wake = runs.run_wake(run_id=run.pk)
             next_retry_at = wake.due_at if wake is not None and not wake.running else None
     return render(request, "judges/run_detail.html", {
-        "study": study, "run": run, "progress": progress,
+        "study": study, "run": run, "progress": progress, "outcome": outcome,
         "criteria": [c.key for c in run.criteria.all()],
         "selection": selection_items(run.selection),
         "stall": stall, "next_retry_at": next_retry_at,

@@ -3,11 +3,24 @@ progress) and verdicts. Bounded query counts."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    Max,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
 from django.utils import timezone
 
 from reviewhub.errors import NotFound, Problems, ValidationFailed
@@ -185,8 +198,182 @@ def judge_run_progress(*, run: JudgeRun) -> dict[str, Any]:
         "eta_seconds": eta_s,
         "budget": {"max_cost": run.max_cost, "max_calls": run.max_calls},
         "creation": run.creation_stats,
-        "verdicts": Verdict.objects.filter(run=run).count(),
+        # Verdicts are scored ones: a subject whose every call failed gets an unscored
+        # verdict (no value), which is a failure to count, not a verdict.
+        **_verdict_counts(run),
     }
+
+
+def _verdict_counts(run: JudgeRun) -> dict[str, int]:
+    agg = Verdict.objects.filter(run=run).aggregate(
+        scored=Count("id", filter=Q(is_scored=True)),
+        unscored=Count("id", filter=Q(is_scored=False)),
+    )
+    return {"verdicts": agg["scored"], "verdicts_unscored": agg["unscored"]}
+
+
+# --- what went wrong in a run ------------------------------------------------------------------
+
+# The kinds a failed or unparseable job is counted under, in the order they are shown. Derived
+# from what a job stores (error_kind, http_status, and the start of `error`, which the executor
+# writes as "[gave up after N attempts: ]<reason>" with the reason starting "timeout" or
+# "connection error" for transport failures: judges/providers/__init__.py `_transport_error`).
+FAILURE_KINDS: dict[str, str] = {
+    "connection": "connection error",
+    "timeout": "timeout",
+    "rate_limited": "rate limited (HTTP 429)",
+    "server_error": "server error (HTTP 5xx)",
+    "refused": "request refused (HTTP 4xx)",
+    "bad_response": "malformed answer",
+    "parse": "answer did not parse",
+    "not_sent": "not sent (configuration: key, URL, prompt)",
+    "other": "other error",
+}
+FAILED_JOB_STATUSES = (JudgeJob.Status.FAILED, JudgeJob.Status.UNPARSEABLE)
+# How many of a run's failed jobs the run page and the API quote.
+FIRST_ERRORS = 5
+_GAVE_UP = r"^(gave up after [0-9]+ attempts: )?"
+
+
+def _failure_kind() -> Case:
+    """The failure kind of a job as a SQL expression (one grouped query per page of runs)."""
+    return Case(
+        When(Q(error_kind=JudgeJob.ErrorKind.PARSE) | Q(status=JudgeJob.Status.UNPARSEABLE),
+             then=Value("parse")),
+        When(http_status=429, then=Value("rate_limited")),
+        When(http_status__gte=500, then=Value("server_error")),
+        When(http_status__gte=400, then=Value("refused")),
+        When(error__regex=_GAVE_UP + "timeout", then=Value("timeout")),
+        When(error__regex=_GAVE_UP + "connection error", then=Value("connection")),
+        When(http_status__gte=200, then=Value("bad_response")),
+        When(Q(error_kind=JudgeJob.ErrorKind.PERMANENT, http_status__isnull=True),
+             then=Value("not_sent")),
+        default=Value("other"),
+        output_field=CharField(),
+    )
+
+
+def failure_kind_of(*, error_kind: str, http_status: int | None, error: str,
+                    unparseable: bool = False) -> str:
+    """`_failure_kind` for one failure held in memory (the connection test's): same rules."""
+    if error_kind == JudgeJob.ErrorKind.PARSE or unparseable:
+        return "parse"
+    if http_status == 429:
+        return "rate_limited"
+    if http_status is not None and http_status >= 500:
+        return "server_error"
+    if http_status is not None and http_status >= 400:
+        return "refused"
+    if re.match(_GAVE_UP + "timeout", error):
+        return "timeout"
+    if re.match(_GAVE_UP + "connection error", error):
+        return "connection"
+    if http_status is not None and http_status >= 200:
+        return "bad_response"
+    if error_kind == JudgeJob.ErrorKind.PERMANENT and http_status is None:
+        return "not_sent"
+    return "other"
+
+
+def judge_run_failure_kinds(*, run_ids: list[int]) -> dict[int, dict[str, int]]:
+    """{run id: {failure kind: failed jobs}} for a page of runs, in one grouped query."""
+    counts: dict[int, dict[str, int]] = {rid: {} for rid in run_ids}
+    rows = (
+        JudgeJob.objects.filter(run_id__in=run_ids, status__in=FAILED_JOB_STATUSES)
+        .annotate(kind=_failure_kind())
+        .values_list("run_id", "kind")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for run_id, kind, n in rows:
+        counts[run_id][kind] = counts[run_id].get(kind, 0) + n
+    return counts
+
+
+def judge_run_first_errors(*, run: JudgeRun, limit: int = FIRST_ERRORS) -> list[dict[str, Any]]:
+    """The run's first failed jobs (by id) with their kind and recorded reason."""
+    rows = (
+        JudgeJob.objects.filter(run=run, status__in=FAILED_JOB_STATUSES)
+        .annotate(kind=_failure_kind())
+        .order_by("id")
+        .values("id", "kind", "error", "http_status", "attempts", "criterion__key",
+                "output_id", "comparison_id")[:limit]
+    )
+    return [{"job": r["id"], "kind": r["kind"], "kind_label": FAILURE_KINDS[r["kind"]],
+             "error": r["error"], "http_status": r["http_status"], "attempts": r["attempts"],
+             "criterion": r["criterion__key"], "output": r["output_id"],
+             "comparison": r["comparison_id"]} for r in rows]
+
+
+def judge_run_first_error_texts(*, run_ids: list[int]) -> dict[int, str]:
+    """{run id: the error of its first failed job} for a page of runs (one query)."""
+    first = (JudgeJob.objects.filter(run=OuterRef("pk"), status__in=FAILED_JOB_STATUSES)
+             .order_by("id").values("error")[:1])
+    return {
+        rid: text for rid, text in JudgeRun.objects.filter(pk__in=run_ids)
+        .annotate(first_error=Subquery(first)).values_list("id", "first_error")
+        if text is not None
+    }
+
+
+def judge_run_outcome(
+    *, run: JudgeRun, jobs: Mapping[str, int], by_kind: Mapping[str, int],
+    first_errors: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What became of a run, derived from its status and its jobs (nothing stored).
+
+    `state`: pending | running | succeeded | partly_failed | failed | cancelled | stopped.
+    A run the queue calls done is `failed` when jobs failed and none succeeded,
+    `partly_failed` when some did, `succeeded` when none failed. Cancelled, stopped and
+    active runs keep their status and carry their failures so far.
+    """
+    failed = sum(jobs.get(s, 0) for s in FAILED_JOB_STATUSES)
+    succeeded = jobs.get(JudgeJob.Status.DONE, 0)
+    total = sum(jobs.values())
+    st = JudgeRun.Status
+    if run.status == st.FAILED or (run.status == st.DONE and failed and not succeeded):
+        state = "failed"
+    elif run.status == st.DONE and failed:
+        state = "partly_failed"
+    elif run.status == st.DONE:
+        state = "succeeded"
+    else:
+        state = str(run.status)
+    labels = {"failed": "Failed", "partly_failed": "Partly failed", "succeeded": "Done",
+              "pending": "Pending", "running": "Running", "cancelled": "Cancelled",
+              "stopped": "Stopped (budget)"}
+    kinds = [{"kind": k, "label": FAILURE_KINDS[k], "count": by_kind[k]}
+             for k in FAILURE_KINDS if by_kind.get(k)]
+    if failed == 0:
+        headline = ""
+    elif state == "failed" and failed == total:
+        headline = f"every call failed ({failed} of {total} jobs)"
+    else:
+        headline = f"{failed} of {total} jobs failed"
+    summary = headline
+    if kinds:
+        summary += " — " + "; ".join(f"{k['label']}: {k['count']}" for k in kinds)
+    data: dict[str, Any] = {
+        "state": state,
+        "label": labels.get(state, state),
+        "has_failures": failed > 0,
+        "failed_jobs": failed,
+        "headline": headline,
+        "summary": summary,
+        "by_kind": {k["kind"]: k["count"] for k in kinds},
+        "kinds": kinds,
+    }
+    if first_errors is not None:
+        data["first_errors"] = first_errors
+    return data
+
+
+def judge_run_outcome_for(*, run: JudgeRun) -> dict[str, Any]:
+    """`judge_run_outcome` of one run, with its first errors (three queries)."""
+    jobs = judge_run_job_counts(run_ids=[run.pk])[run.pk]
+    by_kind = judge_run_failure_kinds(run_ids=[run.pk])[run.pk]
+    first = judge_run_first_errors(run=run) if by_kind else []
+    return judge_run_outcome(run=run, jobs=jobs, by_kind=by_kind, first_errors=first)
 
 
 def _truthy(value: str, field: str) -> bool:

@@ -89,3 +89,36 @@ class PreviewSerializer(serializers.Serializer):
     body = serializers.DictField(help_text="The JSON body, exactly as it would be sent.")
     body_text = serializers.CharField(help_text="The body bytes as text.")
     messages = serializers.ListField(child=serializers.DictField())
+
+
+class ConnectionTestRequestSerializer(serializers.Serializer):
+    config = serializers.DictField(
+        help_text="An LLM judge config, as for creating a version (docs/judges.md).")
+    criterion_key = serializers.CharField(
+        required=False, allow_blank=True,
+        help_text="Default: the first single-output criterion of the current rubric.")
+    output_id = serializers.IntegerField(
+        required=False, min_value=1, help_text="Default: the study's first output.")
+
+
+class ConnectionTestSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    latency_ms = serializers.FloatField(allow_null=True)
+    url = serializers.CharField()
+    model = serializers.CharField()
+    criterion = serializers.CharField()
+    output_id = serializers.IntegerField()
+    value = serializers.CharField(help_text="The parsed verdict ('' when the test failed).")
+    value_num = serializers.FloatField(allow_null=True)
+    probability = serializers.FloatField(allow_null=True)
+    rationale = serializers.CharField()
+    raw_response = serializers.CharField(
+        help_text="The answer's text (or the error body), shown only for a listed base URL.")
+    error = serializers.CharField()
+    error_kind = serializers.CharField(
+        help_text="connection | timeout | rate_limited | server_error | refused | bad_response "
+                  "| parse | not_sent | other; '' when ok.")
+    error_label = serializers.CharField()
+    http_status = serializers.IntegerField(allow_null=True)
+    tokens_in = serializers.IntegerField(allow_null=True)
+    tokens_out = serializers.IntegerField(allow_null=True)

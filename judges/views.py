@@ -22,6 +22,7 @@ from studies.selectors import rubric_current
 
 from . import runs, selectors, services
 from .config import PROVIDERS, JudgeNetworkPolicy
+from .connection_test import judge_connection_test
 from .models import Judge
 from .preview import judge_version_preview
 
@@ -58,6 +59,18 @@ def preview_page(request: HttpRequest, slug: str, judge_id: int, version_id: int
     criterion_key = request.GET.get("criterion_key", "")
     preview: dict[str, Any] | None = None
     error = ""
+    # Nothing picked yet: preview with the study's first output (else its first comparison)
+    # rather than show an empty page; the form says which one it is.
+    defaulted = False
+    if not (output_id or comparison_id) and version.judge.kind == Judge.Kind.LLM:
+        first_output = (Output.objects.filter(study=study).order_by("id")
+                        .values_list("id", flat=True).first())
+        if first_output is not None:
+            output_id, defaulted = first_output, True
+        else:
+            comparison_id = (Comparison.objects.filter(study=study).order_by("id")
+                             .values_list("id", flat=True).first())
+            defaulted = comparison_id is not None
     if output_id or comparison_id:
         try:
             subject = selectors.preview_subject_get(
@@ -86,6 +99,7 @@ def preview_page(request: HttpRequest, slug: str, judge_id: int, version_id: int
         "body_pretty": json.dumps(preview["body"], indent=2, ensure_ascii=False)
         if preview else "",
         "error": error,
+        "defaulted": defaulted,
     }
     return render(request, "judges/preview.html", context)
 
@@ -167,10 +181,19 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     errors: list[dict[str, str]] = []
     form: dict[str, Any] = {"kind": "llm", "provider": "openai"}
     status = 200
-    if request.method == "POST":
+    # The form a connection test or a refused run start came from: it is shown again, open,
+    # with what was typed and the outcome beside it.
+    test: dict[str, Any] | None = None
+    run_form: dict[str, Any] | None = None
+    if request.method == "POST" and request.POST.get("test"):
+        test = _connection_test_form(request, study)
+    elif request.method == "POST":
         action = request.POST.get("action", "")
         form = {key: request.POST.get(key, "") for key in request.POST
                 if key != "csrfmiddlewaretoken"}
+        if action == "run":
+            run_form = {"judge_id": _int(request.POST.get("judge_id")), "errors": [],
+                        "criteria": request.POST.getlist("criteria"), "values": form}
         try:
             if action == "create":
                 judge, version = services.judge_create_with_config(
@@ -210,8 +233,13 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
                     reverse("judge-run-detail-page", args=[study.slug, run.pk]))
             raise ValidationFailed.at("action", "unknown action")
         except AppError as exc:
-            errors = error_rows(exc)
             status = 404 if isinstance(exc, NotFound) else 400
+            if run_form is not None and not isinstance(exc, NotFound):
+                run_form["errors"] = error_rows(exc)
+            else:
+                errors = error_rows(exc)
+    if test is not None:
+        form = test["form"] if test["target"] == "create" else form
     judges = list(selectors.judges_list(study=study).prefetch_related("versions"))
     rubric = rubric_current(study)
     policy = JudgeNetworkPolicy.from_settings()
@@ -220,12 +248,21 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
         versions = sorted(j.versions.all(), key=lambda v: -v.version)
         latest = versions[0].config if versions else {}
         fields, rest = _split_config(latest if isinstance(latest, dict) else {})
-        rows.append({
+        row = {
             "judge": j, "versions": versions,
             "config_text": json.dumps(latest, indent=2, ensure_ascii=False) if versions else "",
             "fields": fields,
             "rest_text": json.dumps(rest, indent=2, ensure_ascii=False) if rest else "",
-        })
+        }
+        if test is not None and test["judge_id"] == j.pk:
+            # The edit form as it was typed, not the stored version.
+            typed = test["form"]
+            if test["target"] == "edit":
+                row["fields"] = {n: typed.get(n, "") for n in _LLM_FIELDS}
+                row["rest_text"] = typed.get("config_json", "")
+            else:
+                row["config_text"] = typed.get("config_json", "")
+        rows.append(row)
     context = {
         "study": study,
         "judges": rows,
@@ -237,5 +274,39 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
         "kinds": [(k, label) for k, label in Judge.Kind.choices if k != Judge.Kind.IMPORTED],
         "form": form,
         "errors": errors,
+        "test": test,
+        "run_form": run_form,
+        "selection_kinds": (("all", "All outputs"), ("candidate", "One candidate's outputs"),
+                            ("sample", "A random sample")),
     }
     return render(request, "judges/judge_list.html", context, status=status)
+
+
+def _connection_test_form(request: HttpRequest, study: Any) -> dict[str, Any]:
+    """Run the connection test of the config typed into the new-judge form or one of the
+    edit forms (`judges.connection_test`); nothing is saved."""
+    post = request.POST
+    action = post.get("action", "")
+    judge_id = _int(post.get("judge_id"))
+    typed = {key: post.get(key, "") for key in post if key != "csrfmiddlewaretoken"}
+    target = ("create" if action == "create" else
+              "edit" if post.get("mode") == "fields" else "json")
+    test: dict[str, Any] = {"target": target, "judge_id": judge_id, "form": typed,
+                            "result": None, "errors": []}
+    try:
+        if action == "create":
+            if post.get("kind", "llm") != Judge.Kind.LLM:
+                raise ValidationFailed.at(
+                    "kind", "Only an LLM judge calls a provider: a programmatic check has no "
+                            "connection to test.")
+            config = _new_judge_config(post)
+        else:
+            judge = selectors.judge_get(study=study, judge_id=judge_id or 0)
+            if judge.kind != Judge.Kind.LLM:
+                raise ValidationFailed.at("judge_id", "Only an LLM judge calls a provider.")
+            config = (_edited_config(post) if post.get("mode") == "fields"
+                      else _json_object(post.get("config_json", ""), "config_json"))
+        test["result"] = judge_connection_test(study=study, config=config)
+    except AppError as exc:
+        test["errors"] = error_rows(exc)
+    return test

@@ -93,7 +93,8 @@ class ReportListCreateView(APIView):
 
     kind: ClassVar[str] = ReportSnapshot.Kind.AGREEMENT
 
-    @extend_schema(operation_id="agreement_reports_list", parameters=PAGE_PARAMETERS,
+    @extend_schema(operation_id="agreement_reports_list",
+                   summary="List the study's agreement reports", parameters=PAGE_PARAMETERS,
                    responses=paginated(ReportSerializer))
     def get(self, request: Request, slug: str) -> Response:
         study = study_for_reports(request, slug)
@@ -102,7 +103,8 @@ class ReportListCreateView(APIView):
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(ReportSerializer(page, many=True).data)
 
-    @extend_schema(operation_id="agreement_reports_create", request=ReportCreateSerializer,
+    @extend_schema(operation_id="agreement_reports_create",
+                   summary="Build an agreement report", request=ReportCreateSerializer,
                    responses={202: ReportSerializer})
     def post(self, request: Request, slug: str) -> Response:
         study = study_for_reports(request, slug, write=True)
@@ -129,7 +131,8 @@ class ReportListCreateView(APIView):
 class ReportDetailView(APIView):
     kind: ClassVar[str] = ReportSnapshot.Kind.AGREEMENT
 
-    @extend_schema(operation_id="agreement_reports_detail", responses=ReportDetailSerializer)
+    @extend_schema(operation_id="agreement_reports_detail",
+                   summary="An agreement report with its results", responses=ReportDetailSerializer)
     def get(self, request: Request, slug: str, report_id: int) -> Response:
         study = study_for_reports(request, slug)
         report = selectors.report_get(study=study, report_id=report_id, kind=self.kind)
@@ -144,12 +147,14 @@ class CalibrationReportListCreateView(ReportListCreateView):
 
     kind = ReportSnapshot.Kind.CALIBRATION
 
-    @extend_schema(operation_id="calibration_reports_list", parameters=PAGE_PARAMETERS,
+    @extend_schema(operation_id="calibration_reports_list",
+                   summary="List the study's calibration reports", parameters=PAGE_PARAMETERS,
                    responses=paginated(ReportSerializer))
     def get(self, request: Request, slug: str) -> Response:
         return super().get(request, slug)
 
-    @extend_schema(operation_id="calibration_reports_create", request=ReportCreateSerializer,
+    @extend_schema(operation_id="calibration_reports_create",
+                   summary="Build a calibration report", request=ReportCreateSerializer,
                    responses={202: ReportSerializer})
     def post(self, request: Request, slug: str) -> Response:
         return super().post(request, slug)
@@ -158,7 +163,9 @@ class CalibrationReportListCreateView(ReportListCreateView):
 class CalibrationReportDetailView(ReportDetailView):
     kind = ReportSnapshot.Kind.CALIBRATION
 
-    @extend_schema(operation_id="calibration_reports_detail", responses=ReportDetailSerializer)
+    @extend_schema(operation_id="calibration_reports_detail",
+                   summary="A calibration report with its results",
+                   responses=ReportDetailSerializer)
     def get(self, request: Request, slug: str, snapshot_id: int) -> Response:
         return super().get(request, slug, snapshot_id)
 
@@ -220,13 +227,15 @@ class SelectionReportListCreateView(ReportListCreateView):
 
     kind = ReportSnapshot.Kind.SELECTION
 
-    @extend_schema(operation_id="selection_reports_list", parameters=PAGE_PARAMETERS,
+    @extend_schema(operation_id="selection_reports_list",
+                   summary="List the study's selection reports", parameters=PAGE_PARAMETERS,
                    responses=paginated(ReportSerializer))
     def get(self, request: Request, slug: str) -> Response:
         return super().get(request, slug)
 
     @extend_schema(
-        operation_id="selection_reports_create", request=ReportCreateSerializer,
+        operation_id="selection_reports_create",
+        summary="Build a selection report", request=ReportCreateSerializer,
         responses={202: ReportSerializer, 400: OpenApiResponse(
             ErrorSerializer, description="A bad parameter or mix; details.errors names each "
                                          "field (params.mix.<label>, "
@@ -240,6 +249,7 @@ class SelectionReportDetailView(ReportDetailView):
     kind = ReportSnapshot.Kind.SELECTION
 
     @extend_schema(operation_id="selection_reports_detail",
+                   summary="A selection report with its decision and results",
                    responses=SelectionReportDetailSerializer)
     def get(self, request: Request, slug: str, snapshot_id: int) -> Response:
         study = study_for_reports(request, slug)
@@ -300,6 +310,7 @@ class ReportExportView(APIView):
 
     @extend_schema(
         operation_id="agreement_reports_export",
+        summary="Download one table of a report as CSV",
         parameters=[OpenApiParameter("table", OpenApiTypes.STR, enum=list(TABLES))],
         responses={
             (200, "text/csv"): OpenApiTypes.STR,

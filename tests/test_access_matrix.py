@@ -204,6 +204,8 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "api-judge-versions": {"GET": READ_BLIND, "POST": LEAD_WRITE},
     "api-judge-version": {"GET": READ_BLIND},
     "api-judge-version-preview": {"POST": LEAD_READ_POST},
+    # One real call to the provider: a lead with a write token (it costs money).
+    "api-judge-connection-test": {"POST": LEAD_WRITE},
     "judge-run-list": {"GET": LEAD_READ, "POST": LEAD_WRITE},
     "judge-run-detail": {"GET": LEAD_READ},
     "judge-run-cancel": {"POST": LEAD_WRITE},

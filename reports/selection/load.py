@@ -427,7 +427,9 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
             pk=judge_id, judge__study=study).first()
         if jv is not None:
             label = str((jv.config or {}).get("label", "")) if jv.judge.kind == "imported" else ""
-            display = f"{jv.judge.name} {label}" if label else f"{jv.judge.name} v{jv.version}"
+            from calibration.refs import judge_display
+
+            display = judge_display(jv.judge.name, jv.version, label)
             judge = {"id": jv.pk, "display": display,
                      "simulated": bool(study.is_simulated)
                      or _is_simulated_name(jv.judge.name, label, jv.model_family)}

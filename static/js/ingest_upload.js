@@ -25,6 +25,25 @@
       r.updated + " updated, " + r.unchanged + " unchanged.");
     p.id = "ingest-result";
     outcome.replaceChildren(p);
+    refreshListing();
+  }
+  // The counts and candidate cards below the form are the server's rendering of the page:
+  // after an upload wrote rows, they are fetched again and swapped in, so that "60 created"
+  // is never shown above "0 outputs".
+  function refreshListing() {
+    var listing = document.getElementById("data-listing");
+    if (!listing || !window.fetch || !window.DOMParser) { return; }
+    fetch(window.location.pathname, {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (r) { if (!r.ok) { throw new Error("HTTP " + r.status); } return r.text(); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("data-listing");
+        if (fresh) { listing.replaceChildren.apply(listing, Array.prototype.slice.call(fresh.childNodes)); }
+      })
+      .catch(function () {
+        var note = el("p", "muted small", "The counts below were not refreshed: reload the page to see them.");
+        note.id = "listing-stale";
+        outcome.appendChild(note);
+      });
   }
   function showError(error) {
     var box = el("div", "form-error");

@@ -320,3 +320,23 @@ def test_schema_documents_the_endpoints(lead_client: Any, study: Any) -> None:
     preview = paths["/api/studies/{slug}/judges/{judge_id}/versions/{version_id}/preview"]
     assert "post" in preview and "200" in preview["post"]["responses"]
     assert "requestBody" in preview["post"]
+
+
+def test_preview_page_shows_the_first_output_before_one_is_picked(
+    client: Any, lead: Any, lead_client: Any, study: Any, rubric: Any
+) -> None:
+    judge_id, vid = make_version(lead_client)
+    client.force_login(lead)
+    url = f"/studies/alpha/judges/{judge_id}/versions/{vid}/preview/"
+    # No output yet: a placeholder that says why and where to go, not a blank page.
+    html = client.get(url).content.decode()
+    assert 'id="preview-placeholder"' in html and "has no output" in html
+    assert 'href="/studies/alpha/data/"' in html
+    first = make_output(candidate__study=study, text="The first answer [o1]")
+    make_output(candidate__study=study, text="The second answer [o2]")
+    html = client.get(url).content.decode()
+    assert 'id="preview-placeholder"' not in html
+    assert f"study's first output (#{first.pk})" in html
+    assert "The first answer [o1]" in html and "[o2]" not in html.split("<h2>Request")[1]
+    assert f'<option value="{first.pk}" selected>' in html
+    assert "REDACTED" in html  # the request itself, with the key's header redacted

@@ -188,3 +188,30 @@ def test_overview_and_run_pages_render_for_the_lead_in_chromium(new_session: Any
         len(g.outputs) * len(g.criteria))
     s.screenshot("docs/img/judge-run.png")
     assert not s.page_errors
+
+
+def test_a_refused_run_start_keeps_its_form_open_with_the_error_beside_the_field() -> None:
+    g, client = _lead()
+    client.post(PAGE, GOOD)
+    judge = Judge.objects.get(study=g.study)
+    version = JudgeVersion.objects.get(judge=judge)
+    # No criterion ticked.
+    r = client.post(PAGE, {"action": "run", "judge_id": judge.pk, "version_id": version.pk,
+                           "selection_kind": "sample", "sample_n": "7", "max_calls": "40"})
+    assert r.status_code == 400
+    html = r.content.decode()
+    form = re.search(rf'<details open>\s*<summary>Start a run</summary>\s*'
+                     rf'<form method="post" class="run-form" id="run-{judge.pk}">(.*?)</form>',
+                     html, re.S)
+    assert form is not None, "the run form is collapsed after the error"
+    inside = form.group(1)
+    error = re.search(r'id="run-\d+-errors">(.*?)</div>', inside, re.S)
+    assert error is not None and "<strong>criteria</strong>" in error.group(1)
+    assert inside.index("run-" + str(judge.pk) + "-errors") < inside.index("<legend>Criteria")
+    assert 'aria-invalid="true"' in inside
+    # What was chosen is still there.
+    assert re.search(r'name="sample_n"[^>]*value="7"', inside)
+    assert re.search(r'name="max_calls"[^>]*value="40"', inside)
+    assert '<option value="sample" selected>' in inside
+    assert 'id="judge-errors"' not in html  # the error is at the form, not the page top
+    assert not JudgeRun.objects.exists()
