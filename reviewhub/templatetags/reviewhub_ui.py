@@ -7,6 +7,7 @@ from typing import Any
 from django import template
 from django.urls import NoReverseMatch, reverse
 
+from reviewhub import heartbeat
 from reviewhub.capabilities import Capability, capabilities
 from studies.access import study_role
 from studies.models import Study
@@ -53,3 +54,20 @@ def study_nav_links(context: Any, study: Any) -> list[dict[str, Any]]:
         if url:
             links.append({"label": label, "url": url, "current": request.path == url})
     return links
+
+
+@register.simple_tag(takes_context=True)
+def background_status(context: Any, study: Any) -> Any:
+    """The stale background-work status for a lead of `study`, else None (no banner).
+
+    Leads start the judge runs and reports that wait when the worker is down; annotators'
+    grading does not need it, so their pages stay quiet.
+    """
+    request = context.get("request")
+    if request is None or not isinstance(study, Study):
+        return None
+    role = context.get("study_role") or study_role(user=request.user, study=study)
+    if Capability.LEAD not in capabilities(role):
+        return None
+    status = heartbeat.background_status()
+    return status if status.stale else None
