@@ -56,18 +56,13 @@ def study_nav_links(context: Any, study: Any) -> list[dict[str, Any]]:
     return links
 
 
-@register.simple_tag(takes_context=True)
-def background_status(context: Any, study: Any) -> Any:
-    """The stale background-work status for a lead of `study`, else None (no banner).
+@register.simple_tag
+def background_status() -> Any:
+    """The background-work status when it is stale (base.html's banner), else None.
 
-    Leads start the judge runs and reports that wait when the worker is down; annotators'
-    grading does not need it, so their pages stay quiet.
+    base.html asks only on a study's lead pages (where `study_nav_links` found lead links):
+    leads start the judge runs and reports that wait when the worker is down; annotators'
+    grading does not need it, so their pages stay quiet. One query.
     """
-    request = context.get("request")
-    if request is None or not isinstance(study, Study):
-        return None
-    role = context.get("study_role") or study_role(user=request.user, study=study)
-    if Capability.LEAD not in capabilities(role):
-        return None
     status = heartbeat.background_status()
     return status if status.stale else None
