@@ -3,7 +3,8 @@
 
 Needs only Python 3.11+. Creates `.venv`, installs the project (with the dev extra for tests),
 then runs the demo server or the test suite. The demo uses the embedded default (SQLite and a
-filesystem Celery broker under ./var) unless DATABASE_URL / CELERY_BROKER_URL are set.
+SQLite Celery broker under ./var) unless DATABASE_URL / CELERY_BROKER_URL are set. A worker that
+dies is restarted with backoff; the web server stays up.
 """
 
 from __future__ import annotations
@@ -87,19 +88,15 @@ def demo(argv: list[str]) -> int:
     host = env.get("REVIEWHUB_DEMO_ADDR", "127.0.0.1:8000")
     manage("migrate", "--noinput", env=env)
     manage("demo_seed", *argv, env=env)
-    # `-B` embeds celery beat, which sends the periodic tasks: the judge-run sweeper above all
-    # (expired leases, idle runs; docs/judge_runs.md). The demo's one worker is the only one,
-    # so it is also the one beat; its schedule file is under the var folder (settings).
-    worker = subprocess.Popen(
-        [str(PY), "-m", "celery", "-A", "reviewhub", "worker", "-B", "--loglevel", "INFO",
-         "--pool", "threads", "--concurrency", "8", "-Q", "celery,judges"],
-        # Its own process group (Ctrl-C reaches it as the SIGTERM below, once), so that the
-        # embedded beat child can be stopped with it if the worker has to be killed.
-        cwd=ROOT, env=env, start_new_session=True,
-    )
+    broker = "CELERY_BROKER_URL" if env.get("CELERY_BROKER_URL") else (
+        f"embedded default: kombu's SQLAlchemy transport on "
+        f"{env.get('REVIEWHUB_VAR_DIR') or 'var'}/broker.sqlite3 (not the "
+        "filesystem transport, which races: kombu #1551; docs/deploy.md)")
+    say(f"background work: one Celery worker with embedded beat; broker = {broker}")
     server = subprocess.Popen(
         [str(PY), "manage.py", "runserver", "--noreload", host], cwd=ROOT, env=env
     )
+    worker = start_worker(env)
     say(f"serving http://{host}/  (Ctrl-C stops the server and the worker with its beat)")
 
     def stop(signum: int, frame: object) -> None:
@@ -108,8 +105,32 @@ def demo(argv: list[str]) -> int:
     # SIGTERM (a supervisor, `kill`) must stop the worker too: it runs in its own process group
     # and would outlive us if SIGTERM ended this process the default way, skipping `finally`.
     signal.signal(signal.SIGTERM, stop)
+    restarts = 0
+    started_at = time.monotonic()
     try:
-        while server.poll() is None and worker.poll() is None:
+        # The web server is the demo: when it stops, everything stops. A worker that dies is
+        # restarted (its queued messages wait in the broker) and the pages say meanwhile that
+        # background work is not running (the heartbeat banner, docs/deploy.md).
+        while server.poll() is None:
+            if worker.poll() is not None:
+                code = worker.returncode
+                stop_group(worker)  # an embedded beat child left behind would beat twice
+                ran_s = time.monotonic() - started_at
+                # Backoff doubles per quick death (1, 2, 4 ... 60 s); a worker that ran for
+                # ten minutes starts the count again.
+                restarts = 0 if ran_s > WORKER_STABLE_S else restarts
+                delay = min(WORKER_BACKOFF_CAP_S, 2.0 ** restarts)
+                restarts += 1
+                say(f"worker exited with code {code} after {ran_s:.0f} s; "
+                    f"restarting it in {delay:.0f} s (restart {restarts} in a row)")
+                deadline = time.monotonic() + delay
+                while time.monotonic() < deadline and server.poll() is None:
+                    time.sleep(0.2)
+                if server.poll() is not None:
+                    break
+                worker = start_worker(env)
+                started_at = time.monotonic()
+                say(f"worker restarted (pid {worker.pid})")
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
@@ -122,9 +143,33 @@ def demo(argv: list[str]) -> int:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(worker.pid, signal.SIGKILL)  # whatever of the worker's group is left
+        stop_group(worker)
     return server.returncode or 0
+
+
+#: A worker that ran this long before dying restarts after the shortest backoff again.
+WORKER_STABLE_S = 600.0
+WORKER_BACKOFF_CAP_S = 60.0
+
+
+def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The demo's one Celery worker with its embedded beat (the only beat of the demo)."""
+    # `-B` embeds celery beat, which sends the periodic tasks: the judge-run sweeper above all
+    # (expired leases, idle runs; docs/judge_runs.md) and the heartbeat the pages read. Its
+    # schedule file is under the var folder (settings).
+    return subprocess.Popen(
+        [str(PY), "-m", "celery", "-A", "reviewhub", "worker", "-B", "--loglevel", "INFO",
+         "--pool", "threads", "--concurrency", "8", "-Q", "celery,judges"],
+        # Its own process group (Ctrl-C reaches it as the SIGTERM below, once), so that the
+        # embedded beat child can be stopped with it if the worker has to be killed.
+        cwd=ROOT, env=env, start_new_session=True,
+    )
+
+
+def stop_group(worker: subprocess.Popen[bytes]) -> None:
+    """Kill whatever is left of the worker's process group (the embedded beat child)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(worker.pid, signal.SIGKILL)
 
 
 def test(argv: list[str]) -> int:

@@ -1,8 +1,9 @@
 """ReviewHub settings: one module, configured from the environment.
 
 Every variable read here is listed with a one-line comment in `.env.example`. The embedded
-default (no DATABASE_URL, no CELERY_BROKER_URL) is SQLite plus kombu's filesystem transport, so a
-fresh machine with only Python can run the demo; production sets both and the hardening flags.
+default (no DATABASE_URL, no CELERY_BROKER_URL) is SQLite plus kombu's SQLAlchemy transport on
+its own SQLite file, so a fresh machine with only Python can run the demo; production sets both
+and the hardening flags.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ env = environ.Env()
 if (BASE_DIR / ".env").is_file():
     environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
-# Runtime files of the embedded default (SQLite database, filesystem broker) live here.
+# Runtime files of the embedded default (SQLite database, SQLite broker) live here.
 VAR_DIR = Path(env("REVIEWHUB_VAR_DIR", default="") or BASE_DIR / "var")
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
@@ -120,25 +121,29 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Celery -----------------------------------------------------------------------------
 CELERY_BROKER_URL_SET = "CELERY_BROKER_URL" in env
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    _broker_dir = VAR_DIR / "broker"
-    # kombu's filesystem transport expects its folders to exist.
-    for _sub in ("queue", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        # Without it kombu writes its exchange tables to ./control in the working directory.
-        "control_folder": str(_broker_dir / "control"),
-        "data_folder_in": str(_broker_dir / "queue"),
-        "data_folder_out": str(_broker_dir / "queue"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "store_processed": False,
-    }
+if not CELERY_BROKER_URL_SET:
+    # The embedded default: kombu's SQLAlchemy transport on its own SQLite file under VAR_DIR.
+    # Not kombu's filesystem transport, whose consumer can read a half-written message and
+    # die (kombu #1551, issue 26); the reasons are in reviewhub/embedded_broker.py and
+    # docs/deploy.md. It has no fanout, so remote control, gossip and mingle stay off.
+    from reviewhub.embedded_broker import broker_settings as _embedded_broker_settings
+
+    CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = _embedded_broker_settings(VAR_DIR)
+    CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 else:
-    # Redis redelivers unacknowledged messages after this many seconds; it must exceed the
-    # longest task so that acks_late tasks are not delivered twice while still running.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    CELERY_BROKER_URL = env("CELERY_BROKER_URL")
+    if CELERY_BROKER_URL.startswith("filesystem:"):
+        # Refused rather than run: it loses the worker within a working day (issue 26).
+        raise ImproperlyConfigured(
+            "CELERY_BROKER_URL=filesystem:// is not supported: kombu's filesystem transport "
+            "lets a worker read a half-written message and stop (kombu #1551). Leave "
+            "CELERY_BROKER_URL unset for the embedded default, or use Redis (docs/deploy.md)."
+        )
+    if not CELERY_BROKER_URL.startswith(("sqla+", "sqlalchemy+")):
+        # Redis redelivers unacknowledged messages after this many seconds; it must exceed the
+        # longest task so that acks_late tasks are not delivered twice while still running.
+        CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -374,6 +379,17 @@ CELERY_BEAT_SCHEDULE = {
 # deployment (compose's `beat` service, the demo worker's `-B`); without one no sweep runs
 # after the start-up one, and a run whose worker was killed never recovers (docs/deploy.md).
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- Background-work heartbeat (reviewhub/heartbeat.py) ----------------------------------
+# How often celery beat sends the heartbeat task, and the age after which lead pages say that
+# background work (judge runs, reports) is not running.
+REVIEWHUB_HEARTBEAT_INTERVAL_S = env.float("REVIEWHUB_HEARTBEAT_INTERVAL_S", default=30.0)
+REVIEWHUB_HEARTBEAT_STALE_S = env.float("REVIEWHUB_HEARTBEAT_STALE_S", default=120.0)
+CELERY_BEAT_SCHEDULE["reviewhub-heartbeat"] = {
+    "task": "reviewhub.heartbeat",
+    "schedule": REVIEWHUB_HEARTBEAT_INTERVAL_S,
+    "options": {"expires": REVIEWHUB_HEARTBEAT_INTERVAL_S},
+}
 
 # --- Annotations (see docs/annotation.md) ---------------------------------------------------
 # Minutes an annotator holds an output before it returns to the pool (heartbeats extend it).

@@ -50,6 +50,7 @@ APP_PURE = [
     "reviewhub.errors",
     "reviewhub.capabilities",
     "reviewhub.api.strictjson",
+    "reviewhub.embedded_broker",
     "studies.subjects",
 ]
 PURE_MODULES = EVALSTATS + APP_PURE

@@ -7,6 +7,7 @@ from typing import Any
 from django import template
 from django.urls import NoReverseMatch, reverse
 
+from reviewhub import heartbeat
 from reviewhub.capabilities import Capability, capabilities
 from studies.access import study_role
 from studies.models import Study
@@ -54,3 +55,15 @@ def study_nav_links(context: Any, study: Any) -> list[dict[str, Any]]:
         if url:
             links.append({"label": label, "url": url, "current": request.path == url})
     return links
+
+
+@register.simple_tag
+def background_status() -> Any:
+    """The background-work status when it is stale (base.html's banner), else None.
+
+    base.html asks only on a study's lead pages (where `study_nav_links` found lead links):
+    leads start the judge runs and reports that wait when the worker is down; annotators'
+    grading does not need it, so their pages stay quiet. One query.
+    """
+    status = heartbeat.background_status()
+    return status if status.stale else None
