@@ -383,8 +383,9 @@ INSPECT_SCRIPT = textwrap.dedent("""
 
     calls, conc, base, model, log_dir = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
                                          sys.argv[4], sys.argv[5])
-    os.environ["SIM_API_KEY"] = "sk-bench"
-    os.environ["SIM_BASE_URL"] = base + "/v1"
+    for name in ("SIM", "OPENAI"):  # "OPENAI" only for a run with --inspect-model openai/…
+        os.environ[name + "_API_KEY"] = "sk-bench"
+        os.environ[name + "_BASE_URL"] = base + "/v1"
 
     @solver
     def canned():
@@ -404,7 +405,8 @@ INSPECT_SCRIPT = textwrap.dedent("""
     samples_out = log.samples or []
     print(json.dumps({
         "version": importlib.metadata.version("inspect_ai"), "status": log.status,
-        "error": str(log.error.message)[:300] if log.error else "",
+        "error": str(log.error.message)[:300] if log.error else next(
+            (str(s.error.message)[:300] for s in samples_out if s.error), ""),
         "completed": log.results.completed_samples if log.results else 0,
         "scored": sum(1 for s in samples_out if s.scores and not s.error),
         "sample_errors": sum(1 for s in samples_out if s.error),
@@ -412,14 +414,15 @@ INSPECT_SCRIPT = textwrap.dedent("""
 """)
 
 
-def inspect_run(python: str, url: str, *, calls: int, concurrency: int) -> dict[str, Any]:
+def inspect_run(python: str, url: str, *, calls: int, concurrency: int,
+                model: str = INSPECT_MODEL) -> dict[str, Any]:
     """Inspect AI's `model_graded_qa` on `calls` samples; refused unless the eval succeeded,
     every sample was scored without error, and the server answered one call per sample."""
     server_reset(url)
     with tempfile.TemporaryDirectory(prefix="inspect-bench-logs-") as log_dir:
         proc = subprocess.run(
-            [python, "-c", INSPECT_SCRIPT, str(calls), str(concurrency), url, INSPECT_MODEL,
-             log_dir], capture_output=True, text=True, timeout=1800)
+            [python, "-c", INSPECT_SCRIPT, str(calls), str(concurrency), url, model, log_dir],
+            capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise NotMeasured(f"inspect-ai exited {proc.returncode}: "
                           f"{(proc.stderr or proc.stdout)[-400:]!r}")
@@ -554,10 +557,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="alternate every setup this many times at each concurrency")
     parser.add_argument("--inspect", default="", help="python of a venv with inspect-ai")
+    parser.add_argument("--inspect-model", default=INSPECT_MODEL,
+                        help="the model name Inspect is given (openai/sim-judge shows the failed "
+                             "eval the earlier figures measured)")
     parser.add_argument("--promptfoo", default="",
                         help="folder with promptfoo installed (default: npm install it into a "
                              "temporary folder)")
     parser.add_argument("--no-promptfoo", action="store_true")
+    parser.add_argument("--peer-calls", type=int, default=0,
+                        help="calls for the peers (default: --calls); they are slow here")
     parser.add_argument("--compare", default="", metavar="REF",
                         help="also run 1 worker from this commit's tree (before/after)")
     parser.add_argument("--skip-loops", action="store_true",
@@ -566,6 +574,7 @@ def main() -> int:
                         help="calls for the one-pool plain-httpx loop (slow; 0: not run)")
     args = parser.parse_args()
 
+    peer_calls = args.peer_calls or args.calls
     ensure_database()
     django_setup()
     server, url = start_provider(args.latency_ms)
@@ -619,7 +628,7 @@ def main() -> int:
                 setups: list[tuple[str, int, Path]] = []
                 if before is not None:
                     setups.append((f"reviewhub {args.compare}, 1 worker", 1, before))
-                setups += [(f"reviewhub, {n} worker proc", n, ROOT) for n in args.workers]
+                setups += [(f"reviewhub, {n} worker proc", n, ROOT) for n in args.workers if n > 0]
                 for label, n, tree in setups:
                     r, why = measure(reviewhub_run, calls=args.calls, concurrency=conc,
                                      workers=n, study=study, version=version, crit=crit,
@@ -627,15 +636,17 @@ def main() -> int:
                     row(label, conc, r, stock=stock_rate, lean=lean_rate, note=why)
                 if args.inspect:
                     r, why = measure(inspect_run, python=args.inspect, url=url,
-                                     calls=args.calls, concurrency=conc)
+                                     calls=peer_calls, concurrency=conc,
+                                     model=args.inspect_model)
                     row("inspect-ai model_graded_qa", conc, r, stock=stock_rate,
-                        lean=lean_rate, note=why or f"inspect-ai {r['version'] if r else ''}")
+                        lean=lean_rate, note=why or f"inspect-ai {r['version'] if r else ''}, "
+                        f"{peer_calls} samples")
                 if promptfoo is not None:
-                    r, why = measure(promptfoo_run, exe=promptfoo, url=url, calls=args.calls,
+                    r, why = measure(promptfoo_run, exe=promptfoo, url=url, calls=peer_calls,
                                      concurrency=conc)
                     row("promptfoo llm-rubric", conc, r, stock=stock_rate, lean=lean_rate,
-                        note=why or f"promptfoo {r['version']}, {r['passed']} tests passed"
-                        if r else why)
+                        note=why or f"promptfoo {r['version']}, {peer_calls} tests, "
+                        f"{r['passed']} passed" if r else why)
             print(f"   load average at the end of c = {conc}: {load_average()}")
     finally:
         server.terminate()
