@@ -1,11 +1,29 @@
-"""Judge throughput: ReviewHub's judge run (1 and 2 Celery worker processes) against a bare
-asyncio + httpx loop at the same concurrency, on the simulated provider answering after a
-fixed latency. Prints calls/s, the ratio to the bare loop and worker CPU ms per job.
+"""Judge throughput: ReviewHub's judge run (1 and 2 Celery worker processes) against bare
+asyncio loops at the same concurrency and against two peers (Inspect AI and promptfoo, each in
+its own install), on the simulated provider answering after a fixed latency.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/rh_judgesr_bench \\
-    CELERY_BROKER_URL=redis://127.0.0.1:6379/5 REDIS_URL=redis://127.0.0.1:6379/5 \\
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/rh_bench \\
+    CELERY_BROKER_URL=redis://127.0.0.1:6379/8 REDIS_URL=redis://127.0.0.1:6379/8 \\
     .venv/bin/python bench/judge_throughput.py [--calls 5000] [--concurrency 64 256]
-        [--workers 1 2] [--latency-ms 100] [--inspect /tmp/inspect-venv/bin/python]
+        [--workers 1 2] [--latency-ms 100] [--rounds 1]
+        [--inspect /tmp/inspect-venv/bin/python] [--promptfoo /tmp/promptfoo-bench]
+        [--compare REF]
+
+Every figure is counted at the simulated server, so every setup is measured by the same
+clock: the server is reset before a setup, and afterwards says how many model calls it
+answered (per HTTP status) and the time from the first request to the last answer. A setup
+whose server count is not exactly one successful call per job (or per sample / test), or
+whose own account says it failed (Inspect's log status and sample count, promptfoo's result
+count and errors, ReviewHub's run status and verdicts), prints REFUSED with the reason
+instead of a figure.
+
+`--compare REF` also runs the 1-worker setup with the workers of another commit (exported
+with `git archive` into a temporary folder; same database schema required), alternating with
+this tree's workers, so the before/after worker CPU per job comes from one invocation.
+
+`--promptfoo DIR` is a folder with promptfoo installed (`npm install promptfoo@0.121.20` in
+it); without it the benchmark installs promptfoo into a temporary folder when npm is there,
+and skips it with the reason otherwise (`--no-promptfoo` skips it outright).
 
 The database named in DATABASE_URL is created if missing and migrated; it should be a
 scratch database (the benchmark study is deleted and re-created on each run, and the judge
@@ -23,10 +41,13 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +68,40 @@ def proc_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+
+
+class NotMeasured(RuntimeError):
+    """The setup did not do the work it was asked to do: no figure may be printed for it."""
+
+
+def server_reset(url: str) -> None:
+    req = urllib.request.Request(url + "/__reset", data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as response:
+        response.read()
+
+
+def server_stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url + "/__stats", timeout=10) as response:
+        return dict(json.loads(response.read()))
+
+
+def server_measure(url: str, *, expected: int, what: str) -> dict[str, float]:
+    """Calls/s as the simulated server saw them since the last reset, after checking that it
+    answered exactly `expected` chat-completion calls, all with HTTP 200, and nothing else."""
+    stats = server_stats(url)
+    answered = {int(k): int(v) for k, v in stats.get("answered", {}).items()}
+    counts = {k: int(v) for k, v in stats.get("counts", {}).items()}
+    ok = answered.get(200, 0)
+    other = {k: v for k, v in answered.items() if k != 200}
+    paths = {k: v for k, v in counts.items() if k not in ("/v1/chat/completions",
+                                                          "/chat/completions")}
+    if ok != expected or other or paths:
+        raise NotMeasured(
+            f"{what}: the server answered {ok} successful calls of {expected} expected"
+            + (f", other statuses {other}" if other else "")
+            + (f", requests to other paths {paths}" if paths else ""))
+    span = float(stats["span_s"])
+    return {"calls_per_s": ok / span, "wall_s": span, "server_calls": ok}
 
 
 def start_provider(latency_ms: float) -> tuple[subprocess.Popen[str], str]:
@@ -142,10 +197,12 @@ def bare_loop(url: str, *, calls: int, concurrency: int, body: bytes,
             await asyncio.gather(*(worker() for _ in range(concurrency)))
             return time.perf_counter() - t0
 
+    server_reset(url)
     cpu0 = time.process_time()
     wall = asyncio.run(main())
     cpu = time.process_time() - cpu0
-    return {"calls_per_s": calls / wall, "wall_s": wall, "cpu_ms_per_call": cpu * 1000 / calls}
+    measured = server_measure(url, expected=calls, what=f"bare loop ({client_kind})")
+    return {**measured, "e2e_s": wall, "cpu_ms_per_call": cpu * 1000 / calls}
 
 
 # --- ReviewHub --------------------------------------------------------------------------------
@@ -246,7 +303,8 @@ def sample_body(study: Any, version: Any, crit: Any) -> bytes:
     return serialize_body(provider_prepare(req).body)
 
 
-def start_workers(n: int, per_worker: int, log_dir: Path) -> list[subprocess.Popen[bytes]]:
+def start_workers(n: int, per_worker: int, log_dir: Path,
+                  tree: Path = ROOT) -> list[subprocess.Popen[bytes]]:
     env = dict(os.environ)
     level = os.environ.get("BENCH_WORKER_LOG", "WARNING")  # INFO shows each slice's figures
     env.update({"REVIEWHUB_JUDGE_CONCURRENCY": str(per_worker),
@@ -259,13 +317,13 @@ def start_workers(n: int, per_worker: int, log_dir: Path) -> list[subprocess.Pop
             [sys.executable, "-m", "celery", "-A", "reviewhub", "worker", "-Q", "judges",
              "--pool", "threads", "-c", "1", "--prefetch-multiplier", "1", "-n",
              f"bench{i}@%h", "--without-gossip", "--without-mingle", "--loglevel", level],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+            cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT))
     time.sleep(6)  # start-up (imports, broker connection) is not part of the measurement
     return procs
 
 
 def reviewhub_run(*, calls: int, concurrency: int, workers: int, study: Any, version: Any,
-                  crit: Any, log_dir: Path) -> dict[str, float]:
+                  crit: Any, log_dir: Path, url: str, tree: Path = ROOT) -> dict[str, float]:
     import redis
     from django.conf import settings
 
@@ -279,7 +337,8 @@ def reviewhub_run(*, calls: int, concurrency: int, workers: int, study: Any, ver
     settings.REVIEWHUB_JUDGE_TASKS_PER_RUN = workers
     settings.REVIEWHUB_JUDGE_CONCURRENCY = concurrency // workers
     vacuum_analyze()
-    procs = start_workers(workers, concurrency // workers, log_dir)
+    procs = start_workers(workers, concurrency // workers, log_dir, tree)
+    server_reset(url)
     try:
         cpu0 = [proc_cpu_s(p.pid) for p in procs]
         t0 = time.perf_counter()
@@ -302,47 +361,191 @@ def reviewhub_run(*, calls: int, concurrency: int, workers: int, study: Any, ver
     done = JudgeJob.objects.filter(run=run, status="done").count()
     verdicts = Verdict.objects.filter(run=run).count()
     if status != "done" or done != calls or verdicts != calls:
-        raise RuntimeError(f"run {run.pk} ended {status} with {done} done, {verdicts} verdicts")
-    return {"calls_per_s": calls / wall, "wall_s": wall, "cpu_ms_per_call": cpu * 1000 / calls}
+        raise NotMeasured(f"run {run.pk} ended {status} with {done} jobs done and {verdicts} "
+                          f"verdicts of {calls}")
+    measured = server_measure(url, expected=calls, what=f"ReviewHub, {workers} worker(s)")
+    return {**measured, "e2e_s": wall, "cpu_ms_per_call": cpu * 1000 / calls}
 
 
-# --- Inspect AI (optional, separate venv) ----------------------------------------------------
+# --- peers (each in its own install) ---------------------------------------------------------
 
-INSPECT_SCRIPT = textwrap.dedent('''
-    import json, os, sys, time
+# Inspect's generic OpenAI-compatible provider: `openai-api/<name>/<model>`, with the base URL
+# and key in <NAME>_BASE_URL and <NAME>_API_KEY. (Its `openai/…` provider sends this Inspect
+# version's requests to the Responses API, /v1/responses, which the simulated server answers
+# with 404: the eval then ends with status "error" after a handful of requests.)
+INSPECT_MODEL = "openai-api/sim/sim-judge"
+INSPECT_SCRIPT = textwrap.dedent("""
+    import importlib.metadata, json, os, sys, time
     from inspect_ai import Task, eval
     from inspect_ai.dataset import Sample
     from inspect_ai.scorer import model_graded_qa
     from inspect_ai.solver import solver
 
-    calls, conc, base = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    os.environ["OPENAI_API_KEY"] = "sk-bench"
-    os.environ["OPENAI_BASE_URL"] = base + "/v1"
+    calls, conc, base, model, log_dir = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
+                                         sys.argv[4], sys.argv[5])
+    for name in ("SIM", "OPENAI"):  # "OPENAI" only for a run with --inspect-model openai/…
+        os.environ[name + "_API_KEY"] = "sk-bench"
+        os.environ[name + "_BASE_URL"] = base + "/v1"
 
     @solver
     def canned():
+        # The candidate's answer is given, so the only model calls are the grader's.
         async def solve(state, generate):
             state.output.completion = "The answer is 4."
             return state
         return solve
 
     samples = [Sample(input=f"What is {i}+{i}?", target=str(2 * i)) for i in range(calls)]
-    task = Task(dataset=samples, solver=canned(), scorer=model_graded_qa(model="openai/sim-judge"))
+    task = Task(dataset=samples, solver=canned(), scorer=model_graded_qa(model=model))
     t0 = time.perf_counter()
-    logs = eval(task, model="openai/sim-judge", max_connections=conc, max_samples=conc,
-                log_dir="/tmp/inspect-bench-logs", display="none", score=True)
+    logs = eval(task, model=model, max_connections=conc, max_samples=conc, log_dir=log_dir,
+                display="none", score=True, fail_on_error=False, retry_on_error=0)
     wall = time.perf_counter() - t0
-    print(json.dumps({"calls_per_s": calls / wall, "wall_s": wall,
-                      "status": logs[0].status}))
-''')
+    log = logs[0]
+    samples_out = log.samples or []
+    print(json.dumps({
+        "version": importlib.metadata.version("inspect_ai"), "status": log.status,
+        "error": str(log.error.message)[:300] if log.error else next(
+            (str(s.error.message)[:300] for s in samples_out if s.error), ""),
+        "completed": log.results.completed_samples if log.results else 0,
+        "scored": sum(1 for s in samples_out if s.scores and not s.error),
+        "sample_errors": sum(1 for s in samples_out if s.error),
+        "e2e_s": wall}))
+""")
 
 
-def inspect_run(python: str, url: str, *, calls: int, concurrency: int) -> dict[str, Any]:
-    proc = subprocess.run([python, "-c", INSPECT_SCRIPT, str(calls), str(concurrency), url],
-                          capture_output=True, text=True, timeout=1800)
+def inspect_run(python: str, url: str, *, calls: int, concurrency: int,
+                model: str = INSPECT_MODEL) -> dict[str, Any]:
+    """Inspect AI's `model_graded_qa` on `calls` samples; refused unless the eval succeeded,
+    every sample was scored without error, and the server answered one call per sample."""
+    server_reset(url)
+    with tempfile.TemporaryDirectory(prefix="inspect-bench-logs-") as log_dir:
+        proc = subprocess.run(
+            [python, "-c", INSPECT_SCRIPT, str(calls), str(concurrency), url, model, log_dir],
+            capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
-        return {"error": (proc.stderr or proc.stdout)[-800:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        raise NotMeasured(f"inspect-ai exited {proc.returncode}: "
+                          f"{(proc.stderr or proc.stdout)[-400:]!r}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if out["status"] != "success" or out["completed"] != calls or out["scored"] != calls:
+        raise NotMeasured(f"inspect-ai {out['version']}: eval status {out['status']}, "
+                          f"{out['completed']} samples completed and {out['scored']} scored "
+                          f"of {calls} ({out['error'] or 'no error message'})")
+    measured = server_measure(url, expected=calls, what="inspect-ai")
+    return {**measured, "e2e_s": out["e2e_s"], "version": out["version"]}
+
+
+PROMPTFOO_VERSION = "0.121.20"
+
+
+def promptfoo_install(folder: str) -> tuple[Path | None, str]:
+    """(the promptfoo executable, "") or (None, why not): an existing install in `folder`, or
+    `npm install promptfoo@PROMPTFOO_VERSION` into a temporary folder (for this run only)."""
+    if folder:
+        exe = Path(folder) / "node_modules" / ".bin" / "promptfoo"
+        return (exe, "") if exe.exists() else (None, f"no promptfoo under {folder}")
+    npm = shutil.which("npm")
+    if npm is None:
+        return None, "npm is not installed"
+    target = Path(tempfile.mkdtemp(prefix="promptfoo-bench-"))
+    proc = subprocess.run([npm, "install", "--no-audit", "--no-fund",
+                           f"promptfoo@{PROMPTFOO_VERSION}"], cwd=target, capture_output=True,
+                          text=True, timeout=1800)
+    exe = target / "node_modules" / ".bin" / "promptfoo"
+    if proc.returncode != 0 or not exe.exists():
+        return None, f"npm install promptfoo failed: {(proc.stderr or proc.stdout)[-300:]!r}"
+    return exe, ""
+
+
+def promptfoo_config(url: str, calls: int) -> dict[str, Any]:
+    """`calls` tests, each the echo provider (no network: the candidate's answer is given) and
+    one `llm-rubric` assertion graded by the simulated server: one model call per test."""
+    return {
+        "description": "ReviewHub judge-throughput peer (simulated provider)",
+        "prompts": ["The answer is {{answer}}."],
+        "providers": ["echo"],
+        "defaultTest": {
+            "options": {"provider": {
+                "id": "openai:chat:sim-judge",
+                "config": {"apiBaseUrl": url + "/v1", "apiKey": "sk-bench"}}},
+            "assert": [{"type": "llm-rubric", "value": "The answer is correct."}],
+        },
+        "tests": [{"vars": {"answer": str(2 * i), "question": f"What is {i}+{i}?"}}
+                  for i in range(calls)],
+    }
+
+
+def promptfoo_run(exe: Path, url: str, *, calls: int, concurrency: int) -> dict[str, Any]:
+    """promptfoo eval, no cache, `--max-concurrency`; refused unless it reports one result per
+    test and no error, and the server answered one call per test."""
+    with tempfile.TemporaryDirectory(prefix="promptfoo-bench-run-") as tmp:
+        config = Path(tmp) / "promptfooconfig.json"
+        config.write_text(json.dumps(promptfoo_config(url, calls)))
+        out_file = Path(tmp) / "results.json"
+        env = {**os.environ, "PROMPTFOO_CONFIG_DIR": str(Path(tmp) / "home"),
+               "PROMPTFOO_CACHE_ENABLED": "false", "PROMPTFOO_DISABLE_TELEMETRY": "1",
+               "PROMPTFOO_DISABLE_UPDATE": "1", "PROMPTFOO_DISABLE_REMOTE_GENERATION": "true",
+               "OPENAI_API_KEY": "sk-bench"}
+        server_reset(url)
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [str(exe), "eval", "-c", str(config), "--no-cache", "--max-concurrency",
+             str(concurrency), "-o", str(out_file), "--no-table", "--no-progress-bar",
+             "--no-write"], capture_output=True, text=True, timeout=1800, env=env, cwd=tmp)
+        wall = time.perf_counter() - t0
+        if not out_file.exists():
+            raise NotMeasured(f"promptfoo wrote no results (exit {proc.returncode}): "
+                              f"{(proc.stderr or proc.stdout)[-400:]!r}")
+        data = json.loads(out_file.read_text())
+        version = subprocess.run([str(exe), "--version"], capture_output=True, text=True,
+                                 env=env, timeout=120).stdout.strip().splitlines()[-1:]
+    results = data.get("results", {})
+    rows = results.get("results", [])
+    stats = results.get("stats", {})
+    # promptfoo's failureReason 2 is an error (1 is a failed assertion, which is a grade).
+    errors = max(int(stats.get("errors", 0)),
+                 sum(1 for r in rows if r.get("failureReason") == 2))
+    if len(rows) != calls or errors:
+        raise NotMeasured(f"promptfoo: {len(rows)} results of {calls}, {errors} errors "
+                          f"(exit {proc.returncode}); first error: "
+                          f"{next((r.get('error') for r in rows if r.get('error')), '')!r:.300}")
+    measured = server_measure(url, expected=calls, what="promptfoo")
+    return {**measured, "e2e_s": wall, "version": version[0] if version else "?",
+            "passed": int(stats.get("successes", 0))}
+
+
+def baseline_tree(ref: str) -> Path:
+    """The tree of commit `ref` (git archive) in a temporary folder, for its workers."""
+    target = Path(tempfile.mkdtemp(prefix="reviewhub-baseline-"))
+    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def row(label: str, conc: int, r: dict[str, Any] | None, *, stock: float | None,
+        lean: float | None, note: str = "") -> None:
+    """One table line; a setup that did not do its work prints REFUSED and why, no figure."""
+    if r is None:
+        print(f"{label:<34}{conc:>6}  REFUSED: {note}", flush=True)
+        return
+    rate = r["calls_per_s"]
+    cpu = f"{r['cpu_ms_per_call']:.2f}" if "cpu_ms_per_call" in r else ""
+    to_stock = f"{rate / stock:.2f}" if stock else "-"
+    to_lean = f"{rate / lean:.2f}" if lean else "-"
+    print(f"{label:<34}{conc:>6}{rate:>10.0f}{to_stock:>8}{to_lean:>8}{cpu:>9}"
+          f"{r['wall_s']:>8.1f}{r.get('e2e_s', 0.0):>8.1f}   {note}", flush=True)
+
+
+def measure(fn: Any, **kwargs: Any) -> tuple[dict[str, Any] | None, str]:
+    try:
+        return fn(**kwargs), ""
+    except NotMeasured as exc:
+        return None, str(exc)
 
 
 def main() -> int:
@@ -351,65 +554,105 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--latency-ms", type=float, default=100.0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate every setup this many times at each concurrency")
     parser.add_argument("--inspect", default="", help="python of a venv with inspect-ai")
-    parser.add_argument("--naive-calls", type=int, default=1000,
-                        help="calls for the plain-httpx reference loop (it is slow)")
+    parser.add_argument("--inspect-model", default=INSPECT_MODEL,
+                        help="the model name Inspect is given (openai/sim-judge shows the failed "
+                             "eval the earlier figures measured)")
+    parser.add_argument("--promptfoo", default="",
+                        help="folder with promptfoo installed (default: npm install it into a "
+                             "temporary folder)")
+    parser.add_argument("--no-promptfoo", action="store_true")
+    parser.add_argument("--peer-calls", type=int, default=0,
+                        help="calls for the peers (default: --calls); they are slow here")
+    parser.add_argument("--compare", default="", metavar="REF",
+                        help="also run 1 worker from this commit's tree (before/after)")
+    parser.add_argument("--skip-loops", action="store_true",
+                        help="run no bare loop (no ratios; e.g. to profile a worker)")
+    parser.add_argument("--naive-calls", type=int, default=0,
+                        help="calls for the one-pool plain-httpx loop (slow; 0: not run)")
     args = parser.parse_args()
 
+    peer_calls = args.peer_calls or args.calls
     ensure_database()
     django_setup()
     server, url = start_provider(args.latency_ms)
     log_dir = Path("/tmp/reviewhub-bench")
     log_dir.mkdir(exist_ok=True)
+    promptfoo: Path | None = None
+    promptfoo_why = "--no-promptfoo"
+    if not args.no_promptfoo:
+        promptfoo, promptfoo_why = promptfoo_install(args.promptfoo)
+    before = baseline_tree(args.compare) if args.compare else None
     try:
         study, version, crit = seed(args.calls, url)
         body = sample_body(study, version, crit)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True).stdout.strip()
         print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, "
-              f"python {platform.python_version()}")
+              f"python {platform.python_version()}, commit {head}"
+              + (f", before = {args.compare}" if args.compare else ""))
         print(f"{args.calls} calls, provider latency {args.latency_ms:.0f} ms, "
-              f"request body {len(body)} bytes\n")
-        print(f"{'setup':<28}{'conc':>6}{'calls/s':>10}{'ratio':>8}{'CPU ms/job':>12}"
-              f"{'wall s':>9}")
+              f"request body {len(body)} bytes, load average at start {load_average()}")
+        if promptfoo is None:
+            print(f"promptfoo skipped: {promptfoo_why}")
+        print("calls/s = model calls the simulated server answered / its time from the first "
+              "request to the last answer\n")
+        print(f"{'setup':<34}{'conc':>6}{'calls/s':>10}{'/stock':>8}{'/lean':>8}{'CPU ms':>9}"
+              f"{'span s':>8}{'e2e s':>8}")
         for conc in args.concurrency:
-            naive_calls = min(args.calls, args.naive_calls)
-            naive = bare_loop(url, calls=naive_calls, concurrency=conc, body=body,
-                              client_kind="plain")
-            bare = bare_loop(url, calls=args.calls, concurrency=conc, body=body)
-            lean = bare_loop(url, calls=args.calls, concurrency=conc, body=body,
-                             client_kind="reviewhub")
             limit = conc / (args.latency_ms / 1000)
-            print(f"{'bare loop, plain httpx*':<28}{conc:>6}{naive['calls_per_s']:>10.0f}"
-                  f"{naive['calls_per_s'] / bare['calls_per_s']:>8.2f}"
-                  f"{naive['cpu_ms_per_call']:>12.2f}{naive['wall_s']:>9.1f}"
-                  f"   ({naive_calls} calls)")
-            print(f"{'bare loop, stock httpx':<28}{conc:>6}{bare['calls_per_s']:>10.0f}"
-                  f"{1.0:>8.2f}{bare['cpu_ms_per_call']:>12.2f}{bare['wall_s']:>9.1f}"
-                  f"   (the reference; latency limit {limit:.0f}/s)")
-            print(f"{'bare loop, reviewhub client':<28}{conc:>6}{lean['calls_per_s']:>10.0f}"
-                  f"{lean['calls_per_s'] / bare['calls_per_s']:>8.2f}"
-                  f"{lean['cpu_ms_per_call']:>12.2f}{lean['wall_s']:>9.1f}")
-            for n in args.workers:
-                r = reviewhub_run(calls=args.calls, concurrency=conc, workers=n, study=study,
-                                  version=version, crit=crit, log_dir=log_dir)
-                label = f"reviewhub, {n} worker proc"
-                print(f"{label:<28}{conc:>6}{r['calls_per_s']:>10.0f}"
-                      f"{r['calls_per_s'] / bare['calls_per_s']:>8.2f}"
-                      f"{r['cpu_ms_per_call']:>12.2f}{r['wall_s']:>9.1f}"
-                      f"   ({r['calls_per_s'] / lean['calls_per_s']:.2f} of the reviewhub-"
-                      "client loop)", flush=True)
-            if args.inspect:
-                ins = inspect_run(args.inspect, url, calls=args.calls, concurrency=conc)
-                if "error" in ins:
-                    print(f"{'inspect-ai model_graded_qa':<28}{conc:>6}  failed: "
-                          f"{ins['error'][-300:]!r}")
-                else:
-                    print(f"{'inspect-ai model_graded_qa':<28}{conc:>6}"
-                          f"{ins['calls_per_s']:>10.0f}"
-                          f"{ins['calls_per_s'] / bare['calls_per_s']:>8.2f}{'':>12}"
-                          f"{ins['wall_s']:>9.1f}", flush=True)
+            print(f"-- c = {conc} (latency bound {limit:.0f} calls/s), load average "
+                  f"{load_average()}")
+            for rnd in range(args.rounds):
+                if args.naive_calls and rnd == 0:
+                    naive_calls = min(args.calls, args.naive_calls)
+                    r, why = measure(bare_loop, url=url, calls=naive_calls, concurrency=conc,
+                                     body=body, client_kind="plain")
+                    row("bare loop, plain httpx (1 pool)", conc, r, stock=None, lean=None,
+                        note=why or f"({naive_calls} calls)")
+                stock = lean = None
+                if not args.skip_loops:
+                    stock, why = measure(bare_loop, url=url, calls=args.calls,
+                                         concurrency=conc, body=body)
+                    row("bare loop, stock httpx", conc, stock, stock=None, lean=None,
+                        note=why or "reference for /stock")
+                    lean, why = measure(bare_loop, url=url, calls=args.calls,
+                                        concurrency=conc, body=body, client_kind="reviewhub")
+                    row("bare loop, reviewhub client", conc, lean,
+                        stock=stock["calls_per_s"] if stock else None, lean=None,
+                        note=why or "reference for /lean")
+                stock_rate = stock["calls_per_s"] if stock else None
+                lean_rate = lean["calls_per_s"] if lean else None
+                setups: list[tuple[str, int, Path]] = []
+                if before is not None:
+                    setups.append((f"reviewhub {args.compare}, 1 worker", 1, before))
+                setups += [(f"reviewhub, {n} worker proc", n, ROOT) for n in args.workers if n > 0]
+                for label, n, tree in setups:
+                    r, why = measure(reviewhub_run, calls=args.calls, concurrency=conc,
+                                     workers=n, study=study, version=version, crit=crit,
+                                     log_dir=log_dir, url=url, tree=tree)
+                    row(label, conc, r, stock=stock_rate, lean=lean_rate, note=why)
+                if args.inspect:
+                    r, why = measure(inspect_run, python=args.inspect, url=url,
+                                     calls=peer_calls, concurrency=conc,
+                                     model=args.inspect_model)
+                    row("inspect-ai model_graded_qa", conc, r, stock=stock_rate,
+                        lean=lean_rate, note=why or f"inspect-ai {r['version'] if r else ''}, "
+                        f"{peer_calls} samples")
+                if promptfoo is not None:
+                    r, why = measure(promptfoo_run, exe=promptfoo, url=url, calls=peer_calls,
+                                     concurrency=conc)
+                    row("promptfoo llm-rubric", conc, r, stock=stock_rate, lean=lean_rate,
+                        note=why or f"promptfoo {r['version']}, {peer_calls} tests, "
+                        f"{r['passed']} passed" if r else why)
+            print(f"   load average at the end of c = {conc}: {load_average()}")
     finally:
         server.terminate()
         server.wait(timeout=10)
+        if before is not None:
+            shutil.rmtree(before, ignore_errors=True)
     return 0
 
 

@@ -53,12 +53,14 @@ from studies.models import Comparison, Criterion, Item, Output
 from .config import JudgeNetworkPolicy
 from .models import Judge, JudgeJob, JudgeRun, JudgeVersion
 from .prompts import PromptRenderer
+from .providers import PreparedCall as WirePreparedCall
 from .providers import (
     ProviderConfigError,
     ProviderError,
     ProviderRequest,
     ProviderResult,
     TransientProviderError,
+    WireTemplate,
     http_client_async,
     provider_call_async,
 )
@@ -102,6 +104,8 @@ class PreparedCall:
     request: ProviderRequest
     limit: tuple[str, ProviderLimits] | None
     est_tokens: int
+    # The HTTP request and body bytes, when built from the drain's template (see DrainContext).
+    wire: tuple[WirePreparedCall, bytes] | None = None
 
 
 class AsyncCaller:
@@ -135,7 +139,7 @@ class AsyncCaller:
                 )
             try:
                 async with asyncio.timeout(req.timeout_s * TOTAL_TIMEOUT_FACTOR + 5):
-                    out.result = await provider_call_async(self.client, req)
+                    out.result = await provider_call_async(self.client, req, prepared.wire)
             except TimeoutError:
                 out.error = TransientProviderError(
                     "timeout: no complete answer within "
@@ -332,6 +336,7 @@ class DrainContext:
         self.allowed: dict[int, list[str]] = {}
         self._templates: dict[int, ProviderRequest] = {}
         self._template_fields: dict[int, dict[str, Any]] = {}
+        self._wires: dict[int, WireTemplate] = {}
         self._limits: dict[tuple[str, str], tuple[str, ProviderLimits] | None] = {}
         self._renderer: PromptRenderer | None = None
         # What a provider says on error reaches leads (job errors, raw excerpts) only from a
@@ -378,6 +383,14 @@ class DrainContext:
         renderer = self._renderer
         assert renderer is not None  # made with the first template
         return ProviderRequest(**self._template_fields[crit_id], messages=renderer.render(ctx))
+
+    def wire_for(self, crit_id: int, request: ProviderRequest) -> tuple[WirePreparedCall, bytes]:
+        """The HTTP form of a request `request_for(crit_id, …)` built (its template with the
+        subject's messages), without encoding the template's fields again."""
+        wire = self._wires.get(crit_id)
+        if wire is None:
+            wire = self._wires[crit_id] = WireTemplate(self._templates[crit_id])
+        return wire.wire(request)
 
     def limit_for(self, request: ProviderRequest) -> tuple[str, ProviderLimits] | None:
         key = (request.base_url, request.model)
@@ -468,13 +481,16 @@ def _prepare(
             raise LookupError(f"comparison {job.comparison_id} no longer exists")
         ctx = subject_context_for(criterion=criterion, comparison=comparison, order=job.order)
     request = dctx.request_for(job.criterion_id, ctx)
+    wire = None
     if job.sample_index and request.seed is not None:
         # Identical seeds would make every sample the same answer; offset them per sample.
         request = dataclasses.replace(request, seed=request.seed + job.sample_index)
+    else:
+        wire = dctx.wire_for(job.criterion_id, request)
     prompt_chars = sum(len(m.content) for m in request.messages)
     return PreparedCall(job_id=job.pk, request=request, limit=dctx.limit_for(request),
                         est_tokens=estimate_tokens(prompt_chars=prompt_chars,
-                                                   max_tokens=request.max_tokens))
+                                                   max_tokens=request.max_tokens), wire=wire)
 
 
 def backoff_delay(*, attempt: int, retry_after_s: float | None) -> float:

@@ -6,6 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
 from .base import (
     PermanentProviderError,
     TransientProviderError,
@@ -24,7 +26,6 @@ def json_body_or_raise(
     *, status: int, headers: Mapping[str, str], content: bytes
 ) -> dict[str, Any]:
     """Return the JSON object of a 2xx body, or raise the right provider error."""
-    excerpt = body_excerpt(content)
     if status in TRANSIENT_4XX or 500 <= status <= 599:
         message = error_message_from_body(content)
         if message is None and looks_like_html(content):
@@ -34,7 +35,7 @@ def json_body_or_raise(
         raise TransientProviderError(
             reason,
             http_status=status,
-            body_excerpt=excerpt,
+            body_excerpt=body_excerpt(content),
             retry_after_s=retry_after_seconds(headers),
         )
     if not 200 <= status <= 299:
@@ -42,16 +43,18 @@ def json_body_or_raise(
         if message is None and looks_like_html(content):
             message = "HTML error page"
         reason = f"HTTP {status}: {message}" if message else f"HTTP {status}"
-        raise PermanentProviderError(reason, http_status=status, body_excerpt=excerpt)
+        raise PermanentProviderError(reason, http_status=status,
+            body_excerpt=body_excerpt(content))
     if looks_like_html(content):
         raise PermanentProviderError(
-            "response body is an HTML page, not JSON", http_status=status, body_excerpt=excerpt
+            "response body is an HTML page, not JSON", http_status=status,
+            body_excerpt=body_excerpt(content)
         )
     try:
         data = json.loads(content)
     except UnicodeDecodeError:
         raise PermanentProviderError(
-            "response body is not UTF-8", http_status=status, body_excerpt=excerpt
+            "response body is not UTF-8", http_status=status, body_excerpt=body_excerpt(content)
         ) from None
     except json.JSONDecodeError as exc:
         reason = (
@@ -60,11 +63,13 @@ def json_body_or_raise(
             else "response body is not JSON"
         )
         raise PermanentProviderError(
-            f"{reason} ({exc.msg} at char {exc.pos})", http_status=status, body_excerpt=excerpt
+            f"{reason} ({exc.msg} at char {exc.pos})", http_status=status,
+            body_excerpt=body_excerpt(content)
         ) from None
     if not isinstance(data, dict):
         raise PermanentProviderError(
-            "response body is JSON but not an object", http_status=status, body_excerpt=excerpt
+            "response body is JSON but not an object", http_status=status,
+            body_excerpt=body_excerpt(content)
         )
     return data
 
@@ -80,6 +85,8 @@ def optional_int(value: Any) -> int | None:
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:
+    if isinstance(headers, httpx.Headers):  # case-insensitive already, without a scan
+        return headers.get(name)
     lowered = name.lower()
     for key, value in headers.items():
         if key.lower() == lowered:

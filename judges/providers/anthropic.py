@@ -83,18 +83,17 @@ def interpret(
     latency_ms: float,
 ) -> ProviderResult:
     data = json_body_or_raise(status=status, headers=headers, content=content)
-    excerpt = body_excerpt(content)
     if data.get("type") == "error":
         err: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else {}
         raise PermanentProviderError(
             f"error body with HTTP {status}: {str(err.get('message', ''))[:200]}",
             http_status=status,
-            body_excerpt=excerpt,
+            body_excerpt=body_excerpt(content),
         )
     blocks = data.get("content")
     if not isinstance(blocks, list):
         raise PermanentProviderError(
-            "response has no content list", http_status=status, body_excerpt=excerpt
+            "response has no content list", http_status=status, body_excerpt=body_excerpt(content)
         )
     text: str | None = None
     if request.response_format is not None:
@@ -115,7 +114,7 @@ def interpret(
         ]
         if not parts:
             raise PermanentProviderError(
-                "no text content block", http_status=status, body_excerpt=excerpt
+                "no text content block", http_status=status, body_excerpt=body_excerpt(content)
             )
         text = "".join(parts)
     usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}

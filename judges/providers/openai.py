@@ -103,14 +103,14 @@ def interpret(
     latency_ms: float,
 ) -> ProviderResult:
     data = json_body_or_raise(status=status, headers=headers, content=content)
-    excerpt = body_excerpt(content)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise PermanentProviderError("empty choice list", http_status=status, body_excerpt=excerpt)
+        raise PermanentProviderError("empty choice list", http_status=status,
+            body_excerpt=body_excerpt(content))
     choice = choices[0]
     if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
         raise PermanentProviderError(
-            "choice has no message", http_status=status, body_excerpt=excerpt
+            "choice has no message", http_status=status, body_excerpt=body_excerpt(content)
         )
     message = choice["message"]
     text = message.get("content")
@@ -119,7 +119,8 @@ def interpret(
         reason = f"model refused: {refusal[:200]}" if isinstance(refusal, str) and refusal else (
             "message has no text content"
         )
-        raise PermanentProviderError(reason, http_status=status, body_excerpt=excerpt)
+        raise PermanentProviderError(reason, http_status=status,
+            body_excerpt=body_excerpt(content))
     usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
     finish = choice.get("finish_reason")
     request_id = header(headers, "x-request-id")

@@ -37,7 +37,10 @@ or as a process for benchmarks (prints one line `listening on http://127.0.0.1:P
 
     python tests/judges/provider_server.py --port 0 --latency-ms 100
 
-`GET /__stats` returns the request counts as JSON; `POST /__reset` clears them.
+`GET /__stats` returns the request counts as JSON; `POST /__reset` clears them. Benchmarks read
+their throughput from it, so that every setup is measured by the same clock (the server's):
+`answered` counts model calls answered per HTTP status, and `first_request_at` /
+`last_answer_at` (the server's `time.monotonic()`) bound the time it spent serving them.
 """
 
 from __future__ import annotations
@@ -323,6 +326,11 @@ class ProviderServer:
         self.requests: deque[RecordedRequest] = deque(maxlen=max_recorded)
         self._queues: dict[str | None, deque[Behaviour]] = {}
         self._counts: Counter[str] = Counter()
+        # Model calls answered, per HTTP status, and when the first arrived and the last was
+        # answered (this process's monotonic clock): what a benchmark's throughput is read from.
+        self._answered: Counter[int] = Counter()
+        self._first_request_at: float | None = None
+        self._last_answer_at: float | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -347,6 +355,8 @@ class ProviderServer:
         with self._lock:
             self._queues.clear()
             self._counts.clear()
+            self._answered.clear()
+            self._first_request_at = self._last_answer_at = None
             self.requests.clear()
             self.handler = None
 
@@ -358,6 +368,15 @@ class ProviderServer:
     def counts(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
+
+    def answered_stats(self) -> dict[str, Any]:
+        """Model calls answered per status and the span of time they took, on this clock."""
+        with self._lock:
+            first, last = self._first_request_at, self._last_answer_at
+            return {"answered": {str(k): v for k, v in sorted(self._answered.items())},
+                    "first_request_at": first, "last_answer_at": last,
+                    "span_s": (last - first) if first is not None and last is not None
+                    else None}
 
     @property
     def url(self) -> str:
@@ -507,7 +526,8 @@ class ProviderServer:
         """Write one response; False when the connection must not be reused."""
         if path == "/__stats":
             stats: dict[str, Any] = {"counts": self.counts, "total": self.count(),
-                                     "max_open_connections": self.max_open_connections}
+                                     "max_open_connections": self.max_open_connections,
+                                     **self.answered_stats()}
             if self.shared_totals is not None:
                 stats["total"] = int(sum(self.shared_totals))
                 stats["per_worker"] = list(self.shared_totals)
@@ -531,6 +551,8 @@ class ProviderServer:
                               client_port=peer[1] if peer else 0)
         with self._lock:
             self._counts[path] += 1
+            if self._first_request_at is None and req.protocol != "other":
+                self._first_request_at = time.monotonic()
             if self.record:
                 self.requests.append(req)
         if self.shared_totals is not None:
@@ -540,12 +562,16 @@ class ProviderServer:
                                           "type": "not_found"}}).encode()
             await self._write(writer, 404, {"Content-Type": "application/json"}, error,
                               keep_alive)
+            with self._lock:
+                self._answered[404] += 1
             return True
         if not isinstance(parsed, dict):
             error = json.dumps({"error": {"message": "body is not a JSON object (simulated)",
                                           "type": "invalid_request_error"}}).encode()
             await self._write(writer, 400, {"Content-Type": "application/json"}, error,
                               keep_alive)
+            with self._lock:
+                self._answered[400] += 1
             return True
         behaviour = self._next_behaviour(req)
         if self.latency_s:
@@ -571,6 +597,9 @@ class ProviderServer:
             return False
         status, out_headers, payload = self._render(req, behaviour)
         await self._write(writer, status, out_headers, payload, keep_alive)
+        with self._lock:
+            self._answered[status] += 1
+            self._last_answer_at = time.monotonic()
         return not behaviour.close_after
 
     def _render(self, req: RecordedRequest, behaviour: Behaviour) -> tuple[int, dict[str, str],

@@ -253,3 +253,59 @@ def test_no_proxy_bypasses_the_environment_proxy(kind: str,
     assert result.http_status == 200
     assert recorded.path == "/v1/chat/completions"
     assert recorded.headers["user-agent"].startswith("ReviewHub")
+
+
+def test_client_parses_each_url_once_and_keeps_few() -> None:
+    import judges.providers as providers
+
+    with ProviderServer() as server:
+
+        async def run() -> dict[str, httpx.URL]:
+            async with http_client_async(max_connections=2) as client:
+                assert isinstance(client, ProviderAsyncClient)
+                for _ in range(3):
+                    await provider_call_async(client, request_to(server.openai_base_url))
+                first = dict(client._urls)
+                assert len(first) == 1
+                # The same parsed object serves every call to that URL.
+                await provider_call_async(client, request_to(server.openai_base_url))
+                assert client._urls == first and all(
+                    client._urls[k] is v for k, v in first.items())
+                # Bounded: past URL_CACHE_SIZE distinct URLs it starts again.
+                for i in range(providers.URL_CACHE_SIZE + 1):
+                    response = await client.request(
+                        "POST", f"{server.openai_base_url}/chat/completions?i={i}",
+                        headers={"content-type": "application/json"},
+                        content=b'{"model": "m", "messages": []}')
+                    assert response.status_code == 200
+                assert len(client._urls) <= providers.URL_CACHE_SIZE
+                return first
+
+        first = asyncio.run(run())
+    assert [str(u) for u in first.values()] == [server.openai_base_url + "/chat/completions"]
+
+
+def test_transport_marks_its_loop_thread_as_asyncio_for_sniffio() -> None:
+    import threading
+
+    import sniffio
+
+    seen: list[str | None] = []
+
+    def thread_main() -> None:
+        with ProviderServer() as server:
+            seen.append(sniffio.thread_local.name)
+
+            async def run() -> str:
+                async with http_client_async(max_connections=1) as client:
+                    return (await provider_call_async(client,
+                                                      request_to(server.openai_base_url))).text
+
+            text = asyncio.run(run())
+            seen.append(sniffio.thread_local.name)
+            seen.append(text)
+
+    worker = threading.Thread(target=thread_main)
+    worker.start()
+    worker.join(30)
+    assert seen[:2] == [None, "asyncio"] and seen[2]

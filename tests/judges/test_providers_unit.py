@@ -283,3 +283,46 @@ def test_body_excerpt_is_bounded() -> None:
         provider_call(mock(lambda r: httpx.Response(503, content=big)), make())
     assert len(info.value.body_excerpt) <= 501
     assert json.dumps(info.value.reason)
+
+
+@pytest.mark.parametrize("template", [
+    make(),
+    make(temperature=0.0, max_tokens=64, seed=7, response_format=SCHEMA, logprobs=True,
+         top_logprobs=5),
+    # A nested "messages" member in a vendor parameter: the splice is the top-level one.
+    make(model='m "messages":[] x', extra={"metadata": {"messages": []}, "top_p": 0.5}),
+    make("anthropic", response_format=SCHEMA),  # encoded in full
+])
+def test_wire_template_bytes_equal_the_full_encoding(template: ProviderRequest) -> None:
+    from dataclasses import replace
+
+    from judges.providers import WireTemplate
+
+    wire = WireTemplate(template)
+    for messages in [MESSAGES, (ChatMessage("user", 'naïve «quotes» ✓ "x" \\ \n'),), (),
+                     (ChatMessage("system", "s"), ChatMessage("user", "a" * 5000))]:
+        request = replace(template, messages=messages)
+        call, content = wire.wire(request)
+        full = provider_prepare(request)
+        assert content == serialize_body(full.body)
+        assert (call.method, call.url, dict(call.headers)) == (full.method, full.url,
+                                                               dict(full.headers))
+
+
+def test_async_call_sends_the_given_wire_bytes() -> None:
+    from judges.providers import WireTemplate
+
+    seen: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.content)
+        return httpx.Response(200, json=openai_body("ok"))
+
+    async def run() -> str:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            request = make(response_format=SCHEMA)
+            wire = WireTemplate(request).wire(request)
+            return (await provider_call_async(client, request, wire)).text
+
+    assert asyncio.run(run()) == "ok"
+    assert seen == [serialize_body(provider_prepare(make(response_format=SCHEMA)).body)]
