@@ -27,15 +27,14 @@ Definitions (the same as calibration's, docs/calibration.md):
   are left out of every estimate (a warning counts them). A randomly drawn label weighs
   1 / inclusion probability (the largest recorded for the output); census, gold and imported
   labels weigh 1.
-* The rubric: an output passes when it passes every hard-gate criterion of the study's latest
-  rubric and the weighted share of the other criteria it passes is at least one half (the
-  decision rule of calibration's rubric rows); its human label needs a label on every one of
-  those criteria.
+* The rubric: the rubric's own rule (`calibration.frames.rubric_rule`; by default an output
+  passes when every criterion with a pass/fail reading passes, or the weighted rule the rubric
+  states); its human label needs a label on every one of those criteria.
 
 The predictor ``f`` is fixed before any human label is looked at: the judge's probability of a
 pass where the judge recorded one on every verdict of the criterion, else its pass reading
-(0/1); the judge's level for mean scores; `calibration.compute.rubric_aggregate` of the
-criteria's predictors for the rubric; ``(1 - rubric predictor) x SEVERITY_COST_LEVEL's cost``
+(0/1); the judge's level for mean scores; `calibration.frames.rubric_predictor_columns` of
+the criteria's predictors for the rubric; ``(1 - rubric predictor) x SEVERITY_COST_LEVEL's cost``
 for the expected cost. Prediction-powered inference is valid (unbiased, with the stated
 coverage) for ANY predictor that does not depend on the labelled sample; a predictor fitted on
 the same human labels (a calibration curve fitted on them, say) makes the rectifier
@@ -145,6 +144,15 @@ class SelectionInputs:
     # human consensus on the same scale, NaN without one) and weight (1 / inclusion
     # probability of its human labels, 1 when unknown).
     comparisons: pd.DataFrame = field(default_factory=lambda: empty_comparisons())
+    # Whether `plan_version` is a locked plan; without one, the version of the study's latest
+    # (unlocked) plan the report follows as exploratory (None: the study has no plan).
+    plan_locked: bool = True
+    draft_plan_version: int | None = None
+    # calibration.frames.rubric_rule of the rubric version the report reads.
+    rubric_rule: dict[str, Any] = field(
+        default_factory=lambda: {"kind": "all", "pass_share": None,
+                                 "text": "an output passes the rubric when every criterion "
+                                         "with a pass/fail reading passes"})
 
 
 def metric_catalogue(criteria: Sequence[CriterionMeta], cost_unit: str) -> list[MetricMeta]:
@@ -296,15 +304,6 @@ def selection_inputs_check(study: Any, params: Mapping[str, Any], plan: Any) -> 
     _raise(errors)
 
 
-def _is_simulated_name(*texts: str) -> bool:
-    """How the demo and the benchmarks name simulated raters ("... (simulated)", "sim-...")."""
-    for t in texts:
-        low = (t or "").lower()
-        if "simulated" in low or low.startswith("sim-"):
-            return True
-    return False
-
-
 def _frame(qs: Any, names: Sequence[str], text: Sequence[str] = ()) -> pd.DataFrame:
     from calibration.frames import _values_frame
 
@@ -356,7 +355,6 @@ def _label_reading(c: CriterionMeta, label: str, mean_score: bool) -> float:
 def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> SelectionInputs:
     """Load a selection snapshot's inputs (module docstring); at most `LOAD_MAX_QUERIES`
     queries."""
-    from django.contrib.auth import get_user_model
     from django.db.models import (
         Case,
         CharField,
@@ -371,12 +369,26 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
     from django.db.models.functions import Coalesce
 
     from annotations.models import Adjudication, Annotation, GoldLabel
+    from calibration.frames import rubric_pass_columns, rubric_predictor_columns, rubric_rule
     from judges.models import JudgeVersion, Verdict
     from studies.criteria import criterion_allowed_values
     from studies.models import Candidate, Criterion, Item, Output
     from studies.spec import plan_costs
 
-    spec = dict(plan.spec or {}) if plan is not None else None
+    plan_locked = plan is not None and plan.locked_at is not None
+    draft_version: int | None = None
+    if plan is None:
+        # No locked plan: the study's latest plan, locked or not, still states the primary
+        # metric, thresholds and gates the team meant; the report follows it and says it is
+        # exploratory (docs/selection.md).
+        from studies.models import AnalysisPlan
+
+        draft = AnalysisPlan.objects.filter(study=study).order_by("-version").first()
+        if draft is not None:
+            draft_version = draft.version
+        spec = dict(draft.spec or {}) if draft is not None else None
+    else:
+        spec = dict(plan.spec or {})
     sel = plan_read(spec)
     costs, _ = plan_costs(spec)
     warnings: list[str] = []
@@ -388,6 +400,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
         .order_by("-rubric__version", "position", "id")
     )
     latest = crit_rows[0].rubric.version if crit_rows else None
+    rule = rubric_rule(crit_rows[0].rubric.aggregate if crit_rows else None)
     criteria = [
         CriterionMeta(
             id=c.pk, key=c.key, name=c.name, scale=c.scale,
@@ -429,8 +442,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
             label = str((jv.config or {}).get("label", "")) if jv.judge.kind == "imported" else ""
             display = f"{jv.judge.name} {label}" if label else f"{jv.judge.name} v{jv.version}"
             judge = {"id": jv.pk, "display": display,
-                     "simulated": bool(study.is_simulated)
-                     or _is_simulated_name(jv.judge.name, label, jv.model_family)}
+                     "simulated": bool(study.is_simulated) or bool(jv.simulated)}
 
     names = params.get("candidates")
     cand_qs = Candidate.objects.filter(study=study).order_by("id")
@@ -544,13 +556,9 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
         comparisons, pair_annotators = _comparisons_load(
             study, pair_crit, judge, list(candidates), item_rows, dimension, warnings)
 
+    # Simulated annotators exist only in studies recorded as simulated (the demo seed): the
+    # flag is the study's, never guessed from a name.
     annotators_simulated = bool(study.is_simulated)
-    if (len(ann) or pair_annotators) and not annotators_simulated:
-        ids = sorted({int(x) for x in np.unique(ann["annotator"].to_numpy())}
-                     | set(pair_annotators)) if len(ann) else sorted(set(pair_annotators))
-        usernames = get_user_model().objects.filter(pk__in=ids).values_list("username",
-                                                                            flat=True)
-        annotators_simulated = any(_is_simulated_name(str(u)) for u in usernames)
 
     # --- per output: weight and which labels count -------------------------------------------
     weight = np.ones(n)
@@ -671,8 +679,11 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
     columns: dict[str, FloatArray] = {}
     rubric = _rubric_criteria(criteria)
     if rubric:
-        f_r = _aggregate([crit_f[c.id] for c in rubric], rubric)
-        y_r = _rubric_pass([crit_y[c.id] for c in rubric], rubric)
+        gates = [c.is_hard_gate for c in rubric]
+        weights = [c.weight for c in rubric]
+        f_r = rubric_predictor_columns([crit_f[c.id] for c in rubric], gates, weights,
+                                       rule)
+        y_r = rubric_pass_columns([crit_y[c.id] for c in rubric], gates, weights, rule)
     else:
         f_r = np.full(n, np.nan)
         y_r = np.full(n, np.nan)
@@ -708,6 +719,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
     return SelectionInputs(
         study_id=study.pk, study_simulated=bool(study.is_simulated),
         plan_version=plan.version if plan is not None else None, plan_spec=spec, plan=sel,
+        plan_locked=plan_locked, draft_plan_version=draft_version, rubric_rule=rule,
         costs=costs, dimension=dimension, possible_labels=possible, judge=judge,
         candidates=candidates, criteria=criteria, metrics=metrics, outputs=outs,
         annotators_simulated=annotators_simulated, warnings=warnings,
@@ -880,41 +892,6 @@ def _mean_at(at: npt.NDArray[np.intp], values: FloatArray, n: int) -> FloatArray
         return np.where(k > 0, s / np.where(k > 0, k, 1.0), np.nan)
 
 
-def _aggregate(p: Sequence[FloatArray], rubric: Sequence[CriterionMeta]) -> FloatArray:
-    """calibration.compute.rubric_aggregate over columns: the product of the gates' P(pass)
-    times the weighted mean P(pass) of the other criteria (NaN where any is missing)."""
-    gate = np.ones(p[0].size)
-    num = np.zeros(p[0].size)
-    den = 0.0
-    for pi, c in zip(p, rubric, strict=True):
-        if c.is_hard_gate:
-            gate = gate * pi
-        else:
-            num = num + c.weight * pi
-            den += c.weight
-    rest = num / den if den > 0 else np.ones(p[0].size)
-    return np.asarray(gate * rest, dtype=np.float64)
-
-
-def _rubric_pass(y: Sequence[FloatArray], rubric: Sequence[CriterionMeta]) -> FloatArray:
-    """Human rubric pass (1/0): every gate passed and the weighted share of the others passed
-    at least one half; NaN unless every criterion has a label."""
-    complete = np.logical_and.reduce([np.isfinite(v) for v in y])
-    gate_failed = np.zeros(y[0].size, dtype=bool)
-    share = np.zeros(y[0].size)
-    den = 0.0
-    for v, c in zip(y, rubric, strict=True):
-        ok = v == 1.0
-        if c.is_hard_gate:
-            gate_failed |= ~ok
-        else:
-            share = share + np.where(ok, c.weight, 0.0)
-            den += c.weight
-    share = share / den if den > 0 else np.ones(y[0].size)
-    passed = (~gate_failed) & (share >= 0.5)
-    return np.where(complete, passed.astype(np.float64), np.nan)
-
-
 def selection_fingerprint(inputs: SelectionInputs) -> str:
     """sha256 over every input the snapshot reads: the outputs' columns (in output order), the
     judge, candidates, criteria, metrics, dimension and the plan's selection sections."""
@@ -932,6 +909,8 @@ def selection_fingerprint(inputs: SelectionInputs) -> str:
         "plan": inputs.plan, "plan_criteria": (inputs.plan_spec or {}).get("criteria"),
         "costs": inputs.costs, "simulated": [inputs.study_simulated,
                                              inputs.annotators_simulated],
+        "rubric_rule": inputs.rubric_rule, "plan_locked": inputs.plan_locked,
+        "draft_plan_version": inputs.draft_plan_version,
     }
     h.update(json.dumps(meta, sort_keys=True, default=str).encode())
     return h.hexdigest()
