@@ -37,9 +37,9 @@ from .spec import (
     PlanContext,
     Problems,
     criteria_validate,
-    rubric_aggregate_validate,
     dimensions_validate,
     plan_spec_validate,
+    rubric_aggregate_validate,
     study_fields_validate,
     study_file_validate,
 )

@@ -886,7 +886,7 @@ def rubric_aggregate_validate(raw: Any, *, path: str = "aggregate",
         if kind not in RUBRIC_RULE_KINDS:
             problems.add(join(path, "kind"), f"must be one of {', '.join(RUBRIC_RULE_KINDS)}")
         elif kind == "weighted":
-            share = raw.get("pass_share")
+            share: Any = raw.get("pass_share")
             if not _is_number(share) or not 0.0 < float(share) <= 1.0:
                 problems.add(join(path, "pass_share"),
                              "is required for a weighted rule: a number in (0, 1]")

@@ -61,8 +61,8 @@ from evalstats.results import Estimate
 from reports.results import json_safe
 from reviewhub.errors import Problems
 
+from .decision import MIN_LABELS as DECISION_MIN_LABELS
 from .decision import (
-    MIN_LABELS,
     MIN_LABELS_PER_STRATUM,
     Contender,
     DecisionInputs,
@@ -1072,7 +1072,7 @@ def _decision_table(
         short_strata = sum(
             max(0, MIN_LABELS_PER_STRATUM - primary_labels.get((ci, si), 0))
             for si, share in mix_codes.items() if share > 0)
-        short = max(MIN_LABELS - n_total, short_strata, 0)
+        short = max(DECISION_MIN_LABELS - n_total, short_strata, 0)
         if ci not in mix_order and short == 0:
             short = MIN_LABELS_PER_STRATUM  # no estimate on the mix at all
         ths: list[Threshold] = []
@@ -1085,10 +1085,10 @@ def _decision_table(
             text = threshold_text(metric, float(row["threshold"]), str(row["direction"]),
                                   baseline if isinstance(baseline, str) else None)
             settle = None
-            est = ppi_mix.get((ci, metric))
-            if row["status"] == "uncertain" and est is not None:
-                settle = labels_to_settle(float(est.value), est.se, int(est.n_labelled),
-                                          float(row["threshold"]), z)
+            th_est = ppi_mix.get((ci, metric))
+            if row["status"] == "uncertain" and th_est is not None:
+                settle = labels_to_settle(float(th_est.value), th_est.se,
+                                          int(th_est.n_labelled), float(row["threshold"]), z)
             ths.append(Threshold(metric=metric, text=text, status=str(row["status"]),
                                  labels_to_settle=settle))
         contenders.append(Contender(

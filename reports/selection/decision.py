@@ -24,7 +24,7 @@ Pure module: no Django, no numpy.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # The states, in the order the table reads them, with their headline label.
@@ -115,14 +115,15 @@ def decide(inputs: DecisionInputs) -> DecisionOut:
     cands = inputs.contenders
     short = [c for c in cands if c.labels_short > 0]
     if not cands or short:
-        need = sum(c.labels_short for c in short) if short else MIN_LABELS
+        missing = sum(c.labels_short for c in short) if short else MIN_LABELS
         who = ", ".join(f"{c.name} has {c.n_labels}" for c in short) or "no candidate has any"
-        text = (f"Not enough evidence: about {need} more human label{'s' if need != 1 else ''} "
+        text = (f"Not enough evidence: about {missing} more human "
+                f"label{'s' if missing != 1 else ''} "
                 f"on {inputs.metric} are needed before the report can decide ({who}; each "
                 f"candidate needs at least {MIN_LABELS}, and {MIN_LABELS_PER_STRATUM} in every "
                 f"stratum of the mix).{flips}")
         return DecisionOut("not_enough_evidence", "Not enough evidence", text, None, None,
-                           need, None)
+                           missing, None)
 
     passing = [c for c in cands if not c.gate_failures]
     if not passing:

@@ -551,9 +551,8 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
             ["output", "criterion", "label"], text=["label"])
     # --- comparisons of a pairwise criterion ----------------------------------------------------
     comparisons = empty_comparisons()
-    pair_annotators: list[int] = []
     if pair_crit is not None and n:
-        comparisons, pair_annotators = _comparisons_load(
+        comparisons, _ = _comparisons_load(
             study, pair_crit, judge, list(candidates), item_rows, dimension, warnings)
 
     # Simulated annotators exist only in studies recorded as simulated (the demo seed): the

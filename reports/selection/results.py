@@ -380,8 +380,6 @@ def upgrade_v1(data: Mapping[str, Any]) -> dict[str, Any]:
 __all__ = [
     "LEGACY_RUBRIC_RULE",
     "SELECTION_RESULT_VERSION",
-    "RubricRule",
-    "upgrade_v1",
     "BradleyTerryRow",
     "CandidateRef",
     "Decision",
@@ -401,7 +399,9 @@ __all__ = [
     "PublicRow",
     "PublicVsPrivate",
     "RankingRow",
+    "RubricRule",
     "SelectionResult",
     "ThresholdRow",
     "WinRateRow",
+    "upgrade_v1",
 ]
