@@ -54,13 +54,14 @@ def small_study(
     slug: str, *, correct: dict[str, list[int]], labelled: dict[str, list[int]],
     judge: bool = True, plan_spec: dict[str, Any] | None = None, lock: bool = True,
     errors: dict[str, int] | None = None, aggregate: dict[str, Any] | None = None,
+    judge_name: str = "judge-gpt", grader_name: str = "", judge_simulated: bool = False,
 ) -> dict[str, Any]:
     """`correct[c]`: the items (0..29) whose output of c is correct; `labelled[c]`: the items
     whose output of c humans graded (both criteria, drawn at random with probability
     len / 30); the judge, when there is one, agrees with the truth on every output; the first
     `errors[c]` outputs of c errored."""
     owner = UserFactory(username=f"{slug}-lead")
-    grader = get_user_model().objects.create(username=f"{slug}-grader")
+    grader = get_user_model().objects.create(username=grader_name or f"{slug}-grader")
     study = StudyFactory(owner=owner, slug=slug, name=f"Study {slug}", is_simulated=False)
     MembershipFactory(study=study, user=owner, role=Membership.Role.LEAD)
     rubric = RubricVersion.objects.create(study=study, version=1, aggregate=aggregate or {})
@@ -72,9 +73,9 @@ def small_study(
                                       for i in range(N_ITEMS)])
     jv = None
     if judge:
-        j = Judge.objects.create(study=study, name="judge-gpt", kind="llm")
-        jv = JudgeVersion.objects.create(judge=j, version=1, content_hash=slug[:16].ljust(16,
-                                                                                      "x"))
+        j = Judge.objects.create(study=study, name=judge_name, kind="llm")
+        jv = JudgeVersion.objects.create(judge=j, version=1, simulated=judge_simulated,
+                                         content_hash=slug[:16].ljust(16, "x"))
     sampling = SamplingPlan.objects.create(study=study, version=1, rubric=rubric, k=1)
     verdicts: list[Verdict] = []
     anns: list[Annotation] = []
@@ -326,6 +327,20 @@ def test_a_weighted_rubric_rule_is_stated_and_used() -> None:
     # correct is a hard gate: the weighted rule still fails the 15 wrong outputs.
     est = next(e for e in r.estimates if e.metric == "rubric_pass_rate" and e.candidate == A)
     assert est.human is not None and est.human.value == pytest.approx(0.5)
+
+
+# --- simulated from the records, never from a name -------------------------------------------
+
+def test_simulated_is_read_from_the_records_not_from_names() -> None:
+    kw: dict[str, Any] = {"correct": {A: list(range(20)), B: list(range(10))},
+                          "labelled": {A: list(range(30)), B: list(range(30))}}
+    named = small_study("dt-simname", judge_name="sim-judge (simulated)",
+                        grader_name="sim-annotator-9", **kw)
+    _, r = build(named)
+    assert r.simulated is False and r.judge is not None and r.judge.simulated is False
+    flagged = small_study("dt-simflag", judge_simulated=True, **kw)
+    _, r = build(flagged)
+    assert r.simulated is True and r.judge is not None and r.judge.simulated is True
 
 
 # --- the pure function, row by row ---------------------------------------------------------------
