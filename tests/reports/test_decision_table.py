@@ -391,3 +391,32 @@ def test_pure_table_rows_in_order_and_flips_in_every_state() -> None:
     unsure = decide(rows[4][0])
     assert unsure.headline == "X leads, but has not shown it meets correct ≥ 80 %"
     assert unsure.labels_needed == 40 and "about 40 more human labels on X" in unsure.text
+
+
+# --- where the decision is: the study overview and the home page ---------------------------------
+
+def test_overview_and_home_show_the_current_decision_and_the_next_step() -> None:
+    data = small_study("dt-overview", correct={A: list(range(22)), B: [0, 29]},
+                       labelled={A: [0, 2, 4, 6, 8, 10, 12, 14, 16, 22, 24, 26],
+                                 B: [0, 2, 4, 6, 8, 10, 12, 14, 16, 22, 24, 26]},
+                       plan_spec=threshold_plan(0.8), lock=False)
+    web = Client()
+    web.force_login(data["owner"])
+    slug = data["study"].slug
+    before = fold(re.sub(r"<[^>]+>", " ", web.get(f"/studies/{slug}/").content.decode()))
+    assert "Current decision" in before and "No selection report yet." in before
+    snap, r = build(data)
+    html = web.get(f"/studies/{slug}/").content.decode()
+    text = fold(re.sub(r"<[^>]+>", " ", html))
+    assert "Current decision" in text
+    assert "model-alpha leads, but has not shown it meets correct ≥ 80 %" in text
+    assert "exploratory, plan not locked" in text
+    need = r.decision.labels_needed
+    assert (f"Next step: Lock the analysis plan, then rebuild the report: this decision is "
+            f"exploratory. Label about {need} more outputs of model-alpha to settle "
+            "correct ≥ 80 %.") in text
+    assert reverse("reports-selection-detail",
+                   kwargs={"slug": slug, "snapshot_id": snap.pk}) in html
+    home = fold(re.sub(r"<[^>]+>", " ", web.get("/").content.decode()))
+    assert "Study dt-overview" in home
+    assert "model-alpha leads, but has not shown it meets correct ≥ 80 %" in home
