@@ -671,6 +671,76 @@ def _order_code(details: Mapping[str, Any], order: str, value: Any) -> float | N
     return None if failed else float("nan")
 
 
+# --- The one human-label rule -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HumanLabels:
+    """Which human label counts for each subject of one criterion (`human_labels`), aligned
+    with `subjects` (sorted)."""
+
+    subjects: npt.NDArray[np.int64]
+    label: npt.NDArray[np.float64]  # the pass reading (1/0) that counts; NaN: none
+    source: npt.NDArray[np.object_]  # "adjudication" | "gold" | "annotators" | ""
+    # Whether the subject's label belongs in random-sample estimates: it has an annotation
+    # that was not an escalation draw, or no annotation at all and a gold or adjudicated
+    # label (a deliberate label, weight 1). Escalation-only subjects never count.
+    countable: npt.NDArray[np.bool_]
+    weight: npt.NDArray[np.float64]  # 1 / the largest random inclusion probability, else 1
+
+
+def human_labels(
+    *, subject: npt.ArrayLike, reading: npt.ArrayLike, draw_kind: npt.ArrayLike,
+    inclusion: npt.ArrayLike, gold: Mapping[int, float] | None = None,
+    adjudicated: Mapping[int, float] | None = None,
+) -> HumanLabels:
+    """THE rule for which human label counts (every consumer calls it: calibration,
+    selection, their exports and APIs): the latest adjudication, then a gold label, then the
+    annotators' consensus — the majority of their pass readings, an exact tie giving none.
+
+    ``subject``, ``reading`` (1/0, NaN unreadable), ``draw_kind`` ("random", "census", "gold",
+    "escalation" or None/"" for imported labels) and ``inclusion`` (the entry's inclusion
+    probability, NaN without one) are one entry per annotation; ``gold`` and ``adjudicated``
+    map a subject to the pass reading of its gold / latest adjudicated label (NaN:
+    unreadable)."""
+    subj = np.asarray(subject, dtype=np.int64)
+    read = np.asarray(reading, dtype=np.float64)
+    kinds = np.asarray(draw_kind, dtype=object)
+    pi = np.asarray(inclusion, dtype=np.float64)
+    gold = dict(gold or {})
+    adjudicated = dict(adjudicated or {})
+    extra = np.array(sorted(set(gold) | set(adjudicated)), dtype=np.int64)
+    subjects = np.unique(np.concatenate([subj, extra]))
+    m = subjects.size
+    at = np.searchsorted(subjects, subj)
+    ok = np.isfinite(read)
+    s = np.bincount(at[ok], weights=read[ok], minlength=m) if m else np.zeros(0)
+    k = np.bincount(at[ok], minlength=m).astype(np.float64) if m else np.zeros(0)
+    label = np.where(k > 0, np.where(2 * s > k, 1.0, np.where(2 * s < k, 0.0, np.nan)), np.nan)
+    source = np.where(np.isfinite(label), "annotators", "").astype(object)
+    for mapping_, name in ((gold, "gold"), (adjudicated, "adjudication")):  # the last wins
+        for sub, value in mapping_.items():
+            if value is None or not np.isfinite(value):
+                continue
+            pos = int(np.searchsorted(subjects, sub))
+            label[pos] = float(value)
+            source[pos] = name
+    annotated = np.zeros(m, dtype=bool)
+    annotated[at] = True
+    not_escalated = np.array([kd != "escalation" for kd in kinds], dtype=bool)
+    countable = np.zeros(m, dtype=bool)
+    np.logical_or.at(countable, at[not_escalated], True)
+    deliberate = np.isin(subjects, extra) & ~annotated
+    countable |= deliberate
+    rnd = np.array([kd == "random" for kd in kinds], dtype=bool) & np.isfinite(pi) & (pi > 0)
+    pi_max = np.full(m, np.nan)
+    if rnd.any():
+        np.fmax.at(pi_max, at[rnd], pi[rnd])
+    weight = np.where(np.isfinite(pi_max), 1.0 / np.where(np.isfinite(pi_max), pi_max, 1.0),
+                      1.0)
+    return HumanLabels(subjects=subjects, label=label, source=source, countable=countable,
+                       weight=weight)
+
+
 # --- The one rubric rule ----------------------------------------------------------------------
 
 def rubric_rule(aggregate: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -799,9 +869,11 @@ __all__ = [
     "PAIRWISE_CODE",
     "ColumnSet",
     "CriterionRef",
+    "HumanLabels",
     "JudgeRef",
     "RatingData",
     "evidence_frame",
+    "human_labels",
     "rating_data_load",
     "rubric_pass_columns",
     "rubric_predictor_columns",

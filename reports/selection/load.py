@@ -369,7 +369,12 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
     from django.db.models.functions import Coalesce
 
     from annotations.models import Adjudication, Annotation, GoldLabel
-    from calibration.frames import rubric_pass_columns, rubric_predictor_columns, rubric_rule
+    from calibration.frames import (
+        human_labels,
+        rubric_pass_columns,
+        rubric_predictor_columns,
+        rubric_rule,
+    )
     from judges.models import JudgeVersion, Verdict
     from studies.criteria import criterion_allowed_values
     from studies.models import Candidate, Criterion, Item, Output
@@ -635,15 +640,11 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
             a_num = pd.Index(list(c.values)).get_indexer(pd.Index(a_text)).astype(np.float64)
             a_num[a_num < 0] = np.nan
         a_read = _pass_reading(c, a_num, a_text)
-        ok = np.isfinite(a_read)
-        s = np.bincount(a_at[ok], weights=a_read[ok], minlength=n) if n else np.zeros(0)
-        k = np.bincount(a_at[ok], minlength=n).astype(np.float64) if n else np.zeros(0)
-        y = np.where(2 * s > k, 1.0, np.where(2 * s < k, 0.0, np.nan))
-        y[k == 0] = np.nan
         level = np.full(n, np.nan)
         if c.scale in ("ordinal", "interval"):
             level = _mean_at(a_at[np.isfinite(a_num)], a_num[np.isfinite(a_num)], n)
-        for lab in (gold, adjudicated):  # adjudication last: it wins
+        stored: dict[str, dict[int, float]] = {"gold": {}, "adjudicated": {}}
+        for name, lab in (("gold", gold), ("adjudicated", adjudicated)):
             if not len(lab):
                 continue
             lc = lab[lab["criterion"].to_numpy(dtype=np.int64) == c.id].drop_duplicates(
@@ -653,17 +654,28 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
             for pos, t in zip(l_at.tolist(), texts.tolist(), strict=True):
                 if pos < 0:
                     continue
-                r = _label_reading(c, str(t), mean_score=False)
-                if math.isfinite(r):
-                    y[pos] = r
+                stored[name][pos] = _label_reading(c, str(t), mean_score=False)
                 lv = _label_reading(c, str(t), mean_score=True)
                 if math.isfinite(lv):
-                    level[pos] = lv
+                    level[pos] = lv  # adjudication last: it wins
+        # The one human-label rule of the evidence read model (subjects: output positions).
+        keep_a = a_at >= 0
+        hl = human_labels(
+            subject=a_at[keep_a], reading=a_read[keep_a],
+            draw_kind=a["draw_kind"].astype(object).to_numpy()[keep_a] if len(a)
+            else np.empty(0, dtype=object),
+            inclusion=a["inclusion"].to_numpy(dtype=np.float64)[keep_a] if len(a)
+            else np.empty(0),
+            gold=stored["gold"], adjudicated=stored["adjudicated"])
+        y = np.full(n, np.nan)
+        counts = np.zeros(n, dtype=bool)
+        y[hl.subjects] = hl.label
+        counts[hl.subjects] = hl.countable
+        y[~counts] = np.nan
+        level[~counts] = np.nan
         sev = a["severity"].to_numpy(dtype=np.float64) if len(a) else np.empty(0)
         failing = (a_read == 0.0) & (sev > 0)
         crit_sev[c.id] = _mean_at(a_at[failing], sev[failing], n)
-        y[~countable] = np.nan
-        level[~countable] = np.nan
         crit_y[c.id] = y
         crit_level_y[c.id] = level
 
