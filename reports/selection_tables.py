@@ -1,4 +1,5 @@
-"""The tables of a selection report, read from its stored result JSON (SelectionResult v1).
+"""The tables of a selection report, read from its stored result JSON (SelectionResult v2;
+version 1 results are read too).
 
 One definition per table serves the page, the PDF and the CSV exports, so the three always say
 the same thing. Everything here reads a plain dict defensively (a key may be missing or null in
