@@ -37,7 +37,7 @@ import json
 import math
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -69,7 +69,13 @@ from evalstats.selective import TrustThreshold, trust_cascade, trust_threshold
 from studies.criteria import criterion_has_pass_reading, criterion_is_pass
 from studies.subjects import subject_split
 
-from .frames import PAIRWISE_CODE, RatingData, human_labels
+from .frames import (
+    PAIRWISE_CODE,
+    RatingData,
+    human_labels,
+    rubric_predictor_columns,
+)
+from .frames import rubric_rule as rubric_rule_of
 from .results import (
     CALIBRATION_RESULT_VERSION,
     CalibrationCell,
@@ -115,6 +121,8 @@ class CalibrationInputs:
     plan_spec: dict[str, Any] | None
     # The pass/fail criteria of the study's latest rubric version: what a rubric row combines.
     rubric_criteria: tuple[int, ...] = ()
+    # That version's rule (calibration.frames.rubric_rule; default: every criterion passes).
+    rubric_rule: dict[str, Any] = field(default_factory=lambda: rubric_rule_of(None))
 
 
 def calibration_inputs_load(
@@ -122,7 +130,7 @@ def calibration_inputs_load(
 ) -> CalibrationInputs:
     """Load the evidence of a calibration snapshot (criteria and judges as in `params`)."""
     from judges.models import JudgeVersion
-    from studies.models import Criterion
+    from studies.models import Criterion, RubricVersion
 
     from .frames import rating_data_load
 
@@ -155,10 +163,14 @@ def calibration_inputs_load(
         .order_by("position", "id")
         if c.scale != "pairwise" and criterion_has_pass_reading(c)
     )
+    aggregate = (
+        RubricVersion.objects.filter(study=study, version=latest or 0)
+        .values_list("aggregate", flat=True).first()
+    )
     return CalibrationInputs(
         study_id=study.pk, data=data, rules=rules,
         judge_hashes={int(k): str(v or "") for k, v in hashes.items()}, plan_spec=spec,
-        rubric_criteria=rubric,
+        rubric_criteria=rubric, rubric_rule=rubric_rule_of(aggregate),
     )
 
 
@@ -192,7 +204,7 @@ def calibration_fingerprint(inputs: CalibrationInputs) -> str:
     )
     costs, policy = _plan_sections(inputs.plan_spec)
     meta = {"rules": rules, "judges": sorted(inputs.judge_hashes.items()),
-            "costs": costs, "policy": policy}
+            "costs": costs, "policy": policy, "rubric_rule": inputs.rubric_rule}
     h.update(json.dumps(meta, sort_keys=True, default=str).encode())
     return h.hexdigest()
 
@@ -1079,24 +1091,6 @@ def _score_block(
     )
 
 
-def _rubric_aggregate_columns(
-    p: Sequence[FloatArray], gates: Sequence[bool], weights: Sequence[float]
-) -> FloatArray:
-    """`rubric_aggregate` elementwise over columns (the same operations in the same order,
-    so the same floats)."""
-    gate = np.ones(p[0].size)
-    num = np.zeros(p[0].size)
-    den = 0.0
-    for pi, g, w in zip(p, gates, weights, strict=True):
-        if g:
-            gate = gate * pi
-        else:
-            num = num + w * pi
-            den += w
-    rest = num / den if den > 0 else np.ones(p[0].size)
-    return gate * rest
-
-
 def _output_ids(codes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """The output ids among subject codes (comparisons left out), in their order."""
     is_comparison, ids = subject_split(codes)
@@ -1145,10 +1139,11 @@ def _rubric_rows(
         p = [part.p_pass[k] for part, k in cols]
         lows = [part.p_low[k] for part, k in cols]
         highs = [part.p_high[k] for part, k in cols]
-        agg = _rubric_aggregate_columns(p, gates, weights)
+        rule = inputs.rubric_rule
+        agg = rubric_predictor_columns(p, gates, weights, rule)
         # The aggregate increases in every P(pass): the ends at the criteria's ends bound it.
-        agg_low = _rubric_aggregate_columns(lows, gates, weights)
-        agg_high = _rubric_aggregate_columns(highs, gates, weights)
+        agg_low = rubric_predictor_columns(lows, gates, weights, rule)
+        agg_high = rubric_predictor_columns(highs, gates, weights, rule)
         agg_low[~np.logical_and.reduce([np.isfinite(v) for v in lows])] = np.nan
         agg_high[~np.logical_and.reduce([np.isfinite(v) for v in highs])] = np.nan
         decisions = [part.decision[k] for part, k in cols]
@@ -1167,10 +1162,15 @@ def _rubric_rows(
                 share_num = share_num + np.where(ok, w, 0.0)
                 share_den += w
         share = share_num / share_den if share_den > 0 else np.ones(outs.size)
+        # The rubric's rule (calibration.frames.rubric_rule): every criterion must pass, or
+        # the gates and the stated share of the others by weight.
+        if rule.get("kind") == "weighted":
+            passed = ~gate_failed & (share >= float(rule["pass_share"]) - 1e-12)
+        else:
+            passed = np.logical_and.reduce(outcome)
         decision = np.where(
             escalate, "escalate",
-            np.where(all_human, "human",
-                     np.where(gate_failed, "fail", np.where(share >= 0.5, "pass", "fail"))),
+            np.where(all_human, "human", np.where(passed, "pass", "fail")),
         )
         sources = [part.source[k] for part, k in cols]
         any_judge = np.logical_or.reduce([s == "judge" for s in sources])
