@@ -21,11 +21,12 @@ and turns their answers into the decision.
   Bradley-Terry strengths by `ppi_bradley_terry` on the mix (every comparison re-weighted to
   the mix's shares of the strata) and per stratum; the plan's win_rate thresholds against its
   baseline join the other thresholds.
-* The decision: candidates failing a gate on the mix, or whose plan threshold on the primary
-  metric fails, cannot be recommended; of the others the best on the mix is shipped when its
-  paired difference with every other one clears the margin over the whole interval; otherwise
-  the report says "too close" (against the first one it does not clear) and how many labels
-  per stratum would resolve it.
+* The decision: the decision table (`reports.selection.decision.decide`, docs/selection.md):
+  not enough evidence, no candidate passes the gates, no candidate meets a threshold, too
+  close to call (with the labels per stratum that would settle it), the leader has not shown
+  it meets a threshold (with the labels that would settle it), or ship.
+* Without a judge's scores on a metric, its mix estimate and paired differences are the human
+  labels' alone (`_paired_human_only`), and the decision says so.
 """
 
 from __future__ import annotations

@@ -20,13 +20,13 @@ inclusion weight, by the same rules as the outputs' labels below.
 
 Definitions (the same as calibration's, docs/calibration.md):
 
-* Human label of an (output, criterion): the latest adjudication wins, then a gold label, then
-  the majority of the annotators' pass readings (an exact tie has none); for mean scores the
-  adjudicated or gold level, else the annotators' mean level.
-* An output whose annotations were all drawn as escalations is not a random draw: its labels
-  are left out of every estimate (a warning counts them). A randomly drawn label weighs
-  1 / inclusion probability (the largest recorded for the output); census, gold and imported
-  labels weigh 1.
+* Human label of an (output, criterion): `calibration.frames.human_labels`, the one rule
+  (the latest adjudication wins, then a gold label, then the majority of the annotators' pass
+  readings, an exact tie having none; an output whose annotations were all escalation draws
+  is left out of every estimate, adjudicated or not; a gold or adjudicated label without any
+  annotation counts with weight 1); for mean scores the adjudicated or gold level, else the
+  annotators' mean level. A randomly drawn label weighs 1 / inclusion probability (the
+  largest recorded for the output); census, gold and imported labels weigh 1.
 * The rubric: the rubric's own rule (`calibration.frames.rubric_rule`; by default an output
   passes when every criterion with a pass/fail reading passes, or the weighted rule the rubric
   states); its human label needs a label on every one of those criteria.
