@@ -608,7 +608,7 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
         eligible=eligible, diffs=diffs, flips=flips, gate_failures=gate_failures,
         threshold_rows=threshold_rows, ppi_mix=ppi_mix, primary_labels=primary_labels,
         labels=labels, mix_codes=mix_codes, human_only=pm.key in human_only_metrics,
-        plan_spec=inputs.plan_spec or {},
+        plan_spec=inputs.plan_spec or {}, has_outputs=set(cells.bounds),
     )
 
     if inputs.pairwise_criterion is not None and \
@@ -1059,6 +1059,7 @@ def _decision_table(
     ppi_mix: Mapping[tuple[int, str], PPIEstimate | None],
     primary_labels: Mapping[tuple[int, int], int], labels: Sequence[str],
     mix_codes: Mapping[int, float], human_only: bool, plan_spec: Mapping[str, Any],
+    has_outputs: set[tuple[int, int]],
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The decision by the decision table (`reports.selection.decision`) and, when too
     close, the labels that would settle it."""
@@ -1067,12 +1068,17 @@ def _decision_table(
     plan_criteria = plan_spec.get("criteria") or {}
     order = list(mix_order) + [ci for ci in range(len(names)) if ci not in mix_order]
     contenders: list[Contender] = []
+    weighted = [si for si, share in mix_codes.items() if share > 0]
     for ci in order:
         name = names[ci]
+        if any((ci, si) not in has_outputs for si in weighted):
+            # No outputs in a stratum the mix weighs: no label can ever be had there, so the
+            # candidate cannot be estimated on the mix and is not compared ("missing" says so).
+            continue
         n_total = sum(n for (c, _), n in primary_labels.items() if c == ci)
         short_strata = sum(
             max(0, MIN_LABELS_PER_STRATUM - primary_labels.get((ci, si), 0))
-            for si, share in mix_codes.items() if share > 0)
+            for si in weighted)
         short = max(DECISION_MIN_LABELS - n_total, short_strata, 0)
         if ci not in mix_order and short == 0:
             short = MIN_LABELS_PER_STRATUM  # no estimate on the mix at all

@@ -326,6 +326,10 @@ def test_no_data_is_never_a_zero() -> None:
     mix = r.estimate(d, "rubric_pass_rate", "mix")
     assert mix is not None and mix.ppi is None
     assert d not in next(k for k in r.rankings if k.stratum == "mix").order
+    # No label can ever be had where it has no outputs: it is left out of the decision,
+    # which is made on the others (not "not enough evidence").
+    assert r.decision.verdict == "ship" and r.decision.candidate == "borealis (simulated)"
+    assert d not in r.decision.text
 
 
 def test_without_human_labels_the_report_says_what_is_missing() -> None:
