@@ -276,6 +276,18 @@ def test_newcomer_leads_but_has_not_shown_it_meets_the_threshold(
         assert ("Exploratory, plan not locked" in views[where]) is (not lock)
     # The threshold is never called a gate (the one "gates" names the real gates, passed).
     assert "gate" not in views["api"].replace("the only candidate passing the gates", "")
+    # The rule beside the rubric pass rate in the CSV and the API too.
+    web = Client()
+    web.force_login(data["owner"])
+    csv_text = web.get(reverse("reports-selection-csv", kwargs={
+        "slug": data["study"].slug, "snapshot_id": snap.pk, "table": "estimates"})).content
+    lines = csv_text.decode().splitlines()
+    assert lines[0].endswith(",note")
+    rubric_lines = [ln for ln in lines if ",rubric_pass_rate," in ln]
+    assert rubric_lines and all(ln.endswith("rubric rule: an output passes the rubric when "
+                                            "every criterion with a pass/fail reading passes")
+                                for ln in rubric_lines)
+    assert snap.result["rubric_rule"]["kind"] == "all"
 
 
 # --- row 6: ship ---------------------------------------------------------------------------------
