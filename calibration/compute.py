@@ -37,7 +37,7 @@ import json
 import math
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -69,7 +69,13 @@ from evalstats.selective import TrustThreshold, trust_cascade, trust_threshold
 from studies.criteria import criterion_has_pass_reading, criterion_is_pass
 from studies.subjects import subject_split
 
-from .frames import PAIRWISE_CODE, RatingData
+from .frames import (
+    PAIRWISE_CODE,
+    RatingData,
+    human_labels,
+    rubric_predictor_columns,
+)
+from .frames import rubric_rule as rubric_rule_of
 from .results import (
     CALIBRATION_RESULT_VERSION,
     CalibrationCell,
@@ -115,6 +121,8 @@ class CalibrationInputs:
     plan_spec: dict[str, Any] | None
     # The pass/fail criteria of the study's latest rubric version: what a rubric row combines.
     rubric_criteria: tuple[int, ...] = ()
+    # That version's rule (calibration.frames.rubric_rule; default: every criterion passes).
+    rubric_rule: dict[str, Any] = field(default_factory=lambda: rubric_rule_of(None))
 
 
 def calibration_inputs_load(
@@ -122,7 +130,7 @@ def calibration_inputs_load(
 ) -> CalibrationInputs:
     """Load the evidence of a calibration snapshot (criteria and judges as in `params`)."""
     from judges.models import JudgeVersion
-    from studies.models import Criterion
+    from studies.models import Criterion, RubricVersion
 
     from .frames import rating_data_load
 
@@ -155,10 +163,14 @@ def calibration_inputs_load(
         .order_by("position", "id")
         if c.scale != "pairwise" and criterion_has_pass_reading(c)
     )
+    aggregate = (
+        RubricVersion.objects.filter(study=study, version=latest or 0)
+        .values_list("aggregate", flat=True).first()
+    )
     return CalibrationInputs(
         study_id=study.pk, data=data, rules=rules,
         judge_hashes={int(k): str(v or "") for k, v in hashes.items()}, plan_spec=spec,
-        rubric_criteria=rubric,
+        rubric_criteria=rubric, rubric_rule=rubric_rule_of(aggregate),
     )
 
 
@@ -192,7 +204,7 @@ def calibration_fingerprint(inputs: CalibrationInputs) -> str:
     )
     costs, policy = _plan_sections(inputs.plan_spec)
     meta = {"rules": rules, "judges": sorted(inputs.judge_hashes.items()),
-            "costs": costs, "policy": policy}
+            "costs": costs, "policy": policy, "rubric_rule": inputs.rubric_rule}
     h.update(json.dumps(meta, sort_keys=True, default=str).encode())
     return h.hexdigest()
 
@@ -275,32 +287,49 @@ def _humans(rows: pd.DataFrame, rule: CriterionRule, values: tuple[str, ...]) ->
     num = human["num"].to_numpy(dtype=np.float64)
     reading = _pass_codes(rule, values, num)
     subj = human["subject"].to_numpy(dtype=np.int64)
-    frame = pd.DataFrame({"subject": subj, "reading": reading})
-    if rule.scale == "pairwise":
-        counts = pd.crosstab(frame["subject"], frame["reading"]) if len(frame) else pd.DataFrame()
-        if len(counts):
-            arr = counts.to_numpy()
-            top = arr.max(axis=1)
-            unique = (arr == top[:, None]).sum(axis=1) == 1
-            sides = counts.columns.to_numpy(dtype=np.float64)[arr.argmax(axis=1)]
-            majority = pd.Series(np.where(unique, sides, np.nan), index=counts.index)
-        else:
-            majority = pd.Series(dtype=np.float64)
-    else:
-        g = frame.groupby("subject")["reading"].agg(["sum", "count"])
-        s, c = g["sum"].to_numpy(), g["count"].to_numpy()
-        majority = pd.Series(np.where(2 * s > c, 1.0, np.where(2 * s < c, 0.0, np.nan)),
-                             index=g.index)
     # Gold and adjudicated labels ride on every rating of the (subject, criterion).
     labels = rows.drop_duplicates("subject", keep="last").set_index("subject")
     gold = _label_codes(rule, labels["gold_label"])
     adjudicated = _label_codes(rule, labels["adjudicated_label"])
+    kind = human["draw_kind"].astype(object).to_numpy()
+    sev = human["severity"].to_numpy(dtype=np.float64)
+    failing = reading == 0.0 if rule.scale != "pairwise" else np.zeros(reading.size, bool)
+    severity = (
+        pd.Series(np.where(failing, sev, np.nan), index=subj).groupby(level=0).mean()
+        .reindex(labels.index)
+    )
+    n_labels = pd.Series(1, index=subj).groupby(level=0).sum().reindex(labels.index, fill_value=0)
+    if rule.scale != "pairwise":
+        # The one human-label rule of the evidence read model (calibration.frames).
+        hl = human_labels(
+            subject=subj, reading=reading, draw_kind=kind,
+            inclusion=human["inclusion_probability"].to_numpy(dtype=np.float64),
+            gold={int(k): float(v) for k, v in
+                  gold[labels["gold_label"].notna().to_numpy()].items()},
+            adjudicated={int(k): float(v) for k, v in
+                         adjudicated[labels["adjudicated_label"].notna().to_numpy()].items()})
+        idx = pd.Index(hl.subjects)
+        consensus = pd.Series(hl.label, index=idx).reindex(labels.index).astype(np.float64)
+        source = pd.Series(np.where(pd.Series(hl.source, index=idx).reindex(labels.index)
+                                    .to_numpy() == "adjudication", "adjudicated", "human"),
+                           index=labels.index)
+        fit = pd.Series(hl.countable, index=idx).reindex(labels.index, fill_value=False)
+        weight = pd.Series(hl.weight, index=idx).reindex(labels.index).fillna(1.0)
+        return _Humans(consensus, source, fit.astype(bool), weight, severity, n_labels)
+    frame = pd.DataFrame({"subject": subj, "reading": reading})
+    counts = pd.crosstab(frame["subject"], frame["reading"]) if len(frame) else pd.DataFrame()
+    if len(counts):
+        arr = counts.to_numpy()
+        top = arr.max(axis=1)
+        unique = (arr == top[:, None]).sum(axis=1) == 1
+        sides = counts.columns.to_numpy(dtype=np.float64)[arr.argmax(axis=1)]
+        majority = pd.Series(np.where(unique, sides, np.nan), index=counts.index)
+    else:
+        majority = pd.Series(dtype=np.float64)
     consensus = majority.reindex(labels.index)
     consensus = consensus.where(gold.isna(), gold)
     consensus = consensus.where(adjudicated.isna(), adjudicated).astype(np.float64)
     source = pd.Series(np.where(adjudicated.notna(), "adjudicated", "human"), index=labels.index)
-
-    kind = human["draw_kind"].astype(object).to_numpy()
     not_escalated = np.array([k != "escalation" for k in kind], dtype=bool)
     fit_any = pd.Series(not_escalated, index=subj).groupby(level=0).any()
     fit = fit_any.reindex(labels.index, fill_value=False)
@@ -310,13 +339,6 @@ def _humans(rows: pd.DataFrame, rule: CriterionRule, values: tuple[str, ...]) ->
     is_random = np.array([k == "random" for k in kind], dtype=bool) & np.isfinite(pi) & (pi > 0)
     pi_max = pd.Series(np.where(is_random, pi, np.nan), index=subj).groupby(level=0).max()
     weight = (1.0 / pi_max.reindex(labels.index)).fillna(1.0)
-    sev = human["severity"].to_numpy(dtype=np.float64)
-    failing = reading == 0.0 if rule.scale != "pairwise" else np.zeros(reading.size, bool)
-    severity = (
-        pd.Series(np.where(failing, sev, np.nan), index=subj).groupby(level=0).mean()
-        .reindex(labels.index)
-    )
-    n_labels = pd.Series(1, index=subj).groupby(level=0).sum().reindex(labels.index, fill_value=0)
     return _Humans(consensus, source, fit.astype(bool), weight, severity, n_labels)
 
 
@@ -1069,24 +1091,6 @@ def _score_block(
     )
 
 
-def _rubric_aggregate_columns(
-    p: Sequence[FloatArray], gates: Sequence[bool], weights: Sequence[float]
-) -> FloatArray:
-    """`rubric_aggregate` elementwise over columns (the same operations in the same order,
-    so the same floats)."""
-    gate = np.ones(p[0].size)
-    num = np.zeros(p[0].size)
-    den = 0.0
-    for pi, g, w in zip(p, gates, weights, strict=True):
-        if g:
-            gate = gate * pi
-        else:
-            num = num + w * pi
-            den += w
-    rest = num / den if den > 0 else np.ones(p[0].size)
-    return gate * rest
-
-
 def _output_ids(codes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """The output ids among subject codes (comparisons left out), in their order."""
     is_comparison, ids = subject_split(codes)
@@ -1135,10 +1139,11 @@ def _rubric_rows(
         p = [part.p_pass[k] for part, k in cols]
         lows = [part.p_low[k] for part, k in cols]
         highs = [part.p_high[k] for part, k in cols]
-        agg = _rubric_aggregate_columns(p, gates, weights)
+        rule = inputs.rubric_rule
+        agg = rubric_predictor_columns(p, gates, weights, rule)
         # The aggregate increases in every P(pass): the ends at the criteria's ends bound it.
-        agg_low = _rubric_aggregate_columns(lows, gates, weights)
-        agg_high = _rubric_aggregate_columns(highs, gates, weights)
+        agg_low = rubric_predictor_columns(lows, gates, weights, rule)
+        agg_high = rubric_predictor_columns(highs, gates, weights, rule)
         agg_low[~np.logical_and.reduce([np.isfinite(v) for v in lows])] = np.nan
         agg_high[~np.logical_and.reduce([np.isfinite(v) for v in highs])] = np.nan
         decisions = [part.decision[k] for part, k in cols]
@@ -1157,10 +1162,15 @@ def _rubric_rows(
                 share_num = share_num + np.where(ok, w, 0.0)
                 share_den += w
         share = share_num / share_den if share_den > 0 else np.ones(outs.size)
+        # The rubric's rule (calibration.frames.rubric_rule): every criterion must pass, or
+        # the gates and the stated share of the others by weight.
+        if rule.get("kind") == "weighted":
+            passed = ~gate_failed & (share >= float(rule["pass_share"]) - 1e-12)
+        else:
+            passed = np.logical_and.reduce(outcome)
         decision = np.where(
             escalate, "escalate",
-            np.where(all_human, "human",
-                     np.where(gate_failed, "fail", np.where(share >= 0.5, "pass", "fail"))),
+            np.where(all_human, "human", np.where(passed, "pass", "fail")),
         )
         sources = [part.source[k] for part, k in cols]
         any_judge = np.logical_or.reduce([s == "judge" for s in sources])

@@ -91,6 +91,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from django.core.exceptions import EmptyResultSet
 from django.db import connections
@@ -670,6 +671,143 @@ def _order_code(details: Mapping[str, Any], order: str, value: Any) -> float | N
     return None if failed else float("nan")
 
 
+# --- The one human-label rule -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HumanLabels:
+    """Which human label counts for each subject of one criterion (`human_labels`), aligned
+    with `subjects` (sorted)."""
+
+    subjects: npt.NDArray[np.int64]
+    label: npt.NDArray[np.float64]  # the pass reading (1/0) that counts; NaN: none
+    source: npt.NDArray[np.object_]  # "adjudication" | "gold" | "annotators" | ""
+    # Whether the subject's label belongs in random-sample estimates: it has an annotation
+    # that was not an escalation draw, or no annotation at all and a gold or adjudicated
+    # label (a deliberate label, weight 1). Escalation-only subjects never count.
+    countable: npt.NDArray[np.bool_]
+    weight: npt.NDArray[np.float64]  # 1 / the largest random inclusion probability, else 1
+
+
+def human_labels(
+    *, subject: npt.ArrayLike, reading: npt.ArrayLike, draw_kind: npt.ArrayLike,
+    inclusion: npt.ArrayLike, gold: Mapping[int, float] | None = None,
+    adjudicated: Mapping[int, float] | None = None,
+) -> HumanLabels:
+    """THE rule for which human label counts (every consumer calls it: calibration,
+    selection, their exports and APIs): the latest adjudication, then a gold label, then the
+    annotators' consensus — the majority of their pass readings, an exact tie giving none.
+
+    ``subject``, ``reading`` (1/0, NaN unreadable), ``draw_kind`` ("random", "census", "gold",
+    "escalation" or None/"" for imported labels) and ``inclusion`` (the entry's inclusion
+    probability, NaN without one) are one entry per annotation; ``gold`` and ``adjudicated``
+    map a subject to the pass reading of its gold / latest adjudicated label (NaN:
+    unreadable)."""
+    subj = np.asarray(subject, dtype=np.int64)
+    read = np.asarray(reading, dtype=np.float64)
+    kinds = np.asarray(draw_kind, dtype=object)
+    pi = np.asarray(inclusion, dtype=np.float64)
+    gold = dict(gold or {})
+    adjudicated = dict(adjudicated or {})
+    extra = np.array(sorted(set(gold) | set(adjudicated)), dtype=np.int64)
+    subjects = np.unique(np.concatenate([subj, extra]))
+    m = subjects.size
+    at = np.searchsorted(subjects, subj)
+    ok = np.isfinite(read)
+    s = np.bincount(at[ok], weights=read[ok], minlength=m) if m else np.zeros(0)
+    k = np.bincount(at[ok], minlength=m).astype(np.float64) if m else np.zeros(0)
+    label = np.where(k > 0, np.where(2 * s > k, 1.0, np.where(2 * s < k, 0.0, np.nan)), np.nan)
+    source = np.where(np.isfinite(label), "annotators", "").astype(object)
+    for mapping_, name in ((gold, "gold"), (adjudicated, "adjudication")):  # the last wins
+        for sub, value in mapping_.items():
+            if value is None or not np.isfinite(value):
+                continue
+            pos = int(np.searchsorted(subjects, sub))
+            label[pos] = float(value)
+            source[pos] = name
+    annotated = np.zeros(m, dtype=bool)
+    annotated[at] = True
+    not_escalated = np.array([kd != "escalation" for kd in kinds], dtype=bool)
+    countable = np.zeros(m, dtype=bool)
+    np.logical_or.at(countable, at[not_escalated], True)
+    deliberate = np.isin(subjects, extra) & ~annotated
+    countable |= deliberate
+    rnd = np.array([kd == "random" for kd in kinds], dtype=bool) & np.isfinite(pi) & (pi > 0)
+    pi_max = np.full(m, np.nan)
+    if rnd.any():
+        np.fmax.at(pi_max, at[rnd], pi[rnd])
+    weight = np.where(np.isfinite(pi_max), 1.0 / np.where(np.isfinite(pi_max), pi_max, 1.0),
+                      1.0)
+    return HumanLabels(subjects=subjects, label=label, source=source, countable=countable,
+                       weight=weight)
+
+
+# --- The one rubric rule ----------------------------------------------------------------------
+
+def rubric_rule(aggregate: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The rubric's rule in force (the rubric version's ``aggregate``, studies.spec) with the
+    sentence every page, PDF, CSV and API response prints beside the rubric pass rate."""
+    raw = dict(aggregate or {})
+    if raw.get("kind") == "weighted" and raw.get("pass_share") is not None:
+        share = float(raw["pass_share"])
+        return {"kind": "weighted", "pass_share": share,
+                "text": "an output passes the rubric when it passes every hard-gate criterion "
+                        f"and at least {share * 100:g} % (by weight) of the other criteria"}
+    return {"kind": "all", "pass_share": None,
+            "text": "an output passes the rubric when every criterion with a pass/fail "
+                    "reading passes"}
+
+
+def rubric_pass_columns(
+    y: Sequence[npt.NDArray[np.float64]], gates: Sequence[bool], weights: Sequence[float],
+    rule: Mapping[str, Any],
+) -> npt.NDArray[np.float64]:
+    """Human rubric pass (1/0) per output from its criteria's 1/0 labels under `rule`; NaN
+    unless every criterion has a label."""
+    complete = np.logical_and.reduce([np.isfinite(v) for v in y])
+    if rule.get("kind") == "weighted":
+        gate_failed = np.zeros(y[0].size, dtype=bool)
+        share = np.zeros(y[0].size)
+        den = 0.0
+        for v, g, w in zip(y, gates, weights, strict=True):
+            ok = v == 1.0
+            if g:
+                gate_failed |= ~ok
+            else:
+                share = share + np.where(ok, w, 0.0)
+                den += w
+        share = share / den if den > 0 else np.ones(y[0].size)
+        passed = (~gate_failed) & (share >= float(rule["pass_share"]) - 1e-12)
+    else:
+        passed = np.logical_and.reduce([v == 1.0 for v in y])
+    return np.where(complete, passed.astype(np.float64), np.nan)
+
+
+def rubric_predictor_columns(
+    p: Sequence[npt.NDArray[np.float64]], gates: Sequence[bool], weights: Sequence[float],
+    rule: Mapping[str, Any],
+) -> npt.NDArray[np.float64]:
+    """The judge's P(output passes the rubric) from its criteria's P(pass) under `rule`,
+    assuming independence: the product of every criterion's P(pass) for "all"; the product
+    of the gates' times the weighted mean of the others' for "weighted" (its expected share
+    passed, the predictor calibration used before the rule was stated)."""
+    if rule.get("kind") != "weighted":
+        out = np.ones(p[0].size)
+        for pi in p:
+            out = out * pi
+        return np.asarray(out, dtype=np.float64)
+    gate = np.ones(p[0].size)
+    num = np.zeros(p[0].size)
+    den = 0.0
+    for pi, g, w in zip(p, gates, weights, strict=True):
+        if g:
+            gate = gate * pi
+        else:
+            num = num + w * pi
+            den += w
+    rest = num / den if den > 0 else np.ones(p[0].size)
+    return np.asarray(gate * rest, dtype=np.float64)
+
+
 def evidence_frame(data: RatingData) -> pd.DataFrame:
     """One flat frame: `ratings` with each subject's item, candidate(s) and strata (one
     ``stratum:<dimension>`` column each), rater_kind ("judge" | "human") and, for pairwise judge
@@ -731,9 +869,14 @@ __all__ = [
     "PAIRWISE_CODE",
     "ColumnSet",
     "CriterionRef",
+    "HumanLabels",
     "JudgeRef",
     "RatingData",
     "evidence_frame",
+    "human_labels",
     "rating_data_load",
+    "rubric_pass_columns",
+    "rubric_predictor_columns",
+    "rubric_rule",
     "value_text",
 ]

@@ -327,14 +327,20 @@ def classical_mean(
     level: float = 0.95,
     interval: Interval = "normal",
 ) -> PPIEstimate:
-    """Human-only mean of ``y`` with a normal interval (``ppi_py.classical_mean_ci``).
+    """Human-only mean of ``y`` with a normal interval.
 
-    With weights ``w`` (e.g. 1 / inclusion probability) the estimate is the weighted
-    (Hajek) mean ``mean(w y)`` with ``w`` rescaled to mean 1, and the standard error is
-    ``std(w y) / sqrt(n)`` (population standard deviation), as in ``ppi_py``. Raises
-    ``ValueError`` without labels; one label gives the value without an interval.
-    ``interval="t"``: standard deviation with ``n - 1`` and a Student t quantile with
-    ``n - 1`` degrees of freedom.
+    Without weights it is ``ppi_py.classical_mean_ci``: the mean and ``std(y) / sqrt(n)``.
+    With weights ``w`` (1 / inclusion probability) the estimate is the ratio (Hajek) mean
+    ``sum(w y) / sum(w)`` and its standard error the Taylor-linearised one of that ratio,
+    ``sqrt(sum(w_i^2 (y_i - mean)^2)) / sum(w)`` (Sarndal, Swensson and Wretman 1992,
+    result 5.6.2, with-replacement approximation; statsmodels' HC0 sandwich of an
+    intercept-only weighted regression is the same number). ppi_py's weighted form uses the
+    spread of ``w y`` instead, which counts the variation of the weights themselves as noise:
+    labels [1, 1, 1, 1] with weights [1, 1, 3, 3] have a standard error of 0, not 0.25
+    (docs/statistics.md, "Human-only estimates with unequal weights"). With equal weights both
+    are ``std(y) / sqrt(n)``. Raises ``ValueError`` without labels; one label gives the value
+    without an interval. ``interval="t"``: the variance times ``n / (n - 1)`` and a Student t
+    quantile with ``n - 1`` degrees of freedom.
     """
     level = _level(level)
     interval = _check_interval(interval)
@@ -343,11 +349,11 @@ def classical_mean(
     if n == 0:
         raise ValueError("classical_mean needs at least one human label")
     wv = _weights(w, n, "w")
-    values = wv * yv
-    se, df = _simple_se(values, interval)
-    weighted = ", weighted by w" if w is not None else ""
+    value = float(np.sum(wv * yv) / np.sum(wv))
+    se, df = _hajek_se(yv, wv, value, interval)
+    weighted = ", weighted by w (Hajek ratio, linearised variance)" if w is not None else ""
     return _estimate(
-        float(values.mean()),
+        value,
         se,
         n_labelled=n,
         n_unlabelled=0,
@@ -357,6 +363,20 @@ def classical_mean(
         warnings=_few_labels(n),
         df=df,
     )
+
+
+def _hajek_se(y: FloatArray, w: FloatArray, value: float,
+              interval: Interval) -> tuple[float | None, float | None]:
+    """Linearised standard error of the ratio mean sum(w y) / sum(w): the residuals
+    w_i (y_i - value) / sum(w) summed in quadrature (equal weights: std(y) / sqrt(n))."""
+    n = len(y)
+    if n < 2:
+        return None, None
+    z = w * (y - value)
+    var = float(np.sum(z * z)) / float(np.sum(w)) ** 2
+    if interval == "t":
+        return math.sqrt(var * n / (n - 1)), float(n - 1)
+    return math.sqrt(var), None
 
 
 def _simple_se(values: FloatArray, interval: Interval) -> tuple[float | None, float | None]:

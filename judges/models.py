@@ -54,6 +54,9 @@ class JudgeVersion(models.Model):
     config = models.JSONField(default=dict)
     # For the self-preference audit (e.g. "gpt-4", "claude").
     model_family = models.CharField(max_length=100, blank=True)
+    # Recorded by whatever made the verdicts (the demo seed, a simulated provider): the
+    # reports stamp "simulated" from this flag, never from a name.
+    simulated = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -139,12 +139,14 @@ def judge_imported_version_get_or_create(
     model_family: str = "",
     created_by: Any = None,
     description: str = "Ratings imported from a file",
+    simulated: bool = False,
 ) -> ImportedVersionOutcome:
     """The imported judge `name` (created with `judge_create`'s rules) and its version `label`.
 
     Refuses (ValidationFailed, field rater_id) a name that belongs to a judge of another kind:
     imported ratings never mix with a runnable judge's verdicts. A non-empty `model_family`
-    updates an existing version's family.
+    updates an existing version's family; `simulated` records that the verdicts were
+    simulated (the demo seed), which every report then says.
     """
     if value_type not in ("label", "continuous"):
         raise ValidationFailed.at(
@@ -169,9 +171,15 @@ def judge_imported_version_get_or_create(
         Judge.objects.select_for_update().filter(pk=judge.pk).first()
         version = JudgeVersion.objects.filter(judge=judge, content_hash=digest).first()
         if version is not None:
+            changed = []
             if model_family and version.model_family != model_family:
                 version.model_family = model_family
-                version.save(update_fields=["model_family"])
+                changed.append("model_family")
+            if simulated and not version.simulated:
+                version.simulated = True
+                changed.append("simulated")
+            if changed:
+                version.save(update_fields=changed)
             return ImportedVersionOutcome(version, judge_created, False)
         last = (
             JudgeVersion.objects.filter(judge=judge).order_by("-version")
@@ -180,6 +188,7 @@ def judge_imported_version_get_or_create(
         version = JudgeVersion.objects.create(
             judge=judge, version=(last or 0) + 1, content_hash=digest, model_family=model_family,
             config={"imported": True, "label": label, "value_type": value_type},
+            simulated=simulated,
         )
     return ImportedVersionOutcome(version, judge_created, True)
 

@@ -1,4 +1,5 @@
-"""The tables of a selection report, read from its stored result JSON (SelectionResult v1).
+"""The tables of a selection report, read from its stored result JSON (SelectionResult v2;
+version 1 results are read too).
 
 One definition per table serves the page, the PDF and the CSV exports, so the three always say
 the same thing. Everything here reads a plain dict defensively (a key may be missing or null in
@@ -20,8 +21,13 @@ MIX = "mix"
 DASH = "\u2013"  # an en dash: the figure is missing
 VERDICTS = {
     "ship": "Ship",
-    "no_candidate_passes": "No candidate passes",
+    "leads_unproven": "Leads, but has not shown it meets a threshold",
+    "no_candidate_meets_threshold": "No candidate meets the thresholds",
+    "no_candidate_passes_gates": "No candidate passes the gates",
     "too_close": "Too close to call",
+    "not_enough_evidence": "Not enough evidence",
+    # Version 1 results.
+    "no_candidate_passes": "No candidate passes",
     "insufficient_data": "Insufficient data",
 }
 GATE_NAMES = {
@@ -245,7 +251,8 @@ def _est_header(prefix: str) -> list[str]:
 def _estimates(result: Mapping[str, Any]) -> TableRows:
     header = ["candidate", "metric", "stratum", "n_outputs", "n_labelled", "no_data",
               *_est_header("human"), *_est_header("judge"), *_est_header("ppi"), "ppi_lambda",
-              "ppi_method"]
+              "ppi_method", "note"]
+    rule = rubric_rule_text(result)
     rows = []
     for e in rows_of(result.get("estimates")):
         ppi = mapping(e.get("ppi"))
@@ -254,8 +261,18 @@ def _estimates(result: Mapping[str, Any]) -> TableRows:
                      *_est_columns("human", e.get("human")),
                      *_est_columns("judge", e.get("judge")),
                      *_est_columns("ppi", e.get("ppi")), number(ppi.get("lam")),
-                     ppi.get("method")])
+                     ppi.get("method"),
+                     # The rubric's rule in force beside every rubric pass rate.
+                     f"rubric rule: {rule}" if e.get("metric") == "rubric_pass_rate" else ""])
     return header, rows
+
+
+def rubric_rule_text(result: Mapping[str, Any]) -> str:
+    """The rubric's rule the snapshot was computed with (docs/selection.md)."""
+    rule = mapping(result.get("rubric_rule"))
+    return str(rule.get("text") or "an output passes the rubric when it passes every "
+               "hard-gate criterion and at least half (by weight) of the other criteria (the "
+               "rule of reports computed before the rubric stated its rule)")
 
 
 def _differences(result: Mapping[str, Any]) -> TableRows:
@@ -482,9 +499,14 @@ def _decision(result: Mapping[str, Any]) -> dict[str, Any]:
     d = mapping(result.get("decision"))
     verdict = str(d.get("verdict") or "")
     unit = metric_unit(result, result.get("primary_metric"))
+    label = VERDICTS.get(verdict, verdict or "No decision")
     return {
         "verdict": verdict,
-        "verdict_label": VERDICTS.get(verdict, verdict or "No decision"),
+        "verdict_label": label,
+        "headline": str(d.get("headline") or (
+            f"Ship {d['candidate']}" if verdict == "ship" and d.get("candidate") else label)),
+        "basis": str(d.get("basis") or "prediction_powered"),
+        "labels_needed": d.get("labels_needed"),
         "text": str(d.get("text") or ""),
         "candidate": d.get("candidate"),
         "runner_up": d.get("runner_up"),
@@ -707,6 +729,10 @@ def page_view(result: Mapping[str, Any]) -> dict[str, Any]:
                        for d in rows_of(result.get("deviations"))],
         "plan_followed": result.get("plan_followed") is True,
         "plan_version": result.get("plan_version"),
+        "exploratory": bool(result.get("exploratory")),
+        "draft_plan_version": result.get("draft_plan_version"),
+        "primary_source": str(result.get("primary_source") or "plan"),
+        "rubric_rule": rubric_rule_text(result),
         "primary_metric": metric_label(result, result.get("primary_metric")),
         "margin": margin_text(result.get("margin"),
                               metric_unit(result, result.get("primary_metric"))),

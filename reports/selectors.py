@@ -28,6 +28,62 @@ def reports_for_study(
     )
 
 
+# The one next step a lead reads beside each state of the decision table.
+NEXT_STEPS = {
+    "not_enough_evidence": "Label more outputs: {missing} human labels are missing on the "
+                           "primary metric.",
+    "no_candidate_passes_gates": "No candidate passes the gates: fix or replace the failing "
+                                 "candidates, or revisit the gates in a new plan version.",
+    "no_candidate_meets_threshold": "No candidate meets {threshold}: try other candidates, or "
+                                    "revisit the threshold in a new plan version.",
+    "too_close": "Label more: send the next labels the selection report proposes, then "
+                 "rebuild it.",
+    "leads_unproven": "Label about {needed} more outputs of {candidate} to settle {threshold}.",
+    "ship": "Ship {candidate}, and watch the strata where another candidate is better.",
+}
+
+
+def study_decision_summary(*, study: Study) -> dict[str, Any] | None:
+    """The study's current decision for its overview and the home page: the latest finished
+    selection snapshot's state, candidate, deciding difference against the margin, date,
+    whether it followed a locked plan, and the one next step; None without one. Reads only
+    the result's few keys it shows (a result can be megabytes)."""
+    row = (
+        ReportSnapshot.objects.filter(study=study, kind=ReportSnapshot.Kind.SELECTION,
+                                      status=ReportSnapshot.Status.DONE)
+        .order_by("-computed_at", "-id")
+        .values("id", "computed_at", "result__decision", "result__plan_version",
+                "result__exploratory", "result__margin", "result__primary_metric",
+                "result__judge")
+        .first()
+    )
+    if row is None:
+        return None
+    decision = row["result__decision"] if isinstance(row["result__decision"], dict) else {}
+    state = str(decision.get("verdict") or "")
+    locked = row["result__plan_version"] is not None and not row["result__exploratory"]
+    diff = decision.get("difference") if isinstance(decision.get("difference"), dict) else None
+    headline = str(decision.get("headline") or "") or (
+        f"Ship {decision.get('candidate')}" if state == "ship" else state.replace("_", " "))
+    step = NEXT_STEPS.get(state, "Open the selection report.").format(
+        missing=decision.get("labels_needed") or "some",
+        needed=decision.get("labels_needed") or "some",
+        candidate=decision.get("candidate") or "the leader",
+        threshold=decision.get("threshold") or "the threshold")
+    if not locked and state in ("ship", "leads_unproven", "too_close"):
+        step = ("Lock the analysis plan, then rebuild the report: this decision is "
+                "exploratory. " + step)
+    if row["result__judge"] is None and state == "not_enough_evidence":
+        step += " Or run a judge on the outputs."
+    return {
+        "snapshot_id": row["id"], "computed_at": row["computed_at"], "state": state,
+        "headline": headline, "candidate": decision.get("candidate"),
+        "runner_up": decision.get("runner_up"),
+        "difference": diff, "margin": row["result__margin"],
+        "primary_metric": row["result__primary_metric"], "locked": locked, "next_step": step,
+    }
+
+
 def reports_of_every_kind(*, study: Study) -> QuerySet[ReportSnapshot]:
     """The study's report snapshots of every kind, newest first, without the result."""
     return ReportSnapshot.objects.filter(study=study).defer("result").order_by("-id")

@@ -269,6 +269,7 @@ class RubricCurrent(generics.GenericAPIView):
             study=study, criteria=body.get("criteria"),  # type: ignore[arg-type] # validated there
             created_by=_user(request),
             notes=str(body.get("notes") or ""),
+            aggregate=body.get("aggregate"),
         )
         rubric = _rubric_queryset(study).get(pk=rubric.pk)
         data = {**RubricVersionSerializer(rubric).data, "outcome": outcome}

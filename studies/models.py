@@ -115,6 +115,10 @@ class RubricVersion(models.Model):
     study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="rubric_versions")
     version = models.PositiveIntegerField()
     notes = models.TextField(blank=True)
+    # The rubric's rule (studies.spec.rubric_aggregate_validate): {} or {"kind": "all"} —
+    # an output passes when every pass/fail criterion passes — or {"kind": "weighted",
+    # "pass_share": x}.
+    aggregate = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )

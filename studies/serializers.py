@@ -138,7 +138,7 @@ class RubricVersionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = RubricVersion
-        fields = ["version", "notes", "created_by", "created_at", "criteria"]
+        fields = ["version", "notes", "aggregate", "created_by", "created_at", "criteria"]
         read_only_fields = fields
 
 
@@ -177,6 +177,9 @@ class CriterionInputSerializer(serializers.Serializer):
 class RubricUpdateSerializer(serializers.Serializer):
     criteria = CriterionInputSerializer(many=True)
     notes = serializers.CharField(required=False, allow_blank=True)
+    aggregate = serializers.JSONField(
+        required=False, help_text="The rubric's rule: {kind: all} (default: every pass/fail "
+        "criterion passes) or {kind: weighted, pass_share: 0.75}.")
 
 
 # --- Strata -----------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from .spec import (
     criteria_validate,
     dimensions_validate,
     plan_spec_validate,
+    rubric_aggregate_validate,
     study_fields_validate,
     study_file_validate,
 )
@@ -387,22 +388,24 @@ def _criteria_write(rubric: RubricVersion, criteria: list[dict[str, Any]]) -> No
 
 def rubric_create(
     *, study: Study, criteria: list[dict[str, Any]], created_by: User | None,
-    notes: str = "",
+    notes: str = "", aggregate: Any = None,
 ) -> RubricVersion:
-    """Create the next rubric version (v1 for a new study) holding exactly `criteria`."""
+    """Create the next rubric version (v1 for a new study) holding exactly `criteria`, with
+    the rubric's rule `aggregate` (default: every pass/fail criterion must pass)."""
     normalised = criteria_validate(criteria)
+    rule = rubric_aggregate_validate(aggregate)
     with transaction.atomic():
         _lock_study(study)
         last = RubricVersion.objects.filter(study=study).aggregate(m=Max("version"))["m"] or 0
         rubric = RubricVersion.objects.create(study=study, version=last + 1, notes=notes or "",
-                                              created_by=created_by)
+                                              created_by=created_by, aggregate=rule)
         _criteria_write(rubric, normalised)
     return rubric
 
 
 def rubric_update(
     *, study: Study, criteria: list[dict[str, Any]], created_by: User | None,
-    notes: str = "",
+    notes: str = "", aggregate: Any = None,
 ) -> tuple[RubricVersion, Outcome]:
     """Make `criteria` the study's rubric.
 
@@ -414,23 +417,28 @@ def rubric_update(
       stays as it was for everything that refers to it.
     """
     normalised = criteria_validate(criteria)
+    rule = rubric_aggregate_validate(aggregate)
     with transaction.atomic():
         _lock_study(study)
         current = rubric_current(study=study)
         if current is None:
             return rubric_create(study=study, criteria=normalised, created_by=created_by,
-                                 notes=notes), "created"
-        if rubric_criteria_as_specs(rubric=current) == normalised and (
+                                 notes=notes, aggregate=rule), "created"
+        same_rule = (current.aggregate or {"kind": "all"}) == rule
+        if rubric_criteria_as_specs(rubric=current) == normalised and same_rule and (
             not notes or notes == current.notes
         ):
             return current, "unchanged"
         if rubric_in_use(rubric=current):
             return rubric_create(study=study, criteria=normalised, created_by=created_by,
-                                 notes=notes), "created"
+                                 notes=notes, aggregate=rule), "created"
         _criteria_write(current, normalised)
         if notes and notes != current.notes:
             current.notes = notes
             current.save(update_fields=["notes"])
+        if not same_rule:
+            current.aggregate = rule
+            current.save(update_fields=["aggregate"])
     return current, "updated"
 
 
@@ -592,7 +600,8 @@ def study_import(
 
         if spec_file.rubric is not None:
             rubric, outcome = rubric_update(study=study, criteria=spec_file.rubric,
-                                            created_by=owner, notes=spec_file.rubric_notes)
+                                            created_by=owner, notes=spec_file.rubric_notes,
+                                            aggregate=spec_file.rubric_aggregate)
             report.add("rubric", outcome, f"v{rubric.version}, {len(spec_file.rubric)} criteria")
 
         if spec_file.dimensions is not None:

@@ -15,7 +15,7 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
@@ -860,6 +860,45 @@ def plan_selection(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
+# --- The rubric's rule ------------------------------------------------------------------------
+
+# How an output passes the rubric (docs/study-spec.md, "The rubric's rule"): "all" (the
+# default) when every criterion with a pass/fail reading passes; "weighted" when it passes
+# every hard-gate criterion and at least `pass_share` of the other criteria by weight.
+RUBRIC_RULE_KINDS = ("all", "weighted")
+
+
+def rubric_aggregate_validate(raw: Any, *, path: str = "aggregate",
+                              problems: Problems | None = None) -> dict[str, Any]:
+    """Validate a rubric's `aggregate` rule; returns its normalised form ({"kind": "all"}
+    or {"kind": "weighted", "pass_share": x})."""
+    own = problems is None
+    problems = problems if problems is not None else Problems()
+    out: dict[str, Any] = {"kind": "all"}
+    if raw is None:
+        return out
+    if not isinstance(raw, Mapping):
+        problems.add(path, "must be an object {kind: all} or {kind: weighted, pass_share}")
+    else:
+        for extra in sorted(set(raw) - {"kind", "pass_share"}):
+            problems.add(join(path, extra), "unknown field")
+        kind = raw.get("kind", "all")
+        if kind not in RUBRIC_RULE_KINDS:
+            problems.add(join(path, "kind"), f"must be one of {', '.join(RUBRIC_RULE_KINDS)}")
+        elif kind == "weighted":
+            share: Any = raw.get("pass_share")
+            if not _is_number(share) or not 0.0 < float(share) <= 1.0:
+                problems.add(join(path, "pass_share"),
+                             "is required for a weighted rule: a number in (0, 1]")
+            else:
+                out = {"kind": "weighted", "pass_share": float(share)}
+        elif "pass_share" in raw:
+            problems.add(join(path, "pass_share"), "applies to a weighted rule only")
+    if own:
+        problems.raise_if_any("The rubric")
+    return out
+
+
 # --- Study fields -----------------------------------------------------------------------------
 
 STUDY_FIELDS = ("name", "slug", "task_description", "deployment_context", "run_conditions",
@@ -949,6 +988,7 @@ class StudyFile:
     plan_notes: str
     plan_lock: bool
     members: list[dict[str, str]]
+    rubric_aggregate: dict[str, Any] = field(default_factory=lambda: {"kind": "all"})
 
 
 def study_file_validate(doc: Any) -> StudyFile:
@@ -980,12 +1020,16 @@ def study_file_validate(doc: Any) -> StudyFile:
 
     rubric: list[dict[str, Any]] | None = None
     rubric_notes = ""
+    rubric_aggregate: dict[str, Any] = {"kind": "all"}
     if "rubric" in doc:
         raw = doc["rubric"]
         if not isinstance(raw, Mapping):
-            problems.add("rubric", "must be an object with 'criteria' (and optional 'notes')")
+            problems.add("rubric", "must be an object with 'criteria' (and optional 'notes', "
+                                   "'aggregate')")
         else:
-            for extra in sorted(set(raw) - {"criteria", "notes"}):
+            rubric_aggregate = rubric_aggregate_validate(
+                raw.get("aggregate"), path="rubric.aggregate", problems=problems)
+            for extra in sorted(set(raw) - {"criteria", "notes", "aggregate"}):
                 problems.add(join("rubric", extra), "unknown field")
             if not isinstance(raw.get("notes", ""), str):
                 problems.add("rubric.notes", "must be a string")
@@ -1070,4 +1114,5 @@ def study_file_validate(doc: Any) -> StudyFile:
     problems.raise_if_any("The study file")
     return StudyFile(study=study, owner=owner, rubric=rubric, rubric_notes=rubric_notes,
                      dimensions=dimensions, plan_spec=plan_spec, plan_notes=plan_notes,
-                     plan_lock=plan_lock, members=members)
+                     plan_lock=plan_lock, members=members,
+                     rubric_aggregate=rubric_aggregate)

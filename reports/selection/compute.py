@@ -21,11 +21,12 @@ and turns their answers into the decision.
   Bradley-Terry strengths by `ppi_bradley_terry` on the mix (every comparison re-weighted to
   the mix's shares of the strata) and per stratum; the plan's win_rate thresholds against its
   baseline join the other thresholds.
-* The decision: candidates failing a gate on the mix, or whose plan threshold on the primary
-  metric fails, cannot be recommended; of the others the best on the mix is shipped when its
-  paired difference with every other one clears the margin over the whole interval; otherwise
-  the report says "too close" (against the first one it does not clear) and how many labels
-  per stratum would resolve it.
+* The decision: the decision table (`reports.selection.decision.decide`, docs/selection.md):
+  not enough evidence, no candidate passes the gates, no candidate meets a threshold, too
+  close to call (with the labels per stratum that would settle it), the leader has not shown
+  it meets a threshold (with the labels that would settle it), or ship.
+* Without a judge's scores on a metric, its mix estimate and paired differences are the human
+  labels' alone (`_paired_human_only`), and the decision says so.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from evalstats.gates import gate_check, mean_per_thousand, quantile_intervals, r
 from evalstats.ppi import (
     BradleyTerry,
     PPIEstimate,
+    StratifiedPPI,
     classical_mean,
     combine_strata,
     naive_mean,
@@ -60,6 +62,16 @@ from evalstats.results import Estimate
 from reports.results import json_safe
 from reviewhub.errors import Problems
 
+from .decision import MIN_LABELS as DECISION_MIN_LABELS
+from .decision import (
+    MIN_LABELS_PER_STRATUM,
+    Contender,
+    DecisionInputs,
+    Difference,
+    Threshold,
+    decide,
+    labels_to_settle,
+)
 from .load import ALL, UNKNOWN, MetricMeta, SelectionInputs, mix_problems
 from .results import SELECTION_RESULT_VERSION, SelectionResult
 
@@ -251,9 +263,15 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
     strata_out = [] if dim is None else labels
     code = {h: i for i, h in enumerate(labels)}
     mix_codes = {code[h]: float(s) for h, s in mix.items()}
-    if inputs.plan_version is None:
-        missing.append("no locked analysis plan: the report follows no pre-registered rule "
-                       "(primary metric, mix, gates and margin are the defaults)")
+    exploratory = inputs.plan_version is None or not inputs.plan_locked
+    if inputs.plan_version is None and inputs.draft_plan_version is not None:
+        missing.append(f"exploratory, plan not locked: the report follows the study's draft "
+                       f"analysis plan (version {inputs.draft_plan_version}: its primary "
+                       "metric, thresholds, gates, mix and margin), which is not "
+                       "pre-registered until it is locked")
+    elif inputs.plan_version is None:
+        missing.append("no analysis plan: the report follows no pre-registered rule (the "
+                       "rubric pass rate is the primary metric; no threshold, gate or margin)")
 
     cand_ids = list(inputs.candidates)
     names = [inputs.candidates[c]["name"] for c in cand_ids]
@@ -262,6 +280,8 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
     metrics = inputs.metrics
     by_key = {m.key: m for m in metrics}
 
+    primary_source = "plan" if plan.get("primary_metric") not in (None, "", "rubric_pass_rate") \
+        or (inputs.plan_spec or {}).get("primary_metric") else "default"
     primary = str(plan.get("primary_metric") or "rubric_pass_rate")
     plan_criteria = (inputs.plan_spec or {}).get("criteria") or {}
     if primary not in ("rubric_pass_rate", "expected_cost"):
@@ -272,6 +292,7 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
         warnings.append(f"the primary metric '{primary}' is not estimated (not in this rubric "
                         "or left out by params.metrics): the rubric pass rate decides")
         primary = "rubric_pass_rate" if "rubric_pass_rate" in by_key else metrics[0].key
+        primary_source = "default"
     pm = by_key[primary]
     margin = float(plan.get("margin") or 0.0)
 
@@ -281,6 +302,9 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
     ppi_cell: dict[tuple[int, int, str], PPIEstimate | None] = {}
     weight_all = frame["weight"].to_numpy(dtype=np.float64)
     any_label = False
+    human_only_metrics: set[str] = set()
+    # Human labels on the primary metric per (candidate, stratum code).
+    primary_labels: dict[tuple[int, int], int] = {}
     for m in metrics:
         f_all = frame[f"f:{m.key}"].to_numpy(dtype=np.float64)
         y_all = frame[f"y:{m.key}"].to_numpy(dtype=np.float64)
@@ -304,6 +328,8 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
                     ly = np.isfinite(yy)
                     lf = ly & np.isfinite(fy)
                     row["n_labelled"] = int(ly.sum())
+                    if m.key == primary:
+                        primary_labels[(ci, si)] = row["n_labelled"]
                     if ly.any():
                         any_label = True
                         human[si] = classical_mean(yy[ly], w=ww[ly], level=level)
@@ -354,6 +380,11 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
                         gone = ", ".join(labels[k] for k in strat.missing)
                         missing.append(f"no human label yet for {name} in {gone} (weighted in "
                                        "the mix): no prediction-powered estimate on the mix")
+                elif lab.any():
+                    # No judge score on this metric (no judge, or it was not run): the
+                    # human labels alone decide, as the cells' own estimates do.
+                    est_mix = hm
+                    human_only_metrics.add(m.key)
                 mix_row["ppi"] = _ppi_json(est_mix)
             ppi_mix[(ci, m.key)] = est_mix
             estimates.append(mix_row)
@@ -572,11 +603,12 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
                              reference, diff_rows, level, warnings)
 
     # --- the decision ------------------------------------------------------------------------
-    decision, next_labels = _decide(
+    decision, next_labels = _decision_table(
         names=names, pm=pm, margin=margin, level=level, mix_order=mix_order,
-        eligible=eligible, reference=reference, diffs=diffs, flips=flips,
-        gate_failures=gate_failures, threshold_fail=threshold_fail, any_label=any_label,
-        labels=labels, mix_codes=mix_codes, cells=cells,
+        eligible=eligible, diffs=diffs, flips=flips, gate_failures=gate_failures,
+        threshold_rows=threshold_rows, ppi_mix=ppi_mix, primary_labels=primary_labels,
+        labels=labels, mix_codes=mix_codes, human_only=pm.key in human_only_metrics,
+        plan_spec=inputs.plan_spec or {}, has_outputs=set(cells.bounds),
     )
 
     if inputs.pairwise_criterion is not None and \
@@ -595,7 +627,9 @@ def selection_compute_raw(inputs: SelectionInputs, params: Mapping[str, Any]) ->
         "fingerprint": "", "simulated": simulated, "level": level, "dimension": dim,
         "strata": strata_out, "mix": {} if dim is None else mix, "mix_source": mix_source,
         "plan_followed": inputs.plan_version is not None and not deviations,
-        "deviations": deviations, "primary_metric": pm.key, "margin": margin,
+        "exploratory": exploratory, "draft_plan_version": inputs.draft_plan_version,
+        "deviations": deviations, "primary_metric": pm.key, "primary_source": primary_source,
+        "rubric_rule": dict(inputs.rubric_rule), "margin": margin,
         "judge": inputs.judge,
         "candidates": [{"id": cid, **inputs.candidates[cid]} for cid in cand_ids],
         "metrics": [{"key": m.key, "label": m.label, "unit": m.unit,
@@ -907,7 +941,12 @@ def _paired(
     f_a, f_b = j[f"f:{key}_a"].to_numpy(np.float64), j[f"f:{key}_b"].to_numpy(np.float64)
     s = j["s"].to_numpy(np.int64)
     both_f = np.isfinite(f_a) & np.isfinite(f_b)
-    lab = np.isfinite(ya) & np.isfinite(yb) & both_f
+    both_y = np.isfinite(ya) & np.isfinite(yb)
+    if not both_f.any() and both_y.any():
+        # No judge score on the metric: the human labels alone decide.
+        wy = (j["weight_a"].to_numpy(np.float64) * j["weight_b"].to_numpy(np.float64))[both_y]
+        return _paired_human_only(ya[both_y] - yb[both_y], s[both_y], wy, mix_codes, level)
+    lab = both_y & both_f
     if not lab.any():
         return None
     # Both outputs of a labelled pair were drawn; their weights multiply (independent draws of
@@ -918,6 +957,22 @@ def _paired(
         ya[lab], yb[lab], f_a[lab], f_b[lab], s[lab], f_a[both_f], f_b[both_f], s[both_f],
         mix=mix_codes, w=w, level=level, census=True,
     )
+
+
+def _paired_human_only(
+    d: FloatArray, s: npt.NDArray[np.int64], w: FloatArray, mix_codes: Mapping[int, float],
+    level: float,
+) -> StratifiedPPI:
+    """The paired difference from human labels alone: per stratum the weighted mean of the
+    items' own differences (`classical_mean`), combined with the mix (`combine_strata`)."""
+    per: dict[int, PPIEstimate] = {}
+    for si in np.unique(s).tolist():
+        at = s == si
+        per[int(si)] = classical_mean(d[at], w=w[at], level=level)
+    mixed, gone = combine_strata(per, mix_codes, level=level,
+                                 method="mix of per-stratum human-only paired differences")
+    return StratifiedPPI(per_stratum=per, mix=mixed, missing=tuple(gone),
+                         weights=dict(mix_codes))
 
 
 def _public_vs_private(
@@ -974,61 +1029,120 @@ def _public_vs_private(
             "kendall_tau": _est_json(tau) if tau is not None else None, "flags": flags}
 
 
-def _decide(
-    *, names: Sequence[str], pm: MetricMeta, margin: float, level: float,
-    mix_order: Sequence[int], eligible: Sequence[int], reference: int | None,
-    diffs: Mapping[tuple[int, int], Any], flips: Sequence[Mapping[str, Any]],
-    gate_failures: Mapping[str, Sequence[str]], threshold_fail: Mapping[str, Sequence[str]],
-    any_label: bool, labels: Sequence[str], mix_codes: Mapping[int, float], cells: _Cells,
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The decision by the plan's rule (module docstring) and, when too close, the labels."""
-    pct = f"{level * 100:g}%"
-    if not any_label or not mix_order:
-        return {"verdict": "insufficient_data", "candidate": None, "runner_up": None,
-                "difference": None,
-                "text": "insufficient data: no human label yet, so no estimate the decision "
-                        "can rest on (see what is missing)"}, None
-    if not eligible:
-        why = "; ".join(f"{n}: {', '.join([*gate_failures.get(n, []), *threshold_fail.get(n, [])])}"
-                        for n in (names[c] for c in mix_order))
-        return {"verdict": "no_candidate_passes", "candidate": None, "runner_up": None,
-                "difference": None, "text": f"no candidate passes the gates ({why})"}, None
-    best = eligible[0]
-    flip_text = "".join(f"; but {f['best']} is better on {f['stratum']} (flip)" for f in flips)
-    if len(eligible) == 1:
-        others = [names[c] for c in mix_order if c != best]
-        text = (f"ship {names[best]}: the only candidate that passes every gate"
-                + (f" ({', '.join(others)} fail)" if others else "") + flip_text)
-        return {"verdict": "ship", "candidate": names[best], "runner_up": None,
-                "difference": None, "text": text}, None
-    sign = 1.0 if pm.higher_is_better else -1.0
-    # No correction across these comparisons: the best must beat every rival (an
-    # intersection of tests), and the events "candidate i beats all" are disjoint; with five
-    # equal candidates the rule ships one in 3% of simulated studies at a planned 95%
-    # (tests/reports/test_selection_compute.py), within the planned error rate.
-    def clears(other: int) -> bool:
-        r = diffs.get((best, other))
-        e = r.mix if r is not None else None
-        if e is None or e.ci_low is None or e.ci_high is None:
-            return False
-        return min(sign * e.ci_low, sign * e.ci_high) > margin
+GATE_WORDS = {"schema_valid_rate": "schema-valid rate", "error_rate": "error rate",
+              "latency_p50_ms": "p50 latency", "latency_p95_ms": "p95 latency",
+              "cost_per_1000": "cost per 1,000", "tokens_per_1000": "tokens per 1,000"}
 
-    # The best must clear the margin against every other eligible candidate, not only the
-    # runner-up on the point estimate (a wider interval further down can still overlap).
-    blocking = [o for o in eligible[1:] if not clears(o)]
-    runner = blocking[0] if blocking else eligible[1]
-    res = diffs.get((best, runner))
+
+def threshold_text(metric: str, threshold: float, direction: str,
+                   baseline: str | None = None) -> str:
+    """A pre-registered threshold as the decision says it: "correct ≥ 80 %"."""
+    family, _, key = metric.partition(":")
+    sym = "≥" if direction == ">=" else "≤"
+    if family in ("pass_rate", "win_rate") or metric == "rubric_pass_rate":
+        value = f"{threshold * 100:g} %"
+    else:
+        value = f"{threshold:g}"
+    name = key or metric.replace("_", " ")
+    if family == "mean_score":
+        name = f"mean {key}"
+    elif family == "win_rate":
+        name = f"win rate on {key}" + (f" over {baseline}" if baseline else "")
+    return f"{name} {sym} {value}"
+
+
+def _decision_table(
+    *, names: Sequence[str], pm: MetricMeta, margin: float, level: float,
+    mix_order: Sequence[int], eligible: Sequence[int],
+    diffs: Mapping[tuple[int, int], Any], flips: Sequence[Mapping[str, Any]],
+    gate_failures: Mapping[str, Sequence[str]], threshold_rows: Sequence[Mapping[str, Any]],
+    ppi_mix: Mapping[tuple[int, str], PPIEstimate | None],
+    primary_labels: Mapping[tuple[int, int], int], labels: Sequence[str],
+    mix_codes: Mapping[int, float], human_only: bool, plan_spec: Mapping[str, Any],
+    has_outputs: set[tuple[int, int]],
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The decision by the decision table (`reports.selection.decision`) and, when too
+    close, the labels that would settle it."""
+    z = float(ndtri(0.5 + level / 2.0))
+    sign = 1.0 if pm.higher_is_better else -1.0
+    plan_criteria = plan_spec.get("criteria") or {}
+    order = list(mix_order) + [ci for ci in range(len(names)) if ci not in mix_order]
+    contenders: list[Contender] = []
+    weighted = [si for si, share in mix_codes.items() if share > 0]
+    for ci in order:
+        name = names[ci]
+        if any((ci, si) not in has_outputs for si in weighted):
+            # No outputs in a stratum the mix weighs: no label can ever be had there, so the
+            # candidate cannot be estimated on the mix and is not compared ("missing" says so).
+            continue
+        n_total = sum(n for (c, _), n in primary_labels.items() if c == ci)
+        short_strata = sum(
+            max(0, MIN_LABELS_PER_STRATUM - primary_labels.get((ci, si), 0))
+            for si in weighted)
+        short = max(DECISION_MIN_LABELS - n_total, short_strata, 0)
+        if ci not in mix_order and short == 0:
+            short = MIN_LABELS_PER_STRATUM  # no estimate on the mix at all
+        ths: list[Threshold] = []
+        for row in threshold_rows:
+            if row["candidate"] != name or row["stratum"] != MIX:
+                continue
+            metric = str(row["metric"])
+            entry = plan_criteria.get(metric.partition(":")[2]) or {}
+            baseline = entry.get("baseline") if isinstance(entry, Mapping) else None
+            text = threshold_text(metric, float(row["threshold"]), str(row["direction"]),
+                                  baseline if isinstance(baseline, str) else None)
+            settle = None
+            th_est = ppi_mix.get((ci, metric))
+            if row["status"] == "uncertain" and th_est is not None:
+                settle = labels_to_settle(float(th_est.value), th_est.se,
+                                          int(th_est.n_labelled), float(row["threshold"]), z)
+            ths.append(Threshold(metric=metric, text=text, status=str(row["status"]),
+                                 labels_to_settle=settle))
+        contenders.append(Contender(
+            name=name, n_labels=n_total, labels_short=short,
+            gate_failures=tuple(GATE_WORDS.get(g, g) for g in gate_failures.get(name, [])),
+            thresholds=tuple(ths)))
+    leader = eligible[0] if eligible else None
+    differences: dict[str, Difference] = {}
+    if leader is not None:
+        for other in eligible[1:]:
+            res = diffs.get((leader, other))
+            e = res.mix if res is not None else None
+            if e is None:
+                continue
+            lo = None if e.ci_low is None else sign * e.ci_low
+            hi = None if e.ci_high is None else sign * e.ci_high
+            if lo is not None and hi is not None:
+                lo, hi = min(lo, hi), max(lo, hi)
+            differences[names[other]] = Difference(
+                rival=names[other], value=sign * e.value, ci_low=lo, ci_high=hi,
+                text=_fmt_diff(pm, e, sign))
+    unit_scale, unit = (100.0, " points") if pm.unit == "rate" else (1.0, "")
+    flip_texts = tuple(
+        f"{f['best']} is better than {f['mix_best']} on {f['stratum']} "
+        f"({_fmt_diff(pm, PPIEstimate(**{k: f['difference'][k] for k in _PPI_FIELDS}), sign)})"
+        for f in flips)
+    out = decide(DecisionInputs(
+        metric=pm.label, margin=margin, margin_text=f"{margin * unit_scale:g}{unit}",
+        level=level, contenders=tuple(contenders), differences=differences, flips=flip_texts,
+        basis="decided from the human labels alone" if human_only
+        else "prediction-powered estimates"))
+    runner = names.index(out.runner_up) if out.runner_up in names else None
+    res = diffs.get((leader, runner)) if leader is not None and runner is not None else None
     est: PPIEstimate | None = res.mix if res is not None else None
-    if not blocking and est is not None:
-        text = (f"ship {names[best]}: best on the mix by {_fmt_diff(pm, est, sign)} over "
-                f"{names[runner]}, passes every gate{flip_text}")
-        return {"verdict": "ship", "candidate": names[best], "runner_up": names[runner],
-                "difference": est.to_json(), "text": text}, None
-    detail = f" ({names[best]} - {names[runner]}: {_fmt_diff(pm, est, sign)})" if est else ""
-    text = f"too close to call at the planned {pct}{detail}{flip_text}"
-    nxt = _next_labels(res, est, margin, level, labels, mix_codes) if res else None
-    return {"verdict": "too_close", "candidate": names[best], "runner_up": names[runner],
-            "difference": None if est is None else est.to_json(), "text": text}, nxt
+    decision = {"verdict": out.state, "headline": out.headline, "candidate": out.candidate,
+                "runner_up": out.runner_up,
+                "difference": None if est is None else est.to_json(), "text": out.text,
+                "labels_needed": out.labels_needed, "threshold": out.threshold,
+                "basis": "human_only" if human_only else "prediction_powered"}
+    nxt = None
+    if out.state == "too_close" and res is not None:
+        nxt = _next_labels(res, est, margin, level, labels, mix_codes)
+    return decision, nxt
+
+
+_PPI_FIELDS = ("value", "ci_low", "ci_high", "se", "n_labelled", "n_unlabelled", "lam",
+               "method", "level")
 
 
 def _next_labels(

@@ -20,22 +20,21 @@ inclusion weight, by the same rules as the outputs' labels below.
 
 Definitions (the same as calibration's, docs/calibration.md):
 
-* Human label of an (output, criterion): the latest adjudication wins, then a gold label, then
-  the majority of the annotators' pass readings (an exact tie has none); for mean scores the
-  adjudicated or gold level, else the annotators' mean level.
-* An output whose annotations were all drawn as escalations is not a random draw: its labels
-  are left out of every estimate (a warning counts them). A randomly drawn label weighs
-  1 / inclusion probability (the largest recorded for the output); census, gold and imported
-  labels weigh 1.
-* The rubric: an output passes when it passes every hard-gate criterion of the study's latest
-  rubric and the weighted share of the other criteria it passes is at least one half (the
-  decision rule of calibration's rubric rows); its human label needs a label on every one of
-  those criteria.
+* Human label of an (output, criterion): `calibration.frames.human_labels`, the one rule
+  (the latest adjudication wins, then a gold label, then the majority of the annotators' pass
+  readings, an exact tie having none; an output whose annotations were all escalation draws
+  is left out of every estimate, adjudicated or not; a gold or adjudicated label without any
+  annotation counts with weight 1); for mean scores the adjudicated or gold level, else the
+  annotators' mean level. A randomly drawn label weighs 1 / inclusion probability (the
+  largest recorded for the output); census, gold and imported labels weigh 1.
+* The rubric: the rubric's own rule (`calibration.frames.rubric_rule`; by default an output
+  passes when every criterion with a pass/fail reading passes, or the weighted rule the rubric
+  states); its human label needs a label on every one of those criteria.
 
 The predictor ``f`` is fixed before any human label is looked at: the judge's probability of a
 pass where the judge recorded one on every verdict of the criterion, else its pass reading
-(0/1); the judge's level for mean scores; `calibration.compute.rubric_aggregate` of the
-criteria's predictors for the rubric; ``(1 - rubric predictor) x SEVERITY_COST_LEVEL's cost``
+(0/1); the judge's level for mean scores; `calibration.frames.rubric_predictor_columns` of
+the criteria's predictors for the rubric; ``(1 - rubric predictor) x SEVERITY_COST_LEVEL's cost``
 for the expected cost. Prediction-powered inference is valid (unbiased, with the stated
 coverage) for ANY predictor that does not depend on the labelled sample; a predictor fitted on
 the same human labels (a calibration curve fitted on them, say) makes the rectifier
@@ -145,6 +144,15 @@ class SelectionInputs:
     # human consensus on the same scale, NaN without one) and weight (1 / inclusion
     # probability of its human labels, 1 when unknown).
     comparisons: pd.DataFrame = field(default_factory=lambda: empty_comparisons())
+    # Whether `plan_version` is a locked plan; without one, the version of the study's latest
+    # (unlocked) plan the report follows as exploratory (None: the study has no plan).
+    plan_locked: bool = True
+    draft_plan_version: int | None = None
+    # calibration.frames.rubric_rule of the rubric version the report reads.
+    rubric_rule: dict[str, Any] = field(
+        default_factory=lambda: {"kind": "all", "pass_share": None,
+                                 "text": "an output passes the rubric when every criterion "
+                                         "with a pass/fail reading passes"})
 
 
 def metric_catalogue(criteria: Sequence[CriterionMeta], cost_unit: str) -> list[MetricMeta]:
@@ -296,15 +304,6 @@ def selection_inputs_check(study: Any, params: Mapping[str, Any], plan: Any) -> 
     _raise(errors)
 
 
-def _is_simulated_name(*texts: str) -> bool:
-    """How the demo and the benchmarks name simulated raters ("... (simulated)", "sim-...")."""
-    for t in texts:
-        low = (t or "").lower()
-        if "simulated" in low or low.startswith("sim-"):
-            return True
-    return False
-
-
 def _frame(qs: Any, names: Sequence[str], text: Sequence[str] = ()) -> pd.DataFrame:
     from calibration.frames import _values_frame
 
@@ -356,7 +355,6 @@ def _label_reading(c: CriterionMeta, label: str, mean_score: bool) -> float:
 def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> SelectionInputs:
     """Load a selection snapshot's inputs (module docstring); at most `LOAD_MAX_QUERIES`
     queries."""
-    from django.contrib.auth import get_user_model
     from django.db.models import (
         Case,
         CharField,
@@ -371,12 +369,31 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
     from django.db.models.functions import Coalesce
 
     from annotations.models import Adjudication, Annotation, GoldLabel
+    from calibration.frames import (
+        human_labels,
+        rubric_pass_columns,
+        rubric_predictor_columns,
+        rubric_rule,
+    )
     from judges.models import JudgeVersion, Verdict
     from studies.criteria import criterion_allowed_values
     from studies.models import Candidate, Criterion, Item, Output
     from studies.spec import plan_costs
 
-    spec = dict(plan.spec or {}) if plan is not None else None
+    plan_locked = plan is not None and plan.locked_at is not None
+    draft_version: int | None = None
+    if plan is None:
+        # No locked plan: the study's latest plan, locked or not, still states the primary
+        # metric, thresholds and gates the team meant; the report follows it and says it is
+        # exploratory (docs/selection.md).
+        from studies.models import AnalysisPlan
+
+        draft = AnalysisPlan.objects.filter(study=study).order_by("-version").first()
+        if draft is not None:
+            draft_version = draft.version
+        spec = dict(draft.spec or {}) if draft is not None else None
+    else:
+        spec = dict(plan.spec or {})
     sel = plan_read(spec)
     costs, _ = plan_costs(spec)
     warnings: list[str] = []
@@ -388,6 +405,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
         .order_by("-rubric__version", "position", "id")
     )
     latest = crit_rows[0].rubric.version if crit_rows else None
+    rule = rubric_rule(crit_rows[0].rubric.aggregate if crit_rows else None)
     criteria = [
         CriterionMeta(
             id=c.pk, key=c.key, name=c.name, scale=c.scale,
@@ -431,8 +449,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
 
             display = judge_display(jv.judge.name, jv.version, label)
             judge = {"id": jv.pk, "display": display,
-                     "simulated": bool(study.is_simulated)
-                     or _is_simulated_name(jv.judge.name, label, jv.model_family)}
+                     "simulated": bool(study.is_simulated) or bool(jv.simulated)}
 
     names = params.get("candidates")
     cand_qs = Candidate.objects.filter(study=study).order_by("id")
@@ -541,18 +558,13 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
             ["output", "criterion", "label"], text=["label"])
     # --- comparisons of a pairwise criterion ----------------------------------------------------
     comparisons = empty_comparisons()
-    pair_annotators: list[int] = []
     if pair_crit is not None and n:
-        comparisons, pair_annotators = _comparisons_load(
+        comparisons, _ = _comparisons_load(
             study, pair_crit, judge, list(candidates), item_rows, dimension, warnings)
 
+    # Simulated annotators exist only in studies recorded as simulated (the demo seed): the
+    # flag is the study's, never guessed from a name.
     annotators_simulated = bool(study.is_simulated)
-    if (len(ann) or pair_annotators) and not annotators_simulated:
-        ids = sorted({int(x) for x in np.unique(ann["annotator"].to_numpy())}
-                     | set(pair_annotators)) if len(ann) else sorted(set(pair_annotators))
-        usernames = get_user_model().objects.filter(pk__in=ids).values_list("username",
-                                                                            flat=True)
-        annotators_simulated = any(_is_simulated_name(str(u)) for u in usernames)
 
     # --- per output: weight and which labels count -------------------------------------------
     weight = np.ones(n)
@@ -630,15 +642,11 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
             a_num = pd.Index(list(c.values)).get_indexer(pd.Index(a_text)).astype(np.float64)
             a_num[a_num < 0] = np.nan
         a_read = _pass_reading(c, a_num, a_text)
-        ok = np.isfinite(a_read)
-        s = np.bincount(a_at[ok], weights=a_read[ok], minlength=n) if n else np.zeros(0)
-        k = np.bincount(a_at[ok], minlength=n).astype(np.float64) if n else np.zeros(0)
-        y = np.where(2 * s > k, 1.0, np.where(2 * s < k, 0.0, np.nan))
-        y[k == 0] = np.nan
         level = np.full(n, np.nan)
         if c.scale in ("ordinal", "interval"):
             level = _mean_at(a_at[np.isfinite(a_num)], a_num[np.isfinite(a_num)], n)
-        for lab in (gold, adjudicated):  # adjudication last: it wins
+        stored: dict[str, dict[int, float]] = {"gold": {}, "adjudicated": {}}
+        for name, lab in (("gold", gold), ("adjudicated", adjudicated)):
             if not len(lab):
                 continue
             lc = lab[lab["criterion"].to_numpy(dtype=np.int64) == c.id].drop_duplicates(
@@ -648,17 +656,28 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
             for pos, t in zip(l_at.tolist(), texts.tolist(), strict=True):
                 if pos < 0:
                     continue
-                r = _label_reading(c, str(t), mean_score=False)
-                if math.isfinite(r):
-                    y[pos] = r
+                stored[name][pos] = _label_reading(c, str(t), mean_score=False)
                 lv = _label_reading(c, str(t), mean_score=True)
                 if math.isfinite(lv):
-                    level[pos] = lv
+                    level[pos] = lv  # adjudication last: it wins
+        # The one human-label rule of the evidence read model (subjects: output positions).
+        keep_a = a_at >= 0
+        hl = human_labels(
+            subject=a_at[keep_a], reading=a_read[keep_a],
+            draw_kind=a["draw_kind"].astype(object).to_numpy()[keep_a] if len(a)
+            else np.empty(0, dtype=object),
+            inclusion=a["inclusion"].to_numpy(dtype=np.float64)[keep_a] if len(a)
+            else np.empty(0),
+            gold=stored["gold"], adjudicated=stored["adjudicated"])
+        y = np.full(n, np.nan)
+        counts = np.zeros(n, dtype=bool)
+        y[hl.subjects] = hl.label
+        counts[hl.subjects] = hl.countable
+        y[~counts] = np.nan
+        level[~counts] = np.nan
         sev = a["severity"].to_numpy(dtype=np.float64) if len(a) else np.empty(0)
         failing = (a_read == 0.0) & (sev > 0)
         crit_sev[c.id] = _mean_at(a_at[failing], sev[failing], n)
-        y[~countable] = np.nan
-        level[~countable] = np.nan
         crit_y[c.id] = y
         crit_level_y[c.id] = level
 
@@ -673,8 +692,11 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
     columns: dict[str, FloatArray] = {}
     rubric = _rubric_criteria(criteria)
     if rubric:
-        f_r = _aggregate([crit_f[c.id] for c in rubric], rubric)
-        y_r = _rubric_pass([crit_y[c.id] for c in rubric], rubric)
+        gates = [c.is_hard_gate for c in rubric]
+        weights = [c.weight for c in rubric]
+        f_r = rubric_predictor_columns([crit_f[c.id] for c in rubric], gates, weights,
+                                       rule)
+        y_r = rubric_pass_columns([crit_y[c.id] for c in rubric], gates, weights, rule)
     else:
         f_r = np.full(n, np.nan)
         y_r = np.full(n, np.nan)
@@ -710,6 +732,7 @@ def selection_inputs_load(study: Any, params: Mapping[str, Any], plan: Any) -> S
     return SelectionInputs(
         study_id=study.pk, study_simulated=bool(study.is_simulated),
         plan_version=plan.version if plan is not None else None, plan_spec=spec, plan=sel,
+        plan_locked=plan_locked, draft_plan_version=draft_version, rubric_rule=rule,
         costs=costs, dimension=dimension, possible_labels=possible, judge=judge,
         candidates=candidates, criteria=criteria, metrics=metrics, outputs=outs,
         annotators_simulated=annotators_simulated, warnings=warnings,
@@ -882,41 +905,6 @@ def _mean_at(at: npt.NDArray[np.intp], values: FloatArray, n: int) -> FloatArray
         return np.where(k > 0, s / np.where(k > 0, k, 1.0), np.nan)
 
 
-def _aggregate(p: Sequence[FloatArray], rubric: Sequence[CriterionMeta]) -> FloatArray:
-    """calibration.compute.rubric_aggregate over columns: the product of the gates' P(pass)
-    times the weighted mean P(pass) of the other criteria (NaN where any is missing)."""
-    gate = np.ones(p[0].size)
-    num = np.zeros(p[0].size)
-    den = 0.0
-    for pi, c in zip(p, rubric, strict=True):
-        if c.is_hard_gate:
-            gate = gate * pi
-        else:
-            num = num + c.weight * pi
-            den += c.weight
-    rest = num / den if den > 0 else np.ones(p[0].size)
-    return np.asarray(gate * rest, dtype=np.float64)
-
-
-def _rubric_pass(y: Sequence[FloatArray], rubric: Sequence[CriterionMeta]) -> FloatArray:
-    """Human rubric pass (1/0): every gate passed and the weighted share of the others passed
-    at least one half; NaN unless every criterion has a label."""
-    complete = np.logical_and.reduce([np.isfinite(v) for v in y])
-    gate_failed = np.zeros(y[0].size, dtype=bool)
-    share = np.zeros(y[0].size)
-    den = 0.0
-    for v, c in zip(y, rubric, strict=True):
-        ok = v == 1.0
-        if c.is_hard_gate:
-            gate_failed |= ~ok
-        else:
-            share = share + np.where(ok, c.weight, 0.0)
-            den += c.weight
-    share = share / den if den > 0 else np.ones(y[0].size)
-    passed = (~gate_failed) & (share >= 0.5)
-    return np.where(complete, passed.astype(np.float64), np.nan)
-
-
 def selection_fingerprint(inputs: SelectionInputs) -> str:
     """sha256 over every input the snapshot reads: the outputs' columns (in output order), the
     judge, candidates, criteria, metrics, dimension and the plan's selection sections."""
@@ -934,6 +922,8 @@ def selection_fingerprint(inputs: SelectionInputs) -> str:
         "plan": inputs.plan, "plan_criteria": (inputs.plan_spec or {}).get("criteria"),
         "costs": inputs.costs, "simulated": [inputs.study_simulated,
                                              inputs.annotators_simulated],
+        "rubric_rule": inputs.rubric_rule, "plan_locked": inputs.plan_locked,
+        "draft_plan_version": inputs.draft_plan_version,
     }
     h.update(json.dumps(meta, sort_keys=True, default=str).encode())
     return h.hexdigest()

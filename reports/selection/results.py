@@ -19,7 +19,19 @@ from typing import Any
 
 from reports.results import ResultFormatError, _decode_dataclass, _encode, _schema
 
-SELECTION_RESULT_VERSION = 1
+SELECTION_RESULT_VERSION = 2
+# Version 1 results (before the decision table and the stated rubric rule) are still read:
+# `from_json` upgrades them in memory, saying which rubric rule they were computed with.
+LEGACY_RUBRIC_RULE = {
+    "kind": "legacy_half",
+    "pass_share": 0.5,
+    "text": "an output passes when it passes every hard-gate criterion and at least half "
+            "(by weight) of the other criteria (the rule of reports computed before the "
+            "rubric stated its rule)",
+}
+LEGACY_VERDICTS = {"insufficient_data": "Insufficient data",
+                   "no_candidate_passes": "No candidate passes",
+                   "too_close": "Too close to call", "ship": "Ship"}
 
 
 @dataclass(frozen=True)
@@ -185,10 +197,28 @@ class PublicVsPrivate:
 
 @dataclass(frozen=True)
 class Decision:
-    verdict: str  # "ship" | "no_candidate_passes" | "too_close" | "insufficient_data"
+    """The state of the decision table (reports/selection/decision.py, docs/selection.md)."""
+
+    # "ship" | "leads_unproven" | "no_candidate_meets_threshold" |
+    # "no_candidate_passes_gates" | "too_close" | "not_enough_evidence" (version 1 results:
+    # "no_candidate_passes", "insufficient_data" too)
+    verdict: str
+    headline: str
     candidate: str | None
     runner_up: str | None
     difference: PPIJson | None
+    text: str
+    labels_needed: int | None  # how many labels would settle it, when the state says
+    threshold: str | None  # the threshold the state names ("correct ≥ 80 %")
+    basis: str  # "prediction_powered" | "human_only"
+
+
+@dataclass(frozen=True)
+class RubricRule:
+    """When an output passes the rubric (the rule in force when the snapshot was computed)."""
+
+    kind: str  # "all" | "weighted" | "legacy_half"
+    pass_share: float | None
     text: str
 
 
@@ -258,8 +288,15 @@ class SelectionResult:
     mix: Mapping[str, float]
     mix_source: str  # "plan" | "params" | "observed"
     plan_followed: bool
+    # No locked plan: the report follows the study's latest (unlocked) plan, if any, and is
+    # exploratory; its version is `draft_plan_version`.
+    exploratory: bool
+    draft_plan_version: int | None
     deviations: tuple[Deviation, ...]
     primary_metric: str
+    # Where the primary metric came from: "plan" (the plan names it) or "default".
+    primary_source: str
+    rubric_rule: RubricRule
     margin: float
     judge: JudgeRef | None
     candidates: tuple[CandidateRef, ...]
@@ -285,6 +322,9 @@ class SelectionResult:
         if not isinstance(data, Mapping):
             raise ResultFormatError("result", "must be an object")
         version = data.get("version")
+        if version == 1:
+            data = upgrade_v1(data)
+            version = data.get("version")
         if version != SELECTION_RESULT_VERSION:
             raise ResultFormatError(
                 "version", f"selection result version {version!r} is not "
@@ -312,7 +352,33 @@ class SelectionResult:
         return None
 
 
+def upgrade_v1(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A version 1 result in the version 2 shape: its rubric rule was the legacy one, its
+    plan was locked when it had one, its decision read the prediction-powered estimates."""
+    out = dict(data)
+    out["version"] = SELECTION_RESULT_VERSION
+    out.setdefault("exploratory", False)
+    out.setdefault("draft_plan_version", None)
+    out.setdefault("primary_source", "plan" if data.get("plan_version") is not None
+                   else "default")
+    out.setdefault("rubric_rule", dict(LEGACY_RUBRIC_RULE))
+    decision = data.get("decision")
+    if isinstance(decision, Mapping):
+        d = dict(decision)
+        verdict = d.get("verdict")
+        head = LEGACY_VERDICTS.get(str(verdict), str(verdict))
+        if verdict == "ship" and d.get("candidate"):
+            head = f"Ship {d['candidate']}"
+        d.setdefault("headline", head)
+        d.setdefault("labels_needed", None)
+        d.setdefault("threshold", None)
+        d.setdefault("basis", "prediction_powered")
+        out["decision"] = d
+    return out
+
+
 __all__ = [
+    "LEGACY_RUBRIC_RULE",
     "SELECTION_RESULT_VERSION",
     "BradleyTerryRow",
     "CandidateRef",
@@ -333,7 +399,9 @@ __all__ = [
     "PublicRow",
     "PublicVsPrivate",
     "RankingRow",
+    "RubricRule",
     "SelectionResult",
     "ThresholdRow",
     "WinRateRow",
+    "upgrade_v1",
 ]

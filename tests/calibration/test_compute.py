@@ -447,3 +447,51 @@ def test_a_cascade_hands_on_what_the_cheaper_judge_does_not_trust(
         if r["decision"] != "escalate":
             assert stage["threshold"] is not None and max(p, 1 - p) >= stage["threshold"]
     assert 0 < cascade["coverage"] <= 1
+
+
+@pytest.mark.parametrize("rule", [None, {"kind": "weighted", "pass_share": 0.5}])
+def test_rubric_rows_follow_the_rubrics_rule(built: dict[str, Any], rule: Any) -> None:
+    """Two criteria, neither a hard gate (correct weight 1, helpful weight 2). The default
+    rule passes an output only when both pass (P = product); the weighted rule with
+    pass_share 0.5 passes it when helpful passes (2/3 of the weight) whatever correct says
+    (P = the weighted mean)."""
+    Criterion.objects.filter(rubric=built["rubric"], key="correct").update(is_hard_gate=False)
+    if rule is not None:
+        RubricVersion.objects.filter(pk=built["rubric"].pk).update(aggregate=rule)
+    helpful = Criterion.objects.create(
+        rubric=built["rubric"], key="helpful", name="Helpful", scale="ordinal",
+        points=[{"value": v, "label": str(v)} for v in range(1, 6)], pass_threshold=4,
+        weight=2.0, position=1,
+    )
+    rng = np.random.default_rng(8)
+    levels = rng.integers(1, 6, len(built["outputs"]))
+    Verdict.objects.bulk_create([
+        Verdict(judge_version=built["jv"], criterion=helpful, output=o, value=str(int(v)),
+                value_num=float(v))
+        for o, v in zip(built["outputs"], levels, strict=True)
+    ])
+    labelled = np.flatnonzero(built["drawn"])
+    Annotation.objects.bulk_create([
+        Annotation(annotator=built["rater"], criterion=helpful, output=built["outputs"][i],
+                   value=str(int(levels[i])), value_num=float(levels[i]), source="import")
+        for i in labelled
+    ])
+    res = _compute(built["study"])
+    correct, helpful_rows = _rows(res, "correct"), _rows(res, "helpful")
+    rubric = _rows(res, RUBRIC_KEY)
+    decided = 0
+    for pk, row in rubric.items():
+        a, b = correct[pk], helpful_rows[pk]
+        if rule is None:
+            assert row["p_pass"] == pytest.approx(a["p_pass"] * b["p_pass"])
+        else:
+            assert row["p_pass"] == pytest.approx((a["p_pass"] + 2 * b["p_pass"]) / 3)
+        if row["decision"] in ("escalate", "human") or "escalate" in (a["decision"],
+                                                                       b["decision"]):
+            continue
+        if a["decision"] == "fail" and b["decision"] == "pass":
+            decided += 1
+            assert row["decision"] == ("fail" if rule is None else "pass")
+    from collections import Counter
+    assert decided > 0, Counter((correct[k]["decision"], helpful_rows[k]["decision"],
+                                 r["decision"]) for k, r in rubric.items())

@@ -113,7 +113,8 @@ def build_selection_study(
                                          public_scores={"mmlu": PUBLIC.get(n, 60.0)})
              for n in names}
     judge = Judge.objects.create(study=study, name="sim-judge (simulated)", kind="llm")
-    jv = JudgeVersion.objects.create(judge=judge, version=1, content_hash="s" * 16)
+    jv = JudgeVersion.objects.create(judge=judge, version=1, content_hash="s" * 16,
+                                    simulated=True)
     labelled_items = rng.random(len(items)) < PI
     outputs: list[Output] = []
     human: list[bool] = []
@@ -210,7 +211,10 @@ def test_the_report_finds_the_flip_and_the_gate_failure(built: dict[str, Any]) -
     # The decision: borealis on the mix over atlas, with the flip on long.
     assert r.decision.verdict == "ship" and r.decision.candidate == b
     assert r.decision.runner_up == a
-    assert "ship borealis (simulated)" in r.decision.text and "(flip)" in r.decision.text
+    assert r.decision.text.startswith("Ship borealis (simulated): it passes every gate")
+    assert "cirrus (simulated) fails the gate error rate." in r.decision.text
+    assert ("Ranking flip: atlas (simulated) is better than borealis (simulated) on long"
+            in r.decision.text)
     assert "long" in [f.stratum for f in r.flips] and "short" not in [f.stratum for f in r.flips]
     flip = next(f for f in r.flips if f.stratum == "long")
     assert (flip.best, flip.mix_best, flip.correction) == (a, b, "holm")
@@ -322,12 +326,20 @@ def test_no_data_is_never_a_zero() -> None:
     mix = r.estimate(d, "rubric_pass_rate", "mix")
     assert mix is not None and mix.ppi is None
     assert d not in next(k for k in r.rankings if k.stratum == "mix").order
+    # No label can ever be had where it has no outputs: it is left out of the decision,
+    # which is made on the others (not "not enough evidence").
+    assert r.decision.verdict == "ship" and r.decision.candidate == "borealis (simulated)"
+    assert d not in r.decision.text
 
 
 def test_without_human_labels_the_report_says_what_is_missing() -> None:
     data = build_selection_study(labelled=False, slug="sel-nolabels")
     r = _build_report(data["study"])
-    assert r.decision.verdict == "insufficient_data"
+    assert r.decision.verdict == "not_enough_evidence"
+    assert r.decision.headline == "Not enough evidence"
+    # Three candidates x three strata, two labels each at least: 18 missing.
+    assert r.decision.labels_needed == 18
+    assert "about 18 more human labels on Rubric pass rate are needed" in r.decision.text
     assert r.missing[0].startswith("no human label yet")
     row = r.estimate("atlas (simulated)", "rubric_pass_rate", "short")
     assert row is not None and row.human is None and row.ppi is None and row.judge is not None
@@ -350,7 +362,7 @@ def test_too_close_gives_next_labels_and_the_plan_action(client_for: Any) -> Non
     data = build_selection_study(truth=even, slug="sel-close")
     study = data["study"]
     r = _build_report(study)
-    assert r.decision.verdict == "too_close" and "too close to call" in r.decision.text
+    assert r.decision.verdict == "too_close" and "Too close to call" in r.decision.text
     assert r.next_labels is not None and r.next_labels.total > 0
     assert set(r.next_labels.per_stratum) <= {"short", "long", "unknown"}
     snap = ReportSnapshot.objects.filter(study=study, kind="selection").latest("id")
@@ -463,7 +475,8 @@ def build_pairwise_study(*, seed: int = 4, slug: str = "sel-pair",
         for it in items for n in names])
     by = {(o.item_id, o.candidate_id): o for o in outs}
     judge = Judge.objects.create(study=study, name="sim-judge (simulated)", kind="llm")
-    jv = JudgeVersion.objects.create(judge=judge, version=1, content_hash="p" * 16)
+    jv = JudgeVersion.objects.create(judge=judge, version=1, content_hash="p" * 16,
+                                    simulated=True)
     cmps: list[Comparison] = []
     truth: list[str] = []
     for it in items:
@@ -559,7 +572,7 @@ def test_a_pairwise_study_loads_its_comparisons_in_bounded_queries() -> None:
     assert int(np.isfinite(c["y"]).sum()) == len(lab) + 1
     assert any("escalations" in w for w in inputs.warnings)
     assert set(c["stratum"]) == {"short", "long", "unknown"}
-    assert inputs.annotators_simulated
+    assert inputs.judge["simulated"] and not inputs.annotators_simulated  # by the flags
 
 
 def test_a_pairwise_study_gets_win_rates_and_a_bradley_terry_ranking() -> None:

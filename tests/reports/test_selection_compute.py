@@ -217,9 +217,10 @@ def test_gates_are_wilson_and_block_the_decision() -> None:
 def test_every_candidate_failing_a_gate_means_no_candidate_passes() -> None:
     inputs = make_inputs(errors={"X": 0.1, "Y": 0.1}, plan=_plan(gates={"error_rate": 0.02}))
     raw = selection_compute_raw(inputs, P)
-    assert raw["decision"]["verdict"] == "no_candidate_passes"
+    assert raw["decision"]["verdict"] == "no_candidate_passes_gates"
     assert raw["decision"]["candidate"] is None
-    assert raw["decision"]["text"].startswith("no candidate passes the gates")
+    assert raw["decision"]["text"].startswith(
+        "No candidate passes the gates (Y fails error rate; X fails error rate)")
 
 
 def test_too_close_allocates_labels_by_neyman() -> None:
@@ -530,4 +531,8 @@ def test_a_failed_win_rate_threshold_on_the_mix_makes_a_candidate_ineligible() -
     rows = {(t["candidate"], t["stratum"]): t["status"] for t in raw["thresholds"]}
     assert rows == {("X", "mix"): "fail", ("Z", "mix"): "fail"}
     assert raw["decision"]["verdict"] == "ship" and raw["decision"]["candidate"] == "Y"
-    assert "the only candidate that passes every gate" in raw["decision"]["text"]
+    text = raw["decision"]["text"]
+    assert "it is the only candidate that does" in text
+    # A threshold is never called a gate.
+    assert "X fails the threshold win rate on preferred over Y ≥ 90 %" in text
+    assert "gate win rate" not in text

@@ -177,7 +177,7 @@ def test_decision_first_then_flips_and_every_section(study: Study, lead_page: Cl
                                      '>Ranking flips</h2>', 'id="gates-heading"',
                                      'id="estimates-heading"', 'id="differences-heading"')]
     assert order == sorted(order)
-    assert 'class="decision-verdict">Ship: B</p>' in html
+    assert 'class="decision-verdict">Ship B</p>' in html
     text = _text(html)
     for sentence in (
         "In 1 stratum another candidate is better than the mix's best",
@@ -523,7 +523,7 @@ def test_lead_reads_the_decision_and_sends_next_labels_in_chromium(new_session: 
     page.get_by_role("link", name=f"#{snap.pk}", exact=True).first.click()
     assert page.url.endswith(_detail(snap))
     decision = page.locator(".decision-verdict")
-    assert decision.inner_text() == "Ship: B"
+    assert decision.inner_text() == "Ship B"
     assert DECISION in page.locator(".decision-text").inner_text()
     flips = page.get_by_role("heading", name="Ranking flips", level=2)
     assert flips.is_visible()
@@ -622,12 +622,14 @@ def pairwise_section() -> dict[str, Any]:
 def test_pairwise_preferences_render_as_a_matrix_and_a_ranking(
     study: Study, lead_page: Client, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from reports.selection.results import SelectionResult
+    from reports.selection.results import SelectionResult, upgrade_v1
 
     result = selection_result(pairwise=pairwise_section())
     typed = SelectionResult.from_json(result)
     assert typed.pairwise is not None and typed.pairwise.reference == "B"
-    assert typed.to_json() == result
+    # A version 1 result is read as version 2 with the legacy rubric rule.
+    assert typed.to_json() == upgrade_v1(result)
+    assert typed.rubric_rule.kind == "legacy_half"
     snap = selection_snapshot(study, result)
     html = lead_page.get(_detail(snap)).content.decode()
     assert HOSTILE not in html

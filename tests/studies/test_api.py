@@ -329,3 +329,22 @@ def test_read_only_account_token_lists_but_cannot_create(lead, client_for):
     c = client_for(lead, can_write=False)
     assert c.get("/api/tokens").status_code == 200
     assert c.post("/api/tokens", {"name": "x"}, format="json").status_code == 403
+
+
+def test_rubric_rule_is_stored_versioned_and_refused_with_the_field(study, lead_client):
+    url = "/api/studies/alpha/rubric"
+    r = lead_client.put(url, {"criteria": [BINARY, ORDINAL]}, format="json")
+    assert r.status_code == 201 and r.json()["aggregate"] == {"kind": "all"}
+    bad = lead_client.put(url, {"criteria": [BINARY], "aggregate": {"kind": "weighted"}},
+                          format="json")
+    assert bad.status_code == 400
+    assert [e["path"] for e in err(bad)["details"]["errors"]] == ["aggregate.pass_share"]
+    odd = lead_client.put(url, {"criteria": [BINARY], "aggregate": {"kind": "most"}},
+                          format="json")
+    assert [e["path"] for e in err(odd)["details"]["errors"]] == ["aggregate.kind"]
+    rule = {"kind": "weighted", "pass_share": 0.75}
+    r = lead_client.put(url, {"criteria": [BINARY, ORDINAL], "aggregate": rule}, format="json")
+    assert (r.status_code, r.json()["outcome"], r.json()["aggregate"]) == (200, "updated", rule)
+    again = lead_client.put(url, {"criteria": [BINARY, ORDINAL], "aggregate": rule},
+                            format="json")
+    assert again.json()["outcome"] == "unchanged"

@@ -161,3 +161,21 @@ def test_categorical_string_shorthand_and_defaults(study, lead):
     c = rubric.criteria.get()
     assert c.points == [{"value": "warm", "label": "warm"}, {"value": "cold", "label": "cold"}]
     assert c.name == "tone" and c.weight == 1.0 and c.pass_labels == []
+
+
+def test_study_file_rubric_rule_is_validated_with_its_path() -> None:
+    from studies.spec import study_file_validate
+
+    doc = {"study": {"name": "S", "slug": "s"},
+           "rubric": {"criteria": [BINARY], "aggregate": {"kind": "weighted",
+                                                          "pass_share": 0.6}}}
+    assert study_file_validate(doc).rubric_aggregate == {"kind": "weighted",
+                                                         "pass_share": 0.6}
+    assert study_file_validate({"study": {"name": "S", "slug": "s"},
+                                "rubric": {"criteria": [BINARY]}}).rubric_aggregate == \
+        {"kind": "all"}
+    bad = copy.deepcopy(doc)
+    bad["rubric"]["aggregate"] = {"kind": "weighted", "pass_share": 1.5}
+    with pytest.raises(ValidationFailed) as exc:
+        study_file_validate(bad)
+    assert [e["path"] for e in exc.value.details["errors"]] == ["rubric.aggregate.pass_share"]

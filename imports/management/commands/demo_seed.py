@@ -218,7 +218,7 @@ class Command(BaseCommand):
         rng = random.Random(23)
         version = judge_imported_version_get_or_create(
             study=study, name=SIM_JUDGE, label="simulated", value_type="label",
-            model_family="simulated",
+            model_family="simulated", simulated=True,
             description="Simulated judge: agrees with the simulated truth 94% of the time "
                         "in English and 68% in German.",
         ).version
