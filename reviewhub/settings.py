@@ -194,8 +194,11 @@ STORAGES = {
 # Shared by every web process through Redis when REDIS_URL is set; process-local memory in
 # the embedded default (one runserver process in the demo).
 if REDIS_URL:
+    # Short socket timeouts: with Redis unreachable, a token request answers 503 in seconds
+    # (RequestLimitsMiddleware) instead of holding a web worker until the OS gives up.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                          "LOCATION": REDIS_URL, "KEY_PREFIX": "reviewhub-cache"}}
+                          "LOCATION": REDIS_URL, "KEY_PREFIX": "reviewhub-cache",
+                          "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
                           "KEY_PREFIX": "reviewhub-cache"}}

@@ -78,6 +78,19 @@ def login_lockout_response(
     return response
 
 
+def _cache_errors() -> tuple[type[BaseException], ...]:
+    """What the cache raises when its server is down: redis-py's errors (when installed) and
+    socket errors."""
+    try:
+        from redis.exceptions import RedisError
+    except ImportError:  # pragma: no cover - redis is a dependency, but the cache may be local
+        return (OSError,)
+    return (RedisError, OSError)
+
+
+CACHE_ERRORS = _cache_errors()
+
+
 class TokenFailureThrottle(SimpleRateThrottle):
     """Failed API-token authentications per client IP (`REVIEWHUB_TOKEN_FAILURE_RATE`).
 
