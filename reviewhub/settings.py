@@ -217,6 +217,11 @@ AXES_FAILURE_LIMIT = env.int("REVIEWHUB_LOGIN_FAILURE_LIMIT", default=10)
 REVIEWHUB_LOGIN_LOCKOUT_MINUTES = env.float("REVIEWHUB_LOGIN_LOCKOUT_MINUTES", default=15.0)
 AXES_COOLOFF_TIME = timedelta(minutes=REVIEWHUB_LOGIN_LOCKOUT_MINUTES)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# Failed sign-ins from one client address across every username (password spraying: one guess
+# each for many accounts) before that address is locked out for the same cool-off; checked by
+# reviewhub.throttling.LoginThrottleBackend from django-axes' records. 0 turns it off.
+REVIEWHUB_LOGIN_ADDRESS_FAILURE_LIMIT = env.int("REVIEWHUB_LOGIN_ADDRESS_FAILURE_LIMIT",
+                                                default=30)
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "reviewhub.throttling.client_ip"
 AXES_LOCKOUT_CALLABLE = "reviewhub.throttling.login_lockout_response"

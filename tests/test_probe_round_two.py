@@ -184,3 +184,58 @@ def test_a_file_level_error_is_not_counted_as_a_row(lead_client: APIClient, stud
     error = _error(lead_client.post("/api/studies/alpha/items/bulk", b"external_id,input\n",
                                     content_type="text/csv"))
     assert error["message"].startswith("The file was rejected"), error["message"]
+
+
+# --- password spraying ---------------------------------------------------------------------------
+
+
+def _sign_in(client: Any, username: str, password: str, **extra: Any) -> Any:
+    return client.post("/accounts/login/", {"username": username, "password": password},
+                       **extra)
+
+
+@pytest.fixture
+def fast_hashing(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def test_one_wrong_password_for_each_of_40_usernames_meets_429(settings: Any,
+                                                               fast_hashing: None) -> None:
+    from django.test import Client
+
+    real = UserFactory(username="real-user", password="pw-for-tests-123")
+    assert real.pk
+    attacker = Client(REMOTE_ADDR="203.0.113.50")
+    statuses = [_sign_in(attacker, f"user{k}", "Winter2026!").status_code for k in range(40)]
+    limit = settings.REVIEWHUB_LOGIN_ADDRESS_FAILURE_LIMIT
+    assert statuses[:limit] == [200] * limit
+    assert set(statuses[limit:]) == {429}, statuses
+    # The right password of a real account from that address is refused too, with Retry-After.
+    locked = _sign_in(attacker, "real-user", "pw-for-tests-123")
+    assert locked.status_code == 429 and int(locked["Retry-After"]) > 0
+    # Another address is not affected.
+    assert _sign_in(Client(REMOTE_ADDR="198.51.100.8"), "real-user",
+                    "pw-for-tests-123").status_code == 302
+
+
+def test_the_address_limit_honours_the_trusted_proxy_setting(settings: Any,
+                                                             fast_hashing: None) -> None:
+    from django.test import Client
+
+    settings.REVIEWHUB_LOGIN_ADDRESS_FAILURE_LIMIT = 5
+    UserFactory(username="real-user", password="pw-for-tests-123")
+    proxy = Client(REMOTE_ADDR="10.0.0.2")
+    # No trusted proxy: X-Forwarded-For is the client's word and does not pick a new key.
+    for k in range(5):
+        _sign_in(proxy, f"u{k}", "x", HTTP_X_FORWARDED_FOR=f"192.0.2.{k}")
+    assert _sign_in(proxy, "real-user", "pw-for-tests-123",
+                    HTTP_X_FORWARDED_FOR="192.0.2.99").status_code == 429
+    # One trusted proxy: each client behind it is counted on its own.
+    settings.REVIEWHUB_TRUSTED_PROXY_COUNT = 1
+    assert _sign_in(proxy, "real-user", "pw-for-tests-123",
+                    HTTP_X_FORWARDED_FOR="192.0.2.99").status_code == 302
+    for k in range(5):
+        _sign_in(Client(REMOTE_ADDR="10.0.0.2"), f"v{k}", "x",
+                 HTTP_X_FORWARDED_FOR="192.0.2.7")
+    assert _sign_in(Client(REMOTE_ADDR="10.0.0.2"), "real-user", "pw-for-tests-123",
+                    HTTP_X_FORWARDED_FOR="192.0.2.7").status_code == 429
