@@ -17,6 +17,7 @@ from django.urls import Resolver404, resolve
 
 from reviewhub.errors import error_body
 
+_SESSION_KEY = "reviewhub_password_change_required"
 # Pages an account may reach while its password must change.
 _ALLOWED = frozenset({"password_change", "password_change_done", "logout", "login"})
 
@@ -42,7 +43,14 @@ class PasswordChangeRequiredMiddleware:
         if user is None or not user.is_authenticated or request.path_info.startswith(
                 "/static/"):
             return self.get_response(request)
-        if not password_change_required(user=user):
+        # Decided once per session (no query on later requests): the requirement only ever
+        # starts with a password set by someone else, which ends every session of the account
+        # (Django checks the password hash in the session), so a cached "no" cannot go stale.
+        required = request.session.get(_SESSION_KEY)
+        if required is None:
+            required = password_change_required(user=user)
+            request.session[_SESSION_KEY] = required
+        if not required:
             return self.get_response(request)
         name = _url_name(request)
         if name not in _ALLOWED:
@@ -57,4 +65,5 @@ class PasswordChangeRequiredMiddleware:
         if name == "password_change" and request.method == "POST" and (
                 response.status_code == 302):
             password_change_done(user=user)
+            request.session[_SESSION_KEY] = False
         return response
