@@ -21,12 +21,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from reviewhub.api.pagination import PAGE_PARAMETERS, DefaultCursorPagination, paginated
-from reviewhub.errors import NotFound, ValidationFailed
+from reviewhub.errors import Forbidden, NotFound, ValidationFailed
 from studies.access import study_get_for_actor
 from studies.models import Comparison, Criterion, Membership, Output, Study
 
 from . import export, selectors, services
-from .models import Adjudication, Assignment, GoldLabel, SamplingPlan
+from .models import Adjudication, Assignment, GoldLabel, Invitation, SamplingPlan
 from .serializers import (
     AdjudicationSerializer,
     AnnotatorStatsRowSerializer,
@@ -34,6 +34,7 @@ from .serializers import (
     GoldLabelSerializer,
     GradingContextSerializer,
     HeartbeatResponseSerializer,
+    InvitationSerializer,
     InviteRequestSerializer,
     InviteResponseSerializer,
     MyAnnotationSerializer,
@@ -48,7 +49,6 @@ from .serializers import (
     SubjectLabelRequestSerializer,
     SubmitRequestSerializer,
     SubmitResponseSerializer,
-    member_dict,
 )
 
 TAG_ANNOTATE = ["annotation (annotators)"]
@@ -87,6 +87,16 @@ def _own_assignment(request: Request, study: Study, assignment_id: int) -> Assig
     if assignment is None:
         raise NotFound("Assignment not found.")
     return assignment
+
+
+def _require_write(request: Request) -> None:
+    """Answering an invitation changes the account's access: a token must be read-write and
+    for the whole account (a token limited to one study cannot join another)."""
+    token = request.auth
+    if token is not None and (not getattr(token, "can_write", False)
+                              or getattr(token, "study_id", None) is not None):
+        raise Forbidden("Answering an invitation needs a read-write token for the whole "
+                        "account (or a signed-in session).")
 
 
 def _validated(serializer_class: type, data: Any) -> dict[str, Any]:
@@ -483,28 +493,72 @@ class MemberInviteView(APIView):
         tags=TAG_LEAD,
         request=InviteRequestSerializer,
         responses={201: InviteResponseSerializer, **ERRORS},
-        summary="Invite a person (creates the account with a one-time password if new)",
-        description="An existing account is invited by `username` and only gets the "
-        "membership: `one_time_password` is null and `email` is empty (another account's "
-        "address is never shown). With only an `email`, a new account named after the "
-        "address is created; addresses are never looked up.",
+        summary="Invite a person: an existing account by username (it accepts), or someone new "
+        "by e-mail (a new account with a one-time password)",
+        description="By `username`: an invitation that the account accepts or declines after "
+        "signing in (`GET /api/invitations`); `status` is `invited` and `user_id` null whether "
+        "or not an account of that name exists, so the answer tells nothing about which names "
+        "exist. Staff and admins add an existing account at once (`added`); an existing "
+        "member's role is changed (`added`). By `email` alone: a new account named after the "
+        "address's local part with a random suffix, with a one-time password shown once "
+        "(`created`), which its owner must change at first sign-in. Addresses are never "
+        "looked up.",
     )
     def post(self, request: Request, slug: str) -> Response:
         study = _lead_study(request, slug, write=True)
         data = _validated(InviteRequestSerializer, request.data)
-        user, password = services.annotator_invite(
+        result = services.annotator_invite(
             study=study,
             username=data["username"],
             email=data["email"],
             role=data["role"],
             invited_by=_user(request),
         )
-        body = member_dict(user, data["role"])
-        if password is None:
-            # Not created by this call: nothing of the account beyond what the lead typed.
-            body["email"] = ""
-        body["one_time_password"] = password
+        user = result.user
+        body = {
+            "status": result.status,
+            "username": result.username,
+            "role": result.role,
+            "user_id": user.pk if user is not None else None,
+            # Only an account made by this call shows its address: another account's stays
+            # private.
+            "email": user.email if result.status == "created" else "",
+            "one_time_password": result.one_time_password,
+        }
         return Response(body, status=status.HTTP_201_CREATED)
+
+
+class MyInvitationsView(APIView):
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        responses={200: InvitationSerializer(many=True), **ERRORS},
+        summary="Invitations waiting for the signed-in account's answer",
+    )
+    def get(self, request: Request) -> Response:
+        invitations = services.invitations_pending_for(user=_user(request))
+        return Response(InvitationSerializer(invitations, many=True).data)
+
+
+class MyInvitationDecisionView(APIView):
+    decision: str = "accept"
+
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        request=None,
+        responses={200: InvitationSerializer, **ERRORS},
+        summary="Accept or decline an invitation to a study",
+        description="Accepting makes the account a member with the invitation's role; "
+        "declining changes nothing else. 404 unless the invitation is pending and addressed "
+        "to this account.",
+    )
+    def post(self, request: Request, invitation_id: int) -> Response:
+        _require_write(request)
+        if self.decision == "accept":
+            services.invitation_accept(invitation_id=invitation_id, user=_user(request))
+        else:
+            services.invitation_decline(invitation_id=invitation_id, user=_user(request))
+        invitation = Invitation.objects.select_related("study").get(pk=invitation_id)
+        return Response(InvitationSerializer(invitation).data)
 
 
 class MemberPasswordResetView(APIView):

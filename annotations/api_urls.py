@@ -53,6 +53,14 @@ urlpatterns = [
     ),
     path(f"{S}gold-labels", api.GoldLabelListView.as_view(), name="annotations-api-gold"),
     path(f"{S}annotators/invite", api.MemberInviteView.as_view(), name="annotations-api-invite"),
+    # the invited account: its invitations, accepted or declined
+    path("invitations", api.MyInvitationsView.as_view(), name="annotations-api-invitations"),
+    path("invitations/<int:invitation_id>/accept",
+         api.MyInvitationDecisionView.as_view(decision="accept"),
+         name="annotations-api-invitation-accept"),
+    path("invitations/<int:invitation_id>/decline",
+         api.MyInvitationDecisionView.as_view(decision="decline"),
+         name="annotations-api-invitation-decline"),
     path(
         f"{S}annotators/<int:user_id>/reset-password",
         api.MemberPasswordResetView.as_view(),

@@ -349,3 +349,52 @@ class Adjudication(models.Model):
 
     def __str__(self) -> str:
         return f"adjudication {self.pk}: {self.value}"
+
+
+class Invitation(models.Model):
+    """A lead's invitation of an existing account (by username) to a study, waiting for that
+    account to accept or decline (annotations/services/members.py).
+
+    The username is kept as typed: an invitation of a name that has no account is recorded
+    the same way (the lead's answer is the same either way, so it tells nothing about which
+    names exist) and is offered to an account of that name if one is made later."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        ACCEPTED = "accepted", "Accepted"
+        DECLINED = "declined", "Declined"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="invitations")
+    username = models.CharField(max_length=150)
+    role = models.CharField(max_length=20)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            # One open invitation per (study, name): inviting again updates its role.
+            models.UniqueConstraint(fields=["study", "username"],
+                                    condition=Q(status="pending"),
+                                    name="invitation_one_pending_per_study_username"),
+        ]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.username} to {self.study_id} ({self.status})"
+
+
+class PasswordChangeRequired(models.Model):
+    """The account's password was set by someone else (a one-time password from an invitation
+    or a lead's reset): its owner must choose a new one before using the site."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", primary_key=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"password change required for {self.user_id}"

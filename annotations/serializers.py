@@ -275,10 +275,28 @@ class MemberSerializer(serializers.Serializer):
     role = serializers.CharField()
 
 
-class InviteResponseSerializer(MemberSerializer):
+class InviteResponseSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(
+        choices=["invited", "created", "added"],
+        help_text="invited: waiting for the account to accept (the same answer whether or not "
+        "the name exists); created: a new account; added: an existing member's role changed, "
+        "or staff added the account.")
+    username = serializers.CharField()
+    role = serializers.CharField()
+    user_id = serializers.IntegerField(allow_null=True, help_text="Null when `invited`.")
+    email = serializers.CharField(help_text="Only for an account created by this call.")
     one_time_password = serializers.CharField(
         allow_null=True, help_text="Only when the account was created by this call; shown once."
     )
+
+
+class InvitationSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    study = serializers.CharField(source="study.slug")
+    study_name = serializers.CharField(source="study.name")
+    role = serializers.CharField()
+    status = serializers.CharField()
+    created_at = serializers.DateTimeField()
 
 
 class PasswordResetResponseSerializer(serializers.Serializer):

@@ -20,6 +20,7 @@ urlpatterns = [
          name="annotations-lead-disagreements"),
     path("studies/<slug:slug>/annotation/members/", views.lead_members,
          name="annotations-lead-members"),
+    path("invitations/", views.my_invitations, name="annotations-my-invitations"),
     path("studies/<slug:slug>/annotation/plans/", views.lead_plans,
          name="annotations-lead-plans"),
 ]

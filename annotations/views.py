@@ -19,7 +19,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
@@ -625,15 +625,25 @@ def lead_disagreements(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "annotations/lead_disagreements.html", context)
 
 
+def _member_of(study: Study, post: Any) -> Any:
+    user_id = _required_int(post, "user_id")
+    member = get_user_model().objects.filter(pk=user_id, memberships__study=study).first()
+    if member is None:
+        raise ValidationFailed.at("user_id", "user_id is not a member of this study.")
+    return member
+
+
 @require_http_methods(["GET", "POST"])
 @login_required
 @strict_csp
 def lead_members(request: HttpRequest, slug: str) -> HttpResponse:
-    """Invite annotators and reset passwords; a new one-time password is shown once."""
+    """Invite people, change roles, remove members, reset the passwords of accounts this study
+    created; a new one-time password is shown once."""
     study, role = page_study(request, slug, min_role=Membership.Role.LEAD)
     one_time: dict[str, str] | None = None
     error = ""
     form = {"username": "", "email": "", "role": Membership.Role.ANNOTATOR}
+    actor = _actor(request)
     if request.method == "POST":
         action = request.POST.get("action")
         try:
@@ -643,39 +653,60 @@ def lead_members(request: HttpRequest, slug: str) -> HttpResponse:
                     "email": request.POST.get("email", ""),
                     "role": request.POST.get("role", Membership.Role.ANNOTATOR),
                 }
-                user, password = services.annotator_invite(
+                result = services.annotator_invite(
                     study=study, username=form["username"], email=form["email"],
-                    role=form["role"], invited_by=_actor(request),
+                    role=form["role"], invited_by=actor,
                 )
-                if password:
-                    one_time = {"username": user.username, "password": password,
+                if result.one_time_password:
+                    one_time = {"username": result.username,
+                                "password": result.one_time_password,
                                 "what": "New account created"}
+                elif result.status == "invited":
+                    # The same words whether or not the name exists.
+                    messages.success(request, (
+                        f"Invitation recorded for {result.username} ({result.role}). If an "
+                        "account of that name exists, it joins when it accepts the invitation "
+                        "after signing in."))
                 else:
-                    messages.success(request, f"{user.username} is now a member ({form['role']}).")
+                    messages.success(request, f"{result.username} is now a member "
+                                              f"({result.role}).")
                 form = {"username": "", "email": "", "role": Membership.Role.ANNOTATOR}
             elif action == "reset":
-                user_id = _required_int(request.POST, "user_id")
-                member = get_user_model().objects.filter(
-                    pk=user_id, memberships__study=study
-                ).first()
-                if member is None:
-                    raise ValidationFailed.at("user_id", "user_id is not a member of this study.")
+                member = _member_of(study, request.POST)
                 password = services.annotator_password_reset(study=study, user=member,
-                                                              by=_actor(request))
+                                                              by=actor)
                 one_time = {"username": member.username, "password": password,
                             "what": "Password reset"}
+            elif action == "role":
+                member = _member_of(study, request.POST)
+                new_role = request.POST.get("role", "")
+                services.member_role_change(study=study, user=member, role=new_role, by=actor)
+                messages.success(request, f"{member.username} is now {new_role}.")
+            elif action == "remove":
+                member = _member_of(study, request.POST)
+                services.member_remove(study=study, user=member, by=actor)
+                messages.success(request, f"{member.username} is no longer a member.")
+            elif action == "revoke":
+                services.invitation_revoke(study=study, by=actor,
+                                           invitation_id=_required_int(request.POST,
+                                                                       "invitation_id"))
+                messages.success(request, "Invitation withdrawn.")
             else:
-                raise ValidationFailed.at("action", "action must be 'invite' or 'reset'.")
+                raise ValidationFailed.at(
+                    "action", "action must be 'invite', 'reset', 'role', 'remove' or 'revoke'.")
         except AppError as exc:
             error = exc.message
-    members = (
+    members = list(
         Membership.objects.filter(study=study).select_related("user")
         .order_by("role", "user__username")
     )
+    rows = [{"m": m, "can_reset": services.password_reset_allowed(
+        study=study, account=m.user, membership=m, by=actor)} for m in members]
     context = {
         "study": study,
         "study_role": role,
-        "members": members,
+        "members": rows,
+        "invitations": services.invitations_pending_in(study=study),
         "roles": Membership.Role.choices,
         "form": form,
         "one_time": one_time,
@@ -683,6 +714,36 @@ def lead_members(request: HttpRequest, slug: str) -> HttpResponse:
     }
     status = 400 if error else 200
     return _no_store(render(request, "annotations/lead_members.html", context, status=status))
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@strict_csp
+def my_invitations(request: HttpRequest) -> HttpResponse:
+    """The signed-in account's invitations to studies, to accept or decline."""
+    actor = _actor(request)
+    error = ""
+    if request.method == "POST":
+        try:
+            invitation_id = _required_int(request.POST, "invitation_id")
+            decision = request.POST.get("decision")
+            if decision == "accept":
+                membership = services.invitation_accept(invitation_id=invitation_id,
+                                                        user=actor)
+                messages.success(request, f"You joined {membership.study.name} "
+                                          f"({membership.get_role_display()}).")
+            elif decision == "decline":
+                services.invitation_decline(invitation_id=invitation_id, user=actor)
+                messages.success(request, "Invitation declined.")
+            else:
+                raise ValidationFailed.at("decision", "decision must be 'accept' or 'decline'.")
+        except AppError as exc:
+            error = exc.message
+        if not error:
+            return redirect("annotations-my-invitations")
+    context = {"invitations": services.invitations_pending_for(user=actor), "error": error}
+    return _no_store(render(request, "annotations/my_invitations.html", context,
+                            status=400 if error else 200))
 
 
 # --- Sampling plans (lead) ----------------------------------------------------------------------

@@ -97,6 +97,27 @@ def _agreement_compute(
     return AgreementResult.from_json(json_safe(raw))
 
 
+def _judge_versions_check(study: Study, params: Mapping[str, Any],
+                          plan: AnalysisPlan | None) -> None:
+    """Every judge version id in `judges` belongs to this study (a 400 naming each id that
+    does not: another study's, or none at all), as the selection report checks its judge;
+    otherwise the report would silently leave the id out."""
+    from judges.models import JudgeVersion
+    from reviewhub.errors import Problems
+
+    wanted = params.get("judges")
+    if not wanted:
+        return
+    known = set(JudgeVersion.objects.filter(pk__in=wanted, judge__study=study)
+                .values_list("pk", flat=True))
+    problems = Problems()
+    for index, pk in enumerate(wanted):
+        if pk not in known:
+            problems.add(f"params.judges[{index}]",
+                         f"{pk} is not a judge version of this study")
+    problems.raise_if_any("The report parameters")
+
+
 def _agreement_kind() -> ReportKind:
     from .agreement import input_fingerprint, params_validate
     from .results import AGREEMENT_RESULT_VERSION, AgreementResult
@@ -110,6 +131,7 @@ def _agreement_kind() -> ReportKind:
         fingerprint=input_fingerprint,
         compute=_agreement_compute,
         result_from_json=AgreementResult.from_json,
+        check=_judge_versions_check,
     )
 
 
@@ -177,6 +199,7 @@ def _calibration_kind() -> ReportKind:
         result_from_json=CalibrationResult.from_json,
         load_with_plan=_calibration_load_with_plan,
         record=_calibration_record,
+        check=_judge_versions_check,
     )
 
 

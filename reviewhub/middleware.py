@@ -13,6 +13,7 @@ Error bodies use the API's one shape, `{"error": {"code", "message", "details"}}
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -25,14 +26,19 @@ from whitenoise.middleware import WhiteNoiseMiddleware
 
 from reviewhub.errors import AppError, error_body
 
-from .throttling import TokenFailureThrottle
+from .throttling import CACHE_ERRORS, TokenFailureThrottle
 
 # A view class with this attribute set reads its body itself, from the stream, under a limit of
 # its own (the bulk-ingest views: REVIEWHUB_MAX_UPLOAD_BYTES, checked against Content-Length
 # before reading and again while spooling). Every other view gets REVIEWHUB_MAX_REQUEST_BYTES.
 STREAMS_BODY_ATTRIBUTE = "streams_request_body"
 
+logger = logging.getLogger(__name__)
+
 _TOKEN_KEYWORDS = ("bearer", "token")
+
+# Seconds a client is asked to wait when the throttle's cache (Redis) cannot be reached.
+CACHE_DOWN_RETRY_AFTER = 30
 
 
 class LengthRequired(AppError):
@@ -47,6 +53,21 @@ def _error(status: int, code: str, message: str, details: Any = None) -> JsonRes
 def length_required_message() -> str:
     return ("This endpoint needs a Content-Length header; chunked transfer encoding is not "
             "accepted. Send the body in one piece (for example `curl --data-binary @file`).")
+
+
+def _cache_down(exc: BaseException) -> JsonResponse:
+    """503 for a token request while the throttle's cache (Redis) is unreachable: without the
+    failure count the throttle cannot decide, and letting the request through unthrottled
+    would reopen token guessing whenever Redis is down."""
+    logger.warning("throttle cache unavailable: %s", exc)
+    response = _error(
+        503, "service_unavailable",
+        "A service this server depends on (the cache that counts failed API tokens, Redis) "
+        f"is unavailable; retry in {CACHE_DOWN_RETRY_AFTER} s.",
+        {"retry_after_s": CACHE_DOWN_RETRY_AFTER, "dependency": "cache"},
+    )
+    response["Retry-After"] = str(CACHE_DOWN_RETRY_AFTER)
+    return response
 
 
 def _content_length(request: HttpRequest) -> int | None:
@@ -75,19 +96,25 @@ class RequestLimitsMiddleware:
     Placed before CsrfViewMiddleware, whose process_view reads form bodies. WSGI servers hand
     Django at most Content-Length bytes, so checking the declared length bounds every read; a
     body without one (chunked transfer encoding) would be read as empty and is refused with
-    411 instead of being mistaken for an empty request.
+    411 instead of being mistaken for an empty request; so is one with both headers.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.META.get("HTTP_TRANSFER_ENCODING") and _content_length(request) is None:
+        if request.META.get("HTTP_TRANSFER_ENCODING"):
+            # Refused even beside a Content-Length: HTTP lets Transfer-Encoding override it, so
+            # a server that framed the body by the length would read the chunk markers as data
+            # (and a chunked body missing its last chunk would look whole).
             return _error(411, LengthRequired.code, length_required_message())
         throttle: TokenFailureThrottle | None = None
         if _has_token(request):
             throttle = TokenFailureThrottle()
-            wait = throttle.seconds_locked(request)
+            try:
+                wait = throttle.seconds_locked(request)
+            except CACHE_ERRORS as exc:
+                return _cache_down(exc)
             if wait is not None:
                 refused = _error(
                     429, "throttled",
@@ -99,7 +126,10 @@ class RequestLimitsMiddleware:
                 return refused
         response = self.get_response(request)
         if throttle is not None and response.status_code == 401:
-            throttle.record_failure()
+            try:
+                throttle.record_failure()
+            except CACHE_ERRORS as exc:
+                return _cache_down(exc)
         return response
 
     def process_view(

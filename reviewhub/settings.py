@@ -72,6 +72,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A password someone else set (a one-time password) must be changed before anything else.
+    "annotations.middleware.PasswordChangeRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as django-axes requires: turns a locked-out sign-in into its 429 page.
@@ -199,8 +201,11 @@ STORAGES = {
 # Shared by every web process through Redis when REDIS_URL is set; process-local memory in
 # the embedded default (one runserver process in the demo).
 if REDIS_URL:
+    # Short socket timeouts: with Redis unreachable, a token request answers 503 in seconds
+    # (RequestLimitsMiddleware) instead of holding a web worker until the OS gives up.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                          "LOCATION": REDIS_URL, "KEY_PREFIX": "reviewhub-cache"}}
+                          "LOCATION": REDIS_URL, "KEY_PREFIX": "reviewhub-cache",
+                          "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
                           "KEY_PREFIX": "reviewhub-cache"}}
@@ -219,6 +224,11 @@ AXES_FAILURE_LIMIT = env.int("REVIEWHUB_LOGIN_FAILURE_LIMIT", default=10)
 REVIEWHUB_LOGIN_LOCKOUT_MINUTES = env.float("REVIEWHUB_LOGIN_LOCKOUT_MINUTES", default=15.0)
 AXES_COOLOFF_TIME = timedelta(minutes=REVIEWHUB_LOGIN_LOCKOUT_MINUTES)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# Failed sign-ins from one client address across every username (password spraying: one guess
+# each for many accounts) before that address is locked out for the same cool-off; checked by
+# reviewhub.throttling.LoginThrottleBackend from django-axes' records. 0 turns it off.
+REVIEWHUB_LOGIN_ADDRESS_FAILURE_LIMIT = env.int("REVIEWHUB_LOGIN_ADDRESS_FAILURE_LIMIT",
+                                                default=30)
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "reviewhub.throttling.client_ip"
 AXES_LOCKOUT_CALLABLE = "reviewhub.throttling.login_lockout_response"

@@ -1,8 +1,10 @@
 """Throttles for credential guessing: failed sign-ins (django-axes) and bad API tokens (DRF).
 
 Sign-in failures are counted by django-axes per (username, client IP) in the database, so every
-web process sees the same count; `LoginThrottleBackend` is its authentication backend and
-`login_lockout_response` its 429 page. Bad API tokens are counted per client IP with DRF's
+web process sees the same count, and, from the same records, per client IP across usernames
+(password spraying, `REVIEWHUB_LOGIN_ADDRESS_FAILURE_LIMIT`); `LoginThrottleBackend` is the
+authentication backend that checks both and `login_lockout_response` the 429 page.
+Bad API tokens are counted per client IP with DRF's
 `SimpleRateThrottle` in the Django cache (Redis when `REDIS_URL` is set, so the count is shared
 by every gunicorn worker; process-local memory otherwise). `RequestLimitsMiddleware` in
 `reviewhub.middleware` applies the token throttle. Rates and windows are settings documented in
@@ -15,6 +17,7 @@ import math
 from typing import Any
 
 from axes.backends import AxesStandaloneBackend
+from axes.exceptions import AxesBackendPermissionDenied
 from axes.helpers import get_cool_off
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -54,7 +57,29 @@ class LoginThrottleBackend(AxesStandaloneBackend):
         if request is None:
             return None
         super().authenticate(request, username, password, **kwargs)
+        limit = settings.REVIEWHUB_LOGIN_ADDRESS_FAILURE_LIMIT
+        if limit > 0 and address_failures(request) >= limit:
+            # Locked out as axes locks a pair out: the lockout page (429, Retry-After), the
+            # right password refused too, and this attempt counted (restarting the cool-off).
+            request.axes_locked_out = True  # type: ignore[attr-defined]
+            raise AxesBackendPermissionDenied(
+                "too many failed sign-ins from this address across usernames")
         return None
+
+
+def address_failures(request: HttpRequest) -> int:
+    """Failed sign-ins from this request's client address within the cool-off, whatever the
+    username: the sum of django-axes' per-(username, address) counts that are still live."""
+    from axes.models import AccessAttempt
+    from django.db.models import Sum
+    from django.utils import timezone
+
+    cool_off = get_cool_off(request)
+    since = timezone.now() - (cool_off if cool_off is not None else settings.AXES_COOLOFF_TIME)
+    total = AccessAttempt.objects.filter(
+        ip_address=client_ip(request), attempt_time__gt=since,
+    ).aggregate(n=Sum("failures_since_start"))["n"]
+    return int(total or 0)
 
 
 def login_lockout_response(
@@ -76,6 +101,19 @@ def login_lockout_response(
     response = HttpResponse(body, status=429)
     response["Retry-After"] = str(seconds)
     return response
+
+
+def _cache_errors() -> tuple[type[BaseException], ...]:
+    """What the cache raises when its server is down: redis-py's errors (when installed) and
+    socket errors."""
+    try:
+        from redis.exceptions import RedisError
+    except ImportError:  # pragma: no cover - redis is a dependency, but the cache may be local
+        return (OSError,)
+    return (RedisError, OSError)
+
+
+CACHE_ERRORS = _cache_errors()
 
 
 class TokenFailureThrottle(SimpleRateThrottle):

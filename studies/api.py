@@ -164,15 +164,6 @@ class StudyDetail(generics.GenericAPIView):
 
 # --- Members ----------------------------------------------------------------------------------
 
-def _user_by_username(username: Any, path: str = "username") -> Any:
-    user = get_user_model().objects.filter(username=username).first() if isinstance(
-        username, str) else None
-    if user is None:
-        raise ValidationFailed(f"Unknown user {username!r}.",
-                               details={"errors": [{"path": path, "message": "no such user"}]})
-    return user
-
-
 class MemberListCreate(generics.ListAPIView):
     serializer_class = MembershipSerializer
     pagination_class = IdCursorPagination
@@ -189,13 +180,32 @@ class MemberListCreate(generics.ListAPIView):
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
-    @extend_schema(summary="Add a member or change their role", request=MembershipWriteSerializer,
+    @extend_schema(summary="Change a member's role (staff: also add an account)",
+                   description="A lead changes the role of an existing member here; other "
+                   "accounts join by accepting an invitation (POST "
+                   "/api/studies/<slug>/annotators/invite). Staff and admins may add any "
+                   "account. The last lead cannot be demoted (409).",
+                   request=MembershipWriteSerializer,
                    responses={201: MembershipSerializer, 200: MembershipSerializer, **ERRORS,
                               **CONFLICT})
     def post(self, request: Request, slug: str) -> Response:
         study, _ = _study(request, slug, write=True, lead=True)
         body = _body(request)
-        user = _user_by_username(body.get("username"))
+        username = body.get("username")
+        user = get_user_model().objects.filter(username=username).first() if isinstance(
+            username, str) else None
+        actor = request.user
+        staff = bool(getattr(actor, "is_staff", False) or getattr(actor, "is_superuser", False))
+        if user is None or not (staff or Membership.objects.filter(study=study,
+                                                                   user=user).exists()):
+            # An account joins a study by accepting an invitation; the answer is the same
+            # whether or not the name exists, so this cannot tell a lead which names do.
+            raise ValidationFailed(
+                f"{username!r} is not a member of this study. Invite the account instead "
+                f"(POST /api/studies/{study.slug}/annotators/invite): it joins when it "
+                "accepts.",
+                details={"errors": [{"path": "username",
+                                     "message": "not a member: invite the account"}]})
         membership, outcome = services.membership_set(study=study, user=user,
                                                       role=str(body.get("role", "")))
         code = status.HTTP_201_CREATED if outcome == "created" else status.HTTP_200_OK

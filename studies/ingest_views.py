@@ -162,7 +162,7 @@ class BulkIngestView(APIView):
         )
         fmt = ingest.format_for_content_type(request.META.get("CONTENT_TYPE", ""))
         content_length = _content_length(request)
-        if content_length is None and request.META.get("HTTP_TRANSFER_ENCODING"):
+        if request.META.get("HTTP_TRANSFER_ENCODING"):
             # A chunked body reads as empty from the WSGI stream: refuse rather than report an
             # empty file (RequestLimitsMiddleware refuses chunked bodies earlier already). With
             # neither header the body is empty by HTTP's rules.

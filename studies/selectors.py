@@ -117,13 +117,30 @@ def _key_path(field: str, dotted: str) -> KeyTransform:
     return node
 
 
+# Deepest JSON key path a filter parameter may name. Each segment nests one KeyTransform, and
+# compiling a few hundred of them overflows Python's recursion limit (a 500); real metadata is
+# a few levels deep.
+MAX_KEY_DEPTH = 16
+
+
 def json_key_filter(qs: QuerySet[Any], field: str, dotted_key: str, values: Iterable[str],
-                    *, scalar_variants: bool = True) -> QuerySet[Any]:
+                    *, scalar_variants: bool = True, param: str | None = None) -> QuerySet[Any]:
     """Keep rows where `field[dotted_key]` equals any of the values (repeated parameters).
 
     The key path is an alias built from explicit KeyTransforms, then filtered with the JSON
     field's own exact lookup, so values are compared as JSON on every backend and a key named
-    like a lookup (`contains`) is still just a key."""
+    like a lookup (`contains`) is still just a key. A path deeper than MAX_KEY_DEPTH is a 400
+    naming `param` (the query parameter)."""
+    depth = dotted_key.count(".") + 1
+    if depth > MAX_KEY_DEPTH:
+        name = param or dotted_key
+        shown = name if len(name) <= 80 else name[:77] + "..."
+        raise ValidationFailed.at(
+            name,
+            f"The filter parameter {shown!r} names a key {depth} levels deep; at most "
+            f"{MAX_KEY_DEPTH} levels are allowed.",
+            code="filter_too_deep",
+        )
     name = f"_jk{len(qs.query.annotations)}"
     qs = qs.alias(**{name: _key_path(field, dotted_key)})
     q = Q()
@@ -154,10 +171,11 @@ def _apply_item_filters(qs: QuerySet[Any], params: Mapping[str, list[str]], *,
     meta_field = f"{prefix}metadata" if prefix else "metadata"
     for dim, label in parse_strata_filters(params.get("stratum", [])):
         # Strata labels are strings; several stratum= parameters all have to hold.
-        qs = json_key_filter(qs, item_field, dim, [label], scalar_variants=False)
+        qs = json_key_filter(qs, item_field, dim, [label], scalar_variants=False,
+                             param="stratum")
     for name, values in params.items():
         if name.startswith("meta.") and len(name) > len("meta."):
-            qs = json_key_filter(qs, meta_field, name[len("meta."):], values)
+            qs = json_key_filter(qs, meta_field, name[len("meta."):], values, param=name)
     return qs
 
 
@@ -213,7 +231,8 @@ def outputs_list(*, study: Study, params: Mapping[str, list[str]]) -> QuerySet[O
     qs = _apply_item_filters(qs, params, prefix="item__")
     for name, values in params.items():
         if name.startswith("output_meta.") and len(name) > len("output_meta."):
-            qs = json_key_filter(qs, "metadata", name[len("output_meta."):], values)
+            qs = json_key_filter(qs, "metadata", name[len("output_meta."):], values,
+                                 param=name)
     has_error = _bool_param(params, "has_error")
     if has_error is True:
         qs = qs.exclude(error="")

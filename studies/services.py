@@ -139,6 +139,8 @@ def membership_set(
             return membership, "created"
         if membership.role == role:
             return membership, "unchanged"
+        if membership.role == Membership.Role.LEAD:
+            _other_lead_check(study=study, user=user, what="change the role of")
         membership.role = role
         membership.save(update_fields=["role"])
     return membership, "updated"
@@ -149,9 +151,23 @@ def membership_remove(*, study: Study, user: User) -> None:
     if user.pk == study.owner_id:
         raise Conflict("The study owner cannot be removed.")
     with transaction.atomic():
+        if Membership.objects.filter(study=study, user=user,
+                                     role=Membership.Role.LEAD).exists():
+            _other_lead_check(study=study, user=user, what="remove")
         deleted, _ = Membership.objects.filter(study=study, user=user).delete()
     if not deleted:
         raise NotFound("No such member.")
+
+
+def _other_lead_check(*, study: Study, user: User, what: str) -> None:
+    """A study keeps at least one lead: the lead rows are locked so that two leads removing
+    each other at once cannot both succeed."""
+    leads = Membership.objects.filter(study=study, role=Membership.Role.LEAD)
+    if connection.features.has_select_for_update:
+        leads = leads.select_for_update()
+    if not any(pk != user.pk for pk in leads.values_list("user_id", flat=True)):
+        raise Conflict(f"Cannot {what} the study's last lead: make another member a lead first.",
+                       details={"reason": "last_lead"})
 
 
 # --- API tokens -------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from annotations import services as annotation_services
-from annotations.models import Annotation, Assignment, SamplingPlan
+from annotations.models import Annotation, Assignment, Invitation, SamplingPlan
 from calibration.models import CalibratedScore
 from imports.generic import ratings_import, ratings_read
 from judges.models import Judge, JudgeRun, JudgeVersion
@@ -125,6 +125,10 @@ SIGNED_IN_API = {**dict.fromkeys(ROLES, OK), "anon": 401}
 STUDY_CREATE = {**SIGNED_IN_API, **dict.fromkeys(TOKEN_ROLES, 403)}
 # Token management: the account's own tokens, never through a study-scoped token.
 TOKENS = {**SIGNED_IN_API, **dict.fromkeys(TOKEN_ROLES, 403)}
+# Answering an invitation: only the invited account (the seed's is addressed to "nomember");
+# tokens need read-write access to the whole account, which the matrix's tokens lack.
+INVITATION_ANSWER = {**dict.fromkeys(ROLES, 404), "anon": 401, "nomember": OK,
+                     **dict.fromkeys(TOKEN_ROLES, 403)}
 # One token of the lead's: everyone else's lookup is a 404 (their own tokens only).
 OWN_TOKEN = {**dict.fromkeys(ROLES, 404), "anon": 401, "lead": OK,
              **dict.fromkeys(TOKEN_ROLES, 403)}
@@ -228,6 +232,10 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "annotations-api-gold": {"GET": LEAD_READ, "POST": LEAD_WRITE},
     "annotations-api-invite": {"POST": LEAD_WRITE},
     "annotations-api-reset-password": {"POST": LEAD_WRITE},
+    # the signed-in account's own invitations
+    "annotations-api-invitations": {"GET": SIGNED_IN_API},
+    "annotations-api-invitation-accept": {"POST": INVITATION_ANSWER},
+    "annotations-api-invitation-decline": {"POST": INVITATION_ANSWER},
     "annotations-api-export": {"GET": LEAD_READ},
     # reports API
     "reports-api-list": {"GET": READ_BLIND, "POST": LEAD_WRITE},
@@ -265,6 +273,7 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "annotations-grade-heartbeat": {"POST": PAGE_OWN},
     "annotations-revise": {"GET": PAGE_OWN, "POST": PAGE_OWN},
     "annotations-lead-queue": {"GET": PAGE_LEAD},
+    "annotations-my-invitations": {"GET": PAGE_SIGNED_IN, "POST": PAGE_SIGNED_IN},
     "annotations-lead-plans": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "annotations-lead-disagreements": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "annotations-lead-members": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
@@ -424,10 +433,15 @@ def _seed() -> Seeded:
     MembershipFactory(study=study, user=viewer, role=Membership.Role.VIEWER)
     MembershipFactory(study=study, user=annotator, role=Membership.Role.ANNOTATOR)
     # An annotator account this study created (the lead may reset its password).
-    member, _password = annotation_services.annotator_invite(
-        study=study, username="mx-invited", email="", role=Membership.Role.ANNOTATOR,
-        invited_by=lead)
+    member = annotation_services.annotator_invite(
+        study=study, username="", email="mx-invited@example.test",
+        role=Membership.Role.ANNOTATOR, invited_by=lead).user
     nomember = UserFactory(username="mx-nomember")
+    # An invitation waiting for the non-member's answer (only that account may answer it).
+    annotation_services.annotator_invite(
+        study=study, username="mx-nomember", email="", role=Membership.Role.ANNOTATOR,
+        invited_by=lead)
+    invitation = Invitation.objects.get(study=study, username="mx-nomember")
     staff = UserFactory(username="mx-staff", is_staff=True)
     superuser = UserFactory(username="mx-root", is_staff=True, is_superuser=True)
     other_lead = UserFactory(username="mx-other-lead")
@@ -480,6 +494,7 @@ def _seed() -> Seeded:
         "judge_id": check.pk, "version_id": version.pk, "run_id": run.pk,
         "report_id": report.pk, "assignment_id": leased.pk, "annotation_id": annotation.pk,
         "token_id": spare_token.pk, "snapshot_id": calibration.pk,
+        "invitation_id": invitation.pk,
         # selection URLs take a selection snapshot's id (see `_request`)
         "selection_snapshot_id": selection.pk, "metric": 0, "table": "estimates",
         # django.contrib.auth and the admin

@@ -11,7 +11,23 @@ from .common import active_plan, is_failure, latest_rubric, plan_criteria
 from .escalations import escalation_plan_create
 from .gold import gold_label_set
 from .labels import MAX_TEXT_CHARS, CleanLabel, LabelInput, flags_clean, label_clean, labels_clean
-from .members import PasswordResetRefused, UserModel, annotator_invite, annotator_password_reset
+from .members import (
+    InviteResult,
+    PasswordResetRefused,
+    UserModel,
+    annotator_invite,
+    annotator_password_reset,
+    invitation_accept,
+    invitation_decline,
+    invitation_revoke,
+    invitations_pending_for,
+    invitations_pending_in,
+    member_remove,
+    member_role_change,
+    password_change_done,
+    password_change_required,
+    password_reset_allowed,
+)
 from .plans import sampling_plan_create, sampling_plan_deactivate, sampling_plan_preview
 from .queue import (
     CLAIM_RETRIES,
@@ -31,6 +47,7 @@ __all__ = [
     "QUEUE_WINDOW",
     "SWEEP_BATCH",
     "CleanLabel",
+    "InviteResult",
     "LabelInput",
     "PasswordResetRefused",
     "UserModel",
@@ -47,10 +64,20 @@ __all__ = [
     "escalation_plan_create",
     "flags_clean",
     "gold_label_set",
+    "invitation_accept",
+    "invitation_decline",
+    "invitation_revoke",
+    "invitations_pending_for",
+    "invitations_pending_in",
     "is_failure",
     "label_clean",
     "labels_clean",
     "latest_rubric",
+    "member_remove",
+    "member_role_change",
+    "password_change_done",
+    "password_change_required",
+    "password_reset_allowed",
     "plan_criteria",
     "revision_deadline",
     "sampling_plan_create",

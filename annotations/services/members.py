@@ -1,8 +1,10 @@
-"""Study members: inviting annotators and resetting the passwords of accounts made here."""
+"""Study members: invitations (accepted by the invited account), new accounts with one-time
+passwords, resetting the passwords of accounts made here, role changes and removals."""
 
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -11,11 +13,13 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import validate_email
 from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 
 from reviewhub.errors import Conflict, Forbidden, NotFound, Problems, ValidationFailed
 from studies.models import Membership, Study
-from studies.services import membership_set
+from studies.services import membership_remove, membership_set
 
+from ..models import Invitation, PasswordChangeRequired
 from .common import _require_lead
 
 UserModel = get_user_model()
@@ -36,6 +40,25 @@ def _one_time_password() -> str:
     return secrets.token_urlsafe(12)
 
 
+@dataclass(frozen=True)
+class InviteResult:
+    """What an invitation did. `status`:
+
+    - "invited": an invitation of `username` is waiting for that account to accept it. The
+      same answer whether or not an account of that name exists (`user` None either way), so
+      a lead cannot learn which names exist, nor add an account to the study without it.
+    - "created": a new account was made (from an e-mail address) with a one-time password.
+    - "added": staff or an admin added an existing account at once; or an existing member's
+      role was changed (the lead already sees the members).
+    """
+
+    status: str
+    username: str
+    role: str
+    user: Any = None
+    one_time_password: str | None = None
+
+
 def annotator_invite(
     *,
     study: Study,
@@ -43,18 +66,19 @@ def annotator_invite(
     email: str,
     role: str,
     invited_by: User,
-) -> tuple[Any, str | None]:
-    """Add a person to the study (creating the account if new) with `role`.
+) -> InviteResult:
+    """Invite a person to the study with `role`.
 
-    Returns (user, one-time password) when the account was created here, else (user, None).
-    The password is shown once to the lead and never stored in clear; the new user should change
-    it at /accounts/password_change/. The membership records that this study created the
-    account, which is what later lets its leads reset that password (annotator_password_reset).
-
-    An existing account is found by its username only, and gets the membership and nothing
-    else: no credentials, and nothing about it (its e-mail address) goes back to the lead. An
-    e-mail address is never looked up: that would tell a lead which addresses have accounts.
-    With only an e-mail, a new account is created, named after the address's local part.
+    - By `username` (an existing account): an invitation the account accepts or declines
+      after signing in (`invitation_accept`); until then it is not a member. Whether the name
+      exists is never looked up for the answer, which is the same for both. Staff and admins
+      add the account at once; an existing member's role is simply changed.
+    - By `email` alone (someone new): a new account is created with a one-time password, shown
+      once to the lead and never stored in clear, which its owner must change at first sign-in.
+      Its name is the address's local part with a random suffix (always, so that the name
+      given back says nothing about which names are taken). The membership records that this
+      study created the account, which lets its leads reset that password later.
+    E-mail addresses are never looked up.
     """
     _require_lead(study=study, user=invited_by)
     if role not in Membership.Role.values:
@@ -72,35 +96,61 @@ def annotator_invite(
         raise Problems.from_mapping(
             {"username": "give a username or an email", "email": "give a username or an email"}
         ).error(message="Give a username or an email.")
-    by_username = bool(username)
-    if not username:
-        username = email.split("@", 1)[0]
+    if username:
+        _username_check(username)
+        return _invite_existing(study=study, username=username, role=role,
+                                invited_by=invited_by)
+    return _create_account(study=study, email=email, role=role)
+
+
+def _is_staff(user: Any) -> bool:
+    return bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+
+
+def _invite_existing(*, study: Study, username: str, role: str, invited_by: User
+                     ) -> InviteResult:
     with transaction.atomic():
-        user = UserModel.objects.filter(username=username).first() if by_username else None
-        password: str | None = None
-        if user is None:
-            _new_username_check(username)
-            password = _one_time_password()
-            try:
-                with transaction.atomic():
-                    user = UserModel.objects.create_user(
-                        username=username, email=email, password=password
-                    )
-            except IntegrityError as exc:
-                # A concurrent invite created the same username first.
-                raise Conflict(
-                    f"A user named '{username}' already exists; invite them by username.",
-                    details={"username": "taken"},
-                ) from exc
-        # The studies app owns the membership table and its rules (the owner always stays a
-        # lead); an account created just above is recorded as this study's own, which is
-        # what later allows a lead to reset its password.
-        membership_set(study=study, user=user, role=role,
-                       created_account=password is not None)
-    return user, password
+        user = UserModel.objects.filter(username=username).first()
+        if user is not None and (
+            _is_staff(invited_by)
+            or Membership.objects.filter(study=study, user=user).exists()
+        ):
+            membership_set(study=study, user=user, role=role)
+            Invitation.objects.filter(study=study, username=username,
+                                      status=Invitation.Status.PENDING).delete()
+            return InviteResult(status="added", username=username, role=role, user=user)
+        # Looked up only to decide the branch above: what follows, and the answer, are the
+        # same whether or not an account of this name exists.
+        Invitation.objects.update_or_create(
+            study=study, username=username, status=Invitation.Status.PENDING,
+            defaults={"role": role, "invited_by": invited_by},
+        )
+    return InviteResult(status="invited", username=username, role=role)
 
 
-def _new_username_check(username: str) -> None:
+def _create_account(*, study: Study, email: str, role: str) -> InviteResult:
+    local = email.split("@", 1)[0][:140] or "member"
+    password = _one_time_password()
+    for _attempt in range(5):
+        username = f"{local}-{secrets.token_hex(3)}"
+        _username_check(username)
+        try:
+            with transaction.atomic():
+                user = UserModel.objects.create_user(username=username, email=email,
+                                                     password=password)
+                # The studies app owns the membership table and its rules; an account
+                # created here is recorded as this study's own (which allows its leads to
+                # reset its password), and its owner must replace the one-time password.
+                membership_set(study=study, user=user, role=role, created_account=True)
+                PasswordChangeRequired.objects.get_or_create(user=user)
+        except IntegrityError:
+            continue  # the random name was taken: draw another
+        return InviteResult(status="created", username=username, role=role, user=user,
+                            one_time_password=password)
+    raise Conflict("Could not find a free username; try again.")
+
+
+def _username_check(username: str) -> None:
     try:
         UnicodeUsernameValidator()(username)
     except DjangoValidationError as exc:
@@ -109,12 +159,62 @@ def _new_username_check(username: str) -> None:
         ) from exc
     if len(username) > 150:
         raise ValidationFailed.at("username", "username is too long.")
-    if UserModel.objects.filter(username=username).exists():
-        # Only reached with an e-mail and no username: the derived name is taken.
-        raise Conflict(
-            f"A user named '{username}' already exists; invite them by username.",
-            details={"username": "taken"},
-        )
+
+
+def invitations_pending_for(*, user: Any) -> list[Invitation]:
+    """The invitations waiting for this account's answer, oldest first."""
+    return list(
+        Invitation.objects.filter(username=user.username, status=Invitation.Status.PENDING)
+        .select_related("study", "invited_by").order_by("id")
+    )
+
+
+def invitations_pending_in(*, study: Study) -> list[Invitation]:
+    """The study's invitations still waiting for an answer (for its leads)."""
+    return list(Invitation.objects.filter(study=study, status=Invitation.Status.PENDING)
+                .order_by("username"))
+
+
+def _own_pending(invitation_id: int, user: Any) -> Invitation:
+    invitation = (
+        Invitation.objects.select_for_update()
+        .filter(pk=invitation_id, username=user.username, status=Invitation.Status.PENDING)
+        .first()
+    )
+    if invitation is None:
+        raise NotFound("No such invitation waiting for you.")
+    return invitation
+
+
+def invitation_accept(*, invitation_id: int, user: Any) -> Membership:
+    """The invited account accepts: it becomes a member with the invitation's role."""
+    with transaction.atomic():
+        invitation = _own_pending(invitation_id, user)
+        membership, _ = membership_set(study=invitation.study, user=user, role=invitation.role)
+        invitation.status = Invitation.Status.ACCEPTED
+        invitation.decided_at = timezone.now()
+        invitation.save(update_fields=["status", "decided_at"])
+    return membership
+
+
+def invitation_decline(*, invitation_id: int, user: Any) -> Invitation:
+    """The invited account declines: nothing changes but the invitation's status."""
+    with transaction.atomic():
+        invitation = _own_pending(invitation_id, user)
+        invitation.status = Invitation.Status.DECLINED
+        invitation.decided_at = timezone.now()
+        invitation.save(update_fields=["status", "decided_at"])
+    return invitation
+
+
+def invitation_revoke(*, study: Study, invitation_id: int, by: User) -> None:
+    """A lead withdraws a pending invitation of their study."""
+    _require_lead(study=study, user=by)
+    with transaction.atomic():
+        deleted, _ = Invitation.objects.filter(
+            pk=invitation_id, study=study, status=Invitation.Status.PENDING).delete()
+    if not deleted:
+        raise NotFound("No such pending invitation in this study.")
 
 
 def annotator_password_reset(*, study: Study, user: Any, by: User) -> str:
@@ -148,7 +248,52 @@ def annotator_password_reset(*, study: Study, user: Any, by: User) -> str:
         password = _one_time_password()
         account.set_password(password)
         account.save(update_fields=["password"])
+        # The lead knows this password: its owner must replace it at the next sign-in.
+        PasswordChangeRequired.objects.get_or_create(user=account)
     return password
+
+
+def password_reset_allowed(*, study: Study, account: Any, membership: Membership,
+                           by: User) -> bool:
+    """Whether `by` may reset this member's password: the rule of `annotator_password_reset`,
+    asked without resetting (the members page offers "Reset" only where it would work)."""
+    if getattr(by, "is_superuser", False):
+        return True
+    if account.pk == getattr(by, "pk", None):
+        return False
+    try:
+        _password_reset_check(study=study, account=account, membership=membership)
+    except PasswordResetRefused:
+        return False
+    return True
+
+
+def member_role_change(*, study: Study, user: Any, role: str, by: User) -> Membership:
+    """A lead changes a member's role (the owner stays a lead; the last lead stays a lead)."""
+    _require_lead(study=study, user=by)
+    if not Membership.objects.filter(study=study, user_id=user.pk).exists():
+        raise NotFound("No such member in this study.")
+    membership, _ = membership_set(study=study, user=user, role=role)
+    return membership
+
+
+def member_remove(*, study: Study, user: Any, by: User) -> None:
+    """A lead removes a member (never the owner, never the last lead). Their annotations stay:
+    they are the study's data, attributed to the account."""
+    _require_lead(study=study, user=by)
+    membership_remove(study=study, user=user)
+
+
+def password_change_required(*, user: Any) -> bool:
+    """The account's password was set by someone else and has not been changed since."""
+    return bool(getattr(user, "is_authenticated", False)) and (
+        PasswordChangeRequired.objects.filter(user_id=user.pk).exists())
+
+
+def password_change_done(*, user: Any) -> None:
+    """The account's owner chose a new password: no change is required any more."""
+    with transaction.atomic():
+        PasswordChangeRequired.objects.filter(user_id=user.pk).delete()
 
 
 def _password_reset_check(*, study: Study, account: Any, membership: Membership) -> None:

@@ -50,7 +50,7 @@ class IngestRejected(ValidationFailed):
         self, *, errors: list[RowError], error_count: int, rows_with_errors: int, rows: int
     ) -> None:
         more = error_count - len(errors)
-        if rows:
+        if rows and rows_with_errors:
             message = (
                 f"{rows_with_errors} of {rows} rows are invalid ({error_count} errors); "
                 "nothing was written."
@@ -116,10 +116,12 @@ class _ErrorCollector:
     def total(self) -> int:
         return self.problems.count
 
-    def add_row(self, errors: list[RowError]) -> None:
+    def add_row(self, errors: list[RowError], *, is_row: bool = True) -> None:
         if not errors:
             return
-        self.rows += 1
+        # File-level problems (empty file, bad header, no rows) are not a row of the file: a
+        # count that included them could say "2 of 1 rows are invalid".
+        self.rows += is_row
         for e in errors:
             self.problems.add(e.field, e.reason, line=e.line, index=e.index)
 

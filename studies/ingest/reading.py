@@ -451,6 +451,7 @@ def _iter_csv(stream: IO[bytes], spec: KindSpec, counter: _ByteCounter) -> Itera
             return
         start, previous = previous + 1, reader.line_num
         if decode_errors:
+            rows += 1  # a row all the same: the file is not "a header but no rows"
             yield RawRecord(start, None, None, list(decode_errors))
             decode_errors.clear()
             continue

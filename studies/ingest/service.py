@@ -109,7 +109,7 @@ def _validate_pass(
     for rec in iter_records(stream, fmt, validator.spec, on_bytes):
         rows += rec.is_row
         if rec.errors:
-            errors.add_row(rec.errors)
+            errors.add_row(rec.errors, is_row=rec.is_row)
             continue
         values, row_errors = validator.validate(rec)
         if values is None:

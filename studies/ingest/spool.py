@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from django.conf import settings
 
-from reviewhub.errors import PayloadTooLarge
+from reviewhub.errors import PayloadTooLarge, ValidationFailed
 
 from .reading import _READ_CHUNK
 
@@ -33,6 +33,17 @@ def _too_large(limit: int) -> PayloadTooLarge:
     )
 
 
+def _incomplete(received: int, declared: int | None, reason: str) -> ValidationFailed:
+    return ValidationFailed.at(
+        "(body)",
+        f"The request body ended early: {reason}; nothing was written. Send the whole file "
+        "again (an import is all or nothing, so re-sending is safe).",
+        code="incomplete_body",
+        received_bytes=received,
+        declared_bytes=declared,
+    )
+
+
 def upload_spool(
     stream: IO[bytes] | None, *, content_length: int | None, limit: int | None = None
 ) -> IO[bytes]:
@@ -40,6 +51,11 @@ def upload_spool(
 
     The declared Content-Length is checked before anything is read, and the byte count is
     checked again while reading, so a body that lies about its length is cut off as well.
+
+    A body that ends before its declared length (the client aborted, half-closed, or its
+    connection dropped; WSGI servers then hand over a short stream or raise OSError) is
+    refused with a 400 `incomplete_body`: importing the part that arrived would store a
+    truncated file (a CSV's last row cut inside its text) as if it were whole.
     """
     limit = settings.REVIEWHUB_MAX_UPLOAD_BYTES if limit is None else limit
     if content_length is not None and content_length > limit:
@@ -49,12 +65,25 @@ def upload_spool(
     )
     total = 0
     if stream is not None:
-        while chunk := stream.read(_READ_CHUNK):
+        while True:
+            try:
+                chunk = stream.read(_READ_CHUNK)
+            except OSError as exc:  # the client went away mid-body (gunicorn: NoMoreData)
+                spool.close()
+                raise _incomplete(total, content_length,
+                                  f"the connection failed after {total:,} bytes ({exc})") from exc
+            if not chunk:
+                break
             total += len(chunk)
             if total > limit:
                 spool.close()
                 raise _too_large(limit)
             spool.write(chunk)
+    if content_length is not None and total != content_length:
+        spool.close()
+        raise _incomplete(total, content_length,
+                          f"{total:,} of the {content_length:,} bytes declared in "
+                          "Content-Length arrived")
     spool.seek(0)
     return spool
 

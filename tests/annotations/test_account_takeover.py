@@ -2,9 +2,10 @@
 
 The attack: the lead of study A invites an account that belongs elsewhere (by its username),
 then asks for a new one-time password for it, signs in as that person and reads or grades
-their other studies. A lead may reset only an account that their study's invitation created
-and that has no access beyond the study; the invite never hands out credentials or the e-mail
-address of an existing account.
+their other studies. An existing account joins only by accepting the invitation (issue 30 §7);
+even then a lead may reset only an account that their study's invitation created and that has
+no access beyond the study; the invite never hands out credentials or the e-mail address of an
+existing account.
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ def _login_works(username: str, password: str) -> bool:
     return Client().login(username=username, password=password)
 
 
+def _accept(user: Any, study: Study) -> None:
+    """The invited account accepts its pending invitation to `study`."""
+    invitation = next(i for i in services.invitations_pending_for(user=user)
+                      if i.study_id == study.pk)
+    services.invitation_accept(invitation_id=invitation.pk, user=user)
+
+
 @pytest.mark.parametrize("make_victim", VICTIMS.values(), ids=VICTIMS.keys())
 def test_invite_then_reset_never_hands_over_an_existing_account(
     study: Study, lead_client: APIClient, make_victim: Callable[[], Any]
@@ -76,18 +84,22 @@ def test_invite_then_reset_never_hands_over_an_existing_account(
     invited = lead_client.post(
         f"{URL}/annotators/invite", {"username": "victim", "role": "annotator"}, format="json"
     )
-    # The membership is added (that is what inviting an existing account does) ...
+    # An invitation waits for the account's answer: no membership, no credentials, and
+    # nothing of the account beyond what the lead typed.
     assert invited.status_code == 201, invited.content
-    assert Membership.objects.filter(study=study, user=victim).exists()
-    # ... but no credentials, and nothing of the account beyond what the lead typed.
+    assert not Membership.objects.filter(study=study, user=victim).exists()
     assert invited.json() == {
-        "user_id": victim.pk,
+        "status": "invited",
+        "user_id": None,
         "username": "victim",
         "email": "",
         "role": "annotator",
         "one_time_password": None,
     }
     assert SECRET_EMAIL not in invited.content.decode()
+    # Even once the account has accepted, its password is not the lead's to reset.
+    _accept(victim, study)
+    assert Membership.objects.filter(study=study, user=victim).exists()
 
     reset = lead_client.post(f"{URL}/annotators/{victim.pk}/reset-password")
     assert reset.status_code == 403, reset.content
@@ -107,8 +119,11 @@ def test_the_members_page_refuses_the_same_resets(study: Study, lead: Any) -> No
     services.annotator_invite(
         study=study, username="victim", email="", role="annotator", invited_by=lead
     )
+    _accept(victim, study)
     page = Client()
     page.force_login(lead)
+    listed = page.get("/studies/alpha/annotation/members/").content.decode()
+    assert "Reset the password of victim" not in listed  # not offered where it would fail
     refused = page.post(
         "/studies/alpha/annotation/members/", {"action": "reset", "user_id": victim.pk}
     )
@@ -122,12 +137,13 @@ def test_the_members_page_shows_no_address_of_an_account_from_elsewhere(
     study: Study, lead: Any
 ) -> None:
     """Inviting an existing account must not reveal its e-mail on the page either."""
-    _victim(Membership.Role.ANNOTATOR)
+    victim = _victim(Membership.Role.ANNOTATOR)
     services.annotator_invite(
         study=study, username="victim", email="", role="annotator", invited_by=lead
     )
+    _accept(victim, study)
     services.annotator_invite(
-        study=study, username="fresh", email="fresh@example.test", role="annotator",
+        study=study, username="", email="fresh@example.test", role="annotator",
         invited_by=lead,
     )
     page = Client()
@@ -142,33 +158,38 @@ def test_a_new_account_invited_here_can_be_reset_and_the_new_password_signs_in(
 ) -> None:
     invited = lead_client.post(
         f"{URL}/annotators/invite",
-        {"username": "newbie", "email": "newbie@example.test", "role": "annotator"},
+        {"email": "newbie@example.test", "role": "annotator"},
         format="json",
     )
     assert invited.status_code == 201
     first = invited.json()["one_time_password"]
     assert invited.json()["email"] == "newbie@example.test"  # what the lead typed
-    newbie = get_user_model().objects.get(username="newbie")
+    assert invited.json()["status"] == "created"
+    name = invited.json()["username"]
+    assert name.startswith("newbie-")
+    newbie = get_user_model().objects.get(username=name)
     assert Membership.objects.get(study=study, user=newbie).created_account
     for role in ("viewer", "annotator"):  # a role change here keeps the account resettable
         again = lead_client.post(
-            f"{URL}/annotators/invite", {"username": "newbie", "role": role}, format="json"
+            f"{URL}/annotators/invite", {"username": name, "role": role}, format="json"
         )
         assert again.status_code == 201 and again.json()["one_time_password"] is None
+        assert again.json()["status"] == "added"
     reset = lead_client.post(f"{URL}/annotators/{newbie.pk}/reset-password")
     assert reset.status_code == 200, reset.content
     second = reset.json()["one_time_password"]
     assert second and second != first
-    assert _login_works("newbie", second)
-    assert not _login_works("newbie", first)
+    assert _login_works(name, second)
+    assert not _login_works(name, first)
 
 
 def _created_here(lead_client: APIClient) -> Any:
     r = lead_client.post(
-        f"{URL}/annotators/invite", {"username": "grown", "role": "annotator"}, format="json"
+        f"{URL}/annotators/invite", {"email": "grown@example.test", "role": "annotator"},
+        format="json"
     )
     assert r.status_code == 201 and r.json()["one_time_password"]
-    return get_user_model().objects.get(username="grown")
+    return get_user_model().objects.get(username=r.json()["username"])
 
 
 def _joined_another_study(user: Any, study: Study) -> None:
@@ -207,12 +228,14 @@ def test_the_other_study_cannot_reset_an_account_this_study_created(
     other = _other_study()
     other_lead = client_for(other.owner)
     assert other_lead.post(
-        "/api/studies/beta/members", {"username": "grown", "role": "annotator"}, format="json"
+        "/api/studies/beta/annotators/invite", {"username": user.username, "role": "annotator"},
+        format="json"
     ).status_code == 201
+    _accept(user, other)
     reset = other_lead.post(f"/api/studies/beta/annotators/{user.pk}/reset-password")
     assert reset.status_code == 403
     assert reset.json()["error"]["details"] == {"reason": "not_created_here"}
-    # Added through the studies API (not an invitation that created the account): no flag.
+    # Joined by accepting (not an invitation that created the account): no flag.
     assert not Membership.objects.get(study=other, user=user).created_account
 
 
@@ -222,9 +245,11 @@ def test_removed_and_added_again_is_no_longer_created_here(
     user = _created_here(lead_client)
     assert lead_client.delete(f"{URL}/members/{user.pk}").status_code == 204
     again = lead_client.post(
-        f"{URL}/annotators/invite", {"username": "grown", "role": "annotator"}, format="json"
+        f"{URL}/annotators/invite", {"username": user.username, "role": "annotator"},
+        format="json"
     )
     assert again.status_code == 201 and again.json()["one_time_password"] is None
+    _accept(user, study)
     reset = lead_client.post(f"{URL}/annotators/{user.pk}/reset-password")
     assert reset.status_code == 403
     assert reset.json()["error"]["details"] == {"reason": "not_created_here"}
@@ -252,15 +277,16 @@ def test_inviting_by_email_never_finds_an_existing_account(
     )
     assert r.status_code == 201, r.content
     body = r.json()
-    assert body["user_id"] != victim.pk and body["username"] == "private.person"
+    assert body["user_id"] != victim.pk and body["username"].startswith("private.person-")
     assert body["one_time_password"]  # a new account, exactly as for an unknown address
     assert not Membership.objects.filter(study=study, user=victim).exists()
-    # The derived username taken: 409 naming the username, as for any taken username.
+    # A local part that is someone's username: still a new account with a suffixed name, as
+    # for any address (always suffixed, so the name given back tells nothing).
     taken = lead_client.post(
         f"{URL}/annotators/invite", {"email": "victim@elsewhere.example"}, format="json"
     )
-    assert taken.status_code == 409
-    assert taken.json()["error"]["details"] == {"username": "taken"}
+    assert taken.status_code == 201
+    assert taken.json()["username"].startswith("victim-")
     assert SECRET_EMAIL not in taken.content.decode()
     assert not Membership.objects.filter(study=study, user=victim).exists()
 

@@ -453,18 +453,19 @@ def test_invite_and_reset_password(
 ) -> None:
     r = lead_client.post(
         f"{_base()}/annotators/invite",
-        {"username": "newbie", "email": "newbie@example.test", "role": "annotator"},
+        {"email": "newbie@example.test", "role": "annotator"},
         format="json",
     )
     assert r.status_code == 201, r.content
     password = r.json()["one_time_password"]
     assert password and len(password) >= 12
-    user = get_user_model().objects.get(username="newbie")
+    user = get_user_model().objects.get(username=r.json()["username"])
     assert user.check_password(password)
     assert Membership.objects.get(study=world.study, user=user).role == "annotator"
-    # Inviting an existing user creates no password.
+    # Inviting an existing member again changes the role and creates no password.
     again = lead_client.post(
-        f"{_base()}/annotators/invite", {"username": "newbie", "role": "viewer"}, format="json"
+        f"{_base()}/annotators/invite", {"username": user.username, "role": "viewer"},
+        format="json"
     )
     assert again.status_code == 201 and again.json()["one_time_password"] is None
     assert Membership.objects.get(study=world.study, user=user).role == "viewer"
