@@ -1,17 +1,32 @@
-"""Template helpers for the site layout (navigation)."""
+"""Template helpers for the site layout (navigation) and the one date format of the pages."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django import template
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 
 from reviewhub.capabilities import Capability, capabilities
 from studies.access import study_role
 from studies.models import Study
 
 register = template.Library()
+
+# The one way a page shows a moment: ISO date, 24-hour time, the zone named (pages are in UTC).
+WHEN_FORMAT = "%Y-%m-%d %H:%M UTC"
+
+
+@register.filter
+def when(value: Any) -> str:
+    """A datetime as "2026-12-07 09:14 UTC" (every page uses this one format); "" for None."""
+    if not isinstance(value, datetime):
+        return ""
+    if timezone.is_aware(value):
+        value = value.astimezone(UTC)
+    return value.strftime(WHEN_FORMAT)
 
 # (label, URL names to try in order). Pages owned by other areas appear in the navigation as
 # soon as one of their names resolves, so base.html never breaks on a page that is not there.

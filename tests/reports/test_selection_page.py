@@ -527,19 +527,28 @@ def test_lead_reads_the_decision_and_sends_next_labels_in_chromium(new_session: 
     assert DECISION in page.locator(".decision-text").inner_text()
     flips = page.get_by_role("heading", name="Ranking flips", level=2)
     assert flips.is_visible()
-    # The flips come right after the decision, above the fold of a desktop screen.
-    assert flips.bounding_box()["y"] < decision.bounding_box()["y"] + 800
+    # The flips (at a glance) come right after the decision, within one screen of it.
+    glance_flips = page.locator("#glance-flips")
+    assert glance_flips.bounding_box()["y"] < decision.bounding_box()["y"] + 800
+    # Every detailed section is one click away: collapsed, and open after a click on its title.
+    for section in page.locator("details.report-section").all():
+        assert section.get_attribute("open") is None
+        section.locator("summary").click()
+        assert section.get_attribute("open") is not None
     # The charts load (as images from this server) and have their text alternative.
     for img in page.locator("figure.chart img").all():
         img.scroll_into_view_if_needed()
         page.wait_for_function("(el) => el.complete && el.naturalWidth > 0",
                                arg=img.element_handle())
-        assert "table below" in (img.get_attribute("alt") or "")
+        assert "same figures" in (img.get_attribute("alt") or "")
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= page.viewport_size["width"], f"horizontal scroll: {width}px"
     page.evaluate("window.scrollTo(0, 0)")
     if viewport == "desktop":
+        # The screenshot shows the page as a lead first sees it: every section collapsed.
+        page.reload()
         s.screenshot("docs/img/selection-report.png")
+        page.locator("details#next > summary").click()
     button = page.get_by_role("button", name="Create a sampling plan for these 3 labels")
     with page.expect_navigation():
         button.click()
