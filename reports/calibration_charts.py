@@ -67,7 +67,7 @@ def reliability_svg(cell: Mapping[str, Any]) -> bytes:
         drawn = True
     if not drawn:
         ax.text(0.5, 0.5, "No held-out bins (too few labels).", ha="center", va="center",
-                transform=ax.transAxes, fontsize=10, parse_math=False)
+                transform=ax.transAxes, fontsize=11, parse_math=False)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("predicted P(pass) (bin mean; marker size = count)", fontsize=LABEL_PT)

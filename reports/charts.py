@@ -22,9 +22,9 @@ from .results import AgreementResult
 
 plt.rcParams["svg.hashsalt"] = "reviewhub"
 # The smallest text in a chart, in points (1 pt = 4/3 px at the SVG's natural size). Charts are
-# shown at their natural size or a little smaller at 1280 px, so 9 pt keeps every label at 11 px
+# shown at their natural size or a little smaller at 1280 px, so 10 pt keeps every label at 11 px
 # or more on the page (tests/browser/test_page_layout.py measures it).
-LABEL_PT = 9
+LABEL_PT = 10
 _MARK = {TRUSTWORTHY: "trustworthy", NOT_TRUSTWORTHY: "not trustworthy", TOO_FEW: "too few"}
 MAX_ROWS = 80
 
@@ -113,7 +113,7 @@ def heatmap_svg(result: AgreementResult, criterion: int) -> bytes:
     ax.set_xlim(-0.5, n_cols - 0.5)
     ax.set_ylim(n_rows - 0.5, -0.5)
     ax.set_xticks(
-        range(n_cols), [*d["names"], "humans (ceiling)"], rotation=20, ha="right", fontsize=8
+        range(n_cols), [*d["names"], "humans (ceiling)"], rotation=20, ha="right", fontsize=LABEL_PT
     )
     ax.set_yticks(
         range(n_rows),
@@ -125,7 +125,7 @@ def heatmap_svg(result: AgreementResult, criterion: int) -> bytes:
     ax.set_title(
         f"{crit.name if crit else ''}: primary agreement with the human consensus per stratum\n"
         "colour = verdict (green trustworthy, red not trustworthy, grey too few labels)",
-        fontsize=10,
+        fontsize=11,
     )
     return _svg(fig)
 
@@ -168,9 +168,9 @@ def bias_svg(result: AgreementResult) -> bytes:
     ax.set_yticks(range(len(rows)), labels, fontsize=LABEL_PT)
     if not rows:
         ax.text(0.5, 0.5, "No bias audits in this report.", ha="center", va="center",
-                transform=ax.transAxes, fontsize=10)
+                transform=ax.transAxes, fontsize=11)
         ax.set_xticks([])
     ax.invert_yaxis()
-    ax.set_title("Bias audits: estimate with interval; black tick = no bias", fontsize=10)
+    ax.set_title("Bias audits: estimate with interval; black tick = no bias", fontsize=11)
     ax.grid(axis="x", alpha=0.3)
     return _svg(fig)

@@ -168,7 +168,7 @@ def forest_svg(result: Mapping[str, Any], metric: str) -> bytes:
         ax.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)
         if not rows:
             ax.text(0.5, 0.5, "No estimates for this metric.", ha="center", va="center",
-                    transform=ax.transAxes, fontsize=10)
+                    transform=ax.transAxes, fontsize=11)
         ax.grid(axis="x", alpha=0.3)
         ax.set_xlabel(f"{label}{' (%)' if unit == 'rate' else ''}", fontsize=LABEL_PT)
         handles = [
@@ -182,7 +182,7 @@ def forest_svg(result: Mapping[str, Any], metric: str) -> bytes:
         ax.legend(handles=handles, fontsize=LABEL_PT, loc="lower center", ncol=3,
                   bbox_to_anchor=(0.5, 1.0), frameon=False)
         title = f"{label}: estimate per candidate and stratum, {_level_text(result)}"
-        ax.set_title(title + _suffix(result), fontsize=10, pad=22)
+        ax.set_title(title + _suffix(result), fontsize=11, pad=22)
         svg = _svg_bytes(fig)
     desc = ("Forest plot. One row per candidate and stratum, the deployment mix last. "
             + (" ".join(f"{d}." for d in described) or "No estimates."))
@@ -257,7 +257,7 @@ def pareto_svg(result: Mapping[str, Any]) -> bytes:
             ax.grid(alpha=0.3)
             ax.margins(0.15)
         title = f"Quality, latency and cost: Pareto frontier in green (filled){_suffix(result)}"
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=11)
         svg = _svg_bytes(fig)
     words = [
         f"{p.get('candidate')}: {label} {value_text(p.get('quality'), unit)}, p95 latency "

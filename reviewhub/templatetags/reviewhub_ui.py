@@ -7,6 +7,7 @@ from typing import Any
 
 from django import template
 from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html
 from django.utils import timezone
 
 from reviewhub.capabilities import Capability, capabilities
@@ -20,13 +21,24 @@ WHEN_FORMAT = "%Y-%m-%d %H:%M UTC"
 
 
 @register.filter
-def when(value: Any) -> str:
-    """A datetime as "2026-12-07 09:14 UTC" (every page uses this one format); "" for None."""
+def when_text(value: Any) -> str:
+    """The one date format as plain text (for attributes such as title); "" for None."""
     if not isinstance(value, datetime):
         return ""
     if timezone.is_aware(value):
         value = value.astimezone(UTC)
     return value.strftime(WHEN_FORMAT)
+
+
+@register.filter
+def when(value: Any) -> str:
+    """A datetime as "2026-12-07 09:14 UTC" (every page uses this one format) in a <time>
+    element that never wraps (Chrome would break a date after its hyphens); "" for None."""
+    text = when_text(value)
+    if not text:
+        return ""
+    return format_html('<time class="nowrap" datetime="{}">{}</time>',
+                       value.isoformat(timespec="seconds"), text)
 
 # (label, URL names to try in order). Pages owned by other areas appear in the navigation as
 # soon as one of their names resolves, so base.html never breaks on a page that is not there.
