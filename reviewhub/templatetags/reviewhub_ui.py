@@ -7,8 +7,8 @@ from typing import Any
 
 from django import template
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html
 from django.utils import timezone
+from django.utils.html import format_html
 
 from reviewhub.capabilities import Capability, capabilities
 from studies.access import study_role
