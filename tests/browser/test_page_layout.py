@@ -292,6 +292,21 @@ def test_chart_labels_header_contrast_and_secondary_buttons(new_session: Any) ->
         assert top <= 130, f"{path}: header and banner take {top} px of 844"
         assert phone.page.get_by_role("note").first.inner_text().startswith("Simulated data")
 
+    # One style for form controls and tables: the calibration page's number inputs and tables
+    # (once plain) look like the disagreements page's select and the queue page's table.
+    look = """(sel) => { const cs = getComputedStyle(document.querySelector(sel));
+        return [cs.height, cs.borderTopColor, cs.borderTopWidth, cs.fontSize, cs.borderRadius,
+                cs.backgroundColor]; }"""
+    s.goto(reverse("reports-calibration", kwargs={"slug": slug}))
+    number = page.evaluate(look, "main input[type=number]")
+    calibration_th = page.evaluate(look, "main table th")
+    s.goto(reverse("annotations-lead-disagreements", kwargs={"slug": slug}))
+    select = page.evaluate(look, "main select")
+    s.goto(reverse("annotations-lead-queue", kwargs={"slug": slug}))
+    queue_th = page.evaluate(look, "main table th")
+    assert number == select, (number, select)
+    assert calibration_th[1:] == queue_th[1:], (calibration_th, queue_th)
+
     # The grading page: Skip and Shortcuts look secondary, not like Submit.
     grader = new_session("desktop")
     grader.login("annotator", PASSWORDS["annotator"])

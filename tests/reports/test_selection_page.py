@@ -692,3 +692,41 @@ def test_without_pairwise_criterion_there_is_no_pairwise_section(study: Study,
                                                                   lead_page: Client) -> None:
     html = lead_page.get(_detail(selection_snapshot(study))).content.decode()
     assert 'id="pairwise-heading"' not in html
+
+
+def test_details_collapsed_on_the_page_and_printed_in_full_in_the_pdf(
+    study: Study, lead_page: Client, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The page opens on the decision and the chips; each detailed table sits in a collapsed
+    section whose id is its anchor. The PDF prints every one of those tables."""
+    snap = selection_snapshot(study, selection_result(simulated=True))
+    html = lead_page.get(_detail(snap)).content.decode()
+    captions = ["Gates per candidate and stratum", "per candidate and stratum (",
+                "Differences between candidates", "The plan's criteria thresholds",
+                "p95 latency and cost per 1,000 outputs", "Extra human labels per stratum",
+                "Deployment mix"]
+    sections = re.findall(r'<details class="card report-section" id="(\w+)"[^>]*>', html)
+    assert {"flips", "gates", "estimates", "differences", "thresholds", "frontier", "next",
+            "deviations"} <= set(sections)
+    assert not re.search(r'<details class="card report-section"[^>]*\bopen\b', html)
+    head = html[:html.index('<details class="card report-section"')]
+    assert 'id="decision-heading"' in head and 'class="chip' in head
+    assert 'class="chart glance-chart"' in head  # the primary metric's forest, up top
+    for caption in captions:
+        assert caption in _text(html[html.index('<details class="card report-section"'):]), caption
+    documents: list[Any] = []
+    render = selection_pdf.pdf_document
+
+    def keep(pdf_html: str) -> Any:
+        assert not re.search(r'<details class="card report-section"(?![^>]*\bopen\b)', pdf_html)
+        doc = render(pdf_html)
+        documents.append(doc)
+        return doc
+
+    monkeypatch.setattr(selection_pdf, "pdf_document", keep)
+    r = lead_page.get(reverse("reports-selection-pdf",
+                              kwargs={"slug": study.slug, "snapshot_id": snap.pk}))
+    assert r.status_code == 200
+    text = re.sub(r"\s+", " ", selection_pdf.document_text(documents[0]))
+    for caption in captions:
+        assert caption.replace("'", "’") in text or caption in text, caption
