@@ -165,7 +165,8 @@ def test_recent_annotations_list_everything_still_revisable_with_the_item() -> N
     client = Client()
     client.force_login(annotator)
     html = client.get("/studies/support/grade/").content.decode()
-    recent = html[html.index('id="recent-list"'):html.index("</ul>", html.index('id="recent-list"'))]
+    start = html.index('id="recent-list"')
+    recent = html[start:html.index("</ul>", start)]
     rows = re.findall(r"<li>.*?</li>", recent, re.S)
     assert len(rows) == 33
     for row in rows:
