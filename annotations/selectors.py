@@ -368,15 +368,27 @@ class AnnotatorStatsRow:
     gold_labels: int
     gold_correct: int
     gold_accuracy: float | None
+    # Subjects the annotator labelled outside the grading page (imported, or before any plan):
+    # they count toward a plan's "done" (a plan credits labels that already exist), so the
+    # page that shows that count has to show who gave them.
+    imported: int = 0
 
 
 def annotator_stats(*, study: Study) -> list[AnnotatorStatsRow]:
     """Per annotator of the study: throughput, median time on task and gold accuracy.
 
     Time on task is per submission (the same value is stored on each criterion's annotation).
-    Gold accuracy is over (subject, criterion) pairs that have a gold label. Four queries.
+    Gold accuracy is over (subject, criterion) pairs that have a gold label. `imported` counts
+    the subjects labelled without an assignment (imports, labels older than the plan). Five
+    queries.
     """
     now = timezone.now()
+    imported: Counter[int] = Counter(
+        annotator_id
+        for annotator_id, _o, _c in Annotation.objects.filter(
+            criterion__rubric__study=study, assignment__isnull=True
+        ).order_by().values_list("annotator_id", "output_id", "comparison_id").distinct()
+    )
     per_assignment = (
         Annotation.objects.filter(criterion__rubric__study=study, assignment__isnull=False)
         .values_list("annotator_id", "assignment_id", "time_on_task_ms", "created_at")
@@ -408,7 +420,7 @@ def annotator_stats(*, study: Study) -> list[AnnotatorStatsRow]:
             if key in gold:
                 gold_n[annotator_id] += 1
                 gold_ok[annotator_id] += int(gold[key] == value)
-    people = set(submissions) | set(skipped)
+    people = set(submissions) | set(skipped) | set(imported)
     from django.contrib.auth import get_user_model
 
     names = dict(get_user_model().objects.filter(pk__in=people).values_list("pk", "username"))
@@ -433,6 +445,7 @@ def annotator_stats(*, study: Study) -> list[AnnotatorStatsRow]:
                 gold_accuracy=(gold_ok[annotator_id] / gold_n[annotator_id])
                 if gold_n[annotator_id]
                 else None,
+                imported=imported[annotator_id],
             )
         )
     return rows
@@ -459,6 +472,16 @@ class DisagreementRow:
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
+
+
+def disagreement_need(row: DisagreementRow) -> tuple[int, int]:
+    """Sort key putting the pairs that most need a lead first: unresolved before adjudicated;
+    within each, a human split with no majority, then a human split with a majority, then
+    unanimous humans that a judge contradicts (the judge is the likelier one to be wrong)."""
+    if not row.humans_disagree:
+        return (1 if row.adjudicated_value is not None else 0, 2)
+    kind = 0 if row.human_majority is None else 1
+    return (1 if row.adjudicated_value is not None else 0, kind)
 
 
 def disagreements(

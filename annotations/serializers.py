@@ -204,6 +204,9 @@ class AnnotatorStatsRowSerializer(serializers.Serializer):
     gold_labels = serializers.IntegerField()
     gold_correct = serializers.IntegerField()
     gold_accuracy = serializers.FloatField(allow_null=True)
+    imported = serializers.IntegerField(
+        help_text="Subjects labelled outside the grading page (imported or before the plan)."
+    )
 
 
 class ProgressResponseSerializer(serializers.Serializer):

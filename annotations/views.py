@@ -18,6 +18,7 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
+from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -39,8 +40,10 @@ from .models import Annotation, Assignment
 # long one pushes the output out of sight), unless a criterion being graded needs it.
 INPUT_OPEN_CHARS = 6000
 CONTEXT_OPEN_CHARS = 600
-RECENT_LIMIT = 20
-DISAGREEMENT_PAGE = 200
+DISAGREEMENT_PAGE = 50
+# The disagreements page's "show" filter: value -> label ("" shows every pair).
+DISAGREEMENT_STATUSES = {"": "All pairs", "unresolved": "Unresolved only",
+                         "adjudicated": "Adjudicated only"}
 EXCERPT_CHARS = 90
 
 # --- view models ------------------------------------------------------------------------------
@@ -209,27 +212,32 @@ def _excerpt(text: str) -> str:
 
 
 def _recent(study: Study, user: Any) -> list[dict[str, Any]]:
-    """The annotator's annotations still inside the revision window, newest first."""
-    rows = list(
-        selectors.my_annotations(study=study, annotator=user, revisable_only=True)[:RECENT_LIMIT]
-    )
+    """Every annotation of the annotator still inside the revision window, newest first, with
+    its item's id (the window bounds the list: what can be revised is what is listed)."""
+    rows = list(selectors.my_annotations(study=study, annotator=user, revisable_only=True))
     # Only text columns are read for the excerpts: the candidate is never loaded.
-    output_texts = dict(
-        Output.objects.filter(pk__in={a.output_id for a in rows if a.output_id})
-        .values_list("id", "text")
-    )
-    comparison_inputs = dict(
-        Comparison.objects.filter(pk__in={a.comparison_id for a in rows if a.comparison_id})
-        .values_list("id", "item__input")
-    )
+    output_texts: dict[int, tuple[str, str]] = {
+        pk: (text, item)
+        for pk, text, item in Output.objects.filter(
+            pk__in={a.output_id for a in rows if a.output_id}
+        ).values_list("id", "text", "item__external_id")
+    }
+    comparison_inputs: dict[int, tuple[str, str]] = {
+        pk: (text, item)
+        for pk, text, item in Comparison.objects.filter(
+            pk__in={a.comparison_id for a in rows if a.comparison_id}
+        ).values_list("id", "item__input", "item__external_id")
+    }
     out = []
     for a in rows:
         swapped = bool(a.assignment and a.assignment.swapped)
         presented = _presented(a.value, a.criterion.scale, swapped)
         if a.output_id:
-            excerpt = _excerpt(output_texts.get(a.output_id, ""))
+            text, item = output_texts.get(a.output_id, ("", ""))
+            excerpt = _excerpt(text)
         else:
-            excerpt = "Comparison: " + _excerpt(comparison_inputs.get(a.comparison_id or 0, ""))
+            text, item = comparison_inputs.get(a.comparison_id or 0, ("", ""))
+            excerpt = "Comparison: " + _excerpt(text)
         out.append(
             {
                 "id": a.pk,
@@ -242,6 +250,7 @@ def _recent(study: Study, user: Any) -> list[dict[str, Any]]:
                 "revised": a.revised_at is not None,
                 "created_at": a.created_at,
                 "excerpt": excerpt,
+                "item": item,
                 "revise_url": reverse(
                     "annotations-revise", kwargs={"slug": study.slug, "annotation_id": a.pk}
                 ),
@@ -572,8 +581,18 @@ def lead_disagreements(request: HttpRequest, slug: str) -> HttpResponse:
     chosen_key = request.GET.get("criterion", "")
     chosen = next((c for c in reversed(criteria) if c.key == chosen_key), None)
     only_humans = request.GET.get("judges") == "0"
-    rows = selectors.disagreements(study=study, criterion=chosen, include_judges=not only_humans)
-    shown = rows[:DISAGREEMENT_PAGE]
+    status = request.GET.get("status", "")
+    if status not in DISAGREEMENT_STATUSES:
+        status = ""
+    found = selectors.disagreements(study=study, criterion=chosen, include_judges=not only_humans)
+    n_adjudicated = sum(1 for r in found if r.adjudicated_value is not None)
+    if status == "unresolved":
+        found = [r for r in found if r.adjudicated_value is None]
+    elif status == "adjudicated":
+        found = [r for r in found if r.adjudicated_value is not None]
+    rows = sorted(found, key=selectors.disagreement_need)  # stable: the selector's order within
+    page = Paginator(rows, DISAGREEMENT_PAGE).get_page(request.GET.get("page"))
+    shown = list(page.object_list)
     by_id = {c.pk: c for c in criteria}
     out_ids = [r.subject_id for r in shown if r.subject == "output"]
     outputs: dict[int, dict[str, Any]] = {
@@ -620,7 +639,12 @@ def lead_disagreements(request: HttpRequest, slug: str) -> HttpResponse:
         "only_humans": only_humans,
         "items": items,
         "total": len(rows),
-        "truncated": len(rows) > len(shown),
+        "n_adjudicated": n_adjudicated,
+        "status": status,
+        "statuses": DISAGREEMENT_STATUSES.items(),
+        "page": page,
+        "first_number": page.start_index(),
+        "page_links": _page_links(request, page),
     }
     return render(request, "annotations/lead_disagreements.html", context)
 
@@ -631,6 +655,21 @@ def _member_of(study: Study, post: Any) -> Any:
     if member is None:
         raise ValidationFailed.at("user_id", "user_id is not a member of this study.")
     return member
+
+
+def _page_links(request: HttpRequest, page: Page[Any]) -> list[dict[str, Any]]:
+    """Links to every page of a paginated list (elided around the current one), keeping the
+    query's other parameters (the filters)."""
+    links: list[dict[str, Any]] = []
+    for number in page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1):
+        if number == page.paginator.ELLIPSIS:
+            links.append({"ellipsis": True})
+            continue
+        query = request.GET.copy()
+        query["page"] = str(number)
+        links.append({"number": number, "url": "?" + query.urlencode(),
+                      "current": number == page.number})
+    return links
 
 
 @require_http_methods(["GET", "POST"])

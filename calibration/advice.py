@@ -86,6 +86,54 @@ def _label_advice(cell: Mapping[str, Any], min_labels: int, tau_zero: bool) -> s
             f"label {more} more.")
 
 
+def cell_labels_wanted(cell: Mapping[str, Any], *, min_labels: int = DEFAULT_MIN_LABELS,
+                       tau_zero: bool = False) -> tuple[int, str]:
+    """How many more human labels one cell wants, and why, in words for the calibration table.
+
+    Two different targets give very different numbers, which is why they are spelled out: a
+    cell with no curve needs only the minimum a curve is fitted from (say 9 more), while a
+    cell whose curve leans on the pool needs enough labels for its own data to carry half of
+    its curve, which grows with how little its stratum differs from the pool (possibly
+    thousands). (0, reason) when the cell wants none."""
+    n = int(_num(cell.get("n_labels")) or 0)
+    own = _num(cell.get("own_weight"))
+    borrowed = _num(cell.get("borrowed"))
+    if cell.get("too_few_labels"):
+        return (max(1, min_labels - n),
+                f"to reach the {min_labels} labels a curve is fitted from (no curve yet)")
+    if cell.get("pooled_only"):
+        more = max(1, labels_needed(n=n, own_weight=own, min_labels=min_labels))
+        return more, "to fit a curve of its own instead of the pooled one"
+    if borrowed is None or borrowed < BORROWED_NOTE:
+        return 0, "none: its own labels carry most of its curve"
+    if tau_zero or own == 0.0:
+        return 0, ("none: the strata do not differ from the pool so far, so the pooled curve "
+                   "serves it")
+    more = labels_needed(n=n, own_weight=own, min_labels=min_labels)
+    if more <= 0:
+        return 0, "none: its own labels carry half of its curve"
+    share = f"{(own or 0.0) * 100:.0f} %"
+    return (more, f"until its own labels carry half of its curve (now {share}; the rest is "
+                  "borrowed from the pool of all strata, and the less this stratum differs "
+                  "from the pool, the more labels that takes)")
+
+
+def min_labels_of(result_json: Mapping[str, Any]) -> int:
+    """The snapshot's minimum labels per cell (its params), or the default."""
+    params = result_json.get("params") if isinstance(result_json.get("params"), Mapping) else {}
+    min_labels = params.get("min_labels") if isinstance(params, Mapping) else None
+    if not isinstance(min_labels, int) or isinstance(min_labels, bool) or min_labels < 1:
+        return DEFAULT_MIN_LABELS
+    return min_labels
+
+
+def pooled_without_variance(result_json: Mapping[str, Any]) -> bool:
+    """Every stratum borrows everything: the fit found no between-strata variance."""
+    cells = [c for c in (result_json.get("cells") or []) if isinstance(c, Mapping)]
+    own = [_num(c.get("own_weight")) for c in cells if c.get("stratum")]
+    return bool(own) and all(w == 0.0 for w in own)
+
+
 def _cost_advice(cell: Mapping[str, Any], unit: str) -> str | None:
     pc = cell.get("policy_costs")
     if not isinstance(pc, Mapping):
@@ -135,18 +183,13 @@ def calibration_advice(result_json: Mapping[str, Any]) -> list[str]:
     cells: Sequence[Mapping[str, Any]] = [
         c for c in (result_json.get("cells") or []) if isinstance(c, Mapping)
     ]
-    params = result_json.get("params") if isinstance(result_json.get("params"), Mapping) else {}
-    min_labels = params.get("min_labels") if isinstance(params, Mapping) else None
-    if not isinstance(min_labels, int) or isinstance(min_labels, bool) or min_labels < 1:
-        min_labels = DEFAULT_MIN_LABELS
+    min_labels = min_labels_of(result_json)
     costs = result_json.get("costs") if isinstance(result_json.get("costs"), Mapping) else {}
     unit = str(costs.get("unit") or "points") if isinstance(costs, Mapping) else "points"
     if not cells:
         return ["No calibration cells yet: run a judge and collect human labels on the same "
                 "outputs, then build a new calibration snapshot."]
-    # Every stratum borrowing everything means the fit found no between-strata variance.
-    own = [_num(c.get("own_weight")) for c in cells if c.get("stratum")]
-    tau_zero = bool(own) and all(w == 0.0 for w in own)
+    tau_zero = pooled_without_variance(result_json)
     labels, quality, money, trust = [], [], [], []
     for cell in cells:
         if (text := _label_advice(cell, min_labels, tau_zero)) is not None:
@@ -176,4 +219,5 @@ def calibration_advice(result_json: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-__all__ = ["calibration_advice", "labels_needed", "stratum_text"]
+__all__ = ["calibration_advice", "cell_labels_wanted", "labels_needed", "min_labels_of",
+           "pooled_without_variance", "stratum_text"]

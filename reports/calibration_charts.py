@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 
 from calibration.advice import stratum_text
 
-from .charts import _svg
+from .charts import LABEL_PT, _svg
 
 plt.rcParams["svg.hashsalt"] = "reviewhub"
 
@@ -67,15 +67,15 @@ def reliability_svg(cell: Mapping[str, Any]) -> bytes:
         drawn = True
     if not drawn:
         ax.text(0.5, 0.5, "No held-out bins (too few labels).", ha="center", va="center",
-                transform=ax.transAxes, fontsize=9, parse_math=False)
+                transform=ax.transAxes, fontsize=11, parse_math=False)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
-    ax.set_xlabel("predicted P(pass) (bin mean; marker size = count)", fontsize=8)
-    ax.set_ylabel("share the humans passed", fontsize=8)
-    ax.set_title(cell_title(cell), fontsize=8, parse_math=False)
+    ax.set_xlabel("predicted P(pass) (bin mean; marker size = count)", fontsize=LABEL_PT)
+    ax.set_ylabel("share the humans passed", fontsize=LABEL_PT)
+    ax.set_title(cell_title(cell), fontsize=LABEL_PT, parse_math=False)
     ax.grid(alpha=0.3)
     if drawn:
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=LABEL_PT, loc="upper left")
     return _svg(fig)
 
 

@@ -21,13 +21,19 @@ from .audit_summary import interval_text, stratum_words, verdict_class
 from .results import AgreementResult
 
 plt.rcParams["svg.hashsalt"] = "reviewhub"
+# The smallest text in a chart, in points (1 pt = 4/3 px at the SVG's natural size). Charts are
+# shown at their natural size or a little smaller at 1280 px, so 10 pt keeps every label at 11 px
+# or more on the page (tests/browser/test_page_layout.py measures it).
+LABEL_PT = 10
 _MARK = {TRUSTWORTHY: "trustworthy", NOT_TRUSTWORTHY: "not trustworthy", TOO_FEW: "too few"}
 MAX_ROWS = 80
 
 
 def _svg(fig: Any) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    # Text stays text (not glyph outlines): searchable, and its size measurable on the page.
+    with plt.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     return buf.getvalue()
 
@@ -96,30 +102,30 @@ def heatmap_svg(result: AgreementResult, criterion: int) -> bytes:
             value = _fmt(m.value if m else None)
             ax.text(k, r, f"{value} {interval}".strip()
                     + f"\n{_MARK.get(c.verdict, c.verdict)} (n={c.n_subjects})",
-                    ha="center", va="center", fontsize=7)
+                    ha="center", va="center", fontsize=LABEL_PT)
         ceil = d["ceilings"].get((dim, lab))
         if ceil is not None and ceil.point is not None:
             ax.add_patch(Rectangle((n_cols - 1.5, r - 0.5), 1, 1, facecolor=CEILING_FILL,
                                    edgecolor="white", linewidth=1.5, gid=f"ceiling-{r}"))
             ax.text(n_cols - 1, r,
                     f"{_fmt(ceil.point)}\nalpha {_fmt(ceil.alpha.value)} (n={ceil.n_subjects})",
-                    ha="center", va="center", fontsize=7)
+                    ha="center", va="center", fontsize=LABEL_PT)
     ax.set_xlim(-0.5, n_cols - 0.5)
     ax.set_ylim(n_rows - 0.5, -0.5)
     ax.set_xticks(
-        range(n_cols), [*d["names"], "humans (ceiling)"], rotation=20, ha="right", fontsize=8
+        range(n_cols), [*d["names"], "humans (ceiling)"], rotation=20, ha="right", fontsize=LABEL_PT
     )
     ax.set_yticks(
         range(n_rows),
         [stratum_words(dim, lab) for dim, lab in rows] or [""],
-        fontsize=8,
+        fontsize=LABEL_PT,
     )
     ax.axvline(n_cols - 1.5, color="black", linewidth=1.5)
     crit = result.criteria_by_id().get(criterion)
     ax.set_title(
         f"{crit.name if crit else ''}: primary agreement with the human consensus per stratum\n"
         "colour = verdict (green trustworthy, red not trustworthy, grey too few labels)",
-        fontsize=9,
+        fontsize=11,
     )
     return _svg(fig)
 
@@ -159,12 +165,12 @@ def bias_svg(result: AgreementResult) -> bytes:
     ]
     # One tick per label: matplotlib refuses a label list longer than the tick list, which a
     # report without bias audits (no pairwise judges, no ties) would otherwise give.
-    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.set_yticks(range(len(rows)), labels, fontsize=LABEL_PT)
     if not rows:
         ax.text(0.5, 0.5, "No bias audits in this report.", ha="center", va="center",
-                transform=ax.transAxes, fontsize=9)
+                transform=ax.transAxes, fontsize=11)
         ax.set_xticks([])
     ax.invert_yaxis()
-    ax.set_title("Bias audits: estimate with interval; black tick = no bias", fontsize=9)
+    ax.set_title("Bias audits: estimate with interval; black tick = no bias", fontsize=11)
     ax.grid(axis="x", alpha=0.3)
     return _svg(fig)

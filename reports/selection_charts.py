@@ -26,6 +26,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from .charts import LABEL_PT
 from .selection_tables import (
     MIX,
     estimate_text,
@@ -47,7 +48,7 @@ JUDGE_COLOUR = "#e0a15a"
 FRONTIER_COLOUR = "#1b7f3b"
 OTHER_COLOUR = "#9aa3ad"
 _RC: dict[str, Any] = {"svg.fonttype": "none", "svg.hashsalt": "reviewhub-selection",
-                       "text.parse_math": False, "font.size": 8}
+                       "text.parse_math": False, "font.size": LABEL_PT}
 _SVG_OPEN = re.compile(rb"<svg\b[^>]*>")
 
 
@@ -121,7 +122,7 @@ def forest_svg(result: Mapping[str, Any], metric: str) -> bytes:
     rows = forest_rows(result, metric)
     described: list[str] = []
     with _style():
-        fig, ax = plt.subplots(figsize=(8.0, 1.3 + 0.32 * max(1, len(rows))))
+        fig, ax = plt.subplots(figsize=(6.0, 1.3 + 0.32 * max(1, len(rows))))
         labels: list[str] = []
         ticks: list[str] = []
         previous = None
@@ -147,7 +148,7 @@ def forest_svg(result: Mapping[str, Any], metric: str) -> bytes:
                         markerfacecolor="white", alpha=0.9)
             if ppi is None:
                 ax.text(0.01, i, "no data", transform=ax.get_yaxis_transform(), va="center",
-                        fontsize=7, color="#7a1f1f")
+                        fontsize=LABEL_PT, color="#7a1f1f")
                 described.append(f"{labels[-1]}: no data")
                 continue
             v, lo, hi = ppi
@@ -158,18 +159,18 @@ def forest_svg(result: Mapping[str, Any], metric: str) -> bytes:
             n = n_text(e.get("ppi"))
             ax.text(1.01, i, n.replace("n = ", "n=").replace("labelled", "lab."),
                     transform=ax.get_yaxis_transform(),
-                    va="center", fontsize=6.5, color="#444444")
+                    va="center", fontsize=LABEL_PT, color="#444444")
             described.append(
                 f"{labels[-1]}: prediction-powered {estimate_text(e.get('ppi'), unit)}, {n}; "
                 f"human-only {estimate_text(e.get('human'), unit)}; "
                 f"judge-only {estimate_text(e.get('judge'), unit)}")
-        ax.set_yticks(range(len(rows)), ticks, fontsize=7)
+        ax.set_yticks(range(len(rows)), ticks, fontsize=LABEL_PT)
         ax.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)
         if not rows:
             ax.text(0.5, 0.5, "No estimates for this metric.", ha="center", va="center",
-                    transform=ax.transAxes, fontsize=9)
+                    transform=ax.transAxes, fontsize=11)
         ax.grid(axis="x", alpha=0.3)
-        ax.set_xlabel(f"{label}{' (%)' if unit == 'rate' else ''}", fontsize=8)
+        ax.set_xlabel(f"{label}{' (%)' if unit == 'rate' else ''}", fontsize=LABEL_PT)
         handles = [
             plt.Line2D([], [], color=PPI_COLOUR, marker="o", linewidth=2,
                        label="prediction-powered (PPI)"),
@@ -178,10 +179,10 @@ def forest_svg(result: Mapping[str, Any], metric: str) -> bytes:
             plt.Line2D([], [], color=JUDGE_COLOUR, marker="^", markerfacecolor="white",
                        linewidth=1, label="judge-only (biased)"),
         ]
-        ax.legend(handles=handles, fontsize=7, loc="lower center", ncol=3,
+        ax.legend(handles=handles, fontsize=LABEL_PT, loc="lower center", ncol=3,
                   bbox_to_anchor=(0.5, 1.0), frameon=False)
         title = f"{label}: estimate per candidate and stratum, {_level_text(result)}"
-        ax.set_title(title + _suffix(result), fontsize=9, pad=22)
+        ax.set_title(title + _suffix(result), fontsize=11, pad=22)
         svg = _svg_bytes(fig)
     desc = ("Forest plot. One row per candidate and stratum, the deployment mix last. "
             + (" ".join(f"{d}." for d in described) or "No estimates."))
@@ -231,13 +232,13 @@ def pareto_svg(result: Mapping[str, Any]) -> bytes:
             left.scatter([lat], [q], s=size, color=face, edgecolors=colour, linewidths=1.5,
                          zorder=3)
             left.annotate(_short(str(p.get("candidate")), 20), (lat, q),
-                          textcoords="offset points", xytext=(6, 4), fontsize=7,
+                          textcoords="offset points", xytext=(6, 4), fontsize=LABEL_PT,
                           annotation_clip=False)
             if cost is not None:
                 right.scatter([cost], [q], s=40, color=face, edgecolors=colour, linewidths=1.5,
                               zorder=3)
                 right.annotate(_short(str(p.get("candidate")), 20), (cost, q),
-                               textcoords="offset points", xytext=(6, 4), fontsize=7,
+                               textcoords="offset points", xytext=(6, 4), fontsize=LABEL_PT,
                                annotation_clip=False)
         front = sorted((p for p in points if p.get("on_frontier")),
                        key=lambda p: number(p.get("latency_p95_ms")) or 0.0)
@@ -247,16 +248,16 @@ def pareto_svg(result: Mapping[str, Any]) -> bytes:
                       color=FRONTIER_COLOUR, linewidth=1, alpha=0.7, zorder=2)
         if not points:
             left.text(0.5, 0.5, "No candidate has both quality and latency.", ha="center",
-                      va="center", transform=left.transAxes, fontsize=8)
-        left.set_xlabel("p95 latency (ms); marker size = cost per 1,000", fontsize=8)
-        right.set_xlabel("cost per 1,000 outputs", fontsize=8)
+                      va="center", transform=left.transAxes, fontsize=LABEL_PT)
+        left.set_xlabel("p95 latency (ms); marker size = cost per 1,000", fontsize=LABEL_PT)
+        right.set_xlabel("cost per 1,000 outputs", fontsize=LABEL_PT)
         left.set_ylabel(f"{label} on the deployment mix{' (%)' if unit == 'rate' else ''}",
-                        fontsize=8)
+                        fontsize=LABEL_PT)
         for ax in (left, right):
             ax.grid(alpha=0.3)
             ax.margins(0.15)
         title = f"Quality, latency and cost: Pareto frontier in green (filled){_suffix(result)}"
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(title, fontsize=11)
         svg = _svg_bytes(fig)
     words = [
         f"{p.get('candidate')}: {label} {value_text(p.get('quality'), unit)}, p95 latency "

@@ -706,6 +706,59 @@ def _pairwise_view(result: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _chip(text: str, passed: Any) -> dict[str, Any]:
+    state = "pass" if passed is True else "fail" if passed is False else "unknown"
+    return {"text": text, "state": state,
+            "state_text": {"pass": "pass", "fail": "fail"}.get(state, passed_text(passed))}
+
+
+def _glance(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary a lead reads first, above the detailed tables: every gate and threshold on
+    the deployment mix as a pass/fail chip per candidate, how many per-stratum rows fail beyond
+    those, and which metric section is the primary one (its forest plot is shown there)."""
+    # One chip per candidate, naming each gate with its result: the mix's gates at a glance.
+    by_candidate: dict[str, list[tuple[str, Any]]] = {}
+    gate_strata_failing = 0
+    for g in rows_of(result.get("gates")):
+        if g.get("stratum") == MIX:
+            by_candidate.setdefault(str(g.get("candidate")), []).append(
+                (gate_name(g.get("gate")), g.get("passed")))
+        elif g.get("passed") is False:
+            gate_strata_failing += 1
+    gates = []
+    for name, results in by_candidate.items():
+        passed = (False if any(p is False for _, p in results)
+                  else True if all(p is True for _, p in results) else None)
+        chip = _chip(name, passed)
+        chip["gates"] = [{"gate": gate, "state_text": passed_text(p),
+                          "state": "pass" if p is True else "fail" if p is False else "unknown"}
+                         for gate, p in results]
+        gates.append(chip)
+    thresholds, threshold_strata_failing = [], 0
+    for t in rows_of(result.get("thresholds")):
+        status = str(t.get("status") or "")
+        passed = True if status == "pass" else False if status == "fail" else None
+        if t.get("stratum") == MIX:
+            chip = _chip(f"{t.get('candidate')} · {metric_label(result, t.get('metric'))} "
+                         f"{t.get('direction') or ''} "
+                         f"{value_text(t.get('threshold'), metric_unit(result, t.get('metric')))}",
+                         passed)
+            if passed is None:
+                chip["state_text"] = status or chip["state_text"]
+            thresholds.append(chip)
+        elif passed is False:
+            threshold_strata_failing += 1
+    keys = [m["key"] for m in metrics(result)]
+    primary = result.get("primary_metric")
+    return {
+        "gates": gates,
+        "gate_strata_failing": gate_strata_failing,
+        "thresholds": thresholds,
+        "threshold_strata_failing": threshold_strata_failing,
+        "primary_index": keys.index(primary) if primary in keys else (0 if keys else None),
+    }
+
+
 def page_view(result: Mapping[str, Any]) -> dict[str, Any]:
     """Everything the page and the PDF show, as plain text and numbers for the templates."""
     judge = mapping(result.get("judge"))
@@ -714,6 +767,7 @@ def page_view(result: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "simulated": is_simulated(result),
         "decision": _decision(result),
+        "glance": _glance(result),
         "flips": _flip_rows(result),
         "gate_failures": sorted(gate_failures.items()),
         "gates": _gate_rows(result),

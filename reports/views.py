@@ -14,7 +14,13 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from calibration.advice import calibration_advice, stratum_text
+from calibration.advice import (
+    calibration_advice,
+    cell_labels_wanted,
+    min_labels_of,
+    pooled_without_variance,
+    stratum_text,
+)
 from calibration.escalations import escalations_plan_create
 from reviewhub.errors import AppError, ValidationFailed
 from reviewhub.pages import page_study
@@ -431,9 +437,11 @@ def _calibration_cells(
     chart = reverse("reports-calibration-reliability",
                     kwargs={"slug": study.slug, "snapshot_id": report.pk})
     cells = []
+    min_labels, tau_zero = min_labels_of(result), pooled_without_variance(result)
     for index, cell in enumerate(result.get("cells") or []):
         if not isinstance(cell, dict):
             continue
+        wanted, wanted_why = cell_labels_wanted(cell, min_labels=min_labels, tau_zero=tau_zero)
         diagnostics = _mapping(cell.get("diagnostics"))
         policy = _mapping(cell.get("policy_costs"))
         fpc = _mapping(cell.get("false_pass_cost"))
@@ -448,6 +456,8 @@ def _calibration_cells(
             "pooled_only": bool(cell.get("pooled_only")),
             "method": cell.get("method"),
             "borrowed": cell.get("borrowed"),
+            "labels_wanted": wanted,
+            "labels_wanted_why": wanted_why,
             "before": _diag_figures(diagnostics.get("before")),
             "after": _diag_figures(diagnostics.get("after")),
             "bins_before": reliability_bins(cell, "before"),

@@ -36,6 +36,7 @@ __all__ = [
     "capabilities",
     "counts_as_lead",
     "effective_role",
+    "may_start_study",
     "may_write",
     "missing",
     "refusal_status",
@@ -79,6 +80,14 @@ class TokenScope(StrEnum):
 def counts_as_lead(*, is_superuser: bool) -> bool:
     """Whether the account leads every study whatever its memberships (superusers do)."""
     return bool(is_superuser)
+
+
+def may_start_study(roles: Iterable[str], *, is_superuser: bool) -> bool:
+    """Whether the home page offers starting a new study (the lead's first action): to a
+    superuser, to anyone who leads a study, and to an account that belongs to none yet (it
+    starts its own). An account invited only to grade or to read is not offered lead actions."""
+    held = set(roles)
+    return counts_as_lead(is_superuser=is_superuser) or LEAD in held or not held
 
 
 def may_write(token_scope: TokenScope | str | None) -> bool:

@@ -19,7 +19,7 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from reviewhub.capabilities import Capability, capabilities, counts_as_lead
+from reviewhub.capabilities import Capability, capabilities, counts_as_lead, may_start_study
 from reviewhub.errors import AppError, ValidationFailed
 from reviewhub.pages import error_rows, page_study, strict_csp
 
@@ -69,7 +69,9 @@ def home(request: HttpRequest) -> HttpResponse:
             {"study": m.study, "role": m.role, "role_label": m.get_role_display()}
             for m in memberships
         ]
-    return render(request, "studies/home.html", {"rows": rows})
+    may_start = may_start_study([str(r["role"]) for r in rows],
+                                is_superuser=bool(getattr(user, "is_superuser", False)))
+    return render(request, "studies/home.html", {"rows": rows, "may_start_study": may_start})
 
 
 def _criterion_scale(criterion: Any) -> dict[str, Any]:

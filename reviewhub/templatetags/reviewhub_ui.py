@@ -1,11 +1,14 @@
-"""Template helpers for the site layout (navigation)."""
+"""Template helpers for the site layout (navigation) and the one date format of the pages."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django import template
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html
 
 from reviewhub import heartbeat
 from reviewhub.capabilities import Capability, capabilities
@@ -13,6 +16,30 @@ from studies.access import study_role
 from studies.models import Study
 
 register = template.Library()
+
+# The one way a page shows a moment: ISO date, 24-hour time, the zone named (pages are in UTC).
+WHEN_FORMAT = "%Y-%m-%d %H:%M UTC"
+
+
+@register.filter
+def when_text(value: Any) -> str:
+    """The one date format as plain text (for attributes such as title); "" for None."""
+    if not isinstance(value, datetime):
+        return ""
+    if timezone.is_aware(value):
+        value = value.astimezone(UTC)
+    return value.strftime(WHEN_FORMAT)
+
+
+@register.filter
+def when(value: Any) -> str:
+    """A datetime as "2026-12-07 09:14 UTC" (every page uses this one format) in a <time>
+    element that never wraps (Chrome would break a date after its hyphens); "" for None."""
+    text = when_text(value)
+    if not text:
+        return ""
+    return format_html('<time class="nowrap" datetime="{}">{}</time>',
+                       value.isoformat(timespec="seconds"), text)
 
 # (label, URL names to try in order). Pages owned by other areas appear in the navigation as
 # soon as one of their names resolves, so base.html never breaks on a page that is not there.

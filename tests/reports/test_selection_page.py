@@ -171,7 +171,11 @@ def test_decision_first_then_flips_and_every_section(study: Study, lead_page: Cl
     assert r.status_code == 200
     assert "script-src 'self'" in r["Content-Security-Policy"]
     html = r.content.decode()
-    assert "<script" not in html and " style=" not in html  # nothing the policy would block
+    # Nothing the policy would block: no inline script or style; the one script is the site's
+    # own file (it opens a collapsed section a link points to).
+    assert re.findall(r"<script[^>]*>", html) == [
+        '<script src="/static/js/report_sections.js" defer>']
+    assert " style=" not in html
     # The decision comes before the flips, the flips before gates and estimates.
     order = [html.index(x) for x in ('id="decision-heading"', DECISION.split(":")[0],
                                      '>Ranking flips</h2>', 'id="gates-heading"',
@@ -527,19 +531,28 @@ def test_lead_reads_the_decision_and_sends_next_labels_in_chromium(new_session: 
     assert DECISION in page.locator(".decision-text").inner_text()
     flips = page.get_by_role("heading", name="Ranking flips", level=2)
     assert flips.is_visible()
-    # The flips come right after the decision, above the fold of a desktop screen.
-    assert flips.bounding_box()["y"] < decision.bounding_box()["y"] + 800
+    # The flips (at a glance) come right after the decision, within one screen of it.
+    glance_flips = page.locator("#glance-flips")
+    assert glance_flips.bounding_box()["y"] < decision.bounding_box()["y"] + 800
+    # Every detailed section is one click away: collapsed, and open after a click on its title.
+    for section in page.locator("details.report-section").all():
+        assert section.get_attribute("open") is None
+        section.locator("summary").click()
+        assert section.get_attribute("open") is not None
     # The charts load (as images from this server) and have their text alternative.
     for img in page.locator("figure.chart img").all():
         img.scroll_into_view_if_needed()
         page.wait_for_function("(el) => el.complete && el.naturalWidth > 0",
                                arg=img.element_handle())
-        assert "table below" in (img.get_attribute("alt") or "")
+        assert "same figures" in (img.get_attribute("alt") or "")
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= page.viewport_size["width"], f"horizontal scroll: {width}px"
     page.evaluate("window.scrollTo(0, 0)")
     if viewport == "desktop":
+        # The screenshot shows the page as a lead first sees it: every section collapsed.
+        page.reload()
         s.screenshot("docs/img/selection-report.png")
+        page.locator("details#next > summary").click()
     button = page.get_by_role("button", name="Create a sampling plan for these 3 labels")
     with page.expect_navigation():
         button.click()
@@ -685,3 +698,42 @@ def test_without_pairwise_criterion_there_is_no_pairwise_section(study: Study,
                                                                   lead_page: Client) -> None:
     html = lead_page.get(_detail(selection_snapshot(study))).content.decode()
     assert 'id="pairwise-heading"' not in html
+
+
+def test_details_collapsed_on_the_page_and_printed_in_full_in_the_pdf(
+    study: Study, lead_page: Client, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The page opens on the decision and the chips; each detailed table sits in a collapsed
+    section whose id is its anchor. The PDF prints every one of those tables."""
+    snap = selection_snapshot(study, selection_result(simulated=True))
+    html = lead_page.get(_detail(snap)).content.decode()
+    captions = ["Gates per candidate and stratum", "per candidate and stratum (",
+                "Differences between candidates", "The plan's criteria thresholds",
+                "p95 latency and cost per 1,000 outputs", "Extra human labels per stratum",
+                "Deployment mix"]
+    sections = re.findall(r'<details class="card report-section" id="(\w+)"[^>]*>', html)
+    assert {"flips", "gates", "estimates", "differences", "thresholds", "frontier", "next",
+            "deviations"} <= set(sections)
+    assert not re.search(r'<details class="card report-section"[^>]*\bopen\b', html)
+    head = html[:html.index('<details class="card report-section"')]
+    assert 'id="decision-heading"' in head and 'class="chip' in head
+    assert 'class="chart glance-chart"' in head  # the primary metric's forest, up top
+    for caption in captions:
+        assert caption in _text(html[html.index('<details class="card report-section"'):]), caption
+    documents: list[Any] = []
+    render = selection_pdf.pdf_document
+
+    def keep(pdf_html: str) -> Any:
+        assert not re.search(r'<details class="card report-section"(?![^>]*\bopen\b)', pdf_html)
+        doc = render(pdf_html)
+        documents.append(doc)
+        return doc
+
+    monkeypatch.setattr(selection_pdf, "pdf_document", keep)
+    r = lead_page.get(reverse("reports-selection-pdf",
+                              kwargs={"slug": study.slug, "snapshot_id": snap.pk}))
+    assert r.status_code == 200
+    text = re.sub(r"\s+", " ", selection_pdf.document_text(documents[0]))
+    for caption in captions:
+        # WeasyPrint's text may carry a typographic apostrophe (U+2019) for "'".
+        assert caption in text or caption.replace("'", "\u2019") in text, caption
