@@ -54,8 +54,10 @@ def test_a_stale_heartbeat_puts_the_banner_on_lead_pages(client: Any, lead: Any,
     last = (timezone.now() - timedelta(minutes=10)).replace(second=5)
     heartbeat_stamp(at=last)
     html = page(client, lead, study)
-    hhmm = last.astimezone(UTC).strftime("%H:%M")  # TIME_ZONE is UTC
-    assert f"{BANNER} {hhmm}: judge runs and reports will wait." in html, html
+    # The one date format of every page (reviewhub_ui's `when`), in a <time> element.
+    shown = last.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    assert (f'{BANNER} <time class="nowrap" datetime="{last.isoformat(timespec="seconds")}">'
+            f'{shown}</time>: judge runs and reports will wait.') in html, html
     assert background_status(now=last + timedelta(seconds=121)).stale is True
     assert background_status(now=last + timedelta(seconds=119)).stale is False
 

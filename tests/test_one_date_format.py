@@ -11,7 +11,7 @@ from reviewhub.templatetags.reviewhub_ui import when, when_text
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 # Templates whose pages belong to other work in progress; they move to |when with it.
-ELSEWHERE = {"judges/judge_list.html", "judges/run_detail.html", "annotations/lead_members.html"}
+ELSEWHERE: set[str] = set()
 # |date:'c' is the machine-readable datetime attribute of a <time>, not shown to anyone.
 SHOWN_DATE = re.compile(r"\|(date|time)\b(?!:['\"]c['\"])")
 

@@ -81,7 +81,7 @@ BROKEN_TOKENS_JS = r"""
 # to those pages' own work); Chrome breaks "2026-12-07" after a hyphen when a column is narrow.
 # Every other page prints dates with |when, which never wraps. Only that token is tolerated
 # there, and only until those templates use |when too.
-DATES_ELSEWHERE = ("/judges/", "/annotation/members/")
+DATES_ELSEWHERE: tuple[str, ...] = ()
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
