@@ -126,3 +126,20 @@ def test_not_an_eval_log(lead: Any, tmp_path: Path) -> None:
     f = tmp_path / "x.eval"
     f.write_bytes(b"PK\x03\x04 not really")
     assert "zip" in peer_error("inspect", f, "--study", "x", "--owner", "lead")
+
+
+def test_rest_endpoint_takes_the_zip(client_for: Any, study: Any, lead: Any,
+                                     ia_dir: Path) -> None:
+    from studies.models import Membership
+    Membership.objects.get_or_create(study=study, user=lead, defaults={"role": "lead"})
+    body = (ia_dir / "popularity_10-samples_match.eval").read_bytes()
+    resp = client_for(lead).post(f"/api/studies/{study.slug}/imports/inspect", data=body,
+                                 content_type="application/zip")
+    assert resp.status_code == 200, resp.content
+    answer = resp.json()
+    assert answer["created"]["verdict"] == 10 and answer["dropped"] == {}
+    assert answer["updated"]["output_measurements"] == 10
+    # A read-only token may not import.
+    ro = client_for(lead, can_write=False)
+    assert ro.post(f"/api/studies/{study.slug}/imports/inspect", data=body,
+                   content_type="application/zip").status_code == 403
