@@ -51,8 +51,16 @@ def _traces(doc: Any) -> list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]
     return out
 
 
+def _camel(key: str) -> str:
+    """Langfuse's table and blob-storage exports name score columns in snake_case
+    (`trace_id`, `data_type`), its API in camelCase (`traceId`): read both."""
+    head, *rest = key.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
 def _scores_file(raw: Any) -> list[dict[str, Any]]:
-    """A scores export: JSON (a list, or {"data": [...]}) or CSV with a header row."""
+    """A scores export: JSON (a list, or {"data": [...]}) or CSV with a header row; column
+    names in camelCase or snake_case."""
     if raw in (None, b"", ""):
         return []
     data = raw if isinstance(raw, bytes) else str(raw).encode()
@@ -62,18 +70,18 @@ def _scores_file(raw: Any) -> list[dict[str, Any]]:
         rows = doc.get("data") if isinstance(doc, Mapping) else doc
         if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
             raise ExportError("scores", "a JSON scores export is a list of score objects")
-        return [dict(r) for r in rows]
+        return [{_camel(str(k)): v for k, v in r.items()} for r in rows]
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ExportError("scores", f"the scores export is not UTF-8 text ({exc.reason})") from None
     reader = csv.DictReader(io.StringIO(text))
     need = {"name", "traceId", "source"}
-    missing = need - set(reader.fieldnames or [])
+    missing = need - {_camel(c) for c in reader.fieldnames or []}
     if missing:
         raise ExportError("scores",
                           f"the scores CSV needs the columns {', '.join(sorted(missing))}")
-    return [{k: (v if v != "" else None) for k, v in row.items()} for row in reader]
+    return [{_camel(k): (v if v != "" else None) for k, v in row.items()} for row in reader]
 
 
 def _score_value(score: Mapping[str, Any]) -> str | None:

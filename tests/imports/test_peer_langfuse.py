@@ -136,11 +136,18 @@ def _score_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def _scores_csv(path: Path) -> Path:
+def _snake(key: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
+
+
+def _scores_csv(path: Path, *, snake: bool = False) -> Path:
+    """The scores table as CSV; `snake`: with the snake_case column names of Langfuse's
+    blob-storage export (trace_id, data_type, string_value, author_user_id, ...)."""
+    name = _snake if snake else str
     with path.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=SCORE_COLUMNS)
+        w = csv.DictWriter(fh, fieldnames=[name(c) for c in SCORE_COLUMNS])
         w.writeheader()
-        w.writerows(_score_rows())
+        w.writerows({name(k): v for k, v in row.items()} for row in _score_rows())
     return path
 
 
@@ -170,6 +177,14 @@ def test_human_and_judge_scores_with_a_scores_csv(lead: Any, tmp_path: Path) -> 
     summary, _ = run_peer("langfuse", f, "--study", "big", "--option", "api_scores=judge",
                           "--scores", str(_scores_csv(tmp_path / "scores.csv")))
     assert summary["created"]["verdict"] == 30
+
+
+def test_scores_csv_with_snake_case_columns(lead: Any, tmp_path: Path) -> None:
+    f = _traces(tmp_path / "traces.json")
+    summary, _ = run_peer("langfuse", f, "--study", "snake", "--owner", "lead",
+                          "--scores", str(_scores_csv(tmp_path / "s.csv", snake=True)))
+    assert summary["created"]["annotation"] == 90
+    assert Annotation.objects.filter(annotator__username__endswith=":user-cy").count() == 30
 
 
 def test_scores_export_as_json_and_dry_run(lead: Any, tmp_path: Path) -> None:
