@@ -240,3 +240,36 @@ def test_rest_endpoint(client_for: Any, study: Any, lead: Any, tmp_path: Path) -
     assert entry["path"] == "value"
     assert client.post(f"/api/studies/{study.slug}/imports/nosuch", data=b"[]",
                        content_type="application/json").status_code == 404
+
+
+def test_pairwise_tasks_with_several_named_annotators(lead: Any, tmp_path: Path) -> None:
+    """Built in the pairwise template's export shape (`data.text1` / `data.text2`, a
+    `pairwise` result `{"selected": "left"|"right"}`): 12 tasks, two named annotators each."""
+    tasks, want = [], {}
+    for t in range(12):
+        anns = []
+        for k, who in enumerate(ANNOTATORS[:2]):
+            side = "left" if (t + k) % 3 else "right"
+            anns.append({"id": 5000 + 10 * t + k, "completed_by": {"id": k + 1, "email": who},
+                         "result": [{"from_name": "pw", "to_name": "pw", "type": "pairwise",
+                                     "value": {"selected": side}}]})
+            want[(who, str(t))] = "model-l" if side == "left" else "model-r"
+        tasks.append({"id": t, "data": {"prompt": f"p{t}", "text1": f"L{t}", "text2": f"R{t}"},
+                      "annotations": anns})
+    f = tmp_path / "pw.json"
+    f.write_text(json.dumps(tasks))
+    summary, _ = run_peer("labelstudio", f, "--study", "pw", "--owner", "lead",
+                          "--option", "input_field=prompt",
+                          "--option", "pair_fields=text1,text2",
+                          "--option", "pair_candidates=model-l,model-r")
+    assert summary["created"]["comparison"] == 12 and summary["created"]["annotation"] == 24
+    got = {}
+    for a in Annotation.objects.select_related("annotator", "comparison__item",
+                                               "comparison__output_a__candidate",
+                                               "comparison__output_b__candidate"):
+        assert a.comparison is not None
+        winner = a.comparison.output_a if a.value == "A" else a.comparison.output_b
+        assert a.value in ("A", "B")
+        got[(a.annotator.username.split(":", 1)[1], a.comparison.item.external_id)] = \
+            winner.candidate.name
+    assert got == want
