@@ -195,8 +195,11 @@ def test_several_named_annotators_per_task(lead: Any, tmp_path: Path) -> None:
 def test_one_bad_value_writes_nothing_and_names_the_task(lead: Any, tmp_path: Path) -> None:
     f, _ = _built(tmp_path / "bad.json", bad=True)
     err = peer_error("labelstudio", f, "--study", "bad", "--owner", "lead", *_opts())
-    assert "task 530, annotation 1300" in err
+    assert "value: task 530, annotation 1300: '7' is not a value" in err
     assert Item.objects.count() == 0 and Annotation.objects.count() == 0
+    # The study --owner would have created is not left behind either.
+    from studies.models import Study
+    assert not Study.objects.filter(slug="bad").exists()
 
 
 def test_dry_run_writes_nothing(lead: Any, tmp_path: Path) -> None:
