@@ -831,7 +831,8 @@ def ratings_validate(
     if unparseable:
         notes.append(
             f"{unparseable} judge rating{'s' if unparseable != 1 else ''} with an empty value: "
-            "stored as unparseable verdicts (unscored; the report counts them per cell, as a "
+            "stored as unparseable verdicts (unscored, except that a pair rated in both orders "
+            "keeps the order that parsed as its verdict; the orders table counts them, as a "
             "miss or a tie where it says so, beside the figures on parseable verdicts)"
         )
     pairs = list({r.pair: None for r in ratings if r.pair is not None})

@@ -227,19 +227,28 @@ def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
     details: dict[str, Any] = {"imported": True}
     if spec.continuous:
         details["value_type"] = "continuous"
-    if any(v == "" for v in orders.values()):
-        # An empty value: the judge's answer could not be parsed. Unscored, like a run's
-        # verdict whose answer was unparseable; a pair keeps the order that did parse (None
-        # for the other), as judges.aggregation.combine_pairwise records it.
+    n_samples = max(1, len(orders))
+    parsed = {o: v for o, v in orders.items() if v != ""}
+    if len(parsed) < len(orders):
+        # An empty value: the judge's answer could not be parsed (None in details.orders, the
+        # shape judges.aggregation.combine_pairwise records, which the orders table reads).
         details["unparseable"] = True
         if "" not in orders:
             details["orders"] = {o: (v or None) for o, v in sorted(orders.items())}
-        return {"value": "", "value_num": None, "details": details,
-                "n_samples": max(1, len(orders)), "is_scored": False}
+        if not parsed:
+            return {"value": "", "value_num": None, "details": details,
+                    "n_samples": n_samples, "is_scored": False}
+        # A pair rated in both orders where one order parsed keeps that order's answer as the
+        # verdict (docs/import-ratings.md): the import states the judge's label per order, and
+        # dropping it would leave the comparison without a judge label in cells, calibration,
+        # selection and PPI although the judge did answer. Whether the two orders agree is
+        # unknown, so position_inconsistent is not set; the orders table still counts the
+        # empty order as a miss (or a tie) from details.orders.
+        orders = parsed
     if "" in orders:
         value = orders[""]
     else:
-        details["orders"] = dict(sorted(orders.items()))
+        details.setdefault("orders", dict(sorted(orders.items())))
         vals = list(orders.values())
         value = vals[0] if len(set(vals)) == 1 else "tie"
         if len(vals) == 2:
@@ -262,7 +271,7 @@ def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
                 raise ValidationFailed.at("value", f"verdict on '{crit.key}': {exc}") from None
         value_num = criterion_value_num(crit, value)
     return {"value": value, "value_num": value_num, "details": details,
-            "n_samples": max(1, len(orders)), "is_scored": True}
+            "n_samples": n_samples, "is_scored": True}
 
 
 def _finite(raw: str) -> float | None:

@@ -32,6 +32,7 @@ urlpatterns = [
     path("api/", include("annotations.api_urls")),
     path("api/", include("calibration.api_urls")),
     path("api/", include("reports.api_urls")),
+    path("api/", include("imports.api_urls")),
     path("", include("studies.urls")),
     path("", include("judges.urls")),
     path("", include("annotations.urls")),

@@ -220,6 +220,59 @@ def outputs_import_bulk(
     return {k: ids[k] for k in outputs}, counts
 
 
+MEASUREMENT_FIELDS = ("latency_ms", "tokens_in", "tokens_out", "cost", "error")
+
+
+def outputs_measurements_import(
+    *, study: Study, measurements: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> int:
+    """Set what a peer tool measured of outputs already imported, keyed by (item external id,
+    candidate name): `latency_ms`, `tokens_in`, `tokens_out`, `cost` (numbers >= 0; a negative
+    or non-finite one is refused) and `error` (text). Fields left out are left alone. Returns
+    how many outputs changed; re-importing the same values changes none."""
+    problems = Problems()
+    for (item, cand), spec in measurements.items():
+        for key, value in spec.items():
+            if key not in MEASUREMENT_FIELDS:
+                problems.add(key, f"output of item '{item}' / candidate '{cand}': unknown field")
+            elif key == "error":
+                if not isinstance(value, str):
+                    problems.add(key, f"output of item '{item}' / candidate '{cand}': not text")
+            elif (isinstance(value, bool) or not isinstance(value, (int, float))
+                  or value != value or value < 0 or value == float("inf")
+                  or (key.startswith("tokens") and (int(value) != value or value > 2**31 - 1))):
+                problems.add(key, f"output of item '{item}' / candidate '{cand}': "
+                             f"must be a finite number >= 0{' (whole)' if 'tokens' in key else ''}"
+                             f", got {value!r}")
+    problems.raise_if_any("The output measurements")
+    if not measurements:
+        return 0
+    with transaction.atomic():
+        by_key = {
+            (o.item.external_id, o.candidate.name): o
+            for o in Output.objects.filter(
+                study=study,
+                item__external_id__in={k[0] for k in measurements},
+                candidate__name__in={k[1] for k in measurements},
+            ).select_related("item", "candidate")
+        }
+        changed: list[Output] = []
+        for out_key, spec in measurements.items():
+            out = by_key.get(out_key)
+            if out is None:
+                continue
+            dirty = False
+            for name, value in spec.items():
+                value = int(value) if name.startswith("tokens") else value
+                if getattr(out, name) != value:
+                    setattr(out, name, value)
+                    dirty = True
+            if dirty:
+                changed.append(out)
+        Output.objects.bulk_update(changed, list(MEASUREMENT_FIELDS), batch_size=BATCH)
+    return len(changed)
+
+
 def comparisons_import_bulk(
     *, study: Study, pairs: Sequence[tuple[int, int, int]]
 ) -> tuple[dict[tuple[int, int], tuple[int, bool]], Counts]:

@@ -202,6 +202,8 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "api-items-bulk": {"POST": LEAD_WRITE},
     "api-candidates-bulk": {"POST": LEAD_WRITE},
     "api-outputs-bulk": {"POST": LEAD_WRITE},
+    # imports API
+    "api-peer-import": {"POST": LEAD_WRITE},
     # judges API
     "api-judges": {"GET": READ_BLIND, "POST": LEAD_WRITE},
     "api-judge": {"GET": READ_BLIND},
@@ -502,6 +504,8 @@ def _seed() -> Seeded:
         "content_type_id": "1", "url": "no-such-admin-page/",
         # the served docs: a page and an example file
         "page": "study-spec", "folder": "examples", "filename": "study.yaml",
+        # the importers of other tools' exports
+        "tool": "promptfoo",
     }
     queries = {
         "reports-heatmap": {"criterion": crit_id},

@@ -36,3 +36,19 @@ def agreement_report(slug: str, tmp_path: Path) -> dict[str, Any]:
         "--out", str(out), stdout=io.StringIO(),
     )
     return json.loads(out.read_text())["result"]
+
+
+def run_peer(tool: str, path: Path, *args: str) -> tuple[dict[str, Any], str]:
+    """Run import_peer; return (summary JSON, stderr: the dropped lines and warnings)."""
+    out, err = io.StringIO(), io.StringIO()
+    call_command("import_peer", tool, str(path), *args, stdout=out, stderr=err)
+    text = out.getvalue()
+    return json.loads(text[text.index("{\n"):]), err.getvalue()
+
+
+def peer_error(tool: str, path: Path, *args: str) -> str:
+    """The CommandError text of an import_peer run that must be refused."""
+    with pytest.raises(CommandError) as info:
+        call_command("import_peer", tool, str(path), *args, stdout=io.StringIO(),
+                     stderr=io.StringIO())
+    return str(info.value)

@@ -71,10 +71,11 @@ def test_empty_judge_values_import_as_unparseable_and_count_both_ways(
         lead: Any, tmp_path: Path) -> None:
     summary = _import(_file(tmp_path / "unp.csv"))
     assert any("2 judge ratings with an empty value" in n for n in summary["notes"])
-    unscored = Verdict.objects.filter(criterion__key="pref", is_scored=False)
-    assert unscored.count() == 2
-    assert {v.details["orders"]["ba"] for v in unscored} == {None}
-    assert {v.details["orders"]["ab"] for v in unscored} == {"A"}
+    # The order that parsed is the verdict (issue 25 §2); the empty one stays None in orders.
+    partial = Verdict.objects.filter(criterion__key="pref", details__unparseable=True)
+    assert partial.count() == 2 and all(v.is_scored and v.value == "A" for v in partial)
+    assert {v.details["orders"]["ba"] for v in partial} == {None}
+    assert {v.details["orders"]["ab"] for v in partial} == {"A"}
     row = _orders(tmp_path)
     assert row["n_pairs"] == 10 and row["n_unparseable_ab"] == 0
     assert row["n_unparseable_ba"] == 2 and row["unparseable_as"] == "miss"
@@ -100,7 +101,7 @@ def test_empty_judge_values_import_as_unparseable_and_count_both_ways(
 def test_a_failed_provider_call_is_not_an_unparseable_answer(lead: Any, tmp_path: Path) -> None:
     _import(_file(tmp_path / "unp.csv"))
     # A run's verdict records each sample; mark p7's missing order as a failed provider call.
-    v = Verdict.objects.filter(is_scored=False).order_by("id").first()
+    v = Verdict.objects.filter(details__unparseable=True).order_by("id").first()
     assert v is not None
     v.details = {**v.details, "samples": [
         {"order": "ab", "status": "done", "value": "A"},

@@ -1,0 +1,211 @@
+"""Langfuse traces with their observations (the trace JSON its API and UI serve: `{"trace",
+"observations"}`, a list of them, or `{"data": [...]}`), and scores (inside each trace's
+`scores[]`, and/or a scores export, CSV or JSON, as the `scores` option).
+
+trace -> item (the trace input); the GENERATION observation -> the output of the candidate
+named by its `model` (latency, tokens, cost); scores -> ratings: `source` EVAL -> judge
+verdicts, ANNOTATION -> human labels by `authorUserId`. Which generation is "the answer" when
+a trace holds several, and what API scores are, cannot be read from the file: options.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from . import ExportError, Translation, load_json, number_or_none, obj, text_of
+
+GENERATION_CHOICES = ("only", "first", "last")
+API_SCORES = ("drop", "judge", "human")
+
+
+def _decoded(value: Any) -> Any:
+    """Langfuse serves inputs/outputs as JSON-encoded strings: decode one level when it is."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _traces(doc: Any) -> list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]:
+    if isinstance(doc, Mapping) and isinstance(doc.get("data"), list):
+        doc = doc["data"]
+    items = doc if isinstance(doc, list) else [doc]
+    out = []
+    for i, entry in enumerate(items):
+        if not isinstance(entry, Mapping):
+            raise ExportError(f"[{i}]", "each trace is a JSON object")
+        trace: Mapping[str, Any] = obj(entry.get("trace")) or entry
+        if "id" not in trace:
+            raise ExportError(f"[{i}].trace.id", "a trace needs its id")
+        obs = entry.get("observations")
+        if not isinstance(obs, list):
+            nested = trace.get("observations")
+            obs = nested if isinstance(nested, list) else []
+        out.append((trace, [o for o in obs if isinstance(o, Mapping)]))
+    return out
+
+
+def _camel(key: str) -> str:
+    """Langfuse's table and blob-storage exports name score columns in snake_case
+    (`trace_id`, `data_type`), its API in camelCase (`traceId`): read both."""
+    head, *rest = key.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _scores_file(raw: Any) -> list[dict[str, Any]]:
+    """A scores export: JSON (a list, or {"data": [...]}) or CSV with a header row; column
+    names in camelCase or snake_case."""
+    if raw in (None, b"", ""):
+        return []
+    data = raw if isinstance(raw, bytes) else str(raw).encode()
+    head = data.lstrip()[:1]
+    if head in (b"[", b"{"):
+        doc = load_json(data, what="the scores export")
+        rows = doc.get("data") if isinstance(doc, Mapping) else doc
+        if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
+            raise ExportError("scores", "a JSON scores export is a list of score objects")
+        return [{_camel(str(k)): v for k, v in r.items()} for r in rows]
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ExportError("scores", f"the scores export is not UTF-8 text ({exc.reason})") from None
+    reader = csv.DictReader(io.StringIO(text))
+    need = {"name", "traceId", "source"}
+    missing = need - {_camel(c) for c in reader.fieldnames or []}
+    if missing:
+        raise ExportError("scores",
+                          f"the scores CSV needs the columns {', '.join(sorted(missing))}")
+    return [{_camel(k): (v if v != "" else None) for k, v in row.items()} for row in reader]
+
+
+def _score_value(score: Mapping[str, Any]) -> str | None:
+    kind = str(score.get("dataType") or "NUMERIC").upper()
+    if kind == "CATEGORICAL":
+        label = score.get("stringValue")
+        return str(label) if label not in (None, "") else None
+    num = number_or_none(score.get("value"))
+    if kind == "BOOLEAN":
+        if num is None:
+            label = str(score.get("stringValue") or "").lower()
+            return {"true": "pass", "false": "fail"}.get(label)
+        return {1.0: "pass", 0.0: "fail"}.get(num)
+    return text_of(int(num) if num is not None and num.is_integer() else num) \
+        if num is not None else None
+
+
+def _measured(gen: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    latency = number_or_none(gen.get("latency"))
+    if latency is not None and latency >= 0:
+        out["latency_ms"] = latency * 1000.0
+    usage = obj(gen.get("usageDetails"))
+    for ours, keys in (("tokens_in", ("input", "inputUsage", "promptTokens")),
+                       ("tokens_out", ("output", "outputUsage", "completionTokens"))):
+        for key in keys:
+            num = number_or_none(usage.get(key) if key in usage else gen.get(key))
+            if num is not None and num >= 0:
+                out[ours] = int(num)
+                break
+    cost = number_or_none(gen.get("totalCost", gen.get("calculatedTotalCost")))
+    if cost is not None and cost >= 0:
+        out["cost"] = cost
+    return out
+
+
+def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Translation:
+    tr = Translation()
+    pick = options.get("generation") or "only"
+    if pick not in GENERATION_CHOICES:
+        raise ExportError("generation", f"one of {', '.join(GENERATION_CHOICES)}, got {pick!r}")
+    api = options.get("api_scores") or "drop"
+    if api not in API_SCORES:
+        raise ExportError("api_scores", f"one of {', '.join(API_SCORES)}, got {api!r}")
+    fixed_candidate = options.get("candidate") or ""
+    traces = _traces(load_json(data, what="the Langfuse export"))
+    extra_scores = _scores_file(options.get("scores"))
+    base_of: dict[str, dict[str, Any]] = {}
+    gen_of: dict[str, str] = {}
+    scores: list[tuple[str, Mapping[str, Any]]] = []
+    for i, (trace, observations) in enumerate(traces):
+        tid = str(trace["id"])
+        gens = [o for o in observations if o.get("type") == "GENERATION"]
+        if not gens:
+            tr.drop("traces without a GENERATION observation")
+            continue
+        if len(gens) > 1 and pick == "only":
+            raise ExportError(
+                f"[{i}].observations",
+                f"trace '{tid}' has {len(gens)} generations: say which one is the answer to "
+                "import (generation=last: the one that ended last; generation=first)",
+            )
+        gens.sort(key=lambda o: (str(o.get("endTime") or o.get("startTime") or ""),
+                                 str(o.get("id"))))
+        gen = gens[-1] if pick in ("last", "only") else gens[0]
+        if len(gens) > 1:
+            tr.drop("other generations of multi-generation traces", len(gens) - 1)
+        candidate = fixed_candidate or str(gen.get("model") or "")
+        if not candidate:
+            raise ExportError(f"[{i}].observations",
+                              f"trace '{tid}': the generation names no model; give candidate")
+        base_of[tid] = {
+            "item_id": tid,
+            "item_input": text_of(_decoded(trace.get("input"))),
+            "output_id": f"{tid}:{candidate}",
+            "candidate": candidate,
+            "output_text": text_of(_decoded(gen.get("output"))),
+        }
+        gen_of[tid] = str(gen.get("id"))
+        measured = _measured(gen)
+        if measured:
+            tr.measurements[(tid, candidate)] = measured
+        scores.extend((f"trace {tid}, score {s.get('name')}", s)
+                      for s in trace.get("scores") or [] if isinstance(s, Mapping))
+    scores.extend((f"scores export row {k + 1}", s) for k, s in enumerate(extra_scores))
+    seen: set[str] = set()
+    comments = 0
+    for where, s in scores:
+        sid = str(s.get("id") or "")
+        if sid and sid in seen:
+            continue  # the same score in the trace and in the scores export
+        seen.add(sid)
+        tid = str(s.get("traceId") or "")
+        if tid not in base_of:
+            tr.drop("scores of traces not in the export (or without a generation)")
+            continue
+        obs = s.get("observationId")
+        if obs not in (None, "") and str(obs) != gen_of[tid]:
+            tr.drop("scores on another observation than the imported generation")
+            continue
+        source = str(s.get("source") or "").upper()
+        if source == "EVAL" or (source == "API" and api == "judge"):
+            kind, rater = "judge", f"langfuse-{source.lower()}"
+            version = str(s.get("configId") or "imported")
+        elif source == "ANNOTATION" or (source == "API" and api == "human"):
+            kind, rater, version = "human", str(s.get("authorUserId") or ""), ""
+            if not rater:
+                tr.drop("human scores without authorUserId (annotator unknown)")
+                continue
+        elif source == "API":
+            tr.drop("API scores (pass api_scores=judge or api_scores=human to say what they "
+                    "are)")
+            continue
+        else:
+            tr.drop(f"scores of unknown source {source or '(none)'}")
+            continue
+        value = _score_value(s)
+        if value is None:
+            tr.drop("scores without a value")
+            continue
+        comments += bool(s.get("comment"))
+        tr.add(where, {**base_of[tid], "rater_id": rater, "rater_kind": kind,
+                       "judge_version": version, "criterion": str(s.get("name") or ""),
+                       "value": value})
+    if comments:
+        tr.notes.append(f"{comments} score comment(s) (rationales) are not stored")
+    return tr
