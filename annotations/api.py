@@ -493,8 +493,7 @@ class MemberInviteView(APIView):
         tags=TAG_LEAD,
         request=InviteRequestSerializer,
         responses={201: InviteResponseSerializer, **ERRORS},
-        summary="Invite a person: an existing account by username (it accepts), or someone new "
-        "by e-mail (a new account with a one-time password)",
+        summary="Invite an existing account (it accepts) or someone new by e-mail",
         description="By `username`: an invitation that the account accepts or declines after "
         "signing in (`GET /api/invitations`); `status` is `invited` and `user_id` null whether "
         "or not an account of that name exists, so the answer tells nothing about which names "
@@ -539,26 +538,43 @@ class MyInvitationsView(APIView):
         return Response(InvitationSerializer(invitations, many=True).data)
 
 
-class MyInvitationDecisionView(APIView):
-    decision: str = "accept"
+class _MyInvitationAnswerView(APIView):
+    """The invited account's answer; one view per answer, so each has its own operation."""
 
-    @extend_schema(
-        tags=TAG_ANNOTATE,
-        request=None,
-        responses={200: InvitationSerializer, **ERRORS},
-        summary="Accept or decline an invitation to a study",
-        description="Accepting makes the account a member with the invitation's role; "
-        "declining changes nothing else. 404 unless the invitation is pending and addressed "
-        "to this account.",
-    )
-    def post(self, request: Request, invitation_id: int) -> Response:
+    def _answer(self, request: Request, invitation_id: int, *, accept: bool) -> Response:
         _require_write(request)
-        if self.decision == "accept":
+        if accept:
             services.invitation_accept(invitation_id=invitation_id, user=_user(request))
         else:
             services.invitation_decline(invitation_id=invitation_id, user=_user(request))
         invitation = Invitation.objects.select_related("study").get(pk=invitation_id)
         return Response(InvitationSerializer(invitation).data)
+
+
+class MyInvitationAcceptView(_MyInvitationAnswerView):
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        request=None,
+        responses={200: InvitationSerializer, **ERRORS},
+        summary="Accept an invitation to a study",
+        description="The account becomes a member with the invitation's role. 404 unless the "
+        "invitation is pending and addressed to this account.",
+    )
+    def post(self, request: Request, invitation_id: int) -> Response:
+        return self._answer(request, invitation_id, accept=True)
+
+
+class MyInvitationDeclineView(_MyInvitationAnswerView):
+    @extend_schema(
+        tags=TAG_ANNOTATE,
+        request=None,
+        responses={200: InvitationSerializer, **ERRORS},
+        summary="Decline an invitation to a study",
+        description="Declining changes nothing else. 404 unless the invitation is pending and "
+        "addressed to this account.",
+    )
+    def post(self, request: Request, invitation_id: int) -> Response:
+        return self._answer(request, invitation_id, accept=False)
 
 
 class MemberPasswordResetView(APIView):

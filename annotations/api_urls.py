@@ -56,10 +56,10 @@ urlpatterns = [
     # the invited account: its invitations, accepted or declined
     path("invitations", api.MyInvitationsView.as_view(), name="annotations-api-invitations"),
     path("invitations/<int:invitation_id>/accept",
-         api.MyInvitationDecisionView.as_view(decision="accept"),
+         api.MyInvitationAcceptView.as_view(),
          name="annotations-api-invitation-accept"),
     path("invitations/<int:invitation_id>/decline",
-         api.MyInvitationDecisionView.as_view(decision="decline"),
+         api.MyInvitationDeclineView.as_view(),
          name="annotations-api-invitation-decline"),
     path(
         f"{S}annotators/<int:user_id>/reset-password",
