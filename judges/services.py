@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -185,13 +185,31 @@ def judge_imported_version_get_or_create(
 
 
 @dataclass(frozen=True)
+class ImportedSample:
+    """One judge call brought in from elsewhere: its presentation order ("" for a single
+    output, "ab"/"ba"), sample index, canonical value ("" = unparseable) and the judge's
+    probability in canonical terms: P(pass) where the criterion has a pass reading, P(A
+    better) for a comparison, P(the given label) for a categorical criterion."""
+
+    order: str
+    sample: int
+    value: str
+    probability: float | None = None
+
+
+@dataclass(frozen=True)
 class VerdictImport:
     """One imported verdict: canonical value per presentation order ("" for single outputs,
-    "ab"/"ba" for a comparison: which output the judge saw first, in canonical terms)."""
+    "ab"/"ba" for a comparison: which output the judge saw first, in canonical terms).
+
+    ``samples`` (when given) are the judge's calls; ``orders`` is then derived from them and
+    the samples combine by the judge-run rules (`judges.aggregation`): see
+    `verdict_import_fields`."""
 
     criterion: Criterion
-    orders: Mapping[str, str]
+    orders: Mapping[str, str] = field(default_factory=dict)
     continuous: bool = False
+    samples: tuple[ImportedSample, ...] = ()
 
 
 @dataclass
@@ -199,6 +217,119 @@ class VerdictBulkCounts:
     created: int = 0
     updated: int = 0
     unchanged: int = 0
+
+
+def _pass_probability(crit: Criterion, value: str, p: float | None) -> float | None:
+    """A categorical sample's P(the given label) as P(pass): p for a pass label, 1 - p for a
+    fail label. Exact for two labels; with more, a lower bound on the judge's confidence in
+    its pass/fail reading (docs/import-ratings.md). Other scales: p is already P(pass)."""
+    if p is None or crit.scale != Criterion.Scale.CATEGORICAL:
+        return p
+    labels = [str(v) for v in (crit.pass_labels or [])]
+    if not labels:
+        return None
+    return p if value in labels else 1.0 - p
+
+
+def _samples_combined(spec: VerdictImport) -> dict[str, Any]:
+    """value, value_num, probability, details, n_samples of a verdict given as samples."""
+    from .aggregation import CallView, combine_single
+
+    crit = spec.criterion
+    samples = sorted(spec.samples, key=lambda s: (s.order, s.sample))
+    by_order: dict[str, list[ImportedSample]] = {}
+    for s in samples:
+        by_order.setdefault(s.order, []).append(s)
+    orders: dict[str, str] = {}
+    for order, group in by_order.items():
+        scored = [s.value for s in group if s.value != ""]
+        if not scored:
+            orders[order] = ""
+            continue
+        counts: dict[str, int] = {}
+        for v in scored:
+            counts[v] = counts.get(v, 0) + 1
+        top = max(counts.values())
+        # Ties: the lowest sample index, as the judge-run rules break them.
+        orders[order] = next(v for v in scored if counts[v] == top)
+    simple = len(samples) == len(by_order) and all(s.probability is None for s in samples)
+    fields = verdict_import_fields(VerdictImport(
+        criterion=crit, orders=orders, continuous=spec.continuous,
+    ))
+    fields["probability"] = None
+    if simple or not fields["is_scored"]:
+        # One call per order and no probability: stored exactly as before samples existed.
+        return fields
+    details = dict(fields["details"])
+    records: list[dict[str, Any]] = []
+    for s in samples:
+        rec: dict[str, Any] = {"sample": s.sample, "value": s.value or None,
+                               "probability": s.probability}
+        if s.order:
+            rec["order"] = s.order
+        records.append(rec)
+    details["samples"] = records
+    scored_s = [s for s in samples if s.value != ""]
+    n_scored = len(scored_s)
+    prob: float | None = None
+    source = ""
+    if crit.scale == Criterion.Scale.PAIRWISE:
+        if all(s.probability is not None for s in scored_s):
+            prob = sum(float(s.probability or 0.0) for s in scored_s) / n_scored
+            source = "imported"
+        elif n_scored >= 2:
+            num = {"A": 1.0, "B": 0.0, "tie": 0.5}
+            prob = sum(num.get(s.value, 0.5) for s in scored_s) / n_scored
+            source = "sample_share"
+    elif spec.continuous or len(samples) == 1:
+        only_one = len(samples) == 1
+        if spec.continuous and not only_one:
+            mean = sum(float(s.value) for s in scored_s) / n_scored
+            fields["value"], fields["value_num"] = repr(mean), mean
+            details["mean"] = mean
+        if all(s.probability is not None for s in scored_s):
+            probs = [_pass_probability(crit, s.value, s.probability) for s in scored_s]
+            if all(p is not None for p in probs):
+                prob = sum(float(p or 0.0) for p in probs) / n_scored
+                source = "imported"
+        elif n_scored >= 2 and crit.pass_threshold is not None:
+            t = float(crit.pass_threshold)
+            prob = sum(float(s.value) >= t for s in scored_s) / n_scored
+            source = "sample_share"
+    else:
+        calls = [
+            CallView(
+                job_id=0, sample_index=s.sample, order="",
+                status="done" if s.value != "" else "unparseable", value=s.value,
+                value_num=criterion_value_num(crit, s.value) if s.value != "" else None,
+                probability=_pass_probability(crit, s.value, s.probability),
+                rationale="", error="" if s.value != "" else "unparseable answer",
+            )
+            for s in samples
+        ]
+        combined = combine_single(
+            scale=crit.scale, calls=calls, pass_threshold=crit.pass_threshold,
+            pass_labels=[str(v) for v in (crit.pass_labels or [])],
+        )
+        fields["value"], fields["value_num"] = combined.value, combined.value_num
+        for k in ("mean", "tie_break", "unscored_samples"):
+            if k in combined.details:
+                details[k] = combined.details[k]
+        prob = combined.probability
+        source = str(combined.details.get("probability_source", ""))
+        if source == "logprobs":
+            source = "imported"
+        if source == "sample_share" and n_scored < 2:
+            prob, source = None, ""  # one answer is not a share
+    if crit.scale == Criterion.Scale.CATEGORICAL and any(s.probability is not None
+                                                         for s in samples):
+        details["probability_meaning"] = "label probability -> P(pass)"
+    if source:
+        details["probability_source"] = source
+    fields["probability"] = prob
+    fields["details"] = details
+    fields["n_samples"] = len(samples)
+    return fields
 
 
 def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
@@ -284,13 +415,16 @@ def verdicts_import_bulk(
         for v in Verdict.objects.filter(
             judge_version_id__in=versions, criterion_id__in=crits
         ).only("id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
-               "value_num", "details", "n_samples", "is_scored"):
+               "value_num", "details", "n_samples", "is_scored", "probability"):
             subj = SubjectRef.of(v.output_id, v.comparison_id).pair
             existing[(v.judge_version_id, v.criterion_id, *subj)] = v
         new: list[dict[str, Any]] = []
         changed: list[Verdict] = []
         for key, spec in verdicts.items():
-            fields = verdict_import_fields(spec)
+            if spec.samples:
+                fields = _samples_combined(spec)
+            else:
+                fields = {**verdict_import_fields(spec), "probability": None}
             cur = existing.get(key)
             if cur is None:
                 is_output = key[2] == "output"
@@ -303,13 +437,14 @@ def verdicts_import_bulk(
                     "is_scored": fields["is_scored"],
                     "value": fields["value"],
                     "value_num": fields["value_num"],
+                    "probability": fields["probability"],
                     # COPY writes JSON text verbatim; bulk_create wants the object.
                     "details": json.dumps(fields["details"]) if postgres else fields["details"],
                     "n_samples": fields["n_samples"],
                     "rationale": rationale,
                 })
-            elif (cur.value, cur.details, cur.is_scored) != (
-                fields["value"], fields["details"], fields["is_scored"]
+            elif (cur.value, cur.details, cur.is_scored, cur.probability) != (
+                fields["value"], fields["details"], fields["is_scored"], fields["probability"]
             ):
                 for k, val in fields.items():
                     setattr(cur, k, val)
@@ -318,7 +453,8 @@ def verdicts_import_bulk(
                 counts.unchanged += 1
         bulk_insert(Verdict, new)
         Verdict.objects.bulk_update(
-            changed, ["value", "value_num", "details", "n_samples", "is_scored"], batch_size=BATCH
+            changed, ["value", "value_num", "details", "n_samples", "is_scored", "probability"],
+            batch_size=BATCH,
         )
     counts.created, counts.updated = len(new), len(changed)
     return counts
