@@ -38,6 +38,7 @@ from judges.services import (
     ImportedSample,
     VerdictImport,
     judge_imported_version_get_or_create,
+    verdict_probability_problem,
     verdicts_import_bulk,
 )
 from reviewhub.errors import Problems, ValidationFailed
@@ -45,7 +46,6 @@ from studies import imports_service as studies_imports
 from studies.criteria import (
     PAIRWISE_VALUES,
     criterion_allowed_values,
-    criterion_has_pass_reading,
     interval_bounds,
     interval_value,
     number_text,
@@ -1154,42 +1154,14 @@ def _confidence_cells(
 
 
 def _probability_problem(r: _Rating, view: _CriterionView, canon: str) -> str | None:
-    """Why a judge row's probability contradicts its value (None when it does not).
-
-    The probability is P(pass) where the criterion has a pass reading, P(output_a better) on
-    a pairwise one, P(the given label) on a categorical one: a value on one side of 0.5 with a
-    probability strictly on the other is refused, since one of the two is misread."""
-    p = r.probability
-    if p is None:
+    """Why a judge row's probability contradicts its value: the judges app's rule
+    (`judges.services.verdict_probability_problem`), read in the file's own orientation."""
+    if r.probability is None:
         return None
-    if view.scale == "pairwise":
-        if canon == "A" and p < 0.5:
-            return (f"{p:g} is P(A better) but the value is A: a judge preferring B with "
-                    f"confidence c writes 1 - c")
-        if canon == "B" and p > 0.5:
-            return (f"{p:g} is P(A better) but the value is B: a judge preferring B with "
-                    f"confidence {p:g} writes {1 - p:g}")
+    crit: Any = view.model
+    if crit is None:  # pragma: no cover - every criterion view has its model
         return None
-    if view.scale == "categorical":
-        return None  # P(the given label): any value in [0, 1]
-    crit = view.model
-    if crit is None or not criterion_has_pass_reading(crit):
-        return (f"criterion '{r.criterion}' has no pass/fail reading, so a probability "
-                "(P(pass)) has no meaning here: set its pass threshold, or leave the cell empty")
-    passed = _passes(view, canon)
-    if passed and p < 0.5:
-        return f"{p:g} is P(pass) but the value {canon!r} passes"
-    if not passed and p > 0.5:
-        return f"{p:g} is P(pass) but the value {canon!r} fails"
-    return None
-
-
-def _passes(view: _CriterionView, value: str) -> bool:
-    crit = view.model
-    assert crit is not None
-    if view.scale == "binary":
-        return value == "pass"
-    return float(value) >= float(crit.pass_threshold or 0)
+    return verdict_probability_problem(crit, canon, r.probability)
 
 
 def _near_known(column: str) -> str | None:

@@ -195,6 +195,7 @@ class ImportedSample:
     sample: int
     value: str
     probability: float | None = None
+    rationale: str = ""
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,8 @@ def _samples_combined(spec: VerdictImport) -> dict[str, Any]:
         top = max(counts.values())
         # Ties: the lowest sample index, as the judge-run rules break them.
         orders[order] = next(v for v in scored if counts[v] == top)
-    simple = len(samples) == len(by_order) and all(s.probability is None for s in samples)
+    simple = len(samples) == len(by_order) and all(
+        s.probability is None and not s.rationale for s in samples)
     fields = verdict_import_fields(VerdictImport(
         criterion=crit, orders=orders, continuous=spec.continuous,
     ))
@@ -267,6 +269,8 @@ def _samples_combined(spec: VerdictImport) -> dict[str, Any]:
                                "probability": s.probability}
         if s.order:
             rec["order"] = s.order
+        if s.rationale:
+            rec["rationale"] = s.rationale
         records.append(rec)
     details["samples"] = records
     scored_s = [s for s in samples if s.value != ""]
@@ -329,6 +333,7 @@ def _samples_combined(spec: VerdictImport) -> dict[str, Any]:
     fields["probability"] = prob
     fields["details"] = details
     fields["n_samples"] = len(samples)
+    fields["rationale"] = next((s.rationale for s in samples if s.rationale), "")
     return fields
 
 
@@ -415,7 +420,7 @@ def verdicts_import_bulk(
         for v in Verdict.objects.filter(
             judge_version_id__in=versions, criterion_id__in=crits
         ).only("id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
-               "value_num", "details", "n_samples", "is_scored", "probability"):
+               "value_num", "details", "n_samples", "is_scored", "probability", "rationale"):
             subj = SubjectRef.of(v.output_id, v.comparison_id).pair
             existing[(v.judge_version_id, v.criterion_id, *subj)] = v
         new: list[dict[str, Any]] = []
@@ -424,7 +429,8 @@ def verdicts_import_bulk(
             if spec.samples:
                 fields = _samples_combined(spec)
             else:
-                fields = {**verdict_import_fields(spec), "probability": None}
+                fields = {**verdict_import_fields(spec), "probability": None,
+                          "rationale": rationale}
             cur = existing.get(key)
             if cur is None:
                 is_output = key[2] == "output"
@@ -441,7 +447,7 @@ def verdicts_import_bulk(
                     # COPY writes JSON text verbatim; bulk_create wants the object.
                     "details": json.dumps(fields["details"]) if postgres else fields["details"],
                     "n_samples": fields["n_samples"],
-                    "rationale": rationale,
+                    "rationale": fields.get("rationale", rationale),
                 })
             elif (cur.value, cur.details, cur.is_scored, cur.probability) != (
                 fields["value"], fields["details"], fields["is_scored"], fields["probability"]
@@ -453,8 +459,299 @@ def verdicts_import_bulk(
                 counts.unchanged += 1
         bulk_insert(Verdict, new)
         Verdict.objects.bulk_update(
-            changed, ["value", "value_num", "details", "n_samples", "is_scored", "probability"],
+            changed,
+            ["value", "value_num", "details", "n_samples", "is_scored", "probability", "rationale"],
             batch_size=BATCH,
         )
     counts.created, counts.updated = len(new), len(changed)
     return counts
+
+
+# --- Verdicts pushed by judges run elsewhere (POST /api/studies/<slug>/verdicts/bulk) ---------
+
+MAX_PUSH_VERDICTS = 10_000
+_PUSH_FIELDS = frozenset({"criterion", "item", "candidate", "candidate_a", "candidate_b",
+                          "value", "probability", "sample", "order", "rationale"})
+
+
+def verdict_probability_problem(
+    criterion: Any, value: str, probability: float | None
+) -> str | None:
+    """Why a judge's probability contradicts its value (None when it does not).
+
+    The probability is P(pass) where the criterion has a pass reading (binary; ordinal and
+    interval with a pass threshold), P(output_a better) on a pairwise criterion, P(the given
+    label) on a categorical one. A value on one side of 0.5 with a probability strictly on
+    the other side is refused: one of the two is misread (docs/import-ratings.md)."""
+    p = probability
+    if p is None or value == "":
+        return None
+    scale = criterion.scale
+    if scale == "pairwise":
+        if value == "A" and p < 0.5:
+            return (f"{p:g} is P(A better) but the value is A (a judge preferring B with "
+                    "confidence c gives 1 - c)")
+        if value == "B" and p > 0.5:
+            return (f"{p:g} is P(A better) but the value is B: a judge preferring B with "
+                    f"confidence {p:g} gives {1 - p:g}")
+        return None
+    if scale == "categorical":
+        return None
+    from studies.criteria import criterion_has_pass_reading
+
+    if not criterion_has_pass_reading(criterion):
+        return (f"criterion '{criterion.key}' has no pass/fail reading, so a probability "
+                "(P(pass)) has no meaning here: set its pass threshold, or leave it out")
+    passed = value == "pass" if scale == "binary" else (
+        float(value) >= float(criterion.pass_threshold))
+    if passed and p < 0.5:
+        return f"{p:g} is P(pass) but the value {value!r} passes"
+    if not passed and p > 0.5:
+        return f"{p:g} is P(pass) but the value {value!r} fails"
+    return None
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    version: JudgeVersion
+    version_created: bool
+    counts: VerdictBulkCounts
+
+
+def _stored_samples(v: Verdict) -> list[ImportedSample]:
+    """The calls a stored verdict was combined from (in canonical terms)."""
+    recs = v.details.get("samples") if isinstance(v.details, dict) else None
+    if isinstance(recs, list) and recs and all("sample" in r for r in recs):
+        return [ImportedSample(order=str(r.get("order") or ""), sample=int(r["sample"]),
+                               value=str(r.get("value") or ""),
+                               probability=r.get("probability"),
+                               rationale=str(r.get("rationale") or ""))
+                for r in recs]
+    orders = v.details.get("orders") if isinstance(v.details, dict) else None
+    if isinstance(orders, dict) and orders:
+        return [ImportedSample(order=o, sample=0, value=str(val or ""))
+                for o, val in orders.items()]
+    return [ImportedSample(order="", sample=0, value=v.value, probability=v.probability,
+                           rationale=v.rationale)]
+
+
+def _push_judge_version(*, study: Study, judge_ref: Any, problems: Problems,
+                        created_by: Any) -> tuple[JudgeVersion | None, bool]:
+    if not isinstance(judge_ref, Mapping):
+        problems.add("judge", "required: an object {name, config_hash, external}")
+        return None, False
+    unknown = sorted(set(judge_ref) - {"name", "config_hash", "external", "model_family",
+                                       "config"})
+    for k in unknown:
+        problems.add(f"judge.{k}", "unknown field")
+    name = judge_ref.get("name")
+    digest = judge_ref.get("config_hash")
+    external = judge_ref.get("external", False)
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
+        problems.add("judge.name", f"a non-empty string of at most {MAX_NAME_CHARS} characters")
+    if not isinstance(digest, str) or not digest.strip() or len(digest) > 64:
+        problems.add("judge.config_hash", "a non-empty string of at most 64 characters (the "
+                                          "hash of the judge's configuration)")
+    if not isinstance(external, bool):
+        problems.add("judge.external", "true or false")
+    config = judge_ref.get("config", {})
+    if not isinstance(config, Mapping):
+        problems.add("judge.config", "a JSON object (the judge's configuration, kept as given)")
+    family = judge_ref.get("model_family", "")
+    if not isinstance(family, str) or len(family) > 100:
+        problems.add("judge.model_family", "a string of at most 100 characters")
+    if problems:
+        return None, False
+    judge = Judge.objects.filter(study=study, name=name).first()
+    version = (JudgeVersion.objects.filter(judge=judge, content_hash=digest).first()
+               if judge is not None else None)
+    if version is not None:
+        return version, False
+    if not external:
+        where = "judge" if judge is None else "version of judge"
+        problems.add("judge.config_hash",
+                     f"no {where} '{name}' with this config hash in study '{study.slug}': send "
+                     "\"external\": true to create it on first use")
+        return None, False
+    if judge is not None and judge.kind != Judge.Kind.IMPORTED:
+        problems.add("judge.name", f"'{name}' is an existing {judge.kind} judge whose versions "
+                                   "ReviewHub runs; name the external judge differently")
+        return None, False
+    return None, True
+
+
+def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
+                       created_by: Any = None) -> PushOutcome:
+    """Verdicts of a judge run elsewhere, upserted by (judge version, criterion, subject, sample).
+
+    `judge`: ``{"name", "config_hash", "external"?, "model_family"?, "config"?}`` names the
+    version by judge name and config hash; an unknown one is created on first use when
+    ``external`` is true (kind imported, config ``{"external": true, "config_hash", ...}``).
+    Each verdict names its criterion, its subject (``item`` and ``candidate``, or ``item``,
+    ``candidate_a`` and ``candidate_b`` for a comparison, the outputs ingested first), its
+    ``value`` and optionally ``probability`` (meaning per scale:
+    `verdict_probability_problem`), ``sample`` (index, default 0), ``order`` ("ab"/"ba",
+    comparisons) and ``rationale``. A sample sent again replaces that sample; the samples of
+    a subject combine by the judge-run rules. Every row is checked before anything is
+    written (ValidationFailed with ``verdicts[i].field`` paths); one transaction.
+    """
+    from studies.imports_service import comparisons_import_bulk
+    from studies.models import Candidate, Item, Output, RubricVersion
+
+    problems = Problems()
+    version, create = _push_judge_version(study=study, judge_ref=judge, problems=problems,
+                                          created_by=created_by)
+    if not isinstance(verdicts, list) or not verdicts:
+        problems.add("verdicts", "a non-empty list of verdicts")
+        problems.raise_if_any("The verdicts")
+    assert isinstance(verdicts, list)
+    if len(verdicts) > MAX_PUSH_VERDICTS:
+        problems.add("verdicts", f"at most {MAX_PUSH_VERDICTS} verdicts per request, got "
+                                 f"{len(verdicts)}: send them in batches")
+        problems.raise_if_any("The verdicts")
+    rubric = RubricVersion.objects.filter(study=study).order_by("-version").first()
+    crits = {c.key: c for c in Criterion.objects.filter(rubric=rubric)} if rubric else {}
+    items = {e: i for e, i in Item.objects.filter(study=study).values_list("external_id", "id")}
+    cands = {n: i for n, i in Candidate.objects.filter(study=study).values_list("name", "id")}
+    outs = {(it, ca): o for o, it, ca in Output.objects.filter(item__study=study).values_list(
+        "id", "item_id", "candidate_id")}
+    parsed: list[tuple[int, Criterion, str, tuple[int, ...], ImportedSample, str]] = []
+    seen: dict[tuple[Any, ...], int] = {}
+    for i, row in enumerate(verdicts):
+        at = f"verdicts[{i}]"
+        start = problems.count
+        if not isinstance(row, Mapping):
+            problems.add(at, "must be an object")
+            continue
+        for k in sorted(set(row) - _PUSH_FIELDS):
+            problems.add(f"{at}.{k}", "unknown field")
+        crit_key = row.get("criterion")
+        crit = crits.get(crit_key) if isinstance(crit_key, str) else None
+        if crit is None:
+            problems.add(f"{at}.criterion", f"unknown criterion {row.get('criterion')!r} (the "
+                                            f"rubric has: {', '.join(sorted(crits)) or 'none'})")
+        item = items.get(str(row.get("item"))) if isinstance(row.get("item"), str) else None
+        if item is None:
+            problems.add(f"{at}.item", f"unknown item {row.get('item')!r}: ingest the items "
+                                       "and outputs first")
+        value = row.get("value")
+        if not isinstance(value, str):
+            problems.add(f"{at}.value", "a string (empty: the judge's answer was unparseable)")
+            value = ""
+        prob = row.get("probability")
+        if prob is not None and (isinstance(prob, bool) or not isinstance(prob, (int, float))
+                                 or not math.isfinite(float(prob)) or not 0 <= prob <= 1):
+            problems.add(f"{at}.probability", f"a number in [0, 1], got {prob!r}")
+            prob = None
+        sample = row.get("sample", 0)
+        if isinstance(sample, bool) or not isinstance(sample, int) or not 0 <= sample <= 1_000_000:
+            problems.add(f"{at}.sample", f"an integer >= 0 (the sample index), got {sample!r}")
+            sample = 0
+        rationale = row.get("rationale", "")
+        if not isinstance(rationale, str):
+            problems.add(f"{at}.rationale", "a string")
+            rationale = ""
+        order = row.get("order", "")
+        if crit is None or item is None or problems.count > start:
+            continue
+        pairwise = crit.scale == Criterion.Scale.PAIRWISE
+        subject: tuple[int, ...]
+        if pairwise:
+            ca, cb = row.get("candidate_a"), row.get("candidate_b")
+            ids = []
+            for name, cand in (("candidate_a", ca), ("candidate_b", cb)):
+                out = outs.get((item, cands.get(cand, -1))) if isinstance(cand, str) else None
+                if out is None:
+                    problems.add(f"{at}.{name}", f"no output of candidate {cand!r} for item "
+                                                 f"{row.get('item')!r}: ingest it first")
+                ids.append(out)
+            if order not in ("", "ab", "ba"):
+                problems.add(f"{at}.order", f"'ab' or 'ba' (which output the judge saw "
+                                            f"first), got {order!r}")
+            if "candidate" in row:
+                problems.add(f"{at}.candidate", "a comparison names candidate_a and candidate_b")
+            if ids[0] is not None and ids[0] == ids[1]:
+                problems.add(f"{at}.candidate_b", "a comparison needs two different outputs")
+            if problems.count > start:
+                continue
+            subject = (item, int(ids[0] or 0), int(ids[1] or 0))
+            order = order or "ab"
+        else:
+            cand = row.get("candidate")
+            out = outs.get((item, cands.get(cand, -1))) if isinstance(cand, str) else None
+            if out is None:
+                problems.add(f"{at}.candidate", f"no output of candidate {cand!r} for item "
+                                                f"{row.get('item')!r}: ingest it first")
+            for k in ("candidate_a", "candidate_b", "order"):
+                if k in row:
+                    problems.add(f"{at}.{k}", f"only comparisons have {k}")
+            if problems.count > start:
+                continue
+            subject = (int(out or 0),)
+            order = ""
+        if value != "":
+            try:
+                criterion_value_num(crit, value)
+            except ValueError as exc:
+                problems.add(f"{at}.value", str(exc))
+                continue
+            why = verdict_probability_problem(crit, value, prob)
+            if why is not None:
+                problems.add(f"{at}.probability", why)
+                continue
+        dup = (crit.pk, subject, order, sample)
+        if dup in seen:
+            problems.add(f"{at}.sample", f"sample {sample} of this subject is also "
+                                         f"verdicts[{seen[dup]}]")
+            continue
+        seen[dup] = i
+        parsed.append((i, crit, order, subject, ImportedSample(
+            order=order, sample=sample, value=value,
+            probability=None if prob is None else float(prob), rationale=rationale),
+            rationale))
+    problems.raise_if_any("The verdicts")
+    with transaction.atomic():
+        if create:
+            outcome = judge_imported_version_get_or_create(
+                study=study, name=judge["name"], label=judge["config_hash"],
+                value_type="label", model_family=judge.get("model_family", ""),
+                created_by=created_by, description="Verdicts pushed by a judge run elsewhere",
+            )
+            version = outcome.version
+            version.content_hash = judge["config_hash"]
+            version.config = {"external": True, "config_hash": judge["config_hash"],
+                              "config": dict(judge.get("config") or {})}
+            version.save(update_fields=["content_hash", "config"])
+        assert version is not None
+        pairs = sorted({(s[0], s[1], s[2]) for _, _, _, s, _, _ in parsed if len(s) == 3})
+        stored, _ = comparisons_import_bulk(study=study, pairs=pairs) if pairs else ({}, None)
+        calls: dict[tuple[int, int, str, int], dict[tuple[str, int], ImportedSample]] = {}
+        crit_of: dict[tuple[int, int, str, int], Criterion] = {}
+        for _, crit, order, subject, smp, _ in parsed:
+            if len(subject) == 3:
+                cid, reversed_ = stored[(subject[1], subject[2])]
+                key = (version.pk, crit.pk, "comparison", cid)
+                if reversed_:
+                    swap = {"A": "B", "B": "A"}
+                    smp = ImportedSample(
+                        order="ba" if order == "ab" else "ab", sample=smp.sample,
+                        value=swap.get(smp.value, smp.value),
+                        probability=None if smp.probability is None else 1 - smp.probability,
+                        rationale=smp.rationale)
+            else:
+                key = (version.pk, crit.pk, "output", subject[0])
+            calls.setdefault(key, {})[(smp.order, smp.sample)] = smp
+            crit_of[key] = crit
+        # Samples sent earlier stay unless this request sends the same (order, sample).
+        for v in Verdict.objects.filter(judge_version=version, criterion_id__in={
+                k[1] for k in calls}).only("id", "criterion_id", "output_id", "comparison_id",
+                                           "value", "probability", "details"):
+            k = (version.pk, v.criterion_id, *SubjectRef.of(v.output_id, v.comparison_id).pair)
+            if k in calls:
+                for old in _stored_samples(v):
+                    calls[k].setdefault((old.order, old.sample), old)
+        counts = verdicts_import_bulk(verdicts={
+            k: VerdictImport(criterion=crit_of[k], samples=tuple(smps.values()))
+            for k, smps in calls.items()
+        })
+    return PushOutcome(version=version, version_created=create, counts=counts)
