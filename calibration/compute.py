@@ -65,7 +65,7 @@ from evalstats.costs import (
     policy_costs,
 )
 from evalstats.options import BootstrapOptions
-from evalstats.selective import TrustThreshold, trust_cascade, trust_threshold
+from evalstats.selective import TrustThreshold, threshold_grid, trust_cascade, trust_threshold
 from studies.criteria import criterion_has_pass_reading, criterion_is_pass
 from studies.subjects import subject_split
 
@@ -492,6 +492,54 @@ def _estimate_value(d: Mapping[str, Any] | None) -> float:
     return math.nan if v is None else float(v)
 
 
+def _raw_confidence(js: _JudgeScores, rule: CriterionRule) -> tuple[FloatArray, FloatArray] | None:
+    """The judge's own confidence in its decision and that decision (1 pass / 0 fail; for a
+    comparison 1 = the side it chose), one per scored subject; None without a probability.
+
+    Pass reading: P(pass) for a pass, 1 - P(pass) for a fail. Comparison: P(the chosen side),
+    i.e. P(A) for A and 1 - P(A) for B (the published method's max(P(A), P(B)))."""
+    if js.kind != "probability":
+        return None
+    if rule.scale == "pairwise":
+        return js.score.copy(), np.ones(js.score.size)
+    dec = js.raw_pass
+    return np.where(dec == 1.0, js.probability, 1.0 - js.probability), dec.copy()
+
+
+def _cascade_ids(
+    entries: Sequence[Any], judges: Mapping[int, Any], hashes: Mapping[int, str],
+    warnings: list[str],
+) -> list[int]:
+    """The plan's cascade stages as judge version ids, in order. A stage names a judge and its
+    version (number, or the label / config hash it was imported or pushed with); a bare
+    integer is a version id. A stage with no such version yet (e.g. the plan was written
+    before its verdicts came in) is left out with a warning."""
+    out: list[int] = []
+    for e in entries:
+        if isinstance(e, Mapping):
+            name, ver = str(e.get("judge", "")), e.get("version")
+            found = [
+                jv for jv, j in judges.items()
+                if j.judge == name and (
+                    (isinstance(ver, int) and not isinstance(ver, bool) and j.version == ver)
+                    or (isinstance(ver, str) and ver in (j.label, hashes.get(jv, "")))
+                )
+            ]
+            if not found:
+                warnings.append(f"cascade stage {name} {ver}: no such judge version in the "
+                                "study (yet): left out of the cascade")
+                continue
+            jv_id = found[0]
+        else:
+            jv_id = int(e)
+            if jv_id not in judges:
+                warnings.append(f"cascade stage {jv_id}: no such judge version: left out")
+                continue
+        if jv_id not in out:
+            out.append(jv_id)
+    return out
+
+
 def calibration_compute(
     inputs: CalibrationInputs,
     params: Mapping[str, Any],
@@ -524,7 +572,10 @@ def calibration_compute(
     subj_items = pd.Series(data.subjects["item"].to_numpy(dtype=np.int64), index=subjects.index)
     r = data.ratings
     guaranteed = policy.get("kind") == "guaranteed_agreement"
-    cascade_ids = [int(x) for x in (policy.get("cascade") or [])]
+    cascade_ids = _cascade_ids(policy.get("cascade") or [], data.judges, inputs.judge_hashes,
+                               warnings) if guaranteed else []
+    score_mode = str(policy.get("score", "confidence"))
+    grid = threshold_grid(policy.get("grid_step", 0.001))
 
     cells_out: list[CalibrationCell] = []
     cascades: dict[str, dict[str, Any]] = {}
@@ -606,15 +657,32 @@ def calibration_compute(
                     f"{judge.display} on '{crit.key}': {fx.size} human label(s), fewer than "
                     f"min_labels = {min_labels}: too few labels, no calibrated scores"
                 )
-            grid = _grid(js)
+            grid_x = _grid(js)
             cells_here = ["", *[c for c in present if c != ""]] if dims else [""]
             bands: dict[str, tuple[FloatArray, FloatArray]] = {}
             if model is not None and int(params["curve_resamples"]) > 0:
                 bands = _bands(
-                    model, fx, fy, fw, fgroups, grid, cells_here,
+                    model, fx, fy, fw, fgroups, grid_x, cells_here,
                     resamples=int(params["curve_resamples"]), level=level,
                     rng=_rng(seed, jv, crit.key, "bands"),
                 )
+            # What the guaranteed-agreement policy thresholds (plan setting `score`): the judge's
+            # own confidence when it gave one, else (or by choice) the cross-fitted P(pass).
+            raw = _raw_confidence(js, rule) if score_mode == "confidence" else None
+            if guaranteed and score_mode == "confidence" and raw is None:
+                warnings.append(f"{judge.display} on '{crit.key}': no probability on its "
+                                "verdicts; the guaranteed-agreement policy thresholds its "
+                                "calibrated P(pass) instead of its own confidence")
+            tmode = "confidence" if raw is not None else "calibrated"
+            if raw is not None:
+                tconf_fit = raw[0][fit_mask]
+                tagree_fit = (raw[1][fit_mask] == (fy == 1.0)).astype(float)
+            elif model is not None:
+                held_all = model.heldout
+                tconf_fit = np.maximum(held_all, 1.0 - held_all)
+                tagree_fit = ((held_all >= 0.5) == (fy == 1.0)).astype(float)
+            else:
+                tconf_fit = tagree_fit = np.zeros(0)
             # Cells: figures, thresholds, policy costs, trust.
             thresholds_by_cell: dict[str, DecisionThresholds] = {}
             n_by_cell: dict[str, int] = {}
@@ -667,13 +735,13 @@ def calibration_compute(
                     ).to_json()
                 trust_json = None
                 if guaranteed and label == "" and model is not None and not cascade_ids:
-                    held = model.heldout
+                    t_conf, t_agree = tconf_fit, tagree_fit
                     trust = trust_threshold(
-                        np.maximum(held, 1.0 - held), ((held >= 0.5) == (fy == 1.0)).astype(float),
-                        alpha=float(policy["alpha"]), delta=float(policy["delta"]),
-                        min_count=int(policy["min_count"]),
+                        t_conf, t_agree, alpha=float(policy["alpha"]),
+                        delta=float(policy["delta"]), min_count=int(policy["min_count"]),
+                        thresholds=grid,
                     )
-                    trust_json = trust.to_json()
+                    trust_json = {**trust.to_json(), "score": tmode}
                 method: str | None
                 if too_few:
                     method = own = borrowed = None
@@ -692,14 +760,16 @@ def calibration_compute(
                     cv_log_loss=(dict(model.pooled.cv_log_loss)
                                  if model is not None and label == "" else {}),
                     diagnostics={"before": diag_before, "after": diag_after},
-                    curve=_curve_json(model, label, grid) if not too_few else {"x": [], "y": []},
+                    curve=(_curve_json(model, label, grid_x) if not too_few
+                           else {"x": [], "y": []}),
                     false_pass_cost=fpc_json, false_fail_cost=cost_model.reject_cost,
                     thresholds=thr_json, policy_costs=pol_json, trust=trust_json,
                 )
             per_judge[jv] = (js, model, {
                 "cells": cell_json, "thresholds": thresholds_by_cell, "bands": bands,
-                "grid": grid, "row_cells": row_cells, "n_by_cell": n_by_cell, "trust": trust,
-                "passed_fit": (fsubj, fy),
+                "grid": grid_x, "row_cells": row_cells, "n_by_cell": n_by_cell, "trust": trust,
+                "passed_fit": (fsubj, fy), "raw": raw, "tmode": tmode,
+                "tfit": (tconf_fit, tagree_fit),
             })
 
         # The guaranteed-agreement cascade over the plan's judge versions (of this criterion).
@@ -711,21 +781,28 @@ def calibration_compute(
             for jv in stages:
                 js, model, info = per_judge[jv]
                 fsubj, fy = info["passed_fit"]
-                assert model is not None
-                held = pd.Series(model.heldout, index=fsubj).reindex(calib).to_numpy(np.float64)
-                truth = pd.Series(fy, index=fsubj).reindex(calib).to_numpy(np.float64)
-                confs.append(np.maximum(held, 1.0 - held))
-                agrees.append(np.where(np.isfinite(held),
-                                       ((held >= 0.5) == (truth == 1.0)).astype(float), 0.0))
+                tc, ta = info["tfit"]
+                conf_s = pd.Series(tc, index=fsubj).reindex(calib).to_numpy(np.float64)
+                agree_s = pd.Series(ta, index=fsubj).reindex(calib).to_numpy(np.float64)
+                # A stage that did not score a row cannot trust it (NaN is never trusted).
+                confs.append(conf_s)
+                agrees.append(np.where(np.isfinite(agree_s), agree_s, 0.0))
             result = trust_cascade(
                 confs, agrees, alpha=float(policy["alpha"]), delta=float(policy["delta"]),
-                min_count=int(policy["min_count"]),
+                min_count=int(policy["min_count"]), thresholds=grid,
             )
-            cascades[crit.key] = result.to_json()
+            names = [data.judges[jv].display for jv in stages]
+            cascades[crit.key] = {
+                **result.to_json(), "judges": names,
+                "judge_versions": [{"judge": data.judges[jv].judge,
+                                    "version": data.judges[jv].version} for jv in stages],
+                "scores": [per_judge[jv][2]["tmode"] for jv in stages],
+            }
             for jv, stage in zip(stages, result.stages, strict=True):
                 cascade_thr[jv] = stage
                 info = per_judge[jv][2]
-                info["cells"][""] = _with_trust(info["cells"][""], stage.to_json())
+                info["cells"][""] = _with_trust(
+                    info["cells"][""], {**stage.to_json(), "score": info["tmode"]})
         for jv in jv_ids:
             cells_out.extend(per_judge[jv][2]["cells"].values())
 
@@ -754,10 +831,16 @@ def calibration_compute(
             low[ok] = np.minimum(low[ok], p[ok])
             high[ok] = np.maximum(high[ok], p[ok])
             gate: TrustThreshold | None = cascade_thr.get(jv) if stages else info["trust"]
-            conf = np.maximum(p, 1.0 - p)
+            raw = info["raw"]
+            if raw is not None:
+                # Trusted on the judge's own confidence: the judge's own decision is served.
+                conf, dpass = raw[0], raw[1]
+            else:
+                conf, dpass = np.maximum(p, 1.0 - p), (p >= 0.5).astype(np.float64)
             trusted_rows = (gate.trusted(conf) if gate is not None
                             else np.zeros(p.size, dtype=bool))
-            preds[jv] = {"p": p, "low": low, "high": high, "trusted": trusted_rows}
+            preds[jv] = {"p": p, "low": low, "high": high, "trusted": trusted_rows,
+                         "dpass": dpass}
         part = _criterion_rows(
             cid=cid, key=crit.key, rule=rule, order=order, per_judge=per_judge, preds=preds,
             humans=humans, evidence=evidence, subjects=subjects, guaranteed=guaranteed,
@@ -982,6 +1065,7 @@ def _criterion_rows(
     low = np.full(n, np.nan)
     high = np.full(n, np.nan)
     trusted = np.zeros(n, dtype=bool)
+    dpass = np.full(n, np.nan)
     for jv in order:
         m = jv_of == jv
         if not m.any():
@@ -993,6 +1077,7 @@ def _criterion_rows(
         if pr is not None:
             p[m], low[m], high[m] = pr["p"][k], pr["low"][k], pr["high"][k]
             trusted[m] = pr["trusted"][k]
+            dpass[m] = pr["dpass"][k]
     if rule.scale == "pairwise":
         human_pass = np.where(has_human, (cons == side).astype(np.float64), np.nan)
     else:
@@ -1022,7 +1107,8 @@ def _criterion_rows(
             thr = info["thresholds"].get(label) or info["thresholds"][""]
             pm = p[m]
             if guaranteed:
-                dec = np.where(trusted[m], np.where(pm >= 0.5, "pass", "fail"), "escalate")
+                dec = np.where(trusted[m], np.where(dpass[m] == 1.0, "pass", "fail"),
+                               "escalate")
             else:
                 dec = decide(pm, thresholds=thr)
             decision[m] = dec.astype(object)
