@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 
 from reviewhub.bulkcopy import BATCH, bulk_insert
 from reviewhub.errors import Conflict, Problems, ValidationFailed
@@ -21,6 +22,8 @@ from .config import JudgeNetworkPolicy, config_hash, config_validate, resolve_ho
 from .models import Judge, JudgeVersion, Verdict
 
 MAX_NAME_CHARS = 200
+# Up to this many verdicts, an upsert reads the existing verdicts of its subjects only.
+SUBJECT_FILTER_MAX = 20_000
 
 
 def judge_config_validate(config: Any, *, kind: str | None = None) -> dict[str, Any]:
@@ -415,12 +418,19 @@ def verdicts_import_bulk(
     versions = {k[0] for k in verdicts}
     crits = {k[1] for k in verdicts}
     postgres = connection.vendor == "postgresql"
+    existing_qs = Verdict.objects.filter(judge_version_id__in=versions, criterion_id__in=crits)
+    if len(verdicts) <= SUBJECT_FILTER_MAX:
+        # A batch (the push endpoint): read only its subjects' verdicts, so that the cost of a
+        # batch does not grow with everything the judge version has already.
+        outs = [k[3] for k in verdicts if k[2] == "output"]
+        comps = [k[3] for k in verdicts if k[2] != "output"]
+        existing_qs = existing_qs.filter(Q(output_id__in=outs) | Q(comparison_id__in=comps))
     with transaction.atomic():
         existing: dict[tuple[int, int, str, int], Verdict] = {}
-        for v in Verdict.objects.filter(
-            judge_version_id__in=versions, criterion_id__in=crits
-        ).only("id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
-               "value_num", "details", "n_samples", "is_scored", "probability", "rationale"):
+        for v in existing_qs.only(
+            "id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
+            "value_num", "details", "n_samples", "is_scored", "probability", "rationale",
+        ):
             subj = SubjectRef.of(v.output_id, v.comparison_id).pair
             existing[(v.judge_version_id, v.criterion_id, *subj)] = v
         new: list[dict[str, Any]] = []
@@ -611,10 +621,13 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
         problems.raise_if_any("The verdicts")
     rubric = RubricVersion.objects.filter(study=study).order_by("-version").first()
     crits = {c.key: c for c in Criterion.objects.filter(rubric=rubric)} if rubric else {}
-    items = {e: i for e, i in Item.objects.filter(study=study).values_list("external_id", "id")}
+    # Only the items this request names: a batch costs the same in a study of any size.
+    named = list({str(r.get("item")) for r in verdicts if isinstance(r, Mapping)})
+    items = dict(Item.objects.filter(study=study, external_id__in=named).values_list(
+        "external_id", "id"))
     cands = {n: i for n, i in Candidate.objects.filter(study=study).values_list("name", "id")}
-    outs = {(it, ca): o for o, it, ca in Output.objects.filter(item__study=study).values_list(
-        "id", "item_id", "candidate_id")}
+    outs = {(it, ca): o for o, it, ca in Output.objects.filter(
+        item_id__in=list(items.values())).values_list("id", "item_id", "candidate_id")}
     parsed: list[tuple[int, Criterion, str, tuple[int, ...], ImportedSample, str]] = []
     seen: dict[tuple[Any, ...], int] = {}
     for i, row in enumerate(verdicts):
@@ -743,8 +756,11 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
             calls.setdefault(key, {})[(smp.order, smp.sample)] = smp
             crit_of[key] = crit
         # Samples sent earlier stay unless this request sends the same (order, sample).
-        for v in Verdict.objects.filter(judge_version=version, criterion_id__in={
-                k[1] for k in calls}).only("id", "criterion_id", "output_id", "comparison_id",
+        prior = Verdict.objects.filter(judge_version=version, criterion_id__in={
+            k[1] for k in calls}).filter(
+            Q(output_id__in=[k[3] for k in calls if k[2] == "output"])
+            | Q(comparison_id__in=[k[3] for k in calls if k[2] == "comparison"]))
+        for v in prior.only("id", "criterion_id", "output_id", "comparison_id",
                                            "value", "probability", "details"):
             k = (version.pk, v.criterion_id, *SubjectRef.of(v.output_id, v.comparison_id).pair)
             if k in calls:
