@@ -240,6 +240,25 @@ def _samples_combined(spec: VerdictImport) -> dict[str, Any]:
     from .aggregation import CallView, combine_single
 
     crit = spec.criterion
+    if (len(spec.samples) == 1 and not spec.samples[0].order and not spec.continuous
+            and spec.samples[0].value != "" and crit.scale != Criterion.Scale.CATEGORICAL):
+        # One call on one output (the common case of a push): its value and probability as
+        # given; the same fields the general path below gives one sample.
+        one = spec.samples[0]
+        fields = verdict_import_fields(VerdictImport(criterion=crit, orders={"": one.value}))
+        fields["probability"] = None
+        if one.probability is None and not one.rationale:
+            return fields
+        record: dict[str, Any] = {"sample": one.sample, "value": one.value,
+                                  "probability": one.probability}
+        if one.rationale:
+            record["rationale"] = one.rationale
+        fields["details"] = {**fields["details"], "samples": [record]}
+        if one.probability is not None:
+            fields["details"]["probability_source"] = "imported"
+        fields["probability"] = one.probability
+        fields["rationale"] = one.rationale
+        return fields
     samples = sorted(spec.samples, key=lambda s: (s.order, s.sample))
     by_order: dict[str, list[ImportedSample]] = {}
     for s in samples:
@@ -403,6 +422,35 @@ def _finite(raw: str) -> float | None:
     return num if math.isfinite(num) else None
 
 
+def _rows_any(model: Any, columns: list[str], key: str, values: list[Any],
+              **equal: Any) -> list[tuple[Any, ...]]:
+    """`columns` of the rows of `model` whose `key` is one of `values` (and whose columns in
+    `equal` have those values). On PostgreSQL one array parameter (`= ANY(%s)`): a batch of
+    10,000 values as 10,000 placeholders costs more in building and parsing the query than
+    the lookup itself."""
+    if not values:
+        return []
+    if connection.vendor != "postgresql":
+        return list(model.objects.filter(**{f"{key}__in": values}, **equal)
+                    .values_list(*columns))
+    table = model._meta.db_table
+    where = " AND ".join([f'"{key}" = ANY(%s)', *(f'"{c}" = %s' for c in equal)])
+    cols = ", ".join(f'"{c}"' for c in columns)
+    with connection.cursor() as cur:
+        cur.execute(f'SELECT {cols} FROM "{table}" WHERE {where}', [values, *equal.values()])
+        return [tuple(r) for r in cur.fetchall()]
+
+
+def _of_subjects(qs: Any, outs: list[int], comps: list[int]) -> Any:
+    """`qs` restricted to the given outputs and comparisons. One `IN` per kind, not an `OR` of
+    both: PostgreSQL answers an `OR` of two `IN`s with a scan of the whole table."""
+    if outs and comps:
+        return qs.filter(Q(output_id__in=outs) | Q(comparison_id__in=comps))
+    if comps:
+        return qs.filter(comparison_id__in=comps)
+    return qs.filter(output_id__in=outs)
+
+
 def verdicts_import_bulk(
     *, verdicts: Mapping[tuple[int, int, str, int], VerdictImport], rationale: str = ""
 ) -> VerdictBulkCounts:
@@ -424,7 +472,7 @@ def verdicts_import_bulk(
         # batch does not grow with everything the judge version has already.
         outs = [k[3] for k in verdicts if k[2] == "output"]
         comps = [k[3] for k in verdicts if k[2] != "output"]
-        existing_qs = existing_qs.filter(Q(output_id__in=outs) | Q(comparison_id__in=comps))
+        existing_qs = _of_subjects(existing_qs, outs, comps)
     with transaction.atomic():
         existing: dict[tuple[int, int, str, int], Verdict] = {}
         for v in existing_qs.only(
@@ -623,11 +671,11 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
     crits = {c.key: c for c in Criterion.objects.filter(rubric=rubric)} if rubric else {}
     # Only the items this request names: a batch costs the same in a study of any size.
     named = list({str(r.get("item")) for r in verdicts if isinstance(r, Mapping)})
-    items = dict(Item.objects.filter(study=study, external_id__in=named).values_list(
-        "external_id", "id"))
+    items = dict(_rows_any(Item, ["external_id", "id"], "external_id", named,
+                           study_id=study.pk))
     cands = {n: i for n, i in Candidate.objects.filter(study=study).values_list("name", "id")}
-    outs = {(it, ca): o for o, it, ca in Output.objects.filter(
-        item_id__in=list(items.values())).values_list("id", "item_id", "candidate_id")}
+    outs = {(it, ca): o for o, it, ca in _rows_any(
+        Output, ["id", "item_id", "candidate_id"], "item_id", list(items.values()))}
     parsed: list[tuple[int, Criterion, str, tuple[int, ...], ImportedSample, str]] = []
     seen: dict[tuple[Any, ...], int] = {}
     for i, row in enumerate(verdicts):
@@ -756,10 +804,11 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
             calls.setdefault(key, {})[(smp.order, smp.sample)] = smp
             crit_of[key] = crit
         # Samples sent earlier stay unless this request sends the same (order, sample).
-        prior = Verdict.objects.filter(judge_version=version, criterion_id__in={
-            k[1] for k in calls}).filter(
-            Q(output_id__in=[k[3] for k in calls if k[2] == "output"])
-            | Q(comparison_id__in=[k[3] for k in calls if k[2] == "comparison"]))
+        prior = _of_subjects(
+            Verdict.objects.filter(judge_version=version, criterion_id__in={k[1] for k in calls}),
+            [k[3] for k in calls if k[2] == "output"],
+            [k[3] for k in calls if k[2] == "comparison"],
+        )
         for v in prior.only("id", "criterion_id", "output_id", "comparison_id",
                                            "value", "probability", "details"):
             k = (version.pk, v.criterion_id, *SubjectRef.of(v.output_id, v.comparison_id).pair)
