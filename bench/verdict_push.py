@@ -57,7 +57,7 @@ def policy_bench(n: int, n_cal: int) -> dict[str, float]:
     confs, oks = [], []
     for k in range(3):  # three simulated judges, sharper ones later
         c = np.round(0.5 + 0.5 * rng.beta(2 + k, 1, n), 4)
-        ok = (rng.random(n) < 0.45 + 0.5 * c).astype(float)
+        ok = (rng.random(n) < 0.3 + 0.65 * c).astype(float)
         confs.append(c)
         oks.append(ok)
     t0 = time.perf_counter()

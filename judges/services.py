@@ -446,9 +446,12 @@ def _of_subjects(qs: Any, outs: list[int], comps: list[int]) -> Any:
     both: PostgreSQL answers an `OR` of two `IN`s with a scan of the whole table."""
     if outs and comps:
         return qs.filter(Q(output_id__in=outs) | Q(comparison_id__in=comps))
-    if comps:
-        return qs.filter(comparison_id__in=comps)
-    return qs.filter(output_id__in=outs)
+    column, ids = ("comparison_id", comps) if comps else ("output_id", outs)
+    if connection.vendor == "postgresql":
+        # One array parameter instead of one placeholder per id (see `_rows_any`).
+        table = Verdict._meta.db_table
+        return qs.extra(where=[f'"{table}"."{column}" = ANY(%s)'], params=[ids])
+    return qs.filter(**{f"{column}__in": ids})
 
 
 def verdicts_import_bulk(
