@@ -54,6 +54,7 @@ from evalstats.calibration import (
     calibration_fit,
     calibration_hierarchical,
     calibration_select,
+    confidence_of,
 )
 from evalstats.costs import (
     CostModel,
@@ -699,6 +700,7 @@ def calibration_compute(
                 crng = _rng(seed, jv, crit.key, label, "cell")
                 r_before, r_after, r_fpc, r_pol = crng.spawn(4)
                 diag_before = diag_after = fpc_json = pol_json = thr_json = None
+                conf_diag: dict[str, Any] | None = None
                 if not too_few and model is not None:
                     cy, cw, cg = fy[in_cell], fw[in_cell], fgroups[in_cell]
                     diag_before = calibration_diagnostics(
@@ -710,6 +712,19 @@ def calibration_compute(
                         cy, held, weights=cw, clusters=cg, n_bins=int(params["n_bins"]),
                         rng=r_after, options=options,
                     ).to_json()
+                    if rule.scale == "pairwise":
+                        # The usual figure for a pairwise judge: its confidence in the side it
+                        # chose, binned over [0.5, 1] (docs/statistics.md, "ECE").
+                        r_cb, r_ca = crng.spawn(2)
+                        conf_diag = {
+                            name: calibration_diagnostics(
+                                *confidence_of(cy, probs), weights=cw, clusters=cg,
+                                n_bins=int(params["n_bins"]), rng=r, options=options, low=0.5,
+                            ).to_json()
+                            for name, probs, r in (
+                                ("before", js.before[fit_mask][in_cell], r_cb),
+                                ("after", held, r_ca))
+                        }
                     failed = cy == 0.0
                     sev = humans.severity.reindex(fsubj[in_cell][failed]).to_numpy(np.float64)
                     # The held-out P(pass) of each failure: where severity depends on it,
@@ -759,7 +774,8 @@ def calibration_compute(
                     borrowed=borrowed, pooled_only=pooled_only,
                     cv_log_loss=(dict(model.pooled.cv_log_loss)
                                  if model is not None and label == "" else {}),
-                    diagnostics={"before": diag_before, "after": diag_after},
+                    diagnostics={"before": diag_before, "after": diag_after,
+                                 **({"confidence": conf_diag} if conf_diag else {})},
                     curve=(_curve_json(model, label, grid_x) if not too_few
                            else {"x": [], "y": []}),
                     false_pass_cost=fpc_json, false_fail_cost=cost_model.reject_cost,
