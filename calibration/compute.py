@@ -576,6 +576,9 @@ def calibration_compute(
     cascade_ids = _cascade_ids(policy.get("cascade") or [], data.judges, inputs.judge_hashes,
                                warnings) if guaranteed else []
     score_mode = str(policy.get("score", "confidence"))
+    trial = params.get("policy")
+    trial_out: dict[str, Any] = {"exploratory": True, "policy": trial, "judges": {},
+                                 "cascades": {}}
     grid = threshold_grid(policy.get("grid_step", 0.001))
 
     cells_out: list[CalibrationCell] = []
@@ -821,6 +824,9 @@ def calibration_compute(
                     info["cells"][""], {**stage.to_json(), "score": info["tmode"]})
         for jv in jv_ids:
             cells_out.extend(per_judge[jv][2]["cells"].values())
+        if trial is not None:
+            _policy_trial(trial, trial_out, crit.key, rule, jv_ids, per_judge, data,
+                          inputs.judge_hashes, warnings)
 
         # Which judge version serves each subject: the cascade order, else the best pooled
         # cross-validated log loss first (judges without a curve last).
@@ -888,8 +894,56 @@ def calibration_compute(
         cascades=cascades,
         n_scores=len(scores),
         warnings=tuple(dict.fromkeys(warnings)),
+        policy_trial=trial_out if trial is not None else None,
         scores=scores,
     )
+
+
+def _policy_trial(
+    trial: Mapping[str, Any], out: dict[str, Any], key: str, rule: CriterionRule,
+    jv_ids: Sequence[int], per_judge: Mapping[int, tuple[_JudgeScores, _Model | None,
+                                                         dict[str, Any]]],
+    data: Any, hashes: Mapping[int, str], warnings: list[str],
+) -> None:
+    """The guaranteed-agreement policy `trial` (the exploratory report parameter) on one
+    criterion's labelled rows: each judge's threshold and, with a cascade, the cascade.
+    Nothing here reaches the served decisions, which follow the plan's policy."""
+    if trial.get("kind") != "guaranteed_agreement":
+        return
+    grid = threshold_grid(trial.get("grid_step", 0.001))
+    inputs: dict[int, tuple[FloatArray, FloatArray, npt.NDArray[np.int64], str]] = {}
+    for jv in jv_ids:
+        js, model, info = per_judge[jv]
+        fsubj, fy = info["passed_fit"]
+        raw = _raw_confidence(js, rule) if trial.get("score") == "confidence" else None
+        fit_mask = np.isin(js.subjects, fsubj)
+        if raw is not None:
+            conf, agree, mode = raw[0][fit_mask], (raw[1][fit_mask] == (fy == 1.0)), "confidence"
+        elif model is not None:
+            held = model.heldout
+            conf, agree, mode = np.maximum(held, 1 - held), (held >= 0.5) == (fy == 1.0), \
+                "calibrated"
+        else:
+            continue
+        inputs[jv] = (conf, agree.astype(float), fsubj, mode)
+        t = trust_threshold(conf, agree.astype(float), alpha=float(trial["alpha"]),
+                            delta=float(trial["delta"]), min_count=int(trial["min_count"]),
+                            thresholds=grid)
+        out["judges"].setdefault(key, {})[data.judges[jv].display] = {**t.to_json(),
+                                                                      "score": mode}
+    stages = [jv for jv in _cascade_ids(trial.get("cascade") or [], data.judges, hashes,
+                                        warnings) if jv in inputs]
+    if stages:
+        calib = np.unique(np.concatenate([inputs[jv][2] for jv in stages]))
+        confs = [pd.Series(inputs[jv][0], index=inputs[jv][2]).reindex(calib)
+                 .to_numpy(np.float64) for jv in stages]
+        agrees = [np.nan_to_num(pd.Series(inputs[jv][1], index=inputs[jv][2]).reindex(calib)
+                                .to_numpy(np.float64)) for jv in stages]
+        res = trust_cascade(confs, agrees, alpha=float(trial["alpha"]),
+                            delta=float(trial["delta"]), min_count=int(trial["min_count"]),
+                            thresholds=grid)
+        out["cascades"][key] = {**res.to_json(),
+                                "judges": [data.judges[jv].display for jv in stages]}
 
 
 def _with_trust(cell: CalibrationCell, trust: dict[str, Any]) -> CalibrationCell:

@@ -839,6 +839,20 @@ def plan_costs(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
     return _costs_normalised(raw), False
 
 
+def plan_policy_section_problems(raw: Any) -> list[tuple[str, str]]:
+    """(path, message) of each problem of a `policy` section on its own (schema, cross-checks),
+    paths under ``spec.policy``: for a policy given elsewhere than in a plan (the calibration
+    report's exploratory `policy` parameter)."""
+    problems = Problems()
+    path = join("spec", "policy")
+    for err in sorted(_SECTION_VALIDATORS["policy"].iter_errors(raw),
+                      key=lambda e: list(e.absolute_path)):
+        problems.add(_json_path(path, list(err.absolute_path)), err.message)
+    if not problems:
+        _policy_check(raw, path, problems)
+    return [(str(e["path"]), str(e["message"])) for e in problems.items]
+
+
 def plan_policy(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
     """The plan's decision policy with defaults, and whether the whole section is the default.
 

@@ -87,3 +87,28 @@ def test_cascade_named_by_judge_and_version(built: dict[str, Any]) -> None:
     rows = [r for r in _rows(res).values() if r["source"] == "judge"]
     decided = [r for r in rows if r["decision"] != "escalate"]
     assert decided and {r["judge_version_id"] for r in decided} <= {cheap.pk, built["jv"].pk}
+
+
+def test_policy_as_an_exploratory_report_parameter(built: dict[str, Any]) -> None:
+    """The policy tried as a report parameter is reported, marked exploratory, and changes
+    none of the served decisions (those follow the plan's policy, here cost-optimal)."""
+    from calibration.params import params_validate
+    from reviewhub.errors import ValidationFailed
+
+    trial = {"kind": "guaranteed_agreement", "alpha": ALPHA, "delta": DELTA}
+    plain = _compute_with_plan(built["study"], PLAN)
+    tried = _compute_with_plan(built["study"], PLAN, policy=trial)
+    assert plain.policy_trial is None
+    assert tried.policy_trial is not None and tried.policy_trial["exploratory"] is True
+    assert tried.policy["kind"] == "cost_optimal"
+    trust = tried.policy_trial["judges"]["correct"]["gpt v1"]
+    q, drawn, hp = built["q"], built["drawn"], built["human_pass"]
+    expected = trust_threshold(np.maximum(q[drawn], 1 - q[drawn]),
+                               ((q[drawn] >= 0.5) == hp[drawn]).astype(float), alpha=ALPHA,
+                               delta=DELTA, min_count=50, thresholds=threshold_grid(0.001))
+    assert trust["threshold"] == expected.threshold and trust["score"] == "confidence"
+    assert [r["decision"] for r in plain.scores] == [r["decision"] for r in tried.scores]
+    assert tried.to_json()["policy_trial"]["exploratory"] is True
+    with pytest.raises(ValidationFailed) as exc:
+        params_validate({"policy": {"kind": "guaranteed_agreement", "alpha": 2}})
+    assert exc.value.details["errors"][0]["path"] == "params.policy.alpha"
