@@ -434,7 +434,11 @@ def _rows_any(model: Any, columns: list[str], key: str, values: list[Any],
         return list(model.objects.filter(**{f"{key}__in": values}, **equal)
                     .values_list(*columns))
     table = model._meta.db_table
-    where = " AND ".join([f'"{key}" = ANY(%s)', *(f'"{c}" = %s' for c in equal)])
+    # `IN (SELECT unnest(...))` is a semi-join the planner answers with the key's index;
+    # `= ANY(array)` can end up as a filter comparing every row with every value.
+    kind = "text" if all(isinstance(v, str) for v in values) else "bigint"
+    where = " AND ".join([f'"{key}" IN (SELECT unnest(%s::{kind}[]))',
+                          *(f'"{c}" = %s' for c in equal)])
     cols = ", ".join(f'"{c}"' for c in columns)
     with connection.cursor() as cur:
         cur.execute(f'SELECT {cols} FROM "{table}" WHERE {where}', [values, *equal.values()])
@@ -450,7 +454,8 @@ def _of_subjects(qs: Any, outs: list[int], comps: list[int]) -> Any:
     if connection.vendor == "postgresql":
         # One array parameter instead of one placeholder per id (see `_rows_any`).
         table = Verdict._meta.db_table
-        return qs.extra(where=[f'"{table}"."{column}" = ANY(%s)'], params=[ids])
+        return qs.extra(where=[f'"{table}"."{column}" IN (SELECT unnest(%s::bigint[]))'],
+                        params=[ids])
     return qs.filter(**{f"{column}__in": ids})
 
 
