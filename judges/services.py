@@ -437,26 +437,38 @@ def _rows_any(model: Any, columns: list[str], key: str, values: list[Any],
     # `IN (SELECT unnest(...))` is a semi-join the planner answers with the key's index;
     # `= ANY(array)` can end up as a filter comparing every row with every value.
     kind = "text" if all(isinstance(v, str) for v in values) else "bigint"
-    where = " AND ".join([f'"{key}" IN (SELECT unnest(%s::{kind}[]))',
-                          *(f'"{c}" = %s' for c in equal)])
-    cols = ", ".join(f'"{c}"' for c in columns)
+    # Driven from the values (a LATERAL index lookup per value): the plan does not depend on
+    # the table's statistics, which lag behind a bulk load.
+    where = " AND ".join([f't."{key}" = u.k', *(f't."{c}" = %s' for c in equal)])
+    cols = ", ".join(f'x."{c}"' for c in columns)
+    inner = ", ".join(f't."{c}"' for c in columns)
+    sql = (f'SELECT {cols} FROM unnest(%s::{kind}[]) AS u(k) CROSS JOIN LATERAL '
+           f'(SELECT {inner} FROM "{table}" t WHERE {where}) AS x')
     with connection.cursor() as cur:
-        cur.execute(f'SELECT {cols} FROM "{table}" WHERE {where}', [values, *equal.values()])
+        cur.execute(sql, [values, *equal.values()])
         return [tuple(r) for r in cur.fetchall()]
 
 
-def _of_subjects(qs: Any, outs: list[int], comps: list[int]) -> Any:
-    """`qs` restricted to the given outputs and comparisons. One `IN` per kind, not an `OR` of
-    both: PostgreSQL answers an `OR` of two `IN`s with a scan of the whole table."""
+def _of_subjects(versions: Any, crits: Any, outs: list[int], comps: list[int]) -> Any:
+    """The verdicts of judge versions `versions` on criteria `crits` for the given outputs and
+    comparisons (model instances). On PostgreSQL, for one kind of subject, the query is driven
+    from the ids (a LATERAL lookup per id in the (judge version, criterion, subject) index),
+    so a batch costs the same however many verdicts the table holds and whatever the
+    planner's statistics say about a table that was just bulk-loaded."""
+    qs = Verdict.objects.filter(judge_version_id__in=list(versions), criterion_id__in=list(crits))
     if outs and comps:
         return qs.filter(Q(output_id__in=outs) | Q(comparison_id__in=comps))
     column, ids = ("comparison_id", comps) if comps else ("output_id", outs)
-    if connection.vendor == "postgresql":
-        # One array parameter instead of one placeholder per id (see `_rows_any`).
-        table = Verdict._meta.db_table
-        return qs.extra(where=[f'"{table}"."{column}" IN (SELECT unnest(%s::bigint[]))'],
-                        params=[ids])
-    return qs.filter(**{f"{column}__in": ids})
+    if connection.vendor != "postgresql":
+        return qs.filter(**{f"{column}__in": ids})
+    table = Verdict._meta.db_table
+    return Verdict.objects.raw(
+        f'SELECT v.* FROM unnest(%s::bigint[]) AS u(sid) CROSS JOIN LATERAL '
+        f'(SELECT * FROM "{table}" w WHERE w."{column}" = u.sid '
+        f'AND w."judge_version_id" = ANY(%s::bigint[]) '
+        f'AND w."criterion_id" = ANY(%s::bigint[])) AS v',
+        [ids, list(versions), list(crits)],
+    )
 
 
 def verdicts_import_bulk(
@@ -474,19 +486,19 @@ def verdicts_import_bulk(
     versions = {k[0] for k in verdicts}
     crits = {k[1] for k in verdicts}
     postgres = connection.vendor == "postgresql"
-    existing_qs = Verdict.objects.filter(judge_version_id__in=versions, criterion_id__in=crits)
+    existing_qs: Any = Verdict.objects.filter(
+        judge_version_id__in=versions, criterion_id__in=crits
+    ).only("id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
+           "value_num", "details", "n_samples", "is_scored", "probability", "rationale")
     if len(verdicts) <= SUBJECT_FILTER_MAX:
         # A batch (the push endpoint): read only its subjects' verdicts, so that the cost of a
         # batch does not grow with everything the judge version has already.
         outs = [k[3] for k in verdicts if k[2] == "output"]
         comps = [k[3] for k in verdicts if k[2] != "output"]
-        existing_qs = _of_subjects(existing_qs, outs, comps)
+        existing_qs = _of_subjects(versions, crits, outs, comps)
     with transaction.atomic():
         existing: dict[tuple[int, int, str, int], Verdict] = {}
-        for v in existing_qs.only(
-            "id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
-            "value_num", "details", "n_samples", "is_scored", "probability", "rationale",
-        ):
+        for v in existing_qs:
             subj = SubjectRef.of(v.output_id, v.comparison_id).pair
             existing[(v.judge_version_id, v.criterion_id, *subj)] = v
         new: list[dict[str, Any]] = []
@@ -813,12 +825,11 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
             crit_of[key] = crit
         # Samples sent earlier stay unless this request sends the same (order, sample).
         prior = _of_subjects(
-            Verdict.objects.filter(judge_version=version, criterion_id__in={k[1] for k in calls}),
+            [version.pk], {k[1] for k in calls},
             [k[3] for k in calls if k[2] == "output"],
             [k[3] for k in calls if k[2] == "comparison"],
         )
-        for v in prior.only("id", "criterion_id", "output_id", "comparison_id",
-                                           "value", "probability", "details"):
+        for v in prior:
             k = (version.pk, v.criterion_id, *SubjectRef.of(v.output_id, v.comparison_id).pair)
             if k in calls:
                 for old in _stored_samples(v):
