@@ -22,6 +22,7 @@ Creates a throwaway database next to DATABASE_URL's (dropped at the end) and mea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import secrets
@@ -168,10 +169,9 @@ def main() -> None:
     finally:
         from django.db import connections
 
-        try:
+        # Django may not be set up yet when seeding failed early.
+        with contextlib.suppress(Exception):
             connections.close_all()
-        except Exception:  # noqa: BLE001 - Django may not be set up yet
-            pass
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{bench_db}" WITH (FORCE)')
         say("cleaned up: database dropped")
