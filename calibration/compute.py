@@ -54,6 +54,7 @@ from evalstats.calibration import (
     calibration_fit,
     calibration_hierarchical,
     calibration_select,
+    confidence_of,
 )
 from evalstats.costs import (
     CostModel,
@@ -65,7 +66,7 @@ from evalstats.costs import (
     policy_costs,
 )
 from evalstats.options import BootstrapOptions
-from evalstats.selective import TrustThreshold, trust_cascade, trust_threshold
+from evalstats.selective import TrustThreshold, threshold_grid, trust_cascade, trust_threshold
 from studies.criteria import criterion_has_pass_reading, criterion_is_pass
 from studies.subjects import subject_split
 
@@ -514,6 +515,54 @@ def _estimate_value(d: Mapping[str, Any] | None) -> float:
     return math.nan if v is None else float(v)
 
 
+def _raw_confidence(js: _JudgeScores, rule: CriterionRule) -> tuple[FloatArray, FloatArray] | None:
+    """The judge's own confidence in its decision and that decision (1 pass / 0 fail; for a
+    comparison 1 = the side it chose), one per scored subject; None without a probability.
+
+    Pass reading: P(pass) for a pass, 1 - P(pass) for a fail. Comparison: P(the chosen side),
+    i.e. P(A) for A and 1 - P(A) for B (the published method's max(P(A), P(B)))."""
+    if js.kind != "probability":
+        return None
+    if rule.scale == "pairwise":
+        return js.score.copy(), np.ones(js.score.size)
+    dec = js.raw_pass
+    return np.where(dec == 1.0, js.probability, 1.0 - js.probability), dec.copy()
+
+
+def _cascade_ids(
+    entries: Sequence[Any], judges: Mapping[int, Any], hashes: Mapping[int, str],
+    warnings: list[str],
+) -> list[int]:
+    """The plan's cascade stages as judge version ids, in order. A stage names a judge and its
+    version (number, or the label / config hash it was imported or pushed with); a bare
+    integer is a version id. A stage with no such version yet (e.g. the plan was written
+    before its verdicts came in) is left out with a warning."""
+    out: list[int] = []
+    for e in entries:
+        if isinstance(e, Mapping):
+            name, ver = str(e.get("judge", "")), e.get("version")
+            found = [
+                jv for jv, j in judges.items()
+                if j.judge == name and (
+                    (isinstance(ver, int) and not isinstance(ver, bool) and j.version == ver)
+                    or (isinstance(ver, str) and ver in (j.label, hashes.get(jv, "")))
+                )
+            ]
+            if not found:
+                warnings.append(f"cascade stage {name} {ver}: no such judge version in the "
+                                "study (yet): left out of the cascade")
+                continue
+            jv_id = found[0]
+        else:
+            jv_id = int(e)
+            if jv_id not in judges:
+                warnings.append(f"cascade stage {jv_id}: no such judge version: left out")
+                continue
+        if jv_id not in out:
+            out.append(jv_id)
+    return out
+
+
 def calibration_compute(
     inputs: CalibrationInputs,
     params: Mapping[str, Any],
@@ -546,7 +595,13 @@ def calibration_compute(
     subj_items = pd.Series(data.subjects["item"].to_numpy(dtype=np.int64), index=subjects.index)
     r = data.ratings
     guaranteed = policy.get("kind") == "guaranteed_agreement"
-    cascade_ids = [int(x) for x in (policy.get("cascade") or [])]
+    cascade_ids = _cascade_ids(policy.get("cascade") or [], data.judges, inputs.judge_hashes,
+                               warnings) if guaranteed else []
+    score_mode = str(policy.get("score", "confidence"))
+    trial = params.get("policy")
+    trial_out: dict[str, Any] = {"exploratory": True, "policy": trial, "judges": {},
+                                 "cascades": {}}
+    grid = threshold_grid(policy.get("grid_step", 0.001))
 
     cells_out: list[CalibrationCell] = []
     cascades: dict[str, dict[str, Any]] = {}
@@ -628,15 +683,32 @@ def calibration_compute(
                     f"{judge.display} on '{crit.key}': {fx.size} human label(s), fewer than "
                     f"min_labels = {min_labels}: too few labels, no calibrated scores"
                 )
-            grid = _grid(js)
+            grid_x = _grid(js)
             cells_here = ["", *[c for c in present if c != ""]] if dims else [""]
             bands: dict[str, tuple[FloatArray, FloatArray]] = {}
             if model is not None and int(params["curve_resamples"]) > 0:
                 bands = _bands(
-                    model, fx, fy, fw, fgroups, grid, cells_here,
+                    model, fx, fy, fw, fgroups, grid_x, cells_here,
                     resamples=int(params["curve_resamples"]), level=level,
                     rng=_rng(seed, jv, crit.key, "bands"),
                 )
+            # What the guaranteed-agreement policy thresholds (plan setting `score`): the judge's
+            # own confidence when it gave one, else (or by choice) the cross-fitted P(pass).
+            raw = _raw_confidence(js, rule) if score_mode == "confidence" else None
+            if guaranteed and score_mode == "confidence" and raw is None:
+                warnings.append(f"{judge.display} on '{crit.key}': no probability on its "
+                                "verdicts; the guaranteed-agreement policy thresholds its "
+                                "calibrated P(pass) instead of its own confidence")
+            tmode = "confidence" if raw is not None else "calibrated"
+            if raw is not None:
+                tconf_fit = raw[0][fit_mask]
+                tagree_fit = (raw[1][fit_mask] == (fy == 1.0)).astype(float)
+            elif model is not None:
+                held_all = model.heldout
+                tconf_fit = np.maximum(held_all, 1.0 - held_all)
+                tagree_fit = ((held_all >= 0.5) == (fy == 1.0)).astype(float)
+            else:
+                tconf_fit = tagree_fit = np.zeros(0)
             # Cells: figures, thresholds, policy costs, trust.
             thresholds_by_cell: dict[str, DecisionThresholds] = {}
             n_by_cell: dict[str, int] = {}
@@ -653,6 +725,7 @@ def calibration_compute(
                 crng = _rng(seed, jv, crit.key, label, "cell")
                 r_before, r_after, r_fpc, r_pol = crng.spawn(4)
                 diag_before = diag_after = fpc_json = pol_json = thr_json = None
+                conf_diag: dict[str, Any] | None = None
                 if not too_few and model is not None:
                     cy, cw, cg = fy[in_cell], fw[in_cell], fgroups[in_cell]
                     diag_before = calibration_diagnostics(
@@ -664,6 +737,19 @@ def calibration_compute(
                         cy, held, weights=cw, clusters=cg, n_bins=int(params["n_bins"]),
                         rng=r_after, options=options,
                     ).to_json()
+                    if rule.scale == "pairwise":
+                        # The usual figure for a pairwise judge: its confidence in the side it
+                        # chose, binned over [0.5, 1] (docs/statistics.md, "ECE").
+                        r_cb, r_ca = crng.spawn(2)
+                        conf_diag = {
+                            name: calibration_diagnostics(
+                                *confidence_of(cy, probs), weights=cw, clusters=cg,
+                                n_bins=int(params["n_bins"]), rng=r, options=options, low=0.5,
+                            ).to_json()
+                            for name, probs, r in (
+                                ("before", js.before[fit_mask][in_cell], r_cb),
+                                ("after", held, r_ca))
+                        }
                     failed = cy == 0.0
                     sev = humans.severity.reindex(fsubj[in_cell][failed]).to_numpy(np.float64)
                     # The held-out P(pass) of each failure: where severity depends on it,
@@ -689,13 +775,13 @@ def calibration_compute(
                     ).to_json()
                 trust_json = None
                 if guaranteed and label == "" and model is not None and not cascade_ids:
-                    held = model.heldout
+                    t_conf, t_agree = tconf_fit, tagree_fit
                     trust = trust_threshold(
-                        np.maximum(held, 1.0 - held), ((held >= 0.5) == (fy == 1.0)).astype(float),
-                        alpha=float(policy["alpha"]), delta=float(policy["delta"]),
-                        min_count=int(policy["min_count"]),
+                        t_conf, t_agree, alpha=float(policy["alpha"]),
+                        delta=float(policy["delta"]), min_count=int(policy["min_count"]),
+                        thresholds=grid,
                     )
-                    trust_json = trust.to_json()
+                    trust_json = {**trust.to_json(), "score": tmode}
                 method: str | None
                 if too_few:
                     method = own = borrowed = None
@@ -713,15 +799,18 @@ def calibration_compute(
                     borrowed=borrowed, pooled_only=pooled_only,
                     cv_log_loss=(dict(model.pooled.cv_log_loss)
                                  if model is not None and label == "" else {}),
-                    diagnostics={"before": diag_before, "after": diag_after},
-                    curve=_curve_json(model, label, grid) if not too_few else {"x": [], "y": []},
+                    diagnostics={"before": diag_before, "after": diag_after,
+                                 **({"confidence": conf_diag} if conf_diag else {})},
+                    curve=(_curve_json(model, label, grid_x) if not too_few
+                           else {"x": [], "y": []}),
                     false_pass_cost=fpc_json, false_fail_cost=cost_model.reject_cost,
                     thresholds=thr_json, policy_costs=pol_json, trust=trust_json,
                 )
             per_judge[jv] = (js, model, {
                 "cells": cell_json, "thresholds": thresholds_by_cell, "bands": bands,
-                "grid": grid, "row_cells": row_cells, "n_by_cell": n_by_cell, "trust": trust,
-                "passed_fit": (fsubj, fy),
+                "grid": grid_x, "row_cells": row_cells, "n_by_cell": n_by_cell, "trust": trust,
+                "passed_fit": (fsubj, fy), "raw": raw, "tmode": tmode,
+                "tfit": (tconf_fit, tagree_fit),
             })
 
         # The guaranteed-agreement cascade over the plan's judge versions (of this criterion).
@@ -733,23 +822,33 @@ def calibration_compute(
             for jv in stages:
                 js, model, info = per_judge[jv]
                 fsubj, fy = info["passed_fit"]
-                assert model is not None
-                held = pd.Series(model.heldout, index=fsubj).reindex(calib).to_numpy(np.float64)
-                truth = pd.Series(fy, index=fsubj).reindex(calib).to_numpy(np.float64)
-                confs.append(np.maximum(held, 1.0 - held))
-                agrees.append(np.where(np.isfinite(held),
-                                       ((held >= 0.5) == (truth == 1.0)).astype(float), 0.0))
+                tc, ta = info["tfit"]
+                conf_s = pd.Series(tc, index=fsubj).reindex(calib).to_numpy(np.float64)
+                agree_s = pd.Series(ta, index=fsubj).reindex(calib).to_numpy(np.float64)
+                # A stage that did not score a row cannot trust it (NaN is never trusted).
+                confs.append(conf_s)
+                agrees.append(np.where(np.isfinite(agree_s), agree_s, 0.0))
             result = trust_cascade(
                 confs, agrees, alpha=float(policy["alpha"]), delta=float(policy["delta"]),
-                min_count=int(policy["min_count"]),
+                min_count=int(policy["min_count"]), thresholds=grid,
             )
-            cascades[crit.key] = result.to_json()
+            names = [data.judges[jv].display for jv in stages]
+            cascades[crit.key] = {
+                **result.to_json(), "judges": names,
+                "judge_versions": [{"judge": data.judges[jv].judge,
+                                    "version": data.judges[jv].version} for jv in stages],
+                "scores": [per_judge[jv][2]["tmode"] for jv in stages],
+            }
             for jv, stage in zip(stages, result.stages, strict=True):
                 cascade_thr[jv] = stage
                 info = per_judge[jv][2]
-                info["cells"][""] = _with_trust(info["cells"][""], stage.to_json())
+                info["cells"][""] = _with_trust(
+                    info["cells"][""], {**stage.to_json(), "score": info["tmode"]})
         for jv in jv_ids:
             cells_out.extend(per_judge[jv][2]["cells"].values())
+        if trial is not None:
+            _policy_trial(trial, trial_out, crit.key, rule, jv_ids, per_judge, data,
+                          inputs.judge_hashes, warnings)
 
         # Which judge version serves each subject: the cascade order, else the best pooled
         # cross-validated log loss first (judges without a curve last).
@@ -776,10 +875,16 @@ def calibration_compute(
             low[ok] = np.minimum(low[ok], p[ok])
             high[ok] = np.maximum(high[ok], p[ok])
             gate: TrustThreshold | None = cascade_thr.get(jv) if stages else info["trust"]
-            conf = np.maximum(p, 1.0 - p)
+            raw = info["raw"]
+            if raw is not None:
+                # Trusted on the judge's own confidence: the judge's own decision is served.
+                conf, dpass = raw[0], raw[1]
+            else:
+                conf, dpass = np.maximum(p, 1.0 - p), (p >= 0.5).astype(np.float64)
             trusted_rows = (gate.trusted(conf) if gate is not None
                             else np.zeros(p.size, dtype=bool))
-            preds[jv] = {"p": p, "low": low, "high": high, "trusted": trusted_rows}
+            preds[jv] = {"p": p, "low": low, "high": high, "trusted": trusted_rows,
+                         "dpass": dpass}
         part = _criterion_rows(
             cid=cid, key=crit.key, rule=rule, order=order, per_judge=per_judge, preds=preds,
             humans=humans, evidence=evidence, subjects=subjects, guaranteed=guaranteed,
@@ -811,8 +916,56 @@ def calibration_compute(
         cascades=cascades,
         n_scores=len(scores),
         warnings=tuple(dict.fromkeys(warnings)),
+        policy_trial=trial_out if trial is not None else None,
         scores=scores,
     )
+
+
+def _policy_trial(
+    trial: Mapping[str, Any], out: dict[str, Any], key: str, rule: CriterionRule,
+    jv_ids: Sequence[int], per_judge: Mapping[int, tuple[_JudgeScores, _Model | None,
+                                                         dict[str, Any]]],
+    data: Any, hashes: Mapping[int, str], warnings: list[str],
+) -> None:
+    """The guaranteed-agreement policy `trial` (the exploratory report parameter) on one
+    criterion's labelled rows: each judge's threshold and, with a cascade, the cascade.
+    Nothing here reaches the served decisions, which follow the plan's policy."""
+    if trial.get("kind") != "guaranteed_agreement":
+        return
+    grid = threshold_grid(trial.get("grid_step", 0.001))
+    inputs: dict[int, tuple[FloatArray, FloatArray, npt.NDArray[np.int64], str]] = {}
+    for jv in jv_ids:
+        js, model, info = per_judge[jv]
+        fsubj, fy = info["passed_fit"]
+        raw = _raw_confidence(js, rule) if trial.get("score") == "confidence" else None
+        fit_mask = np.isin(js.subjects, fsubj)
+        if raw is not None:
+            conf, agree, mode = raw[0][fit_mask], (raw[1][fit_mask] == (fy == 1.0)), "confidence"
+        elif model is not None:
+            held = model.heldout
+            conf, agree, mode = np.maximum(held, 1 - held), (held >= 0.5) == (fy == 1.0), \
+                "calibrated"
+        else:
+            continue
+        inputs[jv] = (conf, agree.astype(float), fsubj, mode)
+        t = trust_threshold(conf, agree.astype(float), alpha=float(trial["alpha"]),
+                            delta=float(trial["delta"]), min_count=int(trial["min_count"]),
+                            thresholds=grid)
+        out["judges"].setdefault(key, {})[data.judges[jv].display] = {**t.to_json(),
+                                                                      "score": mode}
+    stages = [jv for jv in _cascade_ids(trial.get("cascade") or [], data.judges, hashes,
+                                        warnings) if jv in inputs]
+    if stages:
+        calib = np.unique(np.concatenate([inputs[jv][2] for jv in stages]))
+        confs = [pd.Series(inputs[jv][0], index=inputs[jv][2]).reindex(calib)
+                 .to_numpy(np.float64) for jv in stages]
+        agrees = [np.nan_to_num(pd.Series(inputs[jv][1], index=inputs[jv][2]).reindex(calib)
+                                .to_numpy(np.float64)) for jv in stages]
+        res = trust_cascade(confs, agrees, alpha=float(trial["alpha"]),
+                            delta=float(trial["delta"]), min_count=int(trial["min_count"]),
+                            thresholds=grid)
+        out["cascades"][key] = {**res.to_json(),
+                                "judges": [data.judges[jv].display for jv in stages]}
 
 
 def _with_trust(cell: CalibrationCell, trust: dict[str, Any]) -> CalibrationCell:
@@ -1004,6 +1157,7 @@ def _criterion_rows(
     low = np.full(n, np.nan)
     high = np.full(n, np.nan)
     trusted = np.zeros(n, dtype=bool)
+    dpass = np.full(n, np.nan)
     for jv in order:
         m = jv_of == jv
         if not m.any():
@@ -1015,6 +1169,7 @@ def _criterion_rows(
         if pr is not None:
             p[m], low[m], high[m] = pr["p"][k], pr["low"][k], pr["high"][k]
             trusted[m] = pr["trusted"][k]
+            dpass[m] = pr["dpass"][k]
     if rule.scale == "pairwise":
         human_pass = np.where(has_human, (cons == side).astype(np.float64), np.nan)
     else:
@@ -1044,7 +1199,8 @@ def _criterion_rows(
             thr = info["thresholds"].get(label) or info["thresholds"][""]
             pm = p[m]
             if guaranteed:
-                dec = np.where(trusted[m], np.where(pm >= 0.5, "pass", "fail"), "escalate")
+                dec = np.where(trusted[m], np.where(dpass[m] == 1.0, "pass", "fail"),
+                               "escalate")
             else:
                 dec = decide(pm, thresholds=thr)
             decision[m] = dec.astype(object)

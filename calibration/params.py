@@ -36,6 +36,10 @@ DEFAULT_PARAMS: dict[str, Any] = {
     # strata, else none: the whole study only).
     "strata": None,
     "methods": None,  # None: every method in METHODS
+    # A decision policy to try beside the plan's (a plan `policy` section, e.g.
+    # {"kind": "guaranteed_agreement", "alpha": 0.15, "min_count": 30}): reported as
+    # exploratory; only the locked plan's policy decides the served scores.
+    "policy": None,
 }
 
 
@@ -108,7 +112,16 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         "methods",
         "null or a non-empty list of distinct methods from: " + ", ".join(METHODS),
     )
+    if p["policy"] is not None:
+        from studies.spec import plan_policy_section_problems
+
+        for path, message in plan_policy_section_problems(p["policy"]):
+            problems.add(path.replace("spec.policy", "params.policy", 1), message)
     problems.raise_if_any("The report parameters")
+    if p["policy"] is not None:
+        from studies.spec import plan_policy
+
+        p["policy"] = plan_policy({"policy": p["policy"]})[0]
     p["level"] = float(p["level"])
     if p["methods"] is None:
         p["methods"] = list(METHODS)

@@ -348,6 +348,10 @@ class CalibrationResult:
     cascades: dict[str, dict[str, Any]] = field(default_factory=dict)
     n_scores: int
     warnings: tuple[str, ...] = ()
+    # The `policy` report parameter tried beside the plan's (exploratory: it drives no served
+    # decision): {"exploratory": true, "policy", "judges": {criterion: {judge: trust}},
+    # "cascades": {criterion: cascade}}; null when the parameter was not given.
+    policy_trial: dict[str, Any] | None = None
     # The CalibratedScore rows (iterating yields dicts of field attname -> value), not
     # serialised.
     scores: ScoreRows = field(default_factory=ScoreRows, repr=False, compare=False)
@@ -366,6 +370,7 @@ class CalibrationResult:
             "cascades": _json_safe(self.cascades),
             "n_scores": self.n_scores,
             "warnings": list(self.warnings),
+            "policy_trial": _json_safe(self.policy_trial),
         }
 
     @classmethod
@@ -411,6 +416,8 @@ class CalibrationResult:
             cascades={str(k): dict(v) for k, v in cascades.items()},
             n_scores=_int(d, "n_scores", "$"),
             warnings=tuple(warnings),
+            policy_trial=(_obj(d, "policy_trial", "$", null=True)
+                          if d.get("policy_trial") is not None else None),
         )
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "calibration_fit",
     "calibration_hierarchical",
     "calibration_select",
+    "confidence_of",
     "reliability_bins",
 ]
 
@@ -1115,6 +1116,17 @@ def _joint_bootstrap(
     return out
 
 
+def confidence_of(passed: npt.ArrayLike, prob: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """A probability of "the judge's side is right" read as the usual (confidence, correct)
+    pair: confidence max(p, 1 - p) in [0.5, 1], correct whether the side the probability
+    favours is the human's (NaN kept). For the ECE of a pairwise judge in confidence bins."""
+    y = np.asarray(passed, dtype=np.float64)
+    p = np.asarray(prob, dtype=np.float64)
+    conf = np.maximum(p, 1.0 - p)
+    correct = np.where(p >= 0.5, y, 1.0 - y)
+    return np.asarray(correct, dtype=np.float64), np.asarray(conf, dtype=np.float64)
+
+
 def calibration_diagnostics(
     passed: npt.ArrayLike,
     prob: npt.ArrayLike,
@@ -1124,6 +1136,7 @@ def calibration_diagnostics(
     n_bins: int = 10,
     rng: np.random.Generator,
     options: BootstrapOptions = DEFAULT_OPTIONS,
+    low: float = 0.0,
 ) -> CalibrationDiagnostics:
     """Calibration diagnostics of probabilities ``prob`` against human labels ``passed``.
 
@@ -1138,6 +1151,9 @@ def calibration_diagnostics(
     within-bin variation). ``log_loss``: weighted mean with predictions clipped to
     [machine eps, 1 - eps] (scikit-learn's rule). ``auroc``: weighted, ties count one half;
     ``None`` with one class.
+
+    ``low``: the equal-width bins span [low, 1] (0.5 for a confidence in the side a judge
+    chose, the usual binning of a pairwise judge's ECE: :func:`confidence_of`).
 
     ECE is biased upward (absolute values of noisy bin errors); a BCa interval corrects for
     that bias and can therefore lie below the plug-in estimate.
@@ -1174,7 +1190,8 @@ def calibration_diagnostics(
             n=n,
             warnings=("no labelled rows",),
         )
-    uniform = _bin_edges(p, n_bins, "uniform")
+    uniform = (_bin_edges(p, n_bins, "uniform") if low == 0.0
+               else np.linspace(float(low), 1.0, n_bins + 1))
     quantile = _bin_edges(p, n_bins, "quantile")
     p_ll = np.clip(p, np.finfo(np.float64).eps, 1 - np.finfo(np.float64).eps)
     ll_rows = -(y * np.log(p_ll) + (1 - y) * np.log1p(-p_ll))

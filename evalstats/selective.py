@@ -58,9 +58,11 @@ from evalstats._data import as_1d, as_float
 __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_DELTA",
+    "DEFAULT_GRID_STEP",
     "DEFAULT_MIN_COUNT",
     "CascadeResult",
     "TrustThreshold",
+    "threshold_grid",
     "trust_cascade",
     "trust_threshold",
 ]
@@ -68,10 +70,34 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 
 #: Plan defaults of the guaranteed-agreement policy: 90 % agreement, with 90 % probability,
-#: tested only where at least 30 calibration rows are trusted.
+#: tested only where at least 50 calibration rows are trusted, on candidate thresholds every
+#: 0.001 from 1 down to 0.5 (the grid of the published method's code). Why 50 and the grid
+#: rather than the distinct confidences: docs/statistics.md, "Guaranteed agreement".
 DEFAULT_ALPHA: float = 0.1
 DEFAULT_DELTA: float = 0.1
-DEFAULT_MIN_COUNT: int = 30
+DEFAULT_MIN_COUNT: int = 50
+DEFAULT_GRID_STEP: float = 0.001
+
+
+def threshold_grid(step: float | None, *, low: float = 0.5) -> FloatArray | None:
+    """Candidate thresholds ``1, 1 - step, ...`` down to ``low`` (a confidence in the judge's
+    own decision is at least 0.5); ``None`` for ``step=None`` (the distinct confidences).
+    Rounded to 12 decimals so that 0.9 on the grid is the number 0.9 a user writes."""
+    if step is None:
+        return None
+    if isinstance(step, bool) or not 0.0 < float(step) <= 0.5:
+        raise ValueError(f"the grid step must be in (0, 0.5], got {step!r}")
+    k = math.floor((1.0 - low) / float(step) + 1e-9)
+    return np.round(1.0 - float(step) * np.arange(k + 1), 12)
+
+
+def _interval(n: int, errors: int, delta: float) -> list[float] | None:
+    """Two-sided Clopper-Pearson interval (level 1 - delta) of agreement, n - errors of n."""
+    if n <= 0:
+        return None
+    ci = stats.binomtest(n - errors, n).proportion_ci(confidence_level=1.0 - delta,
+                                                      method="exact")
+    return [float(ci.low), float(ci.high)]
 
 
 def _unit_open(value: Any, name: str) -> float:
@@ -138,6 +164,8 @@ class TrustThreshold:
             "errors_trusted": self.errors_trusted,
             "agreement": self.agreement,
             "agreement_lower": self.agreement_lower,
+            "agreement_interval": (_interval(self.n_trusted, self.errors_trusted, self.delta)
+                                   if self.threshold is not None else None),
             "tested": self.tested,
             "min_count": self.min_count,
         }
@@ -246,8 +274,14 @@ class CascadeResult:
     errors_trusted: int = 0
 
     def to_json(self) -> dict[str, Any]:
+        delta = self.stages[0].delta if self.stages else 0.1
         return {
             "stages": [s.to_json() for s in self.stages],
+            # Each stage's share of all rows (its own coverage is of the rows left to it).
+            "shares": [s.n_trusted / self.n if self.n else 0.0 for s in self.stages],
+            "agreement": ((self.n_trusted - self.errors_trusted) / self.n_trusted
+                          if self.n_trusted else None),
+            "agreement_interval": _interval(self.n_trusted, self.errors_trusted, delta),
             "coverage": self.coverage,
             "guaranteed_level": self.guaranteed_level,
             "confidence": self.confidence,
@@ -264,12 +298,14 @@ def trust_cascade(
     alpha: float,
     delta: float,
     min_count: int = DEFAULT_MIN_COUNT,
+    thresholds: npt.ArrayLike | None = None,
 ) -> CascadeResult:
     """Calibrate a cascade of judges on the same calibration rows.
 
     ``confidences[i][j]`` / ``agrees[i][j]``: stage i's confidence and agreement with the human
     on row j (stages in the order they run, cheapest first). Stage i is calibrated with
-    :func:`trust_threshold` on the rows no earlier stage trusted.
+    :func:`trust_threshold` on the rows no earlier stage trusted (``thresholds``: the candidate
+    grid of every stage, default the distinct confidences).
     """
     a_val = _unit_open(alpha, "alpha")
     d_val = _unit_open(delta, "delta")
@@ -286,7 +322,7 @@ def trust_cascade(
     n_trusted = errors = 0
     for conf, ok in zip(confs, oks, strict=True):
         stage = trust_threshold(conf[remaining], ok[remaining], alpha=a_val, delta=d_val,
-                                min_count=min_count)
+                                min_count=min_count, thresholds=thresholds)
         stages.append(stage)
         taken = remaining & stage.trusted(conf)
         n_trusted += int(taken.sum())

@@ -35,8 +35,10 @@ from django.db import transaction
 from annotations.imports_service import annotation_import_clean, annotations_import_bulk
 from annotations.services.labels import CleanLabel
 from judges.services import (
+    ImportedSample,
     VerdictImport,
     judge_imported_version_get_or_create,
+    verdict_probability_problem,
     verdicts_import_bulk,
 )
 from reviewhub.errors import Problems, ValidationFailed
@@ -93,6 +95,8 @@ _MEANINGFUL_OPTIONAL = (
     "output_a",
     "output_b",
     "output_id",
+    "probability",
+    "sample",
 )
 _KNOWN_FIELDS = frozenset(
     {
@@ -119,6 +123,8 @@ _KNOWN_FIELDS = frozenset(
         "stratum",
         "meta",
         "rater",
+        "probability",
+        "sample",
     }
 )
 _PREFIXES = ("stratum.", "meta.", "rater.")
@@ -427,6 +433,11 @@ class _Rating:
     # first): swap it to state it in terms of `pair`.
     flip: bool = False
     convention: str = ""  # pairwise: "outputs" | "presented"
+    # Judges: the judge's probability, meaning per scale (docs/import-ratings.md, "Judge
+    # confidences"), as written in the file (pairwise: in the file's own orientation), and
+    # which of several samples of the same judge call this row is.
+    probability: float | None = None
+    sample: int = 0
 
 
 @dataclass
@@ -758,8 +769,12 @@ def ratings_validate(
                 )
             elif _as_number(r.raw_value) is None:
                 problems.add(r.line, "value", f"{r.raw_value!r} is not a finite number")
+            elif (why := _probability_problem(r, view, _continuous_text(r.raw_value))):
+                problems.add(r.line, "probability", why)
         elif (canon := view.canonical(r.raw_value)) is None:
             problems.add(r.line, "value", _not_a_value(r, view))
+        elif r.kind == "judge" and (why := _probability_problem(r, view, canon)) is not None:
+            problems.add(r.line, "probability", why)
         elif r.kind == "human" and view.model is not None:
             # The annotations app's label rule (values, severity only on failures) applies to
             # imported labels exactly as to submitted ones.
@@ -777,6 +792,7 @@ def ratings_validate(
             r.criterion,
             subject,
             r.order if r.kind == "judge" else "",
+            r.sample,
         )
         if dedupe in seen:
             problems.add(
@@ -983,6 +999,8 @@ def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
         else:
             severity = int(sev) if sev is not None and float(sev).is_integer() else sev_text
 
+    probability, sample = _confidence_cells(line, row, kind, st)
+
     strata, meta = _strata_and_meta(row)
     for dim in strata:
         if not _slug_ok(dim):
@@ -1011,6 +1029,8 @@ def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
         raw_value=value,
         severity=severity,
         item=item,
+        probability=probability,
+        sample=sample,
     )
 
     def register_output(out_id: str, candidate: str, text: str, fld: str) -> tuple[str, str]:
@@ -1102,6 +1122,47 @@ def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
             st.values_by_criterion.setdefault(criterion, []).append(value)
         else:
             st.values_by_criterion.setdefault(criterion, [])
+
+
+def _confidence_cells(
+    line: int, row: Mapping[str, Any], kind: str, st: _State
+) -> tuple[float | None, int]:
+    """The `probability` and `sample` cells of a row: judges only; a probability is a finite
+    number in [0, 1], a sample index an integer >= 0 (default 0)."""
+    problems = st.problems
+    prob: float | None = None
+    raw_p = _text(row, "probability")
+    if raw_p:
+        num = _as_number(raw_p)
+        if kind != "judge":
+            problems.add(line, "probability", "only judge rows carry a probability")
+        elif num is None or not 0.0 <= num <= 1.0:
+            problems.add(line, "probability", f"must be a number in [0, 1], got {raw_p!r}")
+        else:
+            prob = float(num)
+    sample = 0
+    raw_s = _text(row, "sample")
+    if raw_s:
+        num = _as_number(raw_s)
+        if kind != "judge":
+            problems.add(line, "sample", "only judge rows have samples")
+        elif num is None or not float(num).is_integer() or num < 0 or num > 1_000_000:
+            problems.add(line, "sample", f"must be an integer >= 0 (the sample index), got "
+                                         f"{raw_s!r}")
+        else:
+            sample = int(num)
+    return prob, sample
+
+
+def _probability_problem(r: _Rating, view: _CriterionView, canon: str) -> str | None:
+    """Why a judge row's probability contradicts its value: the judges app's rule
+    (`judges.services.verdict_probability_problem`), read in the file's own orientation."""
+    if r.probability is None:
+        return None
+    crit: Any = view.model
+    if crit is None:  # pragma: no cover - every criterion view has its model
+        return None
+    return verdict_probability_problem(crit, canon, r.probability)
 
 
 def _near_known(column: str) -> str | None:
@@ -1521,7 +1582,7 @@ def _write_ratings(
 ) -> None:
     # Canonical values per (rater, criterion, subject); judges may give both orders of a pair.
     ann: dict[tuple[int, int, str, int], CleanLabel] = {}
-    ver: dict[tuple[int, int, str, int], dict[str, str]] = {}
+    ver: dict[tuple[int, int, str, int], list[ImportedSample]] = {}
     ver_crit: dict[tuple[int, int, str, int], tuple[Criterion, bool]] = {}
     for r in plan.ratings:
         view = plan.criteria[r.criterion]
@@ -1549,14 +1610,20 @@ def _write_ratings(
             )
         else:
             key = (version_ids[(r.rater, r.judge_version)], crit.pk, *subject)
-            orders = ver.setdefault(key, {})
+            calls = ver.setdefault(key, [])
             ver_crit[key] = (crit, continuous)
             # The order key records which output the judge saw first, in canonical terms.
+            prob = r.probability
             if r.pair is not None:
                 cid, reversed_ = comparison_of[r.pair]
-                orders["ab" if (r.order == "ab") != reversed_ else "ba"] = value
+                order = "ab" if (r.order == "ab") != reversed_ else "ba"
+                # P(A better) turns with the value when A and B are swapped.
+                if prob is not None and r.flip != reversed_:
+                    prob = 1.0 - prob
             else:
-                orders[""] = value
+                order = ""
+            calls.append(ImportedSample(order=order, sample=r.sample, value=value,
+                                        probability=prob))
     counts = annotations_import_bulk(labels=ann)
     if ann:
         summary.bump("created", "annotation", counts.created)
@@ -1565,8 +1632,8 @@ def _write_ratings(
             summary.bump("unchanged", "annotation", counts.unchanged)
     vcounts = verdicts_import_bulk(
         verdicts={
-            key: VerdictImport(criterion=crit, orders=orders, continuous=continuous)
-            for key, orders in ver.items()
+            key: VerdictImport(criterion=crit, continuous=continuous, samples=tuple(calls))
+            for key, calls in ver.items()
             for crit, continuous in (ver_crit[key],)
         }
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import generics, status
+from rest_framework import generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -198,3 +198,57 @@ class JudgeConnectionTest(APIView):
                                        criterion_key=data.get("criterion_key") or None,
                                        output_id=data.get("output_id"))
         return Response(result.as_dict())
+
+
+class VerdictPushSerializer(serializers.Serializer):
+    """The body of `POST /api/studies/<slug>/verdicts/bulk` (docs/api.md, "Verdicts from judges
+    run elsewhere"); the rows are checked by `services.verdicts_push_bulk`."""
+
+    judge = serializers.DictField(help_text="{name, config_hash, external?, model_family?, "
+                                            "config?}: the judge version by name and config "
+                                            "hash; external: true creates it on first use.")
+    verdicts = serializers.ListField(
+        child=serializers.DictField(), help_text="Up to 10,000 of {criterion, item, candidate | "
+        "candidate_a + candidate_b, value, probability?, sample?, order?, rationale?}.")
+
+
+class VerdictPushResultSerializer(serializers.Serializer):
+    judge_version = serializers.DictField()
+    created = serializers.IntegerField()
+    updated = serializers.IntegerField()
+    unchanged = serializers.IntegerField()
+
+
+class VerdictBulkPush(APIView):
+    @extend_schema(
+        tags=TAGS, operation_id="verdicts_bulk_push",
+        summary="Push verdicts of a judge run elsewhere (idempotent, all or nothing)",
+        description="Upserts by (judge version, criterion, subject, sample): a sample sent "
+                    "again replaces that sample; a subject's samples combine by the judge-run "
+                    "rules. `probability` is P(pass) where the criterion has a pass reading, "
+                    "P(output_a better) for comparisons, P(the given label) for categorical "
+                    "criteria. Any invalid verdict: 400 naming verdicts[i].field, nothing "
+                    "written.",
+        request=VerdictPushSerializer,
+        responses={200: VerdictPushResultSerializer, 201: VerdictPushResultSerializer, **ERRORS},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        study = _study(request, slug, write=True)
+        body = request.data if isinstance(request.data, dict) else {}
+        if not isinstance(request.data, dict):
+            raise ValidationFailed.at("$", "the body is a JSON object {judge, verdicts}")
+        unknown = sorted(set(body) - {"judge", "verdicts"})
+        if unknown:
+            raise ValidationFailed.at(unknown[0], "unknown field")
+        outcome = services.verdicts_push_bulk(
+            study=study, judge=body.get("judge"), verdicts=body.get("verdicts"),
+            created_by=request.user,
+        )
+        v = outcome.version
+        return Response(
+            {"judge_version": {"id": v.pk, "judge": v.judge.name, "version": v.version,
+                               "config_hash": v.content_hash, "created": outcome.version_created},
+             "created": outcome.counts.created, "updated": outcome.counts.updated,
+             "unchanged": outcome.counts.unchanged},
+            status=status.HTTP_201_CREATED if outcome.counts.created else status.HTTP_200_OK,
+        )

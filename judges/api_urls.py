@@ -28,4 +28,6 @@ urlpatterns = [
     path("studies/<slug:slug>/judge-runs/<int:run_id>/rerun", run_api.JudgeRunRerun.as_view(),
          name="judge-run-rerun"),
     path("studies/<slug:slug>/verdicts", run_api.VerdictList.as_view(), name="verdict-list"),
+    path("studies/<slug:slug>/verdicts/bulk", api.VerdictBulkPush.as_view(),
+         name="verdict-bulk-push"),
 ]

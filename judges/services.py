@@ -6,10 +6,11 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 
 from reviewhub.bulkcopy import BATCH, bulk_insert
 from reviewhub.errors import Conflict, Problems, ValidationFailed
@@ -21,6 +22,8 @@ from .config import JudgeNetworkPolicy, config_hash, config_validate, resolve_ho
 from .models import Judge, JudgeVersion, Verdict
 
 MAX_NAME_CHARS = 200
+# Up to this many verdicts, an upsert reads the existing verdicts of its subjects only.
+SUBJECT_FILTER_MAX = 20_000
 
 
 def judge_config_validate(config: Any, *, kind: str | None = None) -> dict[str, Any]:
@@ -194,13 +197,32 @@ def judge_imported_version_get_or_create(
 
 
 @dataclass(frozen=True)
+class ImportedSample:
+    """One judge call brought in from elsewhere: its presentation order ("" for a single
+    output, "ab"/"ba"), sample index, canonical value ("" = unparseable) and the judge's
+    probability in canonical terms: P(pass) where the criterion has a pass reading, P(A
+    better) for a comparison, P(the given label) for a categorical criterion."""
+
+    order: str
+    sample: int
+    value: str
+    probability: float | None = None
+    rationale: str = ""
+
+
+@dataclass(frozen=True)
 class VerdictImport:
     """One imported verdict: canonical value per presentation order ("" for single outputs,
-    "ab"/"ba" for a comparison: which output the judge saw first, in canonical terms)."""
+    "ab"/"ba" for a comparison: which output the judge saw first, in canonical terms).
+
+    ``samples`` (when given) are the judge's calls; ``orders`` is then derived from them and
+    the samples combine by the judge-run rules (`judges.aggregation`): see
+    `verdict_import_fields`."""
 
     criterion: Criterion
-    orders: Mapping[str, str]
+    orders: Mapping[str, str] = field(default_factory=dict)
     continuous: bool = False
+    samples: tuple[ImportedSample, ...] = ()
 
 
 @dataclass
@@ -208,6 +230,142 @@ class VerdictBulkCounts:
     created: int = 0
     updated: int = 0
     unchanged: int = 0
+
+
+def _pass_probability(crit: Criterion, value: str, p: float | None) -> float | None:
+    """A categorical sample's P(the given label) as P(pass): p for a pass label, 1 - p for a
+    fail label. Exact for two labels; with more, a lower bound on the judge's confidence in
+    its pass/fail reading (docs/import-ratings.md). Other scales: p is already P(pass)."""
+    if p is None or crit.scale != Criterion.Scale.CATEGORICAL:
+        return p
+    labels = [str(v) for v in (crit.pass_labels or [])]
+    if not labels:
+        return None
+    return p if value in labels else 1.0 - p
+
+
+def _samples_combined(spec: VerdictImport) -> dict[str, Any]:
+    """value, value_num, probability, details, n_samples of a verdict given as samples."""
+    from .aggregation import CallView, combine_single
+
+    crit = spec.criterion
+    if (len(spec.samples) == 1 and not spec.samples[0].order and not spec.continuous
+            and spec.samples[0].value != "" and crit.scale != Criterion.Scale.CATEGORICAL):
+        # One call on one output (the common case of a push): its value and probability as
+        # given; the same fields the general path below gives one sample.
+        one = spec.samples[0]
+        fields = verdict_import_fields(VerdictImport(criterion=crit, orders={"": one.value}))
+        fields["probability"] = None
+        if one.probability is None and not one.rationale:
+            return fields
+        record: dict[str, Any] = {"sample": one.sample, "value": one.value,
+                                  "probability": one.probability}
+        if one.rationale:
+            record["rationale"] = one.rationale
+        fields["details"] = {**fields["details"], "samples": [record]}
+        if one.probability is not None:
+            fields["details"]["probability_source"] = "imported"
+        fields["probability"] = one.probability
+        fields["rationale"] = one.rationale
+        return fields
+    samples = sorted(spec.samples, key=lambda s: (s.order, s.sample))
+    by_order: dict[str, list[ImportedSample]] = {}
+    for s in samples:
+        by_order.setdefault(s.order, []).append(s)
+    orders: dict[str, str] = {}
+    for order, group in by_order.items():
+        scored = [s.value for s in group if s.value != ""]
+        if not scored:
+            orders[order] = ""
+            continue
+        counts: dict[str, int] = {}
+        for v in scored:
+            counts[v] = counts.get(v, 0) + 1
+        top = max(counts.values())
+        # Ties: the lowest sample index, as the judge-run rules break them.
+        orders[order] = next(v for v in scored if counts[v] == top)
+    simple = len(samples) == len(by_order) and all(
+        s.probability is None and not s.rationale for s in samples)
+    fields = verdict_import_fields(VerdictImport(
+        criterion=crit, orders=orders, continuous=spec.continuous,
+    ))
+    fields["probability"] = None
+    if simple or not fields["is_scored"]:
+        # One call per order and no probability: stored exactly as before samples existed.
+        return fields
+    details = dict(fields["details"])
+    records: list[dict[str, Any]] = []
+    for s in samples:
+        rec: dict[str, Any] = {"sample": s.sample, "value": s.value or None,
+                               "probability": s.probability}
+        if s.order:
+            rec["order"] = s.order
+        if s.rationale:
+            rec["rationale"] = s.rationale
+        records.append(rec)
+    details["samples"] = records
+    scored_s = [s for s in samples if s.value != ""]
+    n_scored = len(scored_s)
+    prob: float | None = None
+    source = ""
+    if crit.scale == Criterion.Scale.PAIRWISE:
+        if all(s.probability is not None for s in scored_s):
+            prob = sum(float(s.probability or 0.0) for s in scored_s) / n_scored
+            source = "imported"
+        elif n_scored >= 2:
+            num = {"A": 1.0, "B": 0.0, "tie": 0.5}
+            prob = sum(num.get(s.value, 0.5) for s in scored_s) / n_scored
+            source = "sample_share"
+    elif spec.continuous or len(samples) == 1:
+        only_one = len(samples) == 1
+        if spec.continuous and not only_one:
+            mean = sum(float(s.value) for s in scored_s) / n_scored
+            fields["value"], fields["value_num"] = repr(mean), mean
+            details["mean"] = mean
+        if all(s.probability is not None for s in scored_s):
+            probs = [_pass_probability(crit, s.value, s.probability) for s in scored_s]
+            if all(p is not None for p in probs):
+                prob = sum(float(p or 0.0) for p in probs) / n_scored
+                source = "imported"
+        elif n_scored >= 2 and crit.pass_threshold is not None:
+            t = float(crit.pass_threshold)
+            prob = sum(float(s.value) >= t for s in scored_s) / n_scored
+            source = "sample_share"
+    else:
+        calls = [
+            CallView(
+                job_id=0, sample_index=s.sample, order="",
+                status="done" if s.value != "" else "unparseable", value=s.value,
+                value_num=criterion_value_num(crit, s.value) if s.value != "" else None,
+                probability=_pass_probability(crit, s.value, s.probability),
+                rationale="", error="" if s.value != "" else "unparseable answer",
+            )
+            for s in samples
+        ]
+        combined = combine_single(
+            scale=crit.scale, calls=calls, pass_threshold=crit.pass_threshold,
+            pass_labels=[str(v) for v in (crit.pass_labels or [])],
+        )
+        fields["value"], fields["value_num"] = combined.value, combined.value_num
+        for k in ("mean", "tie_break", "unscored_samples"):
+            if k in combined.details:
+                details[k] = combined.details[k]
+        prob = combined.probability
+        source = str(combined.details.get("probability_source", ""))
+        if source == "logprobs":
+            source = "imported"
+        if source == "sample_share" and n_scored < 2:
+            prob, source = None, ""  # one answer is not a share
+    if crit.scale == Criterion.Scale.CATEGORICAL and any(s.probability is not None
+                                                         for s in samples):
+        details["probability_meaning"] = "label probability -> P(pass)"
+    if source:
+        details["probability_source"] = source
+    fields["probability"] = prob
+    fields["details"] = details
+    fields["n_samples"] = len(samples)
+    fields["rationale"] = next((s.rationale for s in samples if s.rationale), "")
+    return fields
 
 
 def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
@@ -282,6 +440,55 @@ def _finite(raw: str) -> float | None:
     return num if math.isfinite(num) else None
 
 
+def _rows_any(model: Any, columns: list[str], key: str, values: list[Any],
+              **equal: Any) -> list[tuple[Any, ...]]:
+    """`columns` of the rows of `model` whose `key` is one of `values` (and whose columns in
+    `equal` have those values). On PostgreSQL one array parameter (`= ANY(%s)`): a batch of
+    10,000 values as 10,000 placeholders costs more in building and parsing the query than
+    the lookup itself."""
+    if not values:
+        return []
+    if connection.vendor != "postgresql":
+        return list(model.objects.filter(**{f"{key}__in": values}, **equal)
+                    .values_list(*columns))
+    table = model._meta.db_table
+    # `IN (SELECT unnest(...))` is a semi-join the planner answers with the key's index;
+    # `= ANY(array)` can end up as a filter comparing every row with every value.
+    kind = "text" if all(isinstance(v, str) for v in values) else "bigint"
+    # Driven from the values (a LATERAL index lookup per value): the plan does not depend on
+    # the table's statistics, which lag behind a bulk load.
+    where = " AND ".join([f't."{key}" = u.k', *(f't."{c}" = %s' for c in equal)])
+    cols = ", ".join(f'x."{c}"' for c in columns)
+    inner = ", ".join(f't."{c}"' for c in columns)
+    sql = (f'SELECT {cols} FROM unnest(%s::{kind}[]) AS u(k) CROSS JOIN LATERAL '
+           f'(SELECT {inner} FROM "{table}" t WHERE {where}) AS x')
+    with connection.cursor() as cur:
+        cur.execute(sql, [values, *equal.values()])
+        return [tuple(r) for r in cur.fetchall()]
+
+
+def _of_subjects(versions: Any, crits: Any, outs: list[int], comps: list[int]) -> Any:
+    """The verdicts of judge versions `versions` on criteria `crits` for the given outputs and
+    comparisons (model instances). On PostgreSQL, for one kind of subject, the query is driven
+    from the ids (a LATERAL lookup per id in the (judge version, criterion, subject) index),
+    so a batch costs the same however many verdicts the table holds and whatever the
+    planner's statistics say about a table that was just bulk-loaded."""
+    qs = Verdict.objects.filter(judge_version_id__in=list(versions), criterion_id__in=list(crits))
+    if outs and comps:
+        return qs.filter(Q(output_id__in=outs) | Q(comparison_id__in=comps))
+    column, ids = ("comparison_id", comps) if comps else ("output_id", outs)
+    if connection.vendor != "postgresql":
+        return qs.filter(**{f"{column}__in": ids})
+    table = Verdict._meta.db_table
+    return Verdict.objects.raw(
+        f'SELECT v.* FROM unnest(%s::bigint[]) AS u(sid) CROSS JOIN LATERAL '
+        f'(SELECT * FROM "{table}" w WHERE w."{column}" = u.sid '
+        f'AND w."judge_version_id" = ANY(%s::bigint[]) '
+        f'AND w."criterion_id" = ANY(%s::bigint[])) AS v',
+        [ids, list(versions), list(crits)],
+    )
+
+
 def verdicts_import_bulk(
     *, verdicts: Mapping[tuple[int, int, str, int], VerdictImport], rationale: str = ""
 ) -> VerdictBulkCounts:
@@ -297,18 +504,29 @@ def verdicts_import_bulk(
     versions = {k[0] for k in verdicts}
     crits = {k[1] for k in verdicts}
     postgres = connection.vendor == "postgresql"
+    existing_qs: Any = Verdict.objects.filter(
+        judge_version_id__in=versions, criterion_id__in=crits
+    ).only("id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
+           "value_num", "details", "n_samples", "is_scored", "probability", "rationale")
+    if len(verdicts) <= SUBJECT_FILTER_MAX:
+        # A batch (the push endpoint): read only its subjects' verdicts, so that the cost of a
+        # batch does not grow with everything the judge version has already.
+        outs = [k[3] for k in verdicts if k[2] == "output"]
+        comps = [k[3] for k in verdicts if k[2] != "output"]
+        existing_qs = _of_subjects(versions, crits, outs, comps)
     with transaction.atomic():
         existing: dict[tuple[int, int, str, int], Verdict] = {}
-        for v in Verdict.objects.filter(
-            judge_version_id__in=versions, criterion_id__in=crits
-        ).only("id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
-               "value_num", "details", "n_samples", "is_scored"):
+        for v in existing_qs:
             subj = SubjectRef.of(v.output_id, v.comparison_id).pair
             existing[(v.judge_version_id, v.criterion_id, *subj)] = v
         new: list[dict[str, Any]] = []
         changed: list[Verdict] = []
         for key, spec in verdicts.items():
-            fields = verdict_import_fields(spec)
+            if spec.samples:
+                fields = _samples_combined(spec)
+            else:
+                fields = {**verdict_import_fields(spec), "probability": None,
+                          "rationale": rationale}
             cur = existing.get(key)
             if cur is None:
                 is_output = key[2] == "output"
@@ -321,13 +539,14 @@ def verdicts_import_bulk(
                     "is_scored": fields["is_scored"],
                     "value": fields["value"],
                     "value_num": fields["value_num"],
+                    "probability": fields["probability"],
                     # COPY writes JSON text verbatim; bulk_create wants the object.
                     "details": json.dumps(fields["details"]) if postgres else fields["details"],
                     "n_samples": fields["n_samples"],
-                    "rationale": rationale,
+                    "rationale": fields.get("rationale", rationale),
                 })
-            elif (cur.value, cur.details, cur.is_scored) != (
-                fields["value"], fields["details"], fields["is_scored"]
+            elif (cur.value, cur.details, cur.is_scored, cur.probability) != (
+                fields["value"], fields["details"], fields["is_scored"], fields["probability"]
             ):
                 for k, val in fields.items():
                     setattr(cur, k, val)
@@ -336,7 +555,305 @@ def verdicts_import_bulk(
                 counts.unchanged += 1
         bulk_insert(Verdict, new)
         Verdict.objects.bulk_update(
-            changed, ["value", "value_num", "details", "n_samples", "is_scored"], batch_size=BATCH
+            changed,
+            ["value", "value_num", "details", "n_samples", "is_scored", "probability", "rationale"],
+            batch_size=BATCH,
         )
     counts.created, counts.updated = len(new), len(changed)
     return counts
+
+
+# --- Verdicts pushed by judges run elsewhere (POST /api/studies/<slug>/verdicts/bulk) ---------
+
+MAX_PUSH_VERDICTS = 10_000
+_PUSH_FIELDS = frozenset({"criterion", "item", "candidate", "candidate_a", "candidate_b",
+                          "value", "probability", "sample", "order", "rationale"})
+
+
+def verdict_probability_problem(
+    criterion: Any, value: str, probability: float | None
+) -> str | None:
+    """Why a judge's probability contradicts its value (None when it does not).
+
+    The probability is P(pass) where the criterion has a pass reading (binary; ordinal and
+    interval with a pass threshold), P(output_a better) on a pairwise criterion, P(the given
+    label) on a categorical one. A value on one side of 0.5 with a probability strictly on
+    the other side is refused: one of the two is misread (docs/import-ratings.md)."""
+    p = probability
+    if p is None or value == "":
+        return None
+    scale = criterion.scale
+    if scale == "pairwise":
+        if value == "A" and p < 0.5:
+            return (f"{p:g} is P(A better) but the value is A (a judge preferring B with "
+                    "confidence c gives 1 - c)")
+        if value == "B" and p > 0.5:
+            return (f"{p:g} is P(A better) but the value is B: a judge preferring B with "
+                    f"confidence {p:g} gives {1 - p:g}")
+        return None
+    if scale == "categorical":
+        return None
+    from studies.criteria import criterion_has_pass_reading
+
+    if not criterion_has_pass_reading(criterion):
+        return (f"criterion '{criterion.key}' has no pass/fail reading, so a probability "
+                "(P(pass)) has no meaning here: set its pass threshold, or leave it out")
+    passed = value == "pass" if scale == "binary" else (
+        float(value) >= float(criterion.pass_threshold))
+    if passed and p < 0.5:
+        return f"{p:g} is P(pass) but the value {value!r} passes"
+    if not passed and p > 0.5:
+        return f"{p:g} is P(pass) but the value {value!r} fails"
+    return None
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    version: JudgeVersion
+    version_created: bool
+    counts: VerdictBulkCounts
+
+
+def _stored_samples(v: Verdict) -> list[ImportedSample]:
+    """The calls a stored verdict was combined from (in canonical terms)."""
+    recs = v.details.get("samples") if isinstance(v.details, dict) else None
+    if isinstance(recs, list) and recs and all("sample" in r for r in recs):
+        return [ImportedSample(order=str(r.get("order") or ""), sample=int(r["sample"]),
+                               value=str(r.get("value") or ""),
+                               probability=r.get("probability"),
+                               rationale=str(r.get("rationale") or ""))
+                for r in recs]
+    orders = v.details.get("orders") if isinstance(v.details, dict) else None
+    if isinstance(orders, dict) and orders:
+        return [ImportedSample(order=o, sample=0, value=str(val or ""))
+                for o, val in orders.items()]
+    return [ImportedSample(order="", sample=0, value=v.value, probability=v.probability,
+                           rationale=v.rationale)]
+
+
+def _push_judge_version(*, study: Study, judge_ref: Any, problems: Problems,
+                        created_by: Any) -> tuple[JudgeVersion | None, bool]:
+    if not isinstance(judge_ref, Mapping):
+        problems.add("judge", "required: an object {name, config_hash, external}")
+        return None, False
+    unknown = sorted(set(judge_ref) - {"name", "config_hash", "external", "model_family",
+                                       "config"})
+    for k in unknown:
+        problems.add(f"judge.{k}", "unknown field")
+    name = judge_ref.get("name")
+    digest = judge_ref.get("config_hash")
+    external = judge_ref.get("external", False)
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
+        problems.add("judge.name", f"a non-empty string of at most {MAX_NAME_CHARS} characters")
+    if not isinstance(digest, str) or not digest.strip() or len(digest) > 64:
+        problems.add("judge.config_hash", "a non-empty string of at most 64 characters (the "
+                                          "hash of the judge's configuration)")
+    if not isinstance(external, bool):
+        problems.add("judge.external", "true or false")
+    config = judge_ref.get("config", {})
+    if not isinstance(config, Mapping):
+        problems.add("judge.config", "a JSON object (the judge's configuration, kept as given)")
+    family = judge_ref.get("model_family", "")
+    if not isinstance(family, str) or len(family) > 100:
+        problems.add("judge.model_family", "a string of at most 100 characters")
+    if problems:
+        return None, False
+    judge = Judge.objects.filter(study=study, name=name).first()
+    version = (JudgeVersion.objects.filter(judge=judge, content_hash=digest).first()
+               if judge is not None else None)
+    if version is not None:
+        return version, False
+    if not external:
+        where = "judge" if judge is None else "version of judge"
+        problems.add("judge.config_hash",
+                     f"no {where} '{name}' with this config hash in study '{study.slug}': send "
+                     "\"external\": true to create it on first use")
+        return None, False
+    if judge is not None and judge.kind != Judge.Kind.IMPORTED:
+        problems.add("judge.name", f"'{name}' is an existing {judge.kind} judge whose versions "
+                                   "ReviewHub runs; name the external judge differently")
+        return None, False
+    return None, True
+
+
+def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
+                       created_by: Any = None) -> PushOutcome:
+    """Verdicts of a judge run elsewhere, upserted by (judge version, criterion, subject, sample).
+
+    `judge`: ``{"name", "config_hash", "external"?, "model_family"?, "config"?}`` names the
+    version by judge name and config hash; an unknown one is created on first use when
+    ``external`` is true (kind imported, config ``{"external": true, "config_hash", ...}``).
+    Each verdict names its criterion, its subject (``item`` and ``candidate``, or ``item``,
+    ``candidate_a`` and ``candidate_b`` for a comparison, the outputs ingested first), its
+    ``value`` and optionally ``probability`` (meaning per scale:
+    `verdict_probability_problem`), ``sample`` (index, default 0), ``order`` ("ab"/"ba",
+    comparisons) and ``rationale``. A sample sent again replaces that sample; the samples of
+    a subject combine by the judge-run rules. Every row is checked before anything is
+    written (ValidationFailed with ``verdicts[i].field`` paths); one transaction.
+    """
+    from studies.imports_service import comparisons_import_bulk
+    from studies.models import Candidate, Item, Output, RubricVersion
+
+    problems = Problems()
+    version, create = _push_judge_version(study=study, judge_ref=judge, problems=problems,
+                                          created_by=created_by)
+    if not isinstance(verdicts, list) or not verdicts:
+        problems.add("verdicts", "a non-empty list of verdicts")
+        problems.raise_if_any("The verdicts")
+    assert isinstance(verdicts, list)
+    if len(verdicts) > MAX_PUSH_VERDICTS:
+        problems.add("verdicts", f"at most {MAX_PUSH_VERDICTS} verdicts per request, got "
+                                 f"{len(verdicts)}: send them in batches")
+        problems.raise_if_any("The verdicts")
+    rubric = RubricVersion.objects.filter(study=study).order_by("-version").first()
+    crits = {c.key: c for c in Criterion.objects.filter(rubric=rubric)} if rubric else {}
+    # Only the items this request names: a batch costs the same in a study of any size.
+    named = list({str(r.get("item")) for r in verdicts if isinstance(r, Mapping)})
+    items = dict(_rows_any(Item, ["external_id", "id"], "external_id", named,
+                           study_id=study.pk))
+    cands = {n: i for n, i in Candidate.objects.filter(study=study).values_list("name", "id")}
+    outs = {(it, ca): o for o, it, ca in _rows_any(
+        Output, ["id", "item_id", "candidate_id"], "item_id", list(items.values()))}
+    parsed: list[tuple[int, Criterion, str, tuple[int, ...], ImportedSample, str]] = []
+    seen: dict[tuple[Any, ...], int] = {}
+    for i, row in enumerate(verdicts):
+        at = f"verdicts[{i}]"
+        start = problems.count
+        if not isinstance(row, Mapping):
+            problems.add(at, "must be an object")
+            continue
+        for k in sorted(set(row) - _PUSH_FIELDS):
+            problems.add(f"{at}.{k}", "unknown field")
+        crit_key = row.get("criterion")
+        crit = crits.get(crit_key) if isinstance(crit_key, str) else None
+        if crit is None:
+            problems.add(f"{at}.criterion", f"unknown criterion {row.get('criterion')!r} (the "
+                                            f"rubric has: {', '.join(sorted(crits)) or 'none'})")
+        item = items.get(str(row.get("item"))) if isinstance(row.get("item"), str) else None
+        if item is None:
+            problems.add(f"{at}.item", f"unknown item {row.get('item')!r}: ingest the items "
+                                       "and outputs first")
+        value = row.get("value")
+        if not isinstance(value, str):
+            problems.add(f"{at}.value", "a string (empty: the judge's answer was unparseable)")
+            value = ""
+        prob = row.get("probability")
+        if prob is not None and (isinstance(prob, bool) or not isinstance(prob, (int, float))
+                                 or not math.isfinite(float(prob)) or not 0 <= prob <= 1):
+            problems.add(f"{at}.probability", f"a number in [0, 1], got {prob!r}")
+            prob = None
+        sample = row.get("sample", 0)
+        if isinstance(sample, bool) or not isinstance(sample, int) or not 0 <= sample <= 1_000_000:
+            problems.add(f"{at}.sample", f"an integer >= 0 (the sample index), got {sample!r}")
+            sample = 0
+        rationale = row.get("rationale", "")
+        if not isinstance(rationale, str):
+            problems.add(f"{at}.rationale", "a string")
+            rationale = ""
+        order = row.get("order", "")
+        if crit is None or item is None or problems.count > start:
+            continue
+        pairwise = crit.scale == Criterion.Scale.PAIRWISE
+        subject: tuple[int, ...]
+        if pairwise:
+            ca, cb = row.get("candidate_a"), row.get("candidate_b")
+            ids = []
+            for name, cand in (("candidate_a", ca), ("candidate_b", cb)):
+                out = outs.get((item, cands.get(cand, -1))) if isinstance(cand, str) else None
+                if out is None:
+                    problems.add(f"{at}.{name}", f"no output of candidate {cand!r} for item "
+                                                 f"{row.get('item')!r}: ingest it first")
+                ids.append(out)
+            if order not in ("", "ab", "ba"):
+                problems.add(f"{at}.order", f"'ab' or 'ba' (which output the judge saw "
+                                            f"first), got {order!r}")
+            if "candidate" in row:
+                problems.add(f"{at}.candidate", "a comparison names candidate_a and candidate_b")
+            if ids[0] is not None and ids[0] == ids[1]:
+                problems.add(f"{at}.candidate_b", "a comparison needs two different outputs")
+            if problems.count > start:
+                continue
+            subject = (item, int(ids[0] or 0), int(ids[1] or 0))
+            order = order or "ab"
+        else:
+            cand = row.get("candidate")
+            out = outs.get((item, cands.get(cand, -1))) if isinstance(cand, str) else None
+            if out is None:
+                problems.add(f"{at}.candidate", f"no output of candidate {cand!r} for item "
+                                                f"{row.get('item')!r}: ingest it first")
+            for k in ("candidate_a", "candidate_b", "order"):
+                if k in row:
+                    problems.add(f"{at}.{k}", f"only comparisons have {k}")
+            if problems.count > start:
+                continue
+            subject = (int(out or 0),)
+            order = ""
+        if value != "":
+            try:
+                criterion_value_num(crit, value)
+            except ValueError as exc:
+                problems.add(f"{at}.value", str(exc))
+                continue
+            why = verdict_probability_problem(crit, value, prob)
+            if why is not None:
+                problems.add(f"{at}.probability", why)
+                continue
+        dup = (crit.pk, subject, order, sample)
+        if dup in seen:
+            problems.add(f"{at}.sample", f"sample {sample} of this subject is also "
+                                         f"verdicts[{seen[dup]}]")
+            continue
+        seen[dup] = i
+        parsed.append((i, crit, order, subject, ImportedSample(
+            order=order, sample=sample, value=value,
+            probability=None if prob is None else float(prob), rationale=rationale),
+            rationale))
+    problems.raise_if_any("The verdicts")
+    with transaction.atomic():
+        if create:
+            outcome = judge_imported_version_get_or_create(
+                study=study, name=judge["name"], label=judge["config_hash"],
+                value_type="label", model_family=judge.get("model_family", ""),
+                created_by=created_by, description="Verdicts pushed by a judge run elsewhere",
+            )
+            version = outcome.version
+            version.content_hash = judge["config_hash"]
+            version.config = {"external": True, "config_hash": judge["config_hash"],
+                              "config": dict(judge.get("config") or {})}
+            version.save(update_fields=["content_hash", "config"])
+        assert version is not None
+        pairs = sorted({(s[0], s[1], s[2]) for _, _, _, s, _, _ in parsed if len(s) == 3})
+        stored, _ = comparisons_import_bulk(study=study, pairs=pairs) if pairs else ({}, None)
+        calls: dict[tuple[int, int, str, int], dict[tuple[str, int], ImportedSample]] = {}
+        crit_of: dict[tuple[int, int, str, int], Criterion] = {}
+        for _, crit, order, subject, smp, _ in parsed:
+            if len(subject) == 3:
+                cid, reversed_ = stored[(subject[1], subject[2])]
+                key = (version.pk, crit.pk, "comparison", cid)
+                if reversed_:
+                    swap = {"A": "B", "B": "A"}
+                    smp = ImportedSample(
+                        order="ba" if order == "ab" else "ab", sample=smp.sample,
+                        value=swap.get(smp.value, smp.value),
+                        probability=None if smp.probability is None else 1 - smp.probability,
+                        rationale=smp.rationale)
+            else:
+                key = (version.pk, crit.pk, "output", subject[0])
+            calls.setdefault(key, {})[(smp.order, smp.sample)] = smp
+            crit_of[key] = crit
+        # Samples sent earlier stay unless this request sends the same (order, sample).
+        prior = _of_subjects(
+            [version.pk], {k[1] for k in calls},
+            [k[3] for k in calls if k[2] == "output"],
+            [k[3] for k in calls if k[2] == "comparison"],
+        )
+        for v in prior:
+            k = (version.pk, v.criterion_id, *SubjectRef.of(v.output_id, v.comparison_id).pair)
+            if k in calls:
+                for old in _stored_samples(v):
+                    calls[k].setdefault((old.order, old.sample), old)
+        counts = verdicts_import_bulk(verdicts={
+            k: VerdictImport(criterion=crit_of[k], samples=tuple(smps.values()))
+            for k, smps in calls.items()
+        })
+    return PushOutcome(version=version, version_created=create, counts=counts)

@@ -468,7 +468,8 @@ SEVERITY_LEVELS = ("1", "2", "3", "4", "5")
 POLICY_KINDS = ("cost_optimal", "guaranteed_agreement")
 # The defaults of a plan without `costs` / `policy`. They are evalstats.costs'
 # DEFAULT_SEVERITY_COSTS / DEFAULT_REJECT_COST / DEFAULT_REVIEW_COST / DEFAULT_UNIT and
-# evalstats.selective's DEFAULT_ALPHA / DEFAULT_DELTA / DEFAULT_MIN_COUNT, written out again
+# evalstats.selective's DEFAULT_ALPHA / DEFAULT_DELTA / DEFAULT_MIN_COUNT / DEFAULT_GRID_STEP,
+# written out again
 # because studies may not import evalstats (a test asserts they are equal); the scale is
 # justified in evalstats/costs.py and docs/study-spec.md.
 DEFAULT_PLAN_COSTS: dict[str, Any] = {
@@ -478,8 +479,12 @@ DEFAULT_PLAN_COSTS: dict[str, Any] = {
     "review": 1.0,
 }
 DEFAULT_PLAN_POLICY: dict[str, Any] = {
-    "kind": "cost_optimal", "alpha": 0.1, "delta": 0.1, "min_count": 30, "cascade": [],
+    "kind": "cost_optimal", "alpha": 0.1, "delta": 0.1, "min_count": 50, "cascade": [],
+    "grid_step": 0.001, "score": "confidence",
 }
+# What the guaranteed-agreement policy thresholds: the judge's own confidence in its decision
+# (its probability, as the published method does), or the calibrated P(pass).
+POLICY_SCORES = ("confidence", "calibrated")
 
 PLAN_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -562,10 +567,30 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
                 "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
                 "min_count": {"type": "integer", "minimum": 1},
+                # Candidate thresholds every grid_step from 1 down to 0.5; null: the distinct
+                # confidences of the calibration rows.
+                "grid_step": {"type": ["number", "null"], "exclusiveMinimum": 0,
+                              "maximum": 0.5},
+                "score": {"enum": list(POLICY_SCORES)},
                 "cascade": {  # [] = no cascade (how a normalised plan without one reads)
                     "type": "array",
                     "uniqueItems": True,
-                    "items": {"type": "integer", "minimum": 1},
+                    # A stage is a judge version named by judge and version (its number, or
+                    # the label / config hash it was imported or pushed with), so a plan can
+                    # be written before the verdicts exist; a bare integer is a version id
+                    # (plans written before names were accepted).
+                    "items": {"oneOf": [
+                        {"type": "integer", "minimum": 1},
+                        {"type": "object", "additionalProperties": False,
+                         "required": ["judge", "version"],
+                         "properties": {
+                             "judge": {"type": "string", "minLength": 1, "maxLength": 200},
+                             "version": {"oneOf": [
+                                 {"type": "integer", "minimum": 1},
+                                 {"type": "string", "minLength": 1, "maxLength": 200},
+                             ]},
+                         }},
+                    ]},
                 },
             },
         },
@@ -769,7 +794,11 @@ def _policy_normalised(raw: Mapping[str, Any]) -> dict[str, Any]:
         "alpha": float(raw.get("alpha", DEFAULT_PLAN_POLICY["alpha"])),
         "delta": float(raw.get("delta", DEFAULT_PLAN_POLICY["delta"])),
         "min_count": int(raw.get("min_count", DEFAULT_PLAN_POLICY["min_count"])),
-        "cascade": [int(x) for x in raw.get("cascade", [])],
+        "cascade": [x if isinstance(x, Mapping) and not isinstance(x, bool) else int(x)
+                    for x in raw.get("cascade", [])],
+        "grid_step": (None if raw.get("grid_step", DEFAULT_PLAN_POLICY["grid_step"]) is None
+                      else float(raw.get("grid_step", DEFAULT_PLAN_POLICY["grid_step"]))),
+        "score": str(raw.get("score", DEFAULT_PLAN_POLICY["score"])),
     }
 
 
@@ -810,10 +839,25 @@ def plan_costs(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
     return _costs_normalised(raw), False
 
 
+def plan_policy_section_problems(raw: Any) -> list[tuple[str, str]]:
+    """(path, message) of each problem of a `policy` section on its own (schema, cross-checks),
+    paths under ``spec.policy``: for a policy given elsewhere than in a plan (the calibration
+    report's exploratory `policy` parameter)."""
+    problems = Problems()
+    path = join("spec", "policy")
+    for err in sorted(_SECTION_VALIDATORS["policy"].iter_errors(raw),
+                      key=lambda e: list(e.absolute_path)):
+        problems.add(_json_path(path, list(err.absolute_path)), err.message)
+    if not problems:
+        _policy_check(raw, path, problems)
+    return [(str(e["path"]), str(e["message"])) for e in problems.items]
+
+
 def plan_policy(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
     """The plan's decision policy with defaults, and whether the whole section is the default.
 
-    Returns ``({"kind", "alpha", "delta", "min_count", "cascade"}, is_default)``; without a
+    Returns ``({"kind", "alpha", "delta", "min_count", "cascade", "grid_step", "score"},
+    is_default)``; without a
     `policy` section the policy is cost-optimal decisions (``is_default`` true). A given
     section gets the defaults of the fields it leaves out (``is_default`` false).
     """

@@ -392,7 +392,7 @@ PLAN = {"criteria": {"correct": {"metric": "pass_rate", "threshold": 0.5}}}
 def test_guaranteed_agreement_trusts_only_above_its_threshold(built: dict[str, Any]) -> None:
     alpha = 0.15
     spec = {**PLAN, "policy": {"kind": "guaranteed_agreement", "alpha": alpha, "delta": 0.1,
-                               "min_count": 30}}
+                               "min_count": 30, "score": "calibrated", "grid_step": None}}
     res = _compute_with_plan(built["study"], spec)
     assert res.policy["kind"] == "guaranteed_agreement" and res.policy["is_default"] is False
     whole = next(c for c in res.cells if c.stratum == "")
@@ -431,13 +431,15 @@ def test_a_cascade_hands_on_what_the_cheaper_judge_does_not_trust(
         for o, v in zip(built["outputs"], noisy, strict=True)
     ])
     spec = {**PLAN, "policy": {"kind": "guaranteed_agreement", "alpha": 0.15, "delta": 0.1,
-                               "min_count": 30, "cascade": [cheap.pk, built["jv"].pk]}}
+                               "min_count": 30, "cascade": [cheap.pk, built["jv"].pk],
+                               "score": "calibrated", "grid_step": None}}
     res = _compute_with_plan(built["study"], spec)
     cascade = res.cascades["correct"]
     assert res.cascade == cascade and len(cascade["stages"]) == 2
     first, second = cascade["stages"]
     by_jv = {c.judge_version: c for c in res.cells if c.stratum == ""}
-    assert by_jv[cheap.pk].trust == first and by_jv[built["jv"].pk].trust == second
+    assert by_jv[cheap.pk].trust == {**first, "score": "calibrated"}
+    assert by_jv[built["jv"].pk].trust == {**second, "score": "calibrated"}
     rows = [r for r in _rows(res).values() if r["source"] == "judge"]
     served = {r["judge_version_id"] for r in rows if r["decision"] != "escalate"}
     assert served <= {cheap.pk, built["jv"].pk}

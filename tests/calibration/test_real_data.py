@@ -331,7 +331,8 @@ def test_pandalm_before_and_curve(pandalm: dict[str, Any], judge: str) -> None:
     cells = _pandalm_cells(pandalm, judge)
     for label, cell in cells.items():
         if cell["too_few_labels"]:
-            assert cell["diagnostics"] == {"before": None, "after": None}
+            assert cell["diagnostics"] in ({"before": None, "after": None},
+                                           {"before": None, "after": None, "confidence": None})
             continue
         sub = labelled if label == "" else labelled[labelled["cell"] == label]
         y = sub["passed"].to_numpy()
@@ -343,6 +344,10 @@ def test_pandalm_before_and_curve(pandalm: dict[str, Any], judge: str) -> None:
             log_loss(y, prob, labels=[0, 1]), rel=1e-9)
         if 0 < y.mean() < 1:
             assert before["auroc"]["value"] == pytest.approx(roc_auc_score(y, prob))
+        # The ECE in confidence bins over [0.5, 1] (issue 24): a judge certain of every side it
+        # picks sits in the top bin, so its ECE is 1 - the share of pairs where humans agree.
+        conf_before = cell["diagnostics"]["confidence"]["before"]
+        assert _value(conf_before, "ece") == pytest.approx(1 - y.mean(), abs=1e-12)
     # An always-certain judge that is wrong on about a quarter of the pairs: on the whole study the
     # held-out calibrated confidence beats it (small strata are too noisy to say).
     whole = cells[""]

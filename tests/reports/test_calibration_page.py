@@ -94,7 +94,7 @@ def test_renders_figures_and_escapes_hostile_text(world: World, lead_page: Clien
     assert f"snapshot #{snap.pk}" in html
     # costs, thresholds, policy costs per 1,000, guaranteed agreement, cascade
     for text in ("Passing a failure of severity 5", "25.0", "fail below 0.125, pass from 0.875",
-                 "7.25 [5.50, 9.00]", "812", "301", "coverage 0.73, agreement ≥ 0.917",
+                 "7.25 [5.50, 9.00]", "812", "301", "coverage 0.73, agreement 0.950, ≥ 0.917",
                  "0.640 of outputs decided without humans", "too few labels", "80 % borrowed"):
         assert text in html, text
     # the advice, from calibration.advice (12 labels borrowing 80 %: 36 more)

@@ -18,7 +18,12 @@ from evalstats.costs import (
     DEFAULT_UNIT,
     CostModel,
 )
-from evalstats.selective import DEFAULT_ALPHA, DEFAULT_DELTA, DEFAULT_MIN_COUNT
+from evalstats.selective import (
+    DEFAULT_ALPHA,
+    DEFAULT_DELTA,
+    DEFAULT_GRID_STEP,
+    DEFAULT_MIN_COUNT,
+)
 from reviewhub.errors import AppError, ValidationFailed
 from studies.spec import (
     PlanContext,
@@ -73,7 +78,8 @@ def test_defaults_equal_evalstats_defaults():
     policy, is_default = plan_policy(None)
     assert is_default
     assert policy == {"kind": "cost_optimal", "alpha": DEFAULT_ALPHA, "delta": DEFAULT_DELTA,
-                      "min_count": DEFAULT_MIN_COUNT, "cascade": []}
+                      "min_count": DEFAULT_MIN_COUNT, "cascade": [],
+                      "grid_step": DEFAULT_GRID_STEP, "score": "confidence"}
 
 
 def test_a_plan_without_costs_gets_the_defaults_and_says_so():
@@ -95,7 +101,8 @@ def test_given_sections_are_used_and_normalised():
                      "false_fail": 1.5, "review": 0.8}
     assert spec["costs"] == costs  # the stored plan holds exactly what is used
     policy, is_default = plan_policy(spec)
-    assert not is_default and policy == {**POLICY, "alpha": 0.05}
+    assert not is_default and policy == {**POLICY, "alpha": 0.05, "grid_step": 0.001,
+                                         "score": "confidence"}
     # Fields left out get the defaults, written into the stored plan so a locked plan keeps
     # its meaning if the defaults change.
     no_unit = {k: v for k, v in COSTS.items() if k != "unit"}
@@ -103,7 +110,8 @@ def test_given_sections_are_used_and_normalised():
                               context=CONTEXT)
     assert spec["costs"]["unit"] == "points"
     assert spec["policy"] == {"kind": "guaranteed_agreement", "alpha": 0.1, "delta": 0.1,
-                              "min_count": 30, "cascade": []}
+                              "min_count": 50, "cascade": [], "grid_step": 0.001,
+                              "score": "confidence"}
     assert plan_policy(spec) == (spec["policy"], False)
     # Validating a normalised plan again changes nothing (a lock re-checks the stored spec).
     assert plan_spec_validate(spec, context=CONTEXT) == spec
@@ -154,7 +162,12 @@ def _sev(**levels: Any) -> dict[str, Any]:
         ({"policy": {**POLICY, "kind": "majority"}}, "spec.policy.kind", "is not one of"),
         ({"policy": {"alpha": 0.1}}, "spec.policy", "'kind' is a required property"),
         ({"policy": {**POLICY, "cascade": [3, 3]}}, "spec.policy.cascade", "non-unique"),
-        ({"policy": {**POLICY, "cascade": [0]}}, "spec.policy.cascade[0]", "minimum"),
+        ({"policy": {**POLICY, "cascade": [0]}}, "spec.policy.cascade[0]", "not valid"),
+        ({"policy": {**POLICY, "cascade": [{"judge": "j"}]}}, "spec.policy.cascade[0]",
+         "not valid"),
+        ({"policy": {**POLICY, "grid_step": 0}}, "spec.policy.grid_step", "less than or equal"),
+        ({"policy": {**POLICY, "grid_step": 0.7}}, "spec.policy.grid_step", "maximum"),
+        ({"policy": {**POLICY, "score": "raw"}}, "spec.policy.score", "is not one of"),
         ({"policy": {"kind": "cost_optimal", "cascade": [3]}}, "spec.policy.cascade",
          "guaranteed_agreement policy only"),
     ],

@@ -1,0 +1,181 @@
+#!/usr/bin/env python
+"""Benchmark (not a test): judge verdicts with probabilities brought in, and the
+guaranteed-agreement policy over them (issue 24 §4; figures in docs/benchmarks.md, "Judge
+confidences and trust or escalate").
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/rh_conf .venv/bin/python bench/verdict_push.py
+
+Creates a throwaway database next to DATABASE_URL's (dropped at the end) and measures:
+
+1. Import: 1,000,000 binary verdicts of one simulated external judge, each with a
+   probability, pushed through `judges.services.verdicts_push_bulk` (what
+   `POST /api/studies/<slug>/verdicts/bulk` calls) in batches of 10,000 on a study of
+   1,000,000 outputs (seeded with COPY beforehand, not timed): rows/s overall, the slowest
+   batch, and the process's RSS after every 100,000 rows (flat memory: each batch is read,
+   checked and written on its own). Then the same 1,000,000 sent again (all unchanged).
+2. Policy: the guaranteed-agreement decisions over 1,000,000 verdicts x 3 simulated judges
+   (pure evalstats, as calibration/compute.py runs them): each judge's threshold from 10,000
+   human-labelled rows on the plan's default grid (0.001 steps) and minimum count, the
+   3-stage cascade, and the trusted flags of all 3,000,000 verdicts; wall time of the whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import resource
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse, urlunparse
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def policy_bench(n: int, n_cal: int) -> dict[str, float]:
+    from evalstats.selective import threshold_grid, trust_cascade, trust_threshold
+
+    rng = np.random.default_rng(7)
+    grid = threshold_grid(0.001)
+    confs, oks = [], []
+    for k in range(3):  # three simulated judges, sharper ones later
+        c = np.round(0.5 + 0.5 * rng.beta(2 + k, 1, n), 4)
+        ok = (rng.random(n) < 0.3 + 0.65 * c).astype(float)
+        confs.append(c)
+        oks.append(ok)
+    t0 = time.perf_counter()
+    cal = slice(0, n_cal)
+    stages = [trust_threshold(c[cal], ok[cal], alpha=0.15, delta=0.1, min_count=50,
+                              thresholds=grid) for c, ok in zip(confs, oks, strict=True)]
+    cascade = trust_cascade([c[cal] for c in confs], [ok[cal] for ok in oks], alpha=0.15,
+                            delta=0.1, min_count=50, thresholds=grid)
+    remaining = np.ones(n, dtype=bool)
+    trusted_any = np.zeros(n, dtype=bool)
+    for c, st in zip(confs, cascade.stages, strict=True):
+        take = remaining & st.trusted(c)
+        trusted_any |= take
+        remaining &= ~take
+    per_judge = [st.trusted(c) for c, st in zip(confs, stages, strict=True)]
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "cascade_coverage": float(trusted_any.mean()),
+            "judge_coverage": float(np.mean([p.mean() for p in per_judge]))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--verdicts", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=10_000)
+    args = parser.parse_args()
+    base = os.environ.get("DATABASE_URL", "")
+    if not base.startswith(("postgres://", "postgresql://")):
+        raise SystemExit("Set DATABASE_URL to a PostgreSQL URL.")
+    parsed = urlparse(base)
+    bench_db = f"rh_bench_verdicts_{os.getpid()}"
+    bench_url = urlunparse(parsed._replace(path=f"/{bench_db}"))
+    admin_url = urlunparse(parsed._replace(path="/postgres"))
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{bench_db}"')
+    env = {**os.environ, "DATABASE_URL": bench_url, "DJANGO_DEBUG": "0",
+           "DJANGO_SECRET_KEY": secrets.token_urlsafe(40), "PYTHONUNBUFFERED": "1"}
+    os.environ.update(env)
+    try:
+        pol = policy_bench(1_000_000, 10_000)
+        say(f"policy: 1,000,000 verdicts x 3 judges + cascade: {pol['wall_s']:.2f} s "
+            f"(cascade coverage {pol['cascade_coverage']:.3f}, mean judge coverage "
+            f"{pol['judge_coverage']:.3f})")
+        subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v0", "--skip-checks"],
+                       cwd=ROOT, env=env, check=True)
+        sys.path.insert(0, str(ROOT))
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewhub.settings")
+        import django
+
+        django.setup()
+        from django.contrib.auth import get_user_model
+
+        from judges.services import verdicts_push_bulk
+        from reviewhub.bulkcopy import bulk_insert
+        from studies.models import Candidate, Criterion, Item, Output, RubricVersion, Study
+
+        n = args.verdicts
+        owner = get_user_model().objects.create(username="bench")
+        study = Study.objects.create(slug="bench", name="bench", owner=owner, status="open")
+        rubric = RubricVersion.objects.create(study=study, version=1)
+        Criterion.objects.create(rubric=rubric, key="ok", name="OK", guidance="g",
+                                 scale="binary")
+        cand = Candidate.objects.create(study=study, name="m")
+        t0 = time.perf_counter()
+        bulk_insert(Item, [{"study_id": study.pk, "external_id": f"i{i}", "input": "q"}
+                           for i in range(n)])
+        ids = dict(Item.objects.filter(study=study).values_list("external_id", "id"))
+        bulk_insert(Output, [{"study_id": study.pk, "item_id": ids[f"i{i}"],
+                              "candidate_id": cand.pk, "text": "a"} for i in range(n)])
+        del ids
+        say(f"seeded {n:,} items and outputs with COPY in {time.perf_counter() - t0:.1f} s "
+            "(not timed below)")
+        rng = np.random.default_rng(3)
+        probs = np.round(rng.random(n), 4)
+        judge = {"name": "external", "config_hash": "bench", "external": True}
+
+        def push_all() -> tuple[float, float, list[float], dict[str, int]]:
+            rss: list[float] = []
+            slowest = 0.0
+            totals = {"created": 0, "updated": 0, "unchanged": 0}
+            start = time.perf_counter()
+            for lo in range(0, n, args.batch):
+                rows: list[dict[str, Any]] = [
+                    {"criterion": "ok", "item": f"i{i}", "candidate": "m",
+                     "value": "pass" if probs[i] >= 0.5 else "fail",
+                     "probability": float(probs[i])}
+                    for i in range(lo, min(n, lo + args.batch))
+                ]
+                b0 = time.perf_counter()
+                out = verdicts_push_bulk(study=study, judge=judge, verdicts=rows)
+                slowest = max(slowest, time.perf_counter() - b0)
+                for k in totals:
+                    totals[k] += getattr(out.counts, k)
+                if (lo + args.batch) % 100_000 == 0:
+                    rss.append(rss_mib())
+            return time.perf_counter() - start, slowest, rss, totals
+
+        wall, slowest, rss, totals = push_all()
+        say(f"push {n:,} verdicts with probabilities in batches of {args.batch:,}: {wall:.1f} s, "
+            f"{n / wall:,.0f} rows/s, slowest batch {slowest:.2f} s, {totals}")
+        say("RSS MiB after each 100,000: " + ", ".join(f"{r:.0f}" for r in rss))
+        wall, slowest, rss, totals = push_all()
+        say(f"re-push (all unchanged): {wall:.1f} s, {n / wall:,.0f} rows/s, {totals}")
+        say("RSS MiB after each 100,000: " + ", ".join(f"{r:.0f}" for r in rss))
+        say(f"peak RSS (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
+            " MiB")
+    finally:
+        from django.db import connections
+
+        # Django may not be set up yet when seeding failed early.
+        with contextlib.suppress(Exception):
+            connections.close_all()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{bench_db}" WITH (FORCE)')
+        say("cleaned up: database dropped")
+
+
+if __name__ == "__main__":
+    main()
