@@ -185,6 +185,9 @@ def main() -> int:
     command, rest = sys.argv[1], sys.argv[2:]
     if command == "setup":
         ensure_venv("dev")
+        # The documented `manage.py` commands need a secret key; the same local .env as the
+        # demo's makes them work right after setup (an exported DJANGO_SECRET_KEY wins).
+        ensure_env_file()
         return 0
     return demo(rest) if command == "demo" else test(rest)
 
