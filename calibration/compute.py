@@ -300,46 +300,22 @@ def _humans(rows: pd.DataFrame, rule: CriterionRule, values: tuple[str, ...]) ->
         .reindex(labels.index)
     )
     n_labels = pd.Series(1, index=subj).groupby(level=0).sum().reindex(labels.index, fill_value=0)
-    if rule.scale != "pairwise":
-        # The one human-label rule of the evidence read model (calibration.frames).
-        hl = human_labels(
-            subject=subj, reading=reading, draw_kind=kind,
-            inclusion=human["inclusion_probability"].to_numpy(dtype=np.float64),
-            gold={int(k): float(v) for k, v in
-                  gold[labels["gold_label"].notna().to_numpy()].items()},
-            adjudicated={int(k): float(v) for k, v in
-                         adjudicated[labels["adjudicated_label"].notna().to_numpy()].items()})
-        idx = pd.Index(hl.subjects)
-        consensus = pd.Series(hl.label, index=idx).reindex(labels.index).astype(np.float64)
-        source = pd.Series(np.where(pd.Series(hl.source, index=idx).reindex(labels.index)
-                                    .to_numpy() == "adjudication", "adjudicated", "human"),
-                           index=labels.index)
-        fit = pd.Series(hl.countable, index=idx).reindex(labels.index, fill_value=False)
-        weight = pd.Series(hl.weight, index=idx).reindex(labels.index).fillna(1.0)
-        return _Humans(consensus, source, fit.astype(bool), weight, severity, n_labels)
-    frame = pd.DataFrame({"subject": subj, "reading": reading})
-    counts = pd.crosstab(frame["subject"], frame["reading"]) if len(frame) else pd.DataFrame()
-    if len(counts):
-        arr = counts.to_numpy()
-        top = arr.max(axis=1)
-        unique = (arr == top[:, None]).sum(axis=1) == 1
-        sides = counts.columns.to_numpy(dtype=np.float64)[arr.argmax(axis=1)]
-        majority = pd.Series(np.where(unique, sides, np.nan), index=counts.index)
-    else:
-        majority = pd.Series(dtype=np.float64)
-    consensus = majority.reindex(labels.index)
-    consensus = consensus.where(gold.isna(), gold)
-    consensus = consensus.where(adjudicated.isna(), adjudicated).astype(np.float64)
-    source = pd.Series(np.where(adjudicated.notna(), "adjudicated", "human"), index=labels.index)
-    not_escalated = np.array([k != "escalation" for k in kind], dtype=bool)
-    fit_any = pd.Series(not_escalated, index=subj).groupby(level=0).any()
-    fit = fit_any.reindex(labels.index, fill_value=False)
-    # A gold label with no annotation is a gold draw: a non-random but non-escalation label.
-    fit = fit | (gold.notna() & ~labels.index.isin(np.unique(subj)))
-    pi = human["inclusion_probability"].to_numpy(dtype=np.float64)
-    is_random = np.array([k == "random" for k in kind], dtype=bool) & np.isfinite(pi) & (pi > 0)
-    pi_max = pd.Series(np.where(is_random, pi, np.nan), index=subj).groupby(level=0).max()
-    weight = (1.0 / pi_max.reindex(labels.index)).fillna(1.0)
+    # The one human-label rule of the evidence read model (calibration.frames): pass readings,
+    # or the side codes of a pairwise criterion (the side most annotators chose).
+    hl = human_labels(
+        subject=subj, reading=reading, draw_kind=kind,
+        inclusion=human["inclusion_probability"].to_numpy(dtype=np.float64),
+        gold={int(k): float(v) for k, v in
+              gold[labels["gold_label"].notna().to_numpy()].items()},
+        adjudicated={int(k): float(v) for k, v in
+                     adjudicated[labels["adjudicated_label"].notna().to_numpy()].items()})
+    idx = pd.Index(hl.subjects)
+    consensus = pd.Series(hl.label, index=idx).reindex(labels.index).astype(np.float64)
+    source = pd.Series(np.where(pd.Series(hl.source, index=idx).reindex(labels.index)
+                                .to_numpy() == "adjudication", "adjudicated", "human"),
+                       index=labels.index)
+    fit = pd.Series(hl.countable, index=idx).reindex(labels.index, fill_value=False)
+    weight = pd.Series(hl.weight, index=idx).reindex(labels.index).fillna(1.0)
     return _Humans(consensus, source, fit.astype(bool), weight, severity, n_labels)
 
 

@@ -149,6 +149,10 @@ class RatingData:
     orders: pd.DataFrame = field(default_factory=pd.DataFrame)
     # user id -> the member's attributes ({"group": "expert"}); members without any are absent.
     rater_attributes: dict[int, dict[str, str]] = field(default_factory=dict)
+    # (criterion id, subject) -> the stored (gold, latest adjudicated) label values (None
+    # without one), for a lean load that reads them apart (`stored_labels_load`).
+    stored_labels: dict[tuple[int, int], tuple[str | None, str | None]] = field(
+        default_factory=dict)
 
 
 # Codes used by the statistics: nominal scales get category indices; pairwise follows the
@@ -439,6 +443,38 @@ def _attach_labels(ratings: pd.DataFrame, labels: pd.DataFrame, column: str) -> 
     return pd.Series(out, index=ratings.index, dtype=object, name=column)
 
 
+def stored_labels_load(
+    criterion_ids: Sequence[int],
+) -> dict[tuple[int, int], tuple[str | None, str | None]]:
+    """(criterion id, subject) -> (gold label, latest adjudication) stored values, for the
+    criteria given: the deliberate labels the one human-label rule puts before the annotators'
+    consensus (`human_labels`), for a consumer whose load leaves them out (the agreement
+    report's lean column set). Two queries."""
+    out: dict[tuple[int, int], tuple[str | None, str | None]] = {}
+    ids = list(criterion_ids)
+    gold = _labels(GoldLabel.objects.filter(criterion_id__in=ids), latest=True)
+    adjudicated = _labels(Adjudication.objects.filter(criterion_id__in=ids), latest=True)
+    for frame, at in ((gold, 0), (adjudicated, 1)):
+        for sub, crit, label in zip(frame["subject"].tolist(), frame["criterion"].tolist(),
+                                    frame["label"].tolist(), strict=True):
+            pair = list(out.get((int(crit), int(sub)), (None, None)))
+            pair[at] = None if label is None else str(label)
+            out[(int(crit), int(sub))] = (pair[0], pair[1])
+    return out
+
+
+def label_reading(crit: CriterionRef, label: str | None) -> float:
+    """The code of a stored label on the scale the one rule reads for binary and pairwise
+    criteria (pass 1 / fail 0; tie 0 / A 1 / B 2); NaN when unreadable or absent."""
+    if label is None:
+        return float("nan")
+    if crit.scale == "pairwise":
+        return PAIRWISE_CODE.get(label, float("nan"))
+    if crit.scale == "binary":
+        return {"pass": 1.0, "fail": 0.0}.get(label, float("nan"))
+    return float("nan")
+
+
 def rating_data_load(
     *,
     study: Study,
@@ -693,15 +729,21 @@ def human_labels(
     inclusion: npt.ArrayLike, gold: Mapping[int, float] | None = None,
     adjudicated: Mapping[int, float] | None = None,
 ) -> HumanLabels:
-    """THE rule for which human label counts (every consumer calls it: calibration,
-    selection, their exports and APIs): the latest adjudication, then a gold label, then the
-    annotators' consensus — the majority of their pass readings, an exact tie giving none.
+    """THE rule for which human label counts (every consumer calls it: agreement,
+    calibration, selection, their exports and APIs): the latest adjudication, then a gold
+    label, then the annotators' consensus — the reading most of them gave, a tie for the most
+    frequent giving none.
 
-    ``subject``, ``reading`` (1/0, NaN unreadable), ``draw_kind`` ("random", "census", "gold",
-    "escalation" or None/"" for imported labels) and ``inclusion`` (the entry's inclusion
-    probability, NaN without one) are one entry per annotation; ``gold`` and ``adjudicated``
-    map a subject to the pass reading of its gold / latest adjudicated label (NaN:
-    unreadable)."""
+    ``reading`` is a pass reading (1/0) for a criterion with one — the consensus is then the
+    majority, an exact tie giving none — or, for a pairwise criterion, the side code
+    (`PAIRWISE_CODE`: tie 0, A 1, B 2) — the consensus is the side most annotators chose, so
+    two annotators saying A and tie give none, not "three quarters of a win"
+    (`pairwise_a_wins` reads a side as the "A wins" score). NaN: unreadable.
+
+    ``subject``, ``reading``, ``draw_kind`` ("random", "census", "gold", "escalation" or
+    None/"" for imported labels) and ``inclusion`` (the entry's inclusion probability, NaN
+    without one) are one entry per annotation; ``gold`` and ``adjudicated`` map a subject to
+    the reading of its gold / latest adjudicated label (NaN: unreadable)."""
     subj = np.asarray(subject, dtype=np.int64)
     read = np.asarray(reading, dtype=np.float64)
     kinds = np.asarray(draw_kind, dtype=object)
@@ -715,7 +757,21 @@ def human_labels(
     ok = np.isfinite(read)
     s = np.bincount(at[ok], weights=read[ok], minlength=m) if m else np.zeros(0)
     k = np.bincount(at[ok], minlength=m).astype(np.float64) if m else np.zeros(0)
-    label = np.where(k > 0, np.where(2 * s > k, 1.0, np.where(2 * s < k, 0.0, np.nan)), np.nan)
+    binary = bool(np.all((read[ok] == 0.0) | (read[ok] == 1.0)))
+    if binary:  # pass readings: the majority, read off the sums (the million-rating path)
+        label = np.where(k > 0, np.where(2 * s > k, 1.0, np.where(2 * s < k, 0.0, np.nan)),
+                         np.nan)
+    else:  # side codes: the most frequent reading, unique or none
+        label = np.full(m, np.nan)
+        pairs, counts = np.unique(np.column_stack([at[ok], read[ok]]), axis=0,
+                                  return_counts=True)
+        where = pairs[:, 0].astype(np.int64)
+        top = np.zeros(m, dtype=np.int64)
+        np.maximum.at(top, where, counts)
+        is_top = counts == top[where]
+        n_top = np.bincount(where[is_top], minlength=m)
+        sole = is_top & (n_top[where] == 1)
+        label[where[sole]] = pairs[sole, 1]
     source = np.where(np.isfinite(label), "annotators", "").astype(object)
     for mapping_, name in ((gold, "gold"), (adjudicated, "adjudication")):  # the last wins
         for sub, value in mapping_.items():
@@ -739,6 +795,29 @@ def human_labels(
                       1.0)
     return HumanLabels(subjects=subjects, label=label, source=source, countable=countable,
                        weight=weight)
+
+
+# "A wins" score of a pairwise side code (`PAIRWISE_CODE`): A 1, tie 0.5, B 0.
+_A_WINS_OF_SIDE = {0.0: 0.5, 1.0: 1.0, 2.0: 0.0}
+
+
+def pairwise_a_wins(side: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """The "A wins" score (A 1, tie 0.5, B 0; NaN: none) of side codes (tie 0, A 1, B 2): how
+    win rates read the one rule's pairwise label (`human_labels`)."""
+    codes = np.asarray(side, dtype=np.float64)
+    out = np.full(codes.shape, np.nan)
+    for code, score in _A_WINS_OF_SIDE.items():
+        out[codes == code] = score
+    return out
+
+
+def pairwise_side(a_wins: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """The side code (tie 0, A 1, B 2; NaN: none) of "A wins" scores (A 1, tie 0.5, B 0)."""
+    scores = np.asarray(a_wins, dtype=np.float64)
+    out = np.full(scores.shape, np.nan)
+    for code, score in _A_WINS_OF_SIDE.items():
+        out[scores == score] = code
+    return out
 
 
 # --- The one rubric rule ----------------------------------------------------------------------
@@ -874,9 +953,13 @@ __all__ = [
     "RatingData",
     "evidence_frame",
     "human_labels",
+    "label_reading",
+    "pairwise_a_wins",
+    "pairwise_side",
     "rating_data_load",
     "rubric_pass_columns",
     "rubric_predictor_columns",
     "rubric_rule",
+    "stored_labels_load",
     "value_text",
 ]

@@ -845,18 +845,38 @@ def config_validate(
     reserved_key_env: Iterable[str] = RESERVED_KEY_ENV, allow_private_base_urls: bool = False,
     resolve: Resolver | None = None,
 ) -> dict[str, Any]:
-    """Dispatch on the judge kind ("llm" | "programmatic" | "imported"; None: infer)."""
+    """Dispatch on the judge kind ("llm" | "programmatic" | "imported"; None: infer).
+
+    ``simulated`` (every kind; true or false, default false) records that the version's
+    verdicts are simulated — the simulated provider, the demo seed's judge — so that every
+    report stamps them simulated (`JudgeVersion.simulated`; never guessed from a name). It
+    enters the canonical form, and therefore the content hash, only when true: flagging a
+    config makes a new version, and the hashes of unflagged configs stay what they were."""
     if not isinstance(config, Mapping):
         raise _fail("config", "config must be a JSON object.")
+    simulated = config.get("simulated", False)
+    if not isinstance(simulated, bool):
+        raise _fail("simulated", "simulated must be true or false (true: the verdicts are "
+                                 "simulated, and every report says so).")
+    rest = {k: v for k, v in config.items() if k != "simulated"}
     if kind is None:
-        kind = "programmatic" if "check" in config else "llm"
+        kind = "programmatic" if "check" in rest else "llm"
     if kind == "llm":
-        return llm_config_validate(
-            config, allowed_base_urls=allowed_base_urls, allowed_key_env=allowed_key_env,
+        canonical = llm_config_validate(
+            rest, allowed_base_urls=allowed_base_urls, allowed_key_env=allowed_key_env,
             reserved_key_env=reserved_key_env, allow_private_base_urls=allow_private_base_urls,
             resolve=resolve)
-    if kind == "programmatic":
-        return programmatic_config_validate(config)
-    if kind == "imported":
-        return imported_config_validate(config)
-    raise _fail("kind", f"unknown judge kind {kind!r}.")
+    elif kind == "programmatic":
+        canonical = programmatic_config_validate(rest)
+    elif kind == "imported":
+        canonical = imported_config_validate(rest)
+    else:
+        raise _fail("kind", f"unknown judge kind {kind!r}.")
+    if simulated:
+        canonical["simulated"] = True
+    return canonical
+
+
+def config_simulated(config: Mapping[str, Any] | None) -> bool:
+    """Whether a canonical config records simulated verdicts (`config_validate`)."""
+    return (config or {}).get("simulated") is True

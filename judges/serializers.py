@@ -30,8 +30,9 @@ class JudgeVersionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = JudgeVersion
+        # simulated: the version's verdicts are simulated (its config's `simulated: true`).
         fields = ["id", "judge", "version", "content_hash", "model_family", "config",
-                  "created_at"]
+                  "simulated", "created_at"]
 
 
 class JudgeCreateSerializer(serializers.Serializer):

@@ -18,7 +18,13 @@ from studies.criteria import criterion_value_num
 from studies.models import Criterion, Study
 from studies.subjects import SubjectRef
 
-from .config import JudgeNetworkPolicy, config_hash, config_validate, resolve_host
+from .config import (
+    JudgeNetworkPolicy,
+    config_hash,
+    config_simulated,
+    config_validate,
+    resolve_host,
+)
 from .models import Judge, JudgeVersion, Verdict
 
 MAX_NAME_CHARS = 200
@@ -104,6 +110,8 @@ def judge_version_get_or_create(*, judge: Judge, config: Any) -> VersionOutcome:
                 version = JudgeVersion.objects.create(
                     judge=judge, version=(last or 0) + 1, content_hash=digest,
                     config=canonical, model_family=family,
+                    # From the validated config (part of its hash), never from a name.
+                    simulated=config_simulated(canonical),
                 )
             return VersionOutcome(version, True)
         except IntegrityError:
@@ -119,10 +127,15 @@ def judge_version_for_config(*, judge: Judge, config: Any) -> JudgeVersion:
 # --- Imported judges and verdicts (the `imports` app writes through these) -------------------
 
 
-def _imported_version_hash(label: str, value_type: str) -> str:
+def _imported_version_hash(label: str, value_type: str, simulated: bool = False) -> str:
     # Imported versions are identified by the file's version label and value type only (not by
-    # their config), so that a later model-family mapping updates the same version.
-    canon = json.dumps({"imported_label": label, "value_type": value_type}, sort_keys=True)
+    # their config), so that a later model-family mapping updates the same version; a
+    # simulated source is another version (the flag versions, as in a config's hash), and
+    # adds to the hash only when set, so the hashes of real imports stay what they were.
+    fields: dict[str, Any] = {"imported_label": label, "value_type": value_type}
+    if simulated:
+        fields["simulated"] = True
+    canon = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
@@ -143,18 +156,26 @@ def judge_imported_version_get_or_create(
     created_by: Any = None,
     description: str = "Ratings imported from a file",
     simulated: bool = False,
+    config: Any = None,
 ) -> ImportedVersionOutcome:
     """The imported judge `name` (created with `judge_create`'s rules) and its version `label`.
 
     Refuses (ValidationFailed, field rater_id) a name that belongs to a judge of another kind:
     imported ratings never mix with a runnable judge's verdicts. A non-empty `model_family`
-    updates an existing version's family; `simulated` records that the verdicts were
-    simulated (the demo seed), which every report then says.
+    updates an existing version's family. `config` is the imported judge's config
+    (`judges.config.imported_config_validate`: source, description, model, model_family, and
+    `simulated: true` when the verdicts are simulated — the demo seed's path); it is validated
+    before anything is written and stored on the version. `simulated=True` is the same as
+    `simulated: true` in the config. Every report then stamps the version simulated.
     """
     if value_type not in ("label", "continuous"):
         raise ValidationFailed.at(
             "value_type", f"value_type must be 'label' or 'continuous', got {value_type!r}.",
         )
+    described = judge_config_validate(dict(config or {}), kind=Judge.Kind.IMPORTED)
+    simulated = bool(simulated) or config_simulated(described)
+    if simulated:
+        described["simulated"] = True
     judge = Judge.objects.filter(study=study, name=name).first()
     judge_created = False
     if judge is None:
@@ -168,7 +189,7 @@ def judge_imported_version_get_or_create(
         problems.add("rater_id", f"'{name}' is an existing {judge.kind} judge; imported ratings "
                                  "need their own judge name")
         raise problems.error("The ratings")
-    digest = _imported_version_hash(label, value_type)
+    digest = _imported_version_hash(label, value_type, simulated)
     with transaction.atomic():
         # Lock the judge row so that concurrent importers number versions in turn.
         Judge.objects.select_for_update().filter(pk=judge.pk).first()
@@ -190,7 +211,7 @@ def judge_imported_version_get_or_create(
         )
         version = JudgeVersion.objects.create(
             judge=judge, version=(last or 0) + 1, content_hash=digest, model_family=model_family,
-            config={"imported": True, "label": label, "value_type": value_type},
+            config={**described, "imported": True, "label": label, "value_type": value_type},
             simulated=simulated,
         )
     return ImportedVersionOutcome(version, judge_created, True)

@@ -72,9 +72,9 @@ def _agreement_plan_defaults(params: dict[str, Any], plan: AnalysisPlan | None) 
 
 
 def _agreement_load(study: Study, params: Mapping[str, Any]) -> Any:
-    from calibration.frames import rating_data_load
+    from calibration.frames import rating_data_load, stored_labels_load
 
-    return rating_data_load(
+    data = rating_data_load(
         study=study,
         criterion_keys=params.get("criteria"),
         judge_version_ids=params.get("judges"),
@@ -83,6 +83,9 @@ def _agreement_load(study: Study, params: Mapping[str, Any]) -> Any:
         # the load of a million-rating study.
         columns="agreement",
     )
+    # The gold labels and adjudications the one human-label rule puts first (two queries).
+    data.stored_labels = stored_labels_load(list(data.criteria))
+    return data
 
 
 def _agreement_compute(

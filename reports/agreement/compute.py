@@ -79,6 +79,10 @@ def input_fingerprint(data: RatingData) -> str:
             labels = [value_text(c.scale, c.values, float(x), is_cont) for x in codes]
             texts[rows] = np.asarray(labels, dtype=object)[inverse]
     h.update("\x1f".join(texts.tolist()).encode())
+    if data.stored_labels:
+        # The gold labels and adjudications the human label follows (absent: the digest of
+        # the ratings alone, as before there were any).
+        h.update(repr(sorted(data.stored_labels.items())).encode())
     return h.hexdigest()
 
 
@@ -152,7 +156,11 @@ def _judge_part(
     jv = data.judges[jv_id]
     jser = pd.Series(jr["num"].to_numpy(), index=jr["subject"].to_numpy())
     j_all = jser.reindex(block.subjects).to_numpy(dtype=np.float64)
-    both = ~np.isnan(j_all) & ~np.isnan(block.consensus)
+    judged = ~np.isnan(j_all)
+    # Judge vs THE human label (the one rule) on the subjects that have one; judge vs each
+    # vote, the human-human ceiling and the alternative test read the annotators' own votes
+    # on every judged subject, a label or not (an exact tie of the votes is no label).
+    both = judged & ~np.isnan(block.consensus)
     continuous = jv.value_type == "continuous"
     if continuous and crit.scale != "ordinal":
         return out
@@ -164,7 +172,8 @@ def _judge_part(
         rng = _cell_rng(p["seed"], jv.id, crit.id, st.dimension, st.label)
         j = j_all[idx]
         items = block.items[idx]
-        sub = block.matrix[:, idx]
+        idx_v = np.nonzero(judged & st.mask)[0]
+        sub = block.matrix[:, idx_v]
         if crit.scale in ("ordinal", "interval"):
             if crit.scale == "interval":
                 metrics, confusion = _interval_metrics(crit, j, block.consensus[idx], items, p, rng)
@@ -180,12 +189,13 @@ def _judge_part(
         else:
             metrics, confusion = _nominal_metrics(crit, j, block.consensus[idx], items, p, rng)
             # Drawn after the majority coefficients, so theirs are those of earlier versions.
-            metrics.update(_vote_metrics(crit, j, sub, items, p, rng))
+            metrics.update(_vote_metrics(crit, j_all[idx_v], sub, block.items[idx_v], p, rng))
         # Another judge part may fill the cache at the same time: a ceiling is a pure function
         # of its subjects (own generator), so either copy is the same.
-        ceil = _ceiling(crit, block, idx, p, st, ceiling_cache)
+        ceil = _ceiling(crit, block, idx_v, p, st, ceiling_cache)
         multi = int(((~np.isnan(sub)).sum(axis=0) >= 2).sum())
-        alt = _alt_test(crit, j, sub, p) if multi >= 2 and idx.size >= p["min_items"] else None
+        alt = _alt_test(crit, j_all[idx_v], sub, p) \
+            if multi >= 2 and idx_v.size >= p["min_items"] else None
         verdict, basis, reason = _verdict(
             int(idx.size), metrics.get(primary_name, {}), ceil, alt, continuous, p
         )

@@ -13,7 +13,7 @@ import numpy.typing as npt
 import pandas as pd
 
 import evalstats as es
-from calibration.frames import CriterionRef, RatingData
+from calibration.frames import CriterionRef, RatingData, human_labels, label_reading
 from studies.strata import cross_label
 
 from .common import FloatArray, _categories, _numeric_reading
@@ -67,6 +67,30 @@ def _strata_for(
     return out
 
 
+def _rule_consensus(
+    data: RatingData, crit: CriterionRef, h: pd.DataFrame, subjects: npt.NDArray[np.int64]
+) -> FloatArray:
+    """Per subject (aligned with `subjects`), the one rule's human label on the criterion's
+    codes (pass 1 / fail 0; tie 0 / A 1 / B 2), NaN where it gives none. Every annotation
+    counts (agreement is no random-sample estimate, so escalation draws are kept)."""
+    gold: dict[int, float] = {}
+    adjudicated: dict[int, float] = {}
+    for (cid, sub), (g, a) in data.stored_labels.items():
+        if cid != crit.id:
+            continue
+        if g is not None:
+            gold[sub] = label_reading(crit, g)
+        if a is not None:
+            adjudicated[sub] = label_reading(crit, a)
+    n = len(h)
+    hl = human_labels(subject=h["subject"].to_numpy(dtype=np.int64),
+                      reading=h["num"].to_numpy(dtype=np.float64),
+                      draw_kind=np.full(n, None, dtype=object), inclusion=np.full(n, np.nan),
+                      gold=gold, adjudicated=adjudicated)
+    return np.asarray(pd.Series(hl.label, index=hl.subjects).reindex(subjects).to_numpy(),
+                      dtype=np.float64)
+
+
 def _human_block(data: RatingData, crit: CriterionRef, p: Mapping[str, Any]) -> _HumanBlock | None:
     r = data.ratings
     h = r[(~r["is_judge"].to_numpy()) & (r["criterion"].to_numpy() == crit.id)]
@@ -86,6 +110,13 @@ def _human_block(data: RatingData, crit: CriterionRef, p: Mapping[str, Any]) -> 
     elif crit.scale == "interval":
         # The mean of the raters, not rounded: an interval score is any number of its range.
         consensus = np.asarray(es.mean_consensus(matrix).labels, dtype=np.float64)
+        rounded = consensus
+    elif crit.scale in ("binary", "pairwise"):
+        # THE human label of a subject (calibration.frames.human_labels, the rule calibration
+        # and selection read): the latest adjudication, then a gold label, then the reading
+        # most annotators gave (an exact tie: none, so the subject leaves the judge-vs-human
+        # figures). The annotators' own votes stay in `matrix` for the human-human ceiling.
+        consensus = _rule_consensus(data, crit, h, subjects)
         rounded = consensus
     else:
         consensus = np.asarray(

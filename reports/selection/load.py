@@ -14,9 +14,11 @@ thousand human labels; it uses the same COPY-based reader (`calibration.frames`'
 For the study's pairwise criterion (`pairwise_criterion`), it also reads per comparison of
 two compared candidates (`SelectionInputs.comparisons`): the candidates of output A and B, the
 item's stratum, the judge's "A wins" score (A 1, B 0, tie 0.5, averaged over its verdicts, or
-its P(A wins) when every verdict records one), the human consensus on the same scale (the
-latest adjudication, then a gold label, else the mean of the annotators' scores) and the
-inclusion weight, by the same rules as the outputs' labels below.
+its P(A wins) when every verdict records one), the human label on the same scale by the one
+rule (`calibration.frames.human_labels` on side codes: the latest adjudication, then a gold
+label, else the side most annotators chose — a tie for the most frequent side gives none —
+read as A 1, tie 0.5, B 0) and the inclusion weight, by the same rules as the outputs' labels
+below.
 
 Definitions (the same as calibration's, docs/calibration.md):
 
@@ -785,13 +787,14 @@ def _comparisons_load(
     item_rows: pd.DataFrame | None, dimension: str | None, warnings: list[str],
 ) -> tuple[pd.DataFrame, list[int]]:
     """The comparisons of two compared candidates with the judge's "A wins" score, the human
-    consensus (adjudication, then gold, then the mean of the annotators' scores) and the
+    label by the one rule (adjudication, then gold, then the side most annotators chose) and the
     inclusion weight, by the rules of the outputs' labels (module docstring); five queries.
     Returns the frame and the ids of the annotators who labelled them."""
     from django.db.models import CharField, F, Value
     from django.db.models.functions import Coalesce
 
     from annotations.models import Adjudication, Annotation, GoldLabel
+    from calibration.frames import human_labels, pairwise_a_wins, pairwise_side
     from judges.models import Verdict
     from studies.models import Comparison
 
@@ -844,10 +847,8 @@ def _comparisons_load(
                       "a_draw"),
         ["comparison", "annotator", "num", "value", "inclusion", "draw_kind"],
         text=["value", "draw_kind"])
-    y = np.full(m, np.nan)
-    weight = np.ones(m)
-    countable = np.zeros(m, dtype=bool)
     annotators: list[int] = []
+    at = np.empty(0, dtype=np.intp)
     if len(ann):
         at = index.get_indexer(ann["comparison"].to_numpy(dtype=np.int64))
         keep = at >= 0
@@ -855,37 +856,46 @@ def _comparisons_load(
         at = at[keep]
         annotators = sorted({int(x) for x in ann["annotator"].to_numpy(dtype=np.int64)})
         kinds = ann["draw_kind"].astype(object).to_numpy()
-        not_escalated = kinds != "escalation"
-        np.logical_or.at(countable, at, not_escalated)
         has_any = np.zeros(m, dtype=bool)
         has_any[at] = True
-        escalated_only = int((has_any & ~countable).sum())
+        seen = np.zeros(m, dtype=bool)
+        np.logical_or.at(seen, at, kinds != "escalation")
+        escalated_only = int((has_any & ~seen).sum())
         if escalated_only:
             warnings.append(f"{escalated_only} comparison(s) labelled only through escalations "
                             "(not a random draw) are left out of the win rates")
-        # The human consensus: the mean of the annotators' "A wins" scores (two annotators
-        # saying A and tie give 0.75), as the judge's samples average into its predictor.
-        y = _mean_at(at, _a_wins(ann["num"].to_numpy(dtype=np.float64),
-                                 ann["value"].astype(object).to_numpy()), m)
-        pi = ann["inclusion"].to_numpy(dtype=np.float64)
-        rnd = (kinds == "random") & np.isfinite(pi) & (pi > 0)
-        pi_max = np.full(m, np.nan)
-        if rnd.any():
-            np.fmax.at(pi_max, at[rnd], pi[rnd])
-        weight = np.where(np.isfinite(pi_max), 1.0 / np.where(np.isfinite(pi_max), pi_max, 1.0),
-                          1.0)
-    for model in (GoldLabel, Adjudication):  # adjudication last: it wins
+    stored: dict[str, dict[int, float]] = {"gold": {}, "adjudicated": {}}
+    for name, model in (("gold", GoldLabel), ("adjudicated", Adjudication)):
         lab = _frame(model.objects.filter(criterion_id=crit.id, comparison__isnull=False)
                      .order_by("id").values_list("comparison_id", "value"),
                      ["comparison", "label"], text=["label"])
         if not len(lab):
             continue
-        lab = lab.drop_duplicates("comparison", keep="last")
-        at = index.get_indexer(lab["comparison"].to_numpy(dtype=np.int64))
-        score = _a_wins(np.full(len(lab), np.nan), lab["label"].astype(object).to_numpy())
-        ok = (at >= 0) & np.isfinite(score)
-        y[at[ok]] = score[ok]
-        countable[at[ok]] = True
+        lab = lab.drop_duplicates("comparison", keep="last")  # the latest by id
+        l_at = index.get_indexer(lab["comparison"].to_numpy(dtype=np.int64))
+        sides = pairwise_side(_a_wins(np.full(len(lab), np.nan),
+                                      lab["label"].astype(object).to_numpy()))
+        for pos, side in zip(l_at.tolist(), sides.tolist(), strict=True):
+            if pos >= 0 and math.isfinite(side):
+                stored[name][pos] = side
+    # The one human-label rule (calibration.frames.human_labels) on the side codes: the
+    # adjudication, then gold, then the side most annotators chose (a tie for the most
+    # frequent: none), read as the "A wins" score (A 1, tie 0.5, B 0).
+    hl = human_labels(
+        subject=at,
+        reading=pairwise_side(_a_wins(ann["num"].to_numpy(dtype=np.float64),
+                                      ann["value"].astype(object).to_numpy()))
+        if len(ann) else np.empty(0),
+        draw_kind=ann["draw_kind"].astype(object).to_numpy() if len(ann)
+        else np.empty(0, dtype=object),
+        inclusion=ann["inclusion"].to_numpy(dtype=np.float64) if len(ann) else np.empty(0),
+        gold=stored["gold"], adjudicated=stored["adjudicated"])
+    y = np.full(m, np.nan)
+    weight = np.ones(m)
+    countable = np.zeros(m, dtype=bool)
+    y[hl.subjects] = pairwise_a_wins(hl.label)
+    countable[hl.subjects] = hl.countable
+    weight[hl.subjects] = hl.weight
     y[~countable] = np.nan
     cmps["f"] = f
     cmps["y"] = y

@@ -8,6 +8,7 @@ from django.core.management import call_command
 
 from annotations.models import SamplingPlan
 from imports import demo_data
+from judges.models import JudgeVersion
 from reports.models import ReportSnapshot
 from studies.models import Study
 
@@ -18,6 +19,9 @@ def test_reset_after_reports_and_plans_rebuilds_the_study() -> None:
     call_command("demo_seed", "--items", "12", verbosity=0)
     study = Study.objects.get(slug=demo_data.DEMO_SLUG)
     assert SamplingPlan.objects.filter(study=study).exists()
+    # The seed records its judge as simulated through the judge config (judges.config).
+    jv = JudgeVersion.objects.get(judge__study=study)
+    assert jv.simulated is True and jv.config["simulated"] is True
     call_command("report", "agreement", "--study", study.slug, "--params",
                  '{"n_resamples": 100}', verbosity=0)
     call_command("report", "calibration", "--study", study.slug, "--params",

@@ -209,13 +209,9 @@ def test_per_vote_and_per_majority_agreement(result: dict[str, Any], data: Ratin
     assert per_vote.value is not None
     assert per_vote.ci_low is not None and per_vote.ci_high is not None
     assert per_vote.ci_low < per_vote.value < per_vote.ci_high
-    # Per majority is the accuracy against the majority vote (first top label in rater order).
-    majority = {}
-    r = data.ratings[(data.ratings["criterion"] == 2) & ~data.ratings["is_judge"]]
-    for s, g in r.sort_values("rater").groupby("subject"):
-        counts = g["num"].value_counts(sort=False)
-        top = counts.max()
-        majority[int(s)] = next(v for v in g["num"] if counts[v] == top)
+    # Per majority is the accuracy against the human label of the one rule: the side most
+    # annotators chose, a tie for the most frequent giving none (the subject is left out).
+    majority = _majority(data)
     assert cell.metrics["accuracy"].value == pytest.approx(
         np.mean([majority[s] == judge[s] for s in majority])
     )
@@ -239,12 +235,14 @@ def test_pooled_human_pair_agreement(result: dict[str, Any], data: RatingData) -
 
 
 def _majority(data: RatingData) -> dict[int, float]:
-    """Majority vote per comparison, the first top label in rater order (PandaLM's rule)."""
+    """The human label per comparison by the one rule (calibration.frames.human_labels): the
+    side most annotators chose; a tie for the most frequent gives none (left out)."""
     out = {}
     r = data.ratings[(data.ratings["criterion"] == 2) & ~data.ratings["is_judge"]]
-    for s, g in r.sort_values("rater").groupby("subject"):
-        counts = g["num"].value_counts(sort=False)
-        out[int(s)] = next(v for v in g["num"] if counts[v] == counts.max())
+    for s, g in r.groupby("subject"):
+        counts = g["num"].value_counts()
+        if (counts == counts.max()).sum() == 1:
+            out[int(s)] = float(counts.idxmax())
     return out
 
 
@@ -254,6 +252,7 @@ def test_presentation_order_figures(
 ) -> None:
     majority = _majority(data)
     o = data.orders
+    o = o[o["subject"].isin(list(majority))]  # comparisons with a human label
     if lang is not None:
         item = data.subjects.loc[o["subject"], "item"].to_numpy()
         o = o[data.items.loc[item, "lang"].to_numpy() == lang]
@@ -303,6 +302,7 @@ def test_unparseable_as_tie(data: RatingData) -> None:
     (row,) = [r for r in typed.orders if r.label == "overall"]
     majority = _majority(data)
     o = data.orders
+    o = o[o["subject"].isin(list(majority))]  # comparisons with a human label
     ref = [majority[int(s)] for s in o["subject"]]
     ab = [0.0 if a != a else a for a in o["ab"]]
     assert row.unparseable_as == "tie"

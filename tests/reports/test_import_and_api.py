@@ -98,6 +98,9 @@ def test_pairwise_orders_map_to_canonical_and_feed_position_bias(study: Study) -
         }
         rows.append({**base, "rater_id": "h1", "rater_kind": "human", "value": "A"})
         rows.append({**base, "rater_id": "h2", "rater_kind": "human", "value": "A", "order": "ba"})
+        # A third annotator gives the comparison a human label by the one rule (the side most
+        # chose: A); h1 and h2 alone split A / B, which is no label.
+        rows.append({**base, "rater_id": "h3", "rater_kind": "human", "value": "A"})
         # The judge always picks the first slot: A when shown AB, "A" (= output_b) when BA.
         rows.append({**base, "rater_id": "j", "rater_kind": "judge", "order": "ab", "value": "A"})
         rows.append({**base, "rater_id": "j", "rater_kind": "judge", "order": "ba", "value": "A"})
@@ -105,7 +108,7 @@ def test_pairwise_orders_map_to_canonical_and_feed_position_bias(study: Study) -
     ratings_import(study=study, rows=_rows(text, "jsonl"))
     assert Comparison.objects.filter(study=study).count() == 40
     vals = sorted(Annotation.objects.filter(criterion__key="pref").values_list("value", flat=True))
-    assert vals == ["A"] * 40 + ["B"] * 40
+    assert vals == ["A"] * 80 + ["B"] * 40
     v = Verdict.objects.filter(criterion__key="pref").first()
     assert v is not None and v.value == "tie"
     assert v.details["orders"] == {"ab": "A", "ba": "B"} and v.details["position_inconsistent"]

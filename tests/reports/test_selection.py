@@ -558,9 +558,12 @@ def test_a_pairwise_study_loads_its_comparisons_in_bounded_queries() -> None:
     assert len(c) == len(cmps)
     score = {"A": 1.0, "B": 0.0, "tie": 0.5}
     assert [c.loc[x.pk, "f"] for x in cmps] == [score[v] for v in data["says"]]
-    # The consensus: the mean of the votes (a second "tie" halves the way to 0.5) ...
+    # The one rule (calibration.frames.human_labels on sides): the side most annotators chose;
+    # one saying A or B and a second saying "tie" is a tie for the most frequent: no label ...
+    split = [k for k in lab[:3] if truth[k] != "tie"]
     for k in lab[:3]:
-        assert c.loc[cmps[k].pk, "y"] == (score[truth[k]] + 0.5) / 2
+        got = c.loc[cmps[k].pk, "y"]
+        assert np.isnan(got) if k in split else got == 0.5, (k, truth[k], got)
     # ... unless adjudicated; a gold label counts (weight 1); an escalation does not.
     assert c.loc[cmps[lab[3]].pk, "y"] == 0.0
     for k in lab[4:]:
@@ -569,7 +572,7 @@ def test_a_pairwise_study_loads_its_comparisons_in_bounded_queries() -> None:
     assert c.loc[cmps[data["gold"]].pk, "y"] == 1.0
     assert c.loc[cmps[data["gold"]].pk, "weight"] == 1.0
     assert np.isnan(c.loc[cmps[data["escalated"]].pk, "y"])
-    assert int(np.isfinite(c["y"]).sum()) == len(lab) + 1
+    assert split and int(np.isfinite(c["y"]).sum()) == len(lab) + 1 - len(split)
     assert any("escalations" in w for w in inputs.warnings)
     assert set(c["stratum"]) == {"short", "long", "unknown"}
     assert inputs.judge["simulated"] and not inputs.annotators_simulated  # by the flags
@@ -620,9 +623,11 @@ def test_a_pairwise_study_gets_win_rates_and_a_bradley_terry_ranking() -> None:
 def test_pandalm_real_pairwise_data_through_the_selection_report() -> None:
     """PandaLM's 999 comparisons of five 7B models (real data, three annotators per item,
     imported judges): the report's human-only win rate of each pair on the whole study is the
-    mean over that pair's items of the annotators' mean score for response 1 (1 -> 1,
-    2 -> 0, tie 0 -> 0.5), computed here straight from the published file."""
+    mean over that pair's items of the score of the side most annotators chose (the one
+    human-label rule; 1 -> 1, 2 -> 0, tie 0 -> 0.5; three different answers give no label),
+    computed here straight from the published file."""
     import json
+    from collections import Counter
 
     from .conftest import imported_study, shared_data_dir
 
@@ -631,10 +636,13 @@ def test_pandalm_real_pairwise_data_through_the_selection_report() -> None:
     rows = json.loads((data_dir / "pandalm" / "testset-v1.json").read_text())
     score = {1: 1.0, 2: 0.0, 0: 0.5}
     want: dict[tuple[str, str], list[float]] = {}
+    n_items: Counter[tuple[str, str]] = Counter()
     for r in rows:
         a, b = r["cmp_key"].split("_", 1)
-        votes = [score[int(r[f"annotator{k}"])] for k in (1, 2, 3)]
-        want.setdefault((a, b), []).append(sum(votes) / 3)
+        n_items[(a, b)] += 1
+        (side, n), *rest = Counter(int(r[f"annotator{k}"]) for k in (1, 2, 3)).most_common()
+        if not rest or rest[0][1] < n:
+            want.setdefault((a, b), []).append(score[side])
     r = _build_report(study)
     pw = r.pairwise
     assert pw is not None
@@ -644,7 +652,7 @@ def test_pandalm_real_pairwise_data_through_the_selection_report() -> None:
         w = mix.get((a, b))
         flip = w is None
         w = w if w is not None else mix[(b, a)]
-        assert w.n_comparisons == w.n_labelled == len(scores)
+        assert w.n_comparisons == n_items[(a, b)] and w.n_labelled == len(scores)
         assert w.human is not None
         got = 1.0 - w.human.value if flip and w.human.value is not None else w.human.value
         assert got == pytest.approx(sum(scores) / len(scores), abs=1e-9), (a, b)

@@ -218,7 +218,10 @@ class Command(BaseCommand):
         rng = random.Random(23)
         version = judge_imported_version_get_or_create(
             study=study, name=SIM_JUDGE, label="simulated", value_type="label",
-            model_family="simulated", simulated=True,
+            model_family="simulated",
+            # The judge config records the simulation (judges.config: `simulated`): the
+            # reports stamp it from the version's flag, never from the name.
+            config={"source": "demo seed (imports.demo_data)", "simulated": True},
             description="Simulated judge: agrees with the simulated truth 94% of the time "
                         "in English and 68% in German.",
         ).version
