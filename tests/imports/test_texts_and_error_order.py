@@ -21,6 +21,8 @@ from tests.imports.cli import import_error, run_import
 
 pytestmark = pytest.mark.django_db
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "import-ratings.md"
+
 
 def _csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     header: list[str] = []
@@ -178,6 +180,7 @@ def test_a_story_file_without_a_candidate_column_gets_the_hint_first(
     assert "add a candidate column" in first
     assert "column 'model' differs between line 2 and this line" in first
     assert "add a candidate column" in error.splitlines()[0]  # the summary is that problem
+    assert first in DOC.read_text(encoding="utf-8")  # the message docs/import-ratings.md shows
     assert not Item.objects.filter(study=study).exists()
 
 
@@ -207,6 +210,7 @@ def test_a_missing_column_is_listed_before_bad_rows(study: Study, tmp_path: Path
         rows[i]["rater_kind"] = "person"  # a bad row
     error = import_error(_csv(tmp_path / "m.csv", rows), "--study", study.slug)
     lines = error.splitlines()
+    assert "\n".join(lines[:3]) in DOC.read_text(encoding="utf-8")  # as the docs show it
     assert lines[1].strip() == "line 1: criterion: the file has no 'criterion' column (every " \
                                "row needs one)"
     assert "line 2: rater_kind: must be 'human' or 'judge'" in lines[2]
