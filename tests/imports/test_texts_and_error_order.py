@@ -235,3 +235,23 @@ def test_a_stratum_that_describes_the_rater_comes_before_row_problems(
     assert first.startswith("line 3: stratum.group: item 'i0' is 'expert' on line 2")
     assert "rater.group" in first
     assert "line 13: rater_kind: must be 'human' or 'judge'" in error  # listed after it
+
+
+def test_a_texts_line_describing_a_pair_gives_both_candidates(
+    study: Study, tmp_path: Path
+) -> None:
+    ratings = _csv(tmp_path / "r.csv", [
+        {"item_id": "q1", "output_a": f"q1-{a}", "output_b": f"q1-{b}", "rater_id": "e1",
+         "rater_kind": "human", "criterion": "pref", "value": "A", "pairwise_values": "outputs"}
+        for a, b in PAIRS
+    ])
+    texts = _jsonl(tmp_path / "t.jsonl", [
+        {"output_a": f"q1-{a}", "output_b": f"q1-{b}", "candidate_a": a, "candidate_b": b}
+        for a, b in PAIRS
+    ])
+    _, out, err = run_import(ratings, "--study", study.slug, "--texts", str(texts))
+    assert "was ignored" not in err and "position" not in out
+    comparisons = Comparison.objects.filter(item__study=study).select_related(
+        "output_a__candidate", "output_b__candidate")
+    assert {(c.output_a.candidate.name, c.output_b.candidate.name) for c in comparisons} \
+        == set(PAIRS)
