@@ -482,11 +482,32 @@ class _Problems(Problems):
     """The one collector (`reviewhub.errors.Problems`), added to by line: the column is the
     entry's path, the line its `line`, and a problem of the `--texts` file has `file: "texts"`."""
 
+    # Problems are listed so that the first screen names the fix: a column the file lacks
+    # (FILE_LEVEL), then a column in the wrong role (STRUCTURAL: outputs of an item that no
+    # column separates, a stratum that describes the output or the rater), then row-level ones.
+    FILE_LEVEL, STRUCTURAL, ROW = 0, 1, 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ranks: list[int] = []
+
     def add(self, line: int, fld: str, message: str, *,  # type: ignore[override]
-            where: str = "line") -> None:
+            where: str = "line", rank: int = 2) -> None:
         super().add(fld, message, line=line, file="texts" if where == "texts line" else None)
+        self.ranks.append(rank)
+
+    def replace_all(self, entries: list[tuple[int, dict[str, Any]]]) -> None:
+        """Replace the collection by (rank, entry) pairs (a missing column collapsed)."""
+        self.ranks = [rank for rank, _ in entries]
+        self.items = [entry for _, entry in entries]
+        self.count = len(self.items)
 
     def raise_if_any(self, what: str = "The ratings", **extra: Any) -> None:
+        if self:
+            # A stable sort: within a rank, file order.
+            order = sorted(range(len(self.items)), key=lambda i: self.ranks[i])
+            self.items = [self.items[i] for i in order]
+            self.ranks = [self.ranks[i] for i in order]
         super().raise_if_any(what, **extra)
 
 
@@ -595,6 +616,15 @@ class _State:
     rater_attribute_lines: dict[tuple[str, str], int] = field(default_factory=dict)
     judge_attribute_keys: dict[str, int] = field(default_factory=dict)
     position_candidate_rows: int = 0
+    # The candidates the texts file gives: output id -> (candidate, texts line).
+    text_candidates: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # output id -> (line, the row's columns outside the format) of the row that registered it:
+    # what a collision compares to name the column that separates two outputs of an item.
+    output_columns: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)
+    # column -> how many rows lacked it, and the columns of the file (any row's keys): a
+    # column the file does not have is reported once, not on every row.
+    missing: dict[str, int] = field(default_factory=dict)
+    columns: set[str] = field(default_factory=set)
 
 
 def ratings_validate(
@@ -626,6 +656,8 @@ def ratings_validate(
         )
     problems = _Problems()
     st = _State(problems=problems, pairwise_values=pairwise_values)
+    # The texts file is read first: the candidate of an output may come from it.
+    text_rows = _texts_read(texts, st) if texts is not None else None
     n_rows = 0
     try:
         for line, row in rows:
@@ -635,11 +667,12 @@ def ratings_validate(
         problems.add(exc.line, exc.message.split(":", 1)[0], exc.message.split(":", 1)[-1].strip())
     if n_rows == 0 and not problems.items:
         problems.add(1, "file", "no rating rows")
+    _missing_columns(st, n_rows)
     _strata_conflicts(st)
     notes: list[str] = []
     warnings: list[str] = []
-    if texts is not None:
-        _apply_texts(texts, st, warnings)
+    if text_rows is not None:
+        _apply_texts(text_rows, st, warnings)
     problems.raise_if_any()
     ratings = st.ratings
 
@@ -929,6 +962,7 @@ def _not_a_value(r: _Rating, view: _CriterionView) -> str:
 def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
     problems = st.problems
     start = len(problems.items)
+    st.columns.update(row.keys())
     for key, value in row.items():
         if isinstance(value, str) and "\x00" in value:
             problems.add(line, key, "contains a NUL byte")
@@ -963,6 +997,7 @@ def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
         # read from it): stored unscored, as the judge runs store theirs. Humans always answer.
         if not val and not (name == "value" and kind == "judge"):
             problems.add(line, name, "required")
+            st.missing[name] = st.missing.get(name, 0) + 1
     if len(item) > 200:
         problems.add(line, "item_id", "longer than 200 characters")
     if kind and kind not in ("human", "judge"):
@@ -1033,6 +1068,14 @@ def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
         sample=sample,
     )
 
+    # The row's columns outside the format (kept or not): one of them may be what separates
+    # two outputs of an item that collide on the candidate.
+    extras = {
+        str(k): _text(row, k)
+        for k in row
+        if k not in _KNOWN_FIELDS and not isinstance(row[k], dict) and _text(row, k)
+    }
+
     def register_output(out_id: str, candidate: str, text: str, fld: str) -> tuple[str, str]:
         key = (item, candidate)
         if len(candidate) > 200:
@@ -1047,19 +1090,16 @@ def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
             )
         st.output_ids.setdefault(out_id, key)
         st.output_lines.setdefault(out_id, line)
+        st.output_columns.setdefault(out_id, (line, extras))
         entry = st.outputs.setdefault(key, {"text": "", "output_id": out_id})
         if entry["output_id"] != out_id:
-            hint = (
-                " (without candidate_a/candidate_b the positions stand in for candidates, so "
-                "an item can have one comparison only: give the candidate columns)"
-                if candidate in POSITION_CANDIDATES
-                else ""
-            )
             problems.add(
                 line,
                 fld,
                 f"item '{item}' already has output '{entry['output_id']}' of "
-                f"candidate '{candidate}' (one output per item and candidate){hint}",
+                f"candidate '{candidate}' (one output per item and candidate): "
+                + _collision_hint(candidate, extras, st.output_columns.get(entry["output_id"])),
+                rank=_Problems.STRUCTURAL,
             )
         if text and not entry["text"]:
             entry["text"] = text
@@ -1108,9 +1148,11 @@ def _validate_row(line: int, row: Mapping[str, Any], st: _State) -> None:
         out_id = _text(row, "output_id")
         if not out_id:
             problems.add(line, "output_id", "required (or output_a/output_b for pairwise)")
+            st.missing["output_id"] = st.missing.get("output_id", 0) + 1
         if _text(row, "order"):
             problems.add(line, "order", "only pairwise ratings have an order")
-        candidate = _text(row, "candidate") or DEFAULT_CANDIDATE
+        candidate = _text_candidate(line, out_id, _text(row, "candidate"), "candidate", st)
+        candidate = candidate or DEFAULT_CANDIDATE
         if len(problems.items) == start:
             rating.output = register_output(
                 out_id, candidate, _text(row, "output_text"), "output_id"
@@ -1208,14 +1250,19 @@ def _convention(line: int, row: Mapping[str, Any], st: _State) -> str:
 def _candidates(
     line: int, item: str, out_a: str, out_b: str, row: Mapping[str, Any], st: _State
 ) -> tuple[str, str]:
-    """candidate_a / candidate_b, or the positions standing in when the file has neither."""
-    cand_a, cand_b = _text(row, "candidate_a"), _text(row, "candidate_b")
+    """candidate_a / candidate_b (from the row or the texts file), or the positions standing
+    in when neither file gives them."""
+    cand_a = _text_candidate(line, out_a, _text(row, "candidate_a"), "candidate_a", st)
+    cand_b = _text_candidate(line, out_b, _text(row, "candidate_b"), "candidate_b", st)
     if cand_a and cand_b:
         return cand_a, cand_b
     if cand_a or cand_b:
         missing = "candidate_b" if cand_a else "candidate_a"
         st.problems.add(
-            line, missing, "give both candidate columns or neither (positions then stand in)"
+            line,
+            missing,
+            "give both candidate columns or neither (positions then stand in); the texts file "
+            "may give them too (a candidate key on the output's row)",
         )
         return cand_a, cand_b
     # An output seen before keeps its candidate (a pair listed the other way round later).
@@ -1230,6 +1277,96 @@ def _candidates(
         got[1] = second if got[0] != second else first
     st.position_candidate_rows += 1
     return got[0], got[1]
+
+
+def _text_candidate(line: int, out_id: str, given: str, fld: str, st: _State) -> str:
+    """The candidate of an output: the ratings row's, else the texts file's; the two files
+    naming different candidates is an error naming both lines."""
+    from_texts = st.text_candidates.get(out_id) if out_id else None
+    if from_texts is None:
+        return given
+    text_candidate, text_line = from_texts
+    if given and given != text_candidate:
+        st.problems.add(
+            line,
+            fld,
+            f"output '{out_id}' is candidate '{given}' on line {line} of the ratings file but "
+            f"'{text_candidate}' on line {text_line} of the texts file",
+        )
+        return given
+    return text_candidate
+
+
+def _collision_hint(
+    candidate: str, extras: Mapping[str, str], first: tuple[int, dict[str, str]] | None
+) -> str:
+    """Which column would separate two outputs of an item that share a candidate."""
+    pairs = candidate in POSITION_CANDIDATES
+    parts: list[str] = []
+    if pairs:
+        parts.append(
+            "without candidate_a/candidate_b the positions stand in for candidates, so an item "
+            "can have one comparison only: add candidate_a and candidate_b columns (or a "
+            "candidate key per output in the texts file)"
+        )
+    elif candidate == DEFAULT_CANDIDATE:
+        parts.append(
+            "the file has no candidate column, so every output is of candidate "
+            f"'{DEFAULT_CANDIDATE}': add a candidate column naming the system that produced "
+            "each output (or a candidate key per output in the texts file)"
+        )
+    else:
+        parts.append(
+            "two outputs of one item need different candidates (a further output of the same "
+            "system is another item)"
+        )
+    if first is not None:
+        first_line, first_cols = first
+        varying = [c for c, v in extras.items() if first_cols.get(c) != v]
+        varying += [c for c in first_cols if c not in extras and c not in varying]
+        if varying:
+            shown = ", ".join(f"'{c}'" for c in varying[:3])
+            target = "candidate_a/candidate_b" if pairs else "candidate"
+            parts.append(
+                f"column {shown} differs between line {first_line} and this line: if it names "
+                f"the system, that is the {target} column"
+            )
+    return "; ".join(parts)
+
+
+def _missing_columns(st: _State, n_rows: int) -> None:
+    """A column the file does not have is one problem, listed first, instead of one per row
+    (an empty cell of a column the file has stays a problem of its row)."""
+    absent = [
+        col
+        for col, n in st.missing.items()
+        if n_rows and n == n_rows and col not in st.columns
+    ]
+    if not absent:
+        return
+    problems = st.problems
+    kept = [
+        (rank, entry)
+        for rank, entry in zip(problems.ranks, problems.items, strict=True)
+        if not (entry.get("path") in absent and str(entry["message"]).startswith("required"))
+    ]
+    header = [
+        (
+            _Problems.FILE_LEVEL,
+            {
+                "path": col,
+                "message": (
+                    "the file has neither an output_id column nor output_a/output_b "
+                    "(pairwise); every row needs one"
+                    if col == "output_id"
+                    else f"the file has no '{col}' column (every row needs one)"
+                ),
+                "line": 1,
+            },
+        )
+        for col in absent
+    ]
+    problems.replace_all(header + kept)
 
 
 def _rater_attributes(line: int, row: Mapping[str, Any], kind: str, rater: str, st: _State) -> None:
@@ -1314,10 +1451,70 @@ def _strata_conflicts(st: _State) -> None:
                 f"stratum.{dim}",
                 f"item '{item}' is '{first.label}' on line {first.line} but '{other.label}' "
                 f"here: {hint}",
+                rank=_Problems.STRUCTURAL,
             )
 
 
-_TEXT_KEYS = frozenset({"item_id", "output_id", "input", "item_input", "text", "output_text"})
+_TEXT_KEYS = frozenset(
+    {
+        "item_id",
+        "output_id",
+        "input",
+        "item_input",
+        "text",
+        "output_text",
+        "candidate",
+        "output_a",
+        "output_b",
+        "candidate_a",
+        "candidate_b",
+    }
+)
+# Where a texts row names an output's candidate: (output column, candidate column).
+_TEXT_CANDIDATE_KEYS = (
+    ("output_id", "candidate"),
+    ("output_a", "candidate_a"),
+    ("output_b", "candidate_b"),
+)
+
+
+def _texts_read(
+    texts: Iterable[tuple[int, Mapping[str, Any]]], st: _State
+) -> list[tuple[int, Mapping[str, Any]]]:
+    """Read the texts file once, before the ratings: the candidate of an output may come from
+    it (a ``candidate`` key on the output's row, or ``candidate_a``/``candidate_b`` beside
+    ``output_a``/``output_b``). One output named as two candidates in it is an error."""
+    rows: list[tuple[int, Mapping[str, Any]]] = []
+    try:
+        for line, row in texts:
+            rows.append((line, row))
+            for out_key, cand_key in _TEXT_CANDIDATE_KEYS:
+                out, cand = _text(row, out_key), _text(row, cand_key)
+                if cand and not out:
+                    st.problems.add(
+                        line, out_key, f"a {cand_key} needs its {out_key}", where="texts line"
+                    )
+                if not out or not cand:
+                    continue
+                if len(cand) > 200:
+                    st.problems.add(
+                        line, cand_key, "candidate names are at most 200 characters",
+                        where="texts line",
+                    )
+                    continue
+                known = st.text_candidates.setdefault(out, (cand, line))
+                if known[0] != cand:
+                    st.problems.add(
+                        line,
+                        cand_key,
+                        f"output '{out}' is candidate '{cand}' on line {line} of the texts file "
+                        f"but '{known[0]}' on line {known[1]} of the texts file",
+                        where="texts line",
+                    )
+    except ReadError as exc:
+        field_name, _, message = exc.message.partition(":")
+        st.problems.add(exc.line, field_name, message.strip(), where="texts line")
+    return rows
 
 
 def _apply_texts(
@@ -1341,6 +1538,8 @@ def _apply_texts(
             item_input = _text(row, "input") or _text(row, "item_input")
             out_text = _text(row, "text") or _text(row, "output_text")
             if not item and not out:
+                if _text(row, "output_a") or _text(row, "output_b"):
+                    continue  # candidates of a pair's outputs only (read by _texts_read)
                 problems.add(
                     line, "item_id", "each row needs item_id or output_id", where="texts line"
                 )
@@ -1390,7 +1589,7 @@ def _apply_texts(
                 else:
                     entry[slot] = text
                     given.setdefault((kind, ident), line)
-    except ReadError as exc:
+    except ReadError as exc:  # a caller passing an unread file (read errors once)
         field_name, _, message = exc.message.partition(":")
         problems.add(exc.line, field_name, message.strip(), where="texts line")
     if unmatched:
@@ -1400,8 +1599,8 @@ def _apply_texts(
         )
     for key, line in ignored.items():
         warnings.append(
-            f"texts file: key '{key}' (first on line {line}) is not item_id, output_id, input or "
-            "text and was ignored"
+            f"texts file: key '{key}' (first on line {line}) is not item_id, output_id, input, "
+            "text or candidate and was ignored"
         )
 
 

@@ -60,7 +60,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--texts",
             help="a JSON Lines file of texts keyed by id: {item_id, input} and/or "
-            "{output_id, text} per line",
+            "{output_id, text, candidate} per line (the candidate is used where the ratings "
+            "row gives none)",
         )
         parser.add_argument(
             "--dry-run",
