@@ -218,6 +218,8 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "judge-run-resume": {"POST": LEAD_WRITE},
     "judge-run-rerun": {"POST": LEAD_WRITE},
     "verdict-list": {"GET": LEAD_READ},
+    # Verdicts of judges run elsewhere: a lead with a write token, as for the judges it creates.
+    "verdict-bulk-push": {"POST": LEAD_WRITE},
     # annotations API
     "annotations-api-next": {"POST": WORK_WRITE},
     "annotations-api-assignment": {"GET": OWN_READ},
