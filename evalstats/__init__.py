@@ -109,6 +109,8 @@ calibration: (judge score -> P(human pass); METHODS = isotonic, platt, beta, his
                                     rng, options=DEFAULT_OPTIONS) -> CalibrationDiagnostics
             reliability_bins(passed, prob, *, weights=None, n_bins=10,
                              strategy="uniform"|"quantile") -> tuple[ReliabilityBin, ...]
+            confidence_of(passed, prob) -> (correct, confidence)   # P(side) as confidence
+                in [0.5, 1], for a pairwise judge's ECE in confidence bins (docs/statistics.md)
 costs:      (error costs and the cost-optimal pass / fail / escalate decision)
             CostModel(*, severity_costs, reject_cost, review_cost, unit="points",
                       is_default=False), DEFAULT_COST_MODEL (1, 3, 10, 30, 100; 3; 1 points),
@@ -121,9 +123,12 @@ costs:      (error costs and the cost-optimal pass / fail / escalate decision)
             policy_costs(passed, raw_pass, calibrated_p, *, thresholds, weights=None,
                          clusters=None, ...) -> PolicyCosts   # per 1,000: raw, calibrated, humans
 selective:  (guaranteed agreement, "trust or escalate", Jung, Brahman & Choi, ICLR 2025)
-            trust_threshold(confidence, agree, *, alpha, delta, min_count=30, thresholds=None)
-                -> TrustThreshold      # fixed-sequence testing, exact binomial bound
-            trust_cascade(confidences, agrees, *, alpha, delta, min_count=30) -> CascadeResult
+            trust_threshold(confidence, agree, *, alpha, delta, min_count=DEFAULT_MIN_COUNT,
+                            thresholds=None) -> TrustThreshold   # fixed-sequence testing,
+                                                                 # exact binomial bound
+            trust_cascade(confidences, agrees, *, alpha, delta, min_count=DEFAULT_MIN_COUNT,
+                          thresholds=None) -> CascadeResult
+            threshold_grid(step, *, low=0.5) -> candidate thresholds 1, 1 - step, ... (or None)
 orders:     order_accuracy(verdict_ab, verdict_ba, reference, items, *,
                            unparseable="miss"|"tie"|"drop", tie_category=0.0, ...)
                 -> OrderAccuracy   # per-order accuracy, its mean, order-consistent, positional
@@ -194,6 +199,7 @@ from evalstats.calibration import (
     calibration_fit,
     calibration_hierarchical,
     calibration_select,
+    confidence_of,
     reliability_bins,
 )
 from evalstats.clustered import (
@@ -297,6 +303,7 @@ from evalstats.results import (
 from evalstats.selective import (
     CascadeResult,
     TrustThreshold,
+    threshold_grid,
     trust_cascade,
     trust_threshold,
 )
@@ -395,6 +402,7 @@ __all__ = [
     "cohen_kappa",
     "combine_orders",
     "combine_strata",
+    "confidence_of",
     "confusion_matrix",
     "correlation",
     "correlation_clustered",
@@ -450,6 +458,7 @@ __all__ = [
     "self_preference",
     "signed_bias",
     "swap_labels",
+    "threshold_grid",
     "trust_cascade",
     "trust_threshold",
     "two_sided_p",
