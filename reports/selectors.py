@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from studies.models import Comparison, Output, Study
 from studies.subjects import SubjectRef
@@ -43,22 +43,40 @@ NEXT_STEPS = {
 }
 
 
+# The few keys of a selection result that the decision summary shows (a result can be
+# megabytes, so only these are read).
+_DECISION_KEYS = ("id", "study_id", "computed_at", "result__decision", "result__plan_version",
+                  "result__exploratory", "result__margin", "result__primary_metric",
+                  "result__judge")
+
+
+def _finished_selections() -> QuerySet[ReportSnapshot]:
+    return ReportSnapshot.objects.filter(kind=ReportSnapshot.Kind.SELECTION,
+                                         status=ReportSnapshot.Status.DONE)
+
+
 def study_decision_summary(*, study: Study) -> dict[str, Any] | None:
     """The study's current decision for its overview and the home page: the latest finished
     selection snapshot's state, candidate, deciding difference against the margin, date,
     whether it followed a locked plan, and the one next step; None without one. Reads only
     the result's few keys it shows (a result can be megabytes)."""
-    row = (
-        ReportSnapshot.objects.filter(study=study, kind=ReportSnapshot.Kind.SELECTION,
-                                      status=ReportSnapshot.Status.DONE)
-        .order_by("-computed_at", "-id")
-        .values("id", "computed_at", "result__decision", "result__plan_version",
-                "result__exploratory", "result__margin", "result__primary_metric",
-                "result__judge")
-        .first()
-    )
-    if row is None:
-        return None
+    row = (_finished_selections().filter(study=study).order_by("-computed_at", "-id")
+           .values(*_DECISION_KEYS).first())
+    return None if row is None else _decision_summary(row)
+
+
+def study_decision_summaries(*, studies: Sequence[Study]) -> dict[int, dict[str, Any]]:
+    """`study_decision_summary` of several studies in one query (the home page's list), by
+    study id; a study without a finished selection snapshot is absent."""
+    latest = (_finished_selections().filter(study=OuterRef("pk"))
+              .order_by("-computed_at", "-id").values("id")[:1])
+    latest_ids = (Study.objects.filter(pk__in=[s.pk for s in studies])
+                  .annotate(latest=Subquery(latest)).values("latest"))
+    rows = _finished_selections().filter(id__in=latest_ids).values(*_DECISION_KEYS)
+    return {row["study_id"]: _decision_summary(row) for row in rows}
+
+
+def _decision_summary(row: dict[str, Any]) -> dict[str, Any]:
     decision = row["result__decision"] if isinstance(row["result__decision"], dict) else {}
     state = str(decision.get("verdict") or "")
     locked = row["result__plan_version"] is not None and not row["result__exploratory"]

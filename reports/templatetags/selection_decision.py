@@ -1,5 +1,7 @@
 """`{% study_decision study %}`: the study's current decision and next step (the overview's
-lead block); `{% study_decision_state study %}`: the state alone (the home page's list).
+lead block); `{% study_decision_states rows as decisions %}` then
+`{% study_decision_state decisions study %}`: the state alone (the home page's list, every
+study's decision read in one query).
 
 Template tags, so that the studies app's pages show the decision without importing reports
 (reports depends on studies, never the other way round).
@@ -13,7 +15,7 @@ from django import template
 from django.urls import reverse
 
 from reports.selection_tables import difference_text, margin_text
-from reports.selectors import study_decision_summary
+from reports.selectors import study_decision_summaries, study_decision_summary
 
 register = template.Library()
 
@@ -38,7 +40,13 @@ def study_decision(study: Any) -> dict[str, Any]:
             "selection_url": reverse("reports-selection", kwargs={"slug": study.slug})}
 
 
+@register.simple_tag
+def study_decision_states(rows: Any) -> dict[int, dict[str, Any]]:
+    """Every listed study's decision (the home page's rows, each `{"study": …, …}`), by study
+    id, in one query rather than one per study."""
+    return study_decision_summaries(studies=[row["study"] for row in rows])
+
+
 @register.inclusion_tag("reports/_decision_state.html")
-def study_decision_state(study: Any) -> dict[str, Any]:
-    # One small query per listed study (the latest selection snapshot's decision keys).
-    return {"d": study_decision_summary(study=study)}
+def study_decision_state(decisions: dict[int, dict[str, Any]], study: Any) -> dict[str, Any]:
+    return {"d": decisions.get(study.pk)}
