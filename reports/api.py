@@ -306,7 +306,7 @@ class SelectionNextLabelsView(APIView):
 
 class ReportExportView(APIView):
     """CSV of one table: ?table=cells|confusion|bias|ceiling|system|votes|correlation_levels|
-    orders|rater_groups (`reports.export.TABLES`)."""
+    orders|rater_groups|by_candidate (`reports.export.TABLES`)."""
 
     @extend_schema(
         operation_id="agreement_reports_export",

@@ -21,6 +21,8 @@ TABLES = (
     "orders",
     # Result version 3, with the rater_groups parameter (otherwise the header only).
     "rater_groups",
+    # Result version 4, with the by_candidate parameter (otherwise the header only).
+    "by_candidate",
 )
 # Keys of the per-vote figures of a cell (and the per-majority figures they sit beside).
 _VOTE_METRICS = (
@@ -256,6 +258,8 @@ def table_rows(result: AgreementResult, table: str) -> tuple[list[str], Iterable
         return _v2_rows(result, table, jname, ckey)
     if table == "rater_groups":
         return _group_rows(result, jname, ckey)
+    if table == "by_candidate":
+        return _candidate_rows(result, jname, ckey)
     raise ValueError(f"unknown table {table!r}")
 
 
@@ -425,6 +429,27 @@ def _group_rows(
             if r.too_few:
                 yield [*head, r.primary_metric, None, None, None, None, True]
                 continue
+            for name, m in r.metrics.items():
+                yield [*head, name, *_est_cells(m), name == r.primary_metric]
+
+    return header, rows()
+
+
+def _candidate_rows(
+    result: AgreementResult, jname: Callable[[Any], str], ckey: Callable[[Any], str]
+) -> tuple[list[str], Iterable[list[Any]]]:
+    """Every cell metric per candidate, long: one row per figure."""
+    header = [
+        "judge", "judge_version_id", "criterion", "dimension", "stratum", "candidate",
+        "n_subjects", "n_items", "metric", "value", "ci_low", "ci_high", "n", "primary",
+    ]
+
+    def rows() -> Iterable[list[Any]]:
+        for r in result.by_candidate or ():
+            head = [
+                jname(r.judge_version), r.judge_version, ckey(r.criterion), r.dimension,
+                r.label, r.candidate, r.n_subjects, r.n_items,
+            ]
             for name, m in r.metrics.items():
                 yield [*head, name, *_est_cells(m), name == r.primary_metric]
 

@@ -26,6 +26,12 @@ Version 3 adds agreement by rater group, present only in a report computed with 
 criterion, the attribute, each group's raters and the raters without the attribute) and
 `rater_groups` (judge vs group, group vs group and within-group figures per criterion x
 stratum). Versions 1 and 2 are still read (without them).
+
+Version 4 adds, on nominal criteria, the judge against each of a rater group's votes in the
+`judge_vs_group` rows' metrics (`agreement_per_vote`, `agreement_per_vote_without_ties`), and
+the `by_candidate` table, present only in a report computed with the `by_candidate` parameter
+(every cell metric per judge version x criterion x stratum x candidate). Versions 1 to 3 are
+still read (without them: the key absent, read as None).
 """
 
 from __future__ import annotations
@@ -41,11 +47,11 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from calibration.refs import OMIT_IF_NONE, CriterionRef, JudgeRef
 
-AGREEMENT_RESULT_VERSION = 3
+AGREEMENT_RESULT_VERSION = 4
 # Versions `AgreementResult.from_json` reads: version 1 has no `correlation_levels` table (read
 # as empty), and none of the per-vote keys (absent keys are None); versions 1 and 2 have no
-# rater groups (None).
-AGREEMENT_READABLE_VERSIONS = (1, 2, 3)
+# rater groups (None); versions 1 to 3 no `by_candidate` table (None).
+AGREEMENT_READABLE_VERSIONS = (1, 2, 3, 4)
 # Tables a version 1 result does not have.
 _TABLES_SINCE_2 = ("correlation_levels", "orders")
 # Field metadata: the key is left out of the JSON when the value is None (and may be missing).
@@ -622,6 +628,26 @@ class RaterGroupRow:
         return f"within {self.group}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class CandidateRow:
+    """A cell's metrics on the subjects of one candidate (reports/agreement/candidates.py): its
+    outputs, or the comparisons it took part in (on either side)."""
+
+    judge_version: int
+    criterion: int
+    dimension: str
+    label: str
+    candidate: str
+    n_subjects: int
+    n_items: int
+    primary_metric: str
+    metrics: Mapping[str, Estimate]
+
+    @property
+    def primary(self) -> Estimate | None:
+        return self.metrics.get(self.primary_metric)
+
+
 @dataclass(frozen=True)
 class AgreementCell:
     """One judge version x criterion x stratum: coefficients, ceiling, test and verdict."""
@@ -674,6 +700,8 @@ class AgreementResult:
         default=None, metadata=_OMIT
     )
     rater_groups: tuple[RaterGroupRow, ...] | None = field(default=None, metadata=_OMIT)
+    # Version 4, only with the `by_candidate` parameter (absent from the JSON otherwise).
+    by_candidate: tuple[CandidateRow, ...] | None = field(default=None, metadata=_OMIT)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AgreementResult:
@@ -750,6 +778,7 @@ __all__ = [
     "AltTestAnnotator",
     "BiasRow",
     "CandidateMeans",
+    "CandidateRow",
     "CeilingRow",
     "ClassScores",
     "ConfusionRow",

@@ -20,6 +20,8 @@ Modules, by concern:
 - `bias`: the bias audits; `system`: system-level correlation; `examples`: disagreeing examples;
 - `levels`: correlation at sample, dataset and system level; `orders`: verdicts in both
   presentation orders;
+- `groups`: agreement by rater group (judge vs a group's consensus and each of its votes, group
+  vs group, within a group); `candidates`: every cell metric per candidate (`by_candidate`);
 - `compute`: the inputs' fingerprint and the report itself (`compute_report`).
 """
 

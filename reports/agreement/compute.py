@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - exercised only where threadpoolctl is 
 from calibration.frames import CriterionRef, RatingData, value_text
 
 from .bias import _bias
+from .candidates import candidate_rows
 from .ceiling import _ceiling
 from .coefficients import (
     _alt_test,
@@ -41,7 +42,7 @@ from .system import _system_level
 from .verdict import _verdict, rule_text
 
 # The version of the result's shape (reports.results.AGREEMENT_RESULT_VERSION).
-RESULT_VERSION = 3
+RESULT_VERSION = 4
 # Threads computing criteria and judge versions side by side (see compute_report); 1 computes
 # them in turn, in the calling thread. Without threadpoolctl, BLAS keeps its own threads and a
 # second report thread only competes with them for the cores (see _one_blas_thread).
@@ -101,6 +102,7 @@ class _Part:
     orders: list[dict[str, Any]] = field(default_factory=list)
     rater_group_members: list[dict[str, Any]] = field(default_factory=list)
     rater_groups: list[dict[str, Any]] = field(default_factory=list)
+    by_candidate: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -216,6 +218,10 @@ def _judge_part(
                 "verdict_reason": reason,
             }
         )
+        if p.get("by_candidate"):
+            out.by_candidate.extend(
+                candidate_rows(data, crit, jv, block, st, idx, idx_v, j_all, continuous, p)
+            )
         if confusion is not None:
             out.confusion.append(
                 {"judge_version": jv.id, "criterion": crit.id, **st.as_dict(), **confusion}
@@ -345,6 +351,7 @@ def compute_report(
         judge_parts = iter(list(run(judge, units)))
         group_parts = list(run(groups, bases)) if p.get("rater_groups") is not None else []
     seen_strata: dict[tuple[str, str], None] = {}
+    by_candidate: list[dict[str, Any]] = []
     for b in bases:
         for pt in [b.part] + [next(judge_parts) for _ in b.judges]:
             for key in pt.strata:
@@ -360,12 +367,16 @@ def compute_report(
                 "orders",
             ):
                 result[name].extend(getattr(pt, name))
+            by_candidate.extend(pt.by_candidate)
             result["warnings"].extend(pt.warnings)
     result["strata"] = [{"dimension": d, "label": lab} for d, lab in seen_strata]
     if p.get("rater_groups") is not None:
         # Only a report that asks for groups has the tables (result version 3).
         result["rater_group_members"] = [m for g in group_parts for m in g.rater_group_members]
         result["rater_groups"] = [r for g in group_parts for r in g.rater_groups]
+    if p.get("by_candidate"):
+        # Only a report that asks for it has the table (result version 4).
+        result["by_candidate"] = by_candidate
     return result
 
 

@@ -4,7 +4,11 @@ their membership (e.g. ``group`` = expert / author / crowd, from an import's ``r
 Per criterion and stratum:
 
 - judge vs group G: each judge version's usual coefficients (the main table's, with the same
-  intervals) against the consensus of G's raters only;
+  intervals) against the consensus of G's raters only; on nominal scales also the judge against
+  each of G's votes (`agreement_per_vote`, and on pairwise scales
+  `agreement_per_vote_without_ties`: result version 4), the figure papers print as "agreement
+  with expert votes" (MT-Bench, Zheng et al. 2023), which is neither the all-votes figure of
+  the main table (every group's votes mixed) nor the group's majority;
 - group G vs group H: G's consensus in the judge's place against H's consensus, on the subjects
   both groups rated (ordinal: G's mean rounded half up against H's mean and its rounding, so
   the primary coefficient is the quadratic-weighted kappa as in the main table);
@@ -31,7 +35,7 @@ import evalstats as es
 from calibration.frames import CriterionRef, RatingData
 from evalstats.votes import pooled_pair_agreement
 
-from .coefficients import _nominal_metrics, _ordinal_metrics, _primary_metric
+from .coefficients import _nominal_metrics, _ordinal_metrics, _primary_metric, _vote_metrics
 from .common import FloatArray, _categories, _cell_rng, _options, est_dict
 from .humans import _HumanBlock, _Stratum
 
@@ -112,13 +116,18 @@ def _against(
     continuous: bool,
     p: Mapping[str, Any],
     rng: np.random.Generator,
+    votes: FloatArray | None = None,
 ) -> dict[str, Any]:
-    """The main table's coefficients of `j` against group g's consensus on subjects `idx`."""
+    """The main table's coefficients of `j` against group g's consensus on subjects `idx`;
+    with `votes` (nominal scales), also `j` against each of the votes (humans x subjects)."""
     if crit.scale == "ordinal":
         return _ordinal_metrics(
             crit, j, g.consensus[idx], g.rounded[idx], items, continuous, p, rng
         )
     metrics, _ = _nominal_metrics(crit, j, g.consensus[idx], items, p, rng)
+    if votes is not None:
+        # Drawn after the majority coefficients, so theirs are those of earlier versions.
+        metrics.update(_vote_metrics(crit, j, votes, items, p, rng))
     return metrics
 
 
@@ -211,7 +220,12 @@ def rater_group_rows(
                     rng = _cell_rng(
                         p["seed"], "group", jv_id, crit.id, st.dimension, st.label, g.name
                     )
-                    metrics = _against(crit, j_all[idx], g, idx, items, continuous, p, rng)
+                    # The group's own votes on the same subjects: every vote of the group
+                    # counts once (the group's consensus exists wherever one of them voted).
+                    votes = block.matrix[g.rows][:, idx] if crit.scale != "ordinal" else None
+                    metrics = _against(
+                        crit, j_all[idx], g, idx, items, continuous, p, rng, votes
+                    )
                 rows.append(
                     _row(
                         crit, st, "judge_vs_group", judge_version=jv_id, group=g.name,

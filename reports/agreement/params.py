@@ -42,6 +42,9 @@ DEFAULT_PARAMS: dict[str, Any] = {
     # A rater attribute key (e.g. "group", from an import's rater.group column): the report
     # adds judge vs group, group vs group and within-group figures. None: no groups.
     "rater_groups": None,
+    # Every cell metric per candidate as well (the `by_candidate` table): a paper's
+    # per-system table in one report.
+    "by_candidate": False,
 }
 
 
@@ -97,6 +100,7 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     )
     need(isinstance(p["system_level"], bool), "system_level", "true or false")
     need(isinstance(p["correlation_levels"], bool), "correlation_levels", "true or false")
+    need(isinstance(p["by_candidate"], bool), "by_candidate", "true or false")
     need(p["unparseable_as"] in ("miss", "tie"), "unparseable_as", "'miss' or 'tie'")
     need(
         is_num(p["disagreement_gap"]) and p["disagreement_gap"] > 0,

@@ -142,7 +142,7 @@ def grouped(lead: Any, tmp_path: Path) -> dict[str, Any]:
 
 def test_figures_by_rater_group_match_independent_libraries(grouped: dict[str, Any]) -> None:
     result = grouped["result"]
-    assert result["version"] == 3 and result["params"]["rater_groups"] == "group"
+    assert result["version"] == 4 and result["params"]["rater_groups"] == "group"
     members = {m["criterion"]: m for m in result["rater_group_members"]}
     for m in members.values():
         assert m["attribute"] == "group" and m["n_raters_without"] == 1  # r0
@@ -166,6 +166,11 @@ def test_figures_by_rater_group_match_independent_libraries(grouped: dict[str, A
                                                                     **close)
         k = row["metrics"]["kappa"]
         assert k["ci_low"] <= k["value"] <= k["ci_high"]
+        # The judge against each of the group's votes (result version 4), counted here.
+        votes = [DATA["binary"][r][i] == j_b[i] for r in GROUPS[group] for i in every]
+        per_vote = row["metrics"]["agreement_per_vote"]
+        assert per_vote["value"] == pytest.approx(sum(votes) / len(votes), **close)
+        assert per_vote["n"] == len(votes) == 3 * N
     # ... per stratum too (lang = de: the last six items).
     row = _find(result, "correct", "judge_vs_group", "expert", label="de")
     assert row["n_subjects"] == 6 and row["dimension"] == "lang"

@@ -160,7 +160,7 @@ def synthetic() -> dict[str, Any]:
     return _raw_json(
         _synthetic_data(),
         {"n_resamples": 200, "seed": 2, "min_items": 10, "system_level": True,
-         "rater_groups": "group"},
+         "rater_groups": "group", "by_candidate": True},
     )
 
 
@@ -188,6 +188,14 @@ def test_synthetic_result_round_trips_exactly(synthetic: dict[str, Any]) -> None
     assert {"n_pairs" in g for g in groups} == {True, False}
     assert {g["other_group"] is None for g in groups} == {True, False}
     assert {m["n_raters_without"] for m in synthetic["rater_group_members"]} == {1}  # 106
+    # Result version 4: per-vote figures against one group's votes, and every cell per
+    # candidate.
+    assert any("agreement_per_vote" in g["metrics"] for g in groups)
+    assert synthetic["by_candidate"]
+    assert {(c["judge_version"], c["criterion"], c["dimension"], c["label"])
+            for c in synthetic["by_candidate"]} == {
+        (c["judge_version"], c["criterion"], c["dimension"], c["label"])
+        for c in synthetic["cells"]}
 
 
 def test_inner_tables_are_read_as_typed_rows(synthetic: dict[str, Any]) -> None:
