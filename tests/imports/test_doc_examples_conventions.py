@@ -335,6 +335,12 @@ def test_doc_figures_match_an_independent_count() -> None:
     assert doc[vs.format("expert", "accuracy")] == pytest.approx(accuracy_score(expert, judge))
     assert doc[vs.format("expert", "kappa")] == pytest.approx(cohen_kappa_score(judge, expert))
     assert doc[vs.format("crowd", "accuracy")] == pytest.approx(accuracy_score(crowd, judge))
+    expert_votes = [by[e, i] == by["j", i] for e in experts for i in items]
+    assert doc[vs.format("expert", "agreement_per_vote")] == pytest.approx(
+        statistics.mean(expert_votes), abs=5e-5)
+    every_vote = [by[r, i] == by["j", i] for r in ["c1", "u1", *experts] for i in items]
+    assert doc["cells[judge=j, stratum=overall].metrics.agreement_per_vote"] == pytest.approx(
+        statistics.mean(every_vote), abs=5e-5)
     pair = "rater_groups[kind=group_vs_group, group=crowd].metrics.{}"
     assert doc[pair.format("accuracy")] == pytest.approx(accuracy_score(expert, crowd))
     assert doc[pair.format("kappa")] == pytest.approx(cohen_kappa_score(crowd, expert))
