@@ -24,7 +24,8 @@ from studies.serializers import ErrorSerializer
 # The options each tool understands (query parameters); anything else is refused by name.
 TOOL_OPTIONS = {
     "labelstudio": ("output_field", "pair_fields", "pair_candidates", "candidate",
-                    "input_field", "task_ids", "anonymous_annotators", "predictions"),
+                    "input_field", "task_ids", "anonymous_annotators", "predictions", "file_format",
+                    "results"),
     "langfuse": ("generation", "api_scores", "candidate"),
     "promptfoo": ("values",),
     "inspect": ("candidate", "partial_as", "noanswer_as"),

@@ -5,10 +5,23 @@ A task's `data` says nothing about which field is the model output that annotato
 which of two texts a `pairwise` result's "left" means: both are options (`output_field`, or
 `pair_fields` "LEFT,RIGHT" in the order of the `<Pairwise toName>` tag; Label Studio's "left"
 is the first). Predictions are pre-labels unless the user says they are a judge's verdicts.
+
+The CSV (and TSV) export (`file_format=csv|tsv`; label-studio-sdk `converter/exports/csv2.py`) has
+one row per annotation that was not cancelled, columns in name order: the task's `id`, each
+`data` field, each control tag's result under its `from_name`, and `annotator` (the e-mail, else
+the user id), `annotation_id`, `created_at`, `updated_at`, `lead_time` (plus `agreement`,
+`history`). A result cell holds a single choice as its text and anything else as the JSON list
+of the tag's values without their type (`[{"rating": 4}]`, `[{"number": 2}]`,
+`[{"selected": "left"}]`, `[{"choices": ["a", "b"]}]`). Nothing in the header tells a result
+column from a data column, so the result columns are an option (`results`). The rows are read
+back into the JSON export's tasks and translated as those are; a CSV has no predictions.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,9 +75,115 @@ def _value(res: Mapping[str, Any]) -> tuple[str | None, str]:
     return None, f"'{kind}' results (not a rating: no criterion value to map)"
 
 
+# Columns every row of the CSV export has besides the data fields and the results.
+_CSV_FIXED = ("annotator", "annotation_id", "created_at", "updated_at", "lead_time", "id",
+              "agreement", "history")
+# A result cell's JSON value (the tag's value without its type): the key that names the type.
+_VALUE_KEYS = {"choices": "choices", "rating": "rating", "number": "number",
+               "selected": "pairwise", "text": "textarea", "ranker": "ranker",
+               "taxonomy": "taxonomy", "datetime": "datetime", "labels": "labels"}
+
+
+def _format(filename: str, options: Mapping[str, Any]) -> str:
+    fmt = options.get("file_format") or ""
+    if not fmt:
+        lower = filename.lower()
+        fmt = "csv" if lower.endswith(".csv") else "tsv" if lower.endswith(".tsv") else "json"
+    if fmt not in ("json", "csv", "tsv"):
+        raise ExportError("file_format", f"'json', 'csv' or 'tsv', got {fmt!r}")
+    return str(fmt)
+
+
+def _csv_results(name: str, cell: str) -> list[dict[str, Any]]:
+    """The results of one result cell, as the JSON export holds them."""
+    if cell == "":
+        return []
+    if cell[:1] in "[{":
+        try:
+            parsed = json.loads(cell)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, Mapping):
+            parsed = [parsed]
+        if isinstance(parsed, list) and parsed and all(isinstance(x, Mapping) for x in parsed):
+            out = []
+            for value in parsed:
+                kind = next((_VALUE_KEYS[k] for k in value if k in _VALUE_KEYS),
+                            "/".join(sorted(value)) or "empty")
+                out.append({"from_name": name, "type": kind, "value": value})
+            return out
+    # A single choice is written as its text (csv2's prettify_result).
+    return [{"from_name": name, "type": "choices", "value": {"choices": [cell]}}]
+
+
+def _csv_tasks(data: bytes, sep: str, options: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The CSV export's rows read back into tasks with their annotations (module docstring)."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ExportError("(file)", f"the Label Studio export is not UTF-8 text ({exc.reason})") \
+            from None
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=sep)
+    header = list(reader.fieldnames or [])
+    raw_results = options.get("results") or ""
+    results = [r.strip() for r in str(raw_results).split(",") if r.strip()]
+    others = [c for c in header if c not in _CSV_FIXED]
+    if not results:
+        raise ExportError(
+            "results",
+            "say which columns of the CSV export hold annotation results (results=NAME,NAME: "
+            "the from_name of each control tag); nothing in the header tells them from the "
+            f"task's data fields. Its columns besides the fixed ones: "
+            f"{', '.join(others[:20]) or 'none'}",
+        )
+    missing = [r for r in results if r not in header]
+    if missing:
+        raise ExportError("results", f"no column {', '.join(map(repr, missing))} in the export "
+                          f"(columns: {', '.join(header[:30])})")
+    if "id" not in header:
+        raise ExportError("(file)", "the CSV has no 'id' column (the task id), so the "
+                          "annotations of one task cannot be told from another's; import the "
+                          "JSON export")
+    if options.get("predictions") == "judge":
+        raise ExportError("predictions", "the CSV export holds annotations only; import the "
+                          "JSON export for predictions")
+    data_cols = [c for c in others if c not in results
+                 and not any(c == f"{r}_transcript" for r in results)]
+    tasks: dict[str, dict[str, Any]] = {}
+    try:
+        rows = list(reader)
+    except csv.Error as exc:
+        raise ExportError(f"line {reader.line_num}", f"not a CSV row ({exc})") from None
+    for n, row in enumerate(rows, start=2):
+        task_id = (row.get("id") or "").strip()
+        if not task_id:
+            raise ExportError(f"line {n}.id", "a row without its task id")
+        task = tasks.setdefault(task_id, {
+            "id": int(task_id) if task_id.isdigit() else task_id,
+            "data": {c: row.get(c) or "" for c in data_cols},
+            "annotations": [],
+        })
+        res = [r for name in results for r in _csv_results(name, row.get(name) or "")]
+        ann_id = (row.get("annotation_id") or "").strip()
+        if not ann_id and not res:
+            continue  # a task without annotations: one row with the task alone
+        who = (row.get("annotator") or "").strip()
+        ann: dict[str, Any] = {"id": ann_id or f"line {n}", "result": res}
+        if who:
+            ann["completed_by"] = int(who) if who.isdigit() else who
+        if (row.get("lead_time") or "").strip():
+            ann["lead_time"] = row["lead_time"]
+        task["annotations"].append(ann)
+    return list(tasks.values())
+
+
 def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Translation:
-    doc = load_json(data, what="the Label Studio export")
-    tasks = doc if isinstance(doc, list) else [doc] if isinstance(doc, Mapping) else None
+    fmt = _format(filename, options)
+    if fmt == "json":
+        doc = load_json(data, what="the Label Studio export")
+        tasks = doc if isinstance(doc, list) else [doc] if isinstance(doc, Mapping) else None
+    else:
+        tasks = _csv_tasks(data, "," if fmt == "csv" else "\t", options)
     if tasks is None:
         raise ExportError("(file)", "a Label Studio JSON export is a list of task objects")
     tr = Translation()
