@@ -204,6 +204,7 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "api-outputs-bulk": {"POST": LEAD_WRITE},
     # imports API
     "api-peer-import": {"POST": LEAD_WRITE},
+    "api-ratings-import": {"POST": LEAD_WRITE},
     # judges API
     "api-judges": {"GET": READ_BLIND, "POST": LEAD_WRITE},
     "api-judge": {"GET": READ_BLIND},
