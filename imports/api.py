@@ -38,7 +38,7 @@ TOOL_OPTIONS = {
                     "input_field", "task_ids", "anonymous_annotators", "predictions", "file_format",
                     "results"),
     "langfuse": ("generation", "api_scores", "candidate"),
-    "promptfoo": ("values",),
+    "promptfoo": ("values", "file_format"),
     "inspect": ("candidate", "partial_as", "noanswer_as"),
 }
 _COMMON = ("dry_run", "scale", "pass_threshold", "family")
@@ -98,8 +98,9 @@ class PeerImportView(APIView):
     @extend_schema(
         summary="Import an export of Label Studio, Langfuse, promptfoo or Inspect AI",
         description=(
-            "The body is the tool's export file (Label Studio JSON, Langfuse trace JSON, "
-            "promptfoo results JSON, Inspect .eval or .json log). Options the export cannot "
+            "The body is the tool's export file (Label Studio JSON, CSV or TSV, Langfuse trace "
+            "JSON, promptfoo results JSON or CSV, Inspect .eval or .json log; a CSV needs "
+            "file_format). Options the export cannot "
             "state are query parameters (docs/import-ratings.md); `dry_run=1` validates and "
             "answers what an import would do without writing. All or nothing; re-importing "
             "changes nothing. Needs the lead role and a read-write token."

@@ -7,10 +7,22 @@ candidate, `response.output` -> output with `latencyMs`, tokens and `cost`; each
 criterion named by the assertion's `metric` (else its type). Model-graded assertions
 (llm-rubric, answer-relevance, ...) are LLM judges, the others programmatic checks. The value
 is promptfoo's own pass/fail, or its score with values=score (the scale is then yours to give).
+
+The CSV (`promptfoo eval -o results.csv`, or the web UI's download; `file_format=csv`) is the
+results table (promptfoo `src/server/utils/evalTableUtils.ts`, `evalTableToCsv`): an optional
+`Description`, one column per var, then per prompt the columns `[provider] label` (the output),
+`Status` (PASS, FAIL, ERROR), `Score`, `Named Scores`, one `Metric: <name>` per named metric,
+`Grader Reason` and `Comment`. It has no assertion results, latency, tokens or cost: each cell's
+overall result is one verdict of the judge `promptfoo-overall` on the criterion `overall` (its
+Status, or its Score with values=score), and with values=score each named metric one of the
+judge `promptfoo-metric` on the criterion named by the metric. Rows are the tests in testIdx
+order, numbered from 0 (`test-<n>`, the JSON export's items for an unfiltered export).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from collections import Counter
@@ -54,7 +66,131 @@ def _components(grading: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
             stack.extend(reversed(nested))
 
 
+_GROUP = ["Status", "Score", "Named Scores"]
+_GROUP_END = ["Grader Reason", "Comment"]
+_HEADER = re.compile(r"^\[(?P<provider>[^\]]*)\] (?P<label>.*)$", re.S)
+
+
+def _number_text(num: float) -> str:
+    return text_of(int(num) if num.is_integer() else num)
+
+
+def _csv_groups(header: list[str]) -> list[tuple[int, str, str, dict[str, int]]]:
+    """(output column, provider, prompt label, {metric name: column}) per prompt."""
+    groups = []
+    i = 0
+    while i < len(header):
+        if header[i + 1:i + 4] != _GROUP:
+            i += 1
+            continue
+        j = i + 4
+        metrics = {}
+        while j < len(header) and header[j].startswith("Metric: "):
+            metrics[header[j][len("Metric: "):]] = j
+            j += 1
+        if header[j:j + 2] != _GROUP_END:
+            raise ExportError(f"column {j + 1}", f"expected 'Grader Reason', 'Comment' after "
+                              f"the columns of '{header[i]}', got {header[j:j + 2]}")
+        m = _HEADER.match(header[i])
+        provider, label = (m["provider"], m["label"]) if m else ("", header[i])
+        groups.append((i, provider, label, metrics))
+        i = j + 2
+    return groups
+
+
+def _translate_csv(data: bytes, values: str) -> Translation:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ExportError("(file)", f"the promptfoo CSV is not UTF-8 text ({exc.reason})") \
+            from None
+    try:
+        table = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise ExportError("(file)", f"not a CSV file ({exc})") from None
+    if not table:
+        raise ExportError("(file)", "the CSV is empty")
+    header = table[0]
+    groups = _csv_groups(header)
+    if not groups:
+        raise ExportError(
+            "(file)", "no prompt's columns ('[provider] label', 'Status', 'Score', 'Named "
+            "Scores', ..., 'Grader Reason', 'Comment') in the header: this reader takes the "
+            "CSV of promptfoo versions that write them; import the JSON results otherwise "
+            "(`promptfoo eval -o results.json`)")
+    first = groups[0][0]
+    start = 1 if header[:1] == ["Description"] else 0
+    var_names = header[start:first]
+    # One provider with several prompts: the prompt's label tells the candidates apart, as in
+    # the JSON export.
+    by_provider = Counter(provider for _, provider, _, _ in groups)
+    tr = Translation()
+    reasons = 0
+    for n, row in enumerate(table[1:]):
+        line = n + 2
+        if len(row) < len(header):
+            if not any(row):
+                continue
+            raise ExportError(f"line {line}", f"{len(row)} cells, the header has {len(header)}")
+        item = f"test-{n}"
+        inputs = {name: row[start + k] for k, name in enumerate(var_names)}
+        for col, provider, label, metrics in groups:
+            candidate = provider or label
+            if provider and by_provider[provider] > 1:
+                candidate = f"{provider} [prompt {label}]"
+            status = row[col + 1].strip()
+            if not status:
+                tr.drop("cells without a result (the prompt did not run on the test)")
+                continue
+            if status == "ERROR":
+                tr.drop("results that ended in an error (ERROR: the provider call failed)")
+                continue
+            if status not in ("PASS", "FAIL"):
+                raise ExportError(f"line {line}, column {col + 2}",
+                                  f"Status must be PASS, FAIL or ERROR, got {status!r}")
+            reasons += bool(row[len(metrics) + col + 4].strip())
+            base = {"item_id": item, "item_input": text_of(inputs),
+                    "output_id": f"{item}:{candidate}", "candidate": candidate,
+                    "output_text": row[col], "rater_kind": "judge",
+                    "judge_version": "imported"}
+            where = f"line {line} ({item}, {candidate})"
+            if values == "pass":
+                tr.add(where, {**base, "rater_id": "promptfoo-overall", "criterion": "overall",
+                               "value": "pass" if status == "PASS" else "fail"})
+                given = sum(bool(row[c].strip()) for c in metrics.values())
+                if given:
+                    tr.drop("named metric scores (numbers: pass values=score to import them)",
+                            given)
+                continue
+            score = number_or_none(row[col + 2].strip() or None)
+            if score is None:
+                tr.drop("results without a score")
+            else:
+                tr.add(where, {**base, "rater_id": "promptfoo-overall",
+                               "criterion": "overall", "value": _number_text(score)})
+            for name, c in metrics.items():
+                num = number_or_none(row[c].strip() or None)
+                if num is None:
+                    continue
+                tr.add(f"{where}, metric {name}",
+                       {**base, "rater_id": "promptfoo-metric", "criterion": _slug(name),
+                        "value": _number_text(num)})
+    if reasons:
+        tr.notes.append(f"{reasons} grader reasons (the judges' rationales) are not stored")
+    tr.notes.append("a promptfoo CSV has no latency, tokens, cost or assertion results: "
+                    "import the JSON results for them")
+    return tr
+
+
 def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Translation:
+    fmt = options.get("file_format") or ("csv" if filename.lower().endswith(".csv") else "json")
+    if fmt not in ("json", "csv"):
+        raise ExportError("file_format", f"'json' or 'csv', got {fmt!r}")
+    values = options.get("values") or "pass"
+    if values not in ("pass", "score"):
+        raise ExportError("values", f"'pass' or 'score', got {values!r}")
+    if fmt == "csv":
+        return _translate_csv(data, values)
     doc = load_json(data, what="the promptfoo results")
     results = obj(obj(doc).get("results"))
     rows = results.get("results")
@@ -62,9 +198,6 @@ def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Transla
         raise ExportError("results.results",
                           "a promptfoo results file (`promptfoo eval -o results.json`) holds "
                           "results.results[]")
-    values = options.get("values") or "pass"
-    if values not in ("pass", "score"):
-        raise ExportError("values", f"'pass' or 'score', got {values!r}")
     tr = Translation()
     listed = results.get("prompts")
     prompts: list[Any] = listed if isinstance(listed, list) else []
@@ -134,7 +267,7 @@ def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Transla
                 if num is None:
                     tr.drop("assertion results without a score")
                     continue
-                value = text_of(int(num) if num.is_integer() else num)
+                value = _number_text(num)
             base_type = atype[4:] if atype.startswith("not-") else atype
             kind = "llm" if base_type in MODEL_GRADED else "check"
             grader = assertion.get("provider")
