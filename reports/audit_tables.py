@@ -186,6 +186,13 @@ def groups_table(result: AgreementResult, criterion: int) -> dict[str, Any] | No
                 "pooled": _est(r.metrics.get("pooled_agreement"))
                 if r.kind == "within_group" and not r.too_few
                 else None,
+                # Judge vs each vote of the group (result version 4, nominal criteria).
+                "per_vote": _est(r.metrics.get("agreement_per_vote"))
+                if "agreement_per_vote" in r.metrics
+                else None,
+                "per_vote_without_ties": _est(r.metrics.get("agreement_per_vote_without_ties"))
+                if "agreement_per_vote_without_ties" in r.metrics
+                else None,
                 "n_subjects": r.n_subjects,
                 "n_raters": r.n_raters,
             }

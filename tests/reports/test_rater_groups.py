@@ -284,6 +284,12 @@ def test_the_page_shows_the_groups_escaped(lead: Any, tmp_path: Path, client: An
     assert "1 rater without group, left out" in text
     assert f"j v1 vs {bait}" in text and f"{bait} vs crowd" in text
     assert f"within {bait}" in text and "too few" in text
+    # The judge against each vote of a group, beside its majority figure (binary: no ties).
+    row = next(r for r in body["result"]["rater_groups"] if r["kind"] == "judge_vs_group"
+               and r["group"] == "crowd" and r["label"] == "overall"
+               and r["metrics"].get("agreement_per_vote"))
+    assert "Judge vs each vote" in text
+    assert f"{row['metrics']['agreement_per_vote']['value']:.3f}" in text
     # The API's GET of the report carries the same section as the CLI's JSON.
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {api_token_create(user=lead)}")
