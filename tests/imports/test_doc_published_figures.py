@@ -1,5 +1,6 @@
 """docs/import-ratings.md, "Reproducing published figures" (issue 25, §2): the steps printed
-there, run exactly as printed on the real release, give the published figures.
+there, run exactly as printed on the real releases (PandaLM, HANNA), give the published
+figures.
 
 The section's ```python block is written to the file it names and run with this interpreter
 (`$REVIEWHUB_DATA_DIR` expanded, standard output redirected to the named file, as the shell
@@ -85,9 +86,10 @@ def _data_dir() -> Path:
     return Path(value)
 
 
-def test_the_section_has_the_pandalm_example() -> None:
-    [sec] = SECTIONS
-    assert sec.name == "pandalm" and list(sec.scripts) == ["pandalm_to_csv.py"]
+def test_the_section_has_its_examples() -> None:
+    assert [s.name for s in SECTIONS] == ["pandalm", "hanna"]
+    sec = SECTIONS[0]
+    assert list(sec.scripts) == ["pandalm_to_csv.py"]
     assert [c.split()[:2] for c in sec.commands] == [
         ["python", "pandalm_to_csv.py"], ["python", "manage.py"], ["python", "manage.py"]]
     # Every published figure of the data README is in the table, and no other.
@@ -99,11 +101,27 @@ def test_the_section_has_the_pandalm_example() -> None:
     assert got == PUBLISHED
 
 
+# The data README's and the authors' published HANNA figures (BLEU vs the human Relevance
+# mean; tests/reports/test_judgebench_hanna_report.py checks the same against scipy).
+PUBLISHED_HANNA = {
+    "cells[judge=BLEU, stratum=overall].metrics.pearson": "0.1124278",
+    "cells[judge=BLEU, stratum=overall].metrics.spearman": "0.1040944",
+    "cells[judge=BLEU, stratum=overall].metrics.kendall": "0.0737787",
+    "correlation_levels[judge=BLEU, stratum=overall].system.pearson": "0.7988772",
+    "correlation_levels[judge=BLEU, stratum=overall].system.spearman": "0.7212121",
+    "correlation_levels[judge=BLEU, stratum=overall].system.kendall": "0.5555556",
+}
+
+
+def test_the_hanna_table_is_the_published_one() -> None:
+    assert {path: published for path, published, _ in SECTIONS[1].figures} == PUBLISHED_HANNA
+
+
+@pytest.mark.parametrize("sec", SECTIONS, ids=lambda s: s.name)
 def test_the_printed_steps_reproduce_the_published_figures(
-    lead: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sec: Published, lead: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data_dir = _data_dir()
-    [sec] = SECTIONS
     for fname, content in sec.scripts.items():
         (tmp_path / fname).write_text(content, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
@@ -114,7 +132,7 @@ def test_the_printed_steps_reproduce_the_published_figures(
             out, err, error = _run(words[2:])
             assert error is None, f"{command}: {error}"
             assert "warning" not in err, err  # the printed steps run clean
-            if words[2] == "import_ratings":
+            if words[2] == "import_ratings" and sec.name == "pandalm":
                 summary = json.loads(out[out.index("{\n"):])
                 assert summary["created"]["annotation"] == 2997
                 assert summary["created"]["verdict"] == 1998
@@ -130,7 +148,7 @@ def test_the_printed_steps_reproduce_the_published_figures(
         got = _figure(path, result, None)
         places = len(published.split(".")[1])
         assert round(got, places) == float(published), f"{path}: published {published}, {got}"
-        assert shown == f"{got:.4f}", f"{path}: the page shows {shown}, the report {got}"
+        assert shown == f"{got:.{places}f}", f"{path}: the page shows {shown}, the report {got}"
 
 
 def test_the_published_figures_from_the_raw_files(tmp_path: Path) -> None:
