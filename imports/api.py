@@ -90,9 +90,41 @@ def _parse_common(request: Request, problems: Problems) -> tuple[
     return scales, thresholds, families, dry in ("1", "true")
 
 
+# The second file a tool's import takes beside its export, as the command's option of the same
+# name (a multipart form's part).
+TOOL_PARTS = {"langfuse": ("scores",)}
+
+
+def _form_limit(length: int | None) -> None:
+    """A multipart body needs its Content-Length under the upload limit before Django reads
+    the form (it spools the parts to disk)."""
+    if length is None:
+        raise LengthRequired(length_required_message())
+    limit = settings.REVIEWHUB_MAX_UPLOAD_BYTES
+    if length > limit:
+        raise PayloadTooLarge(
+            f"The request body is larger than the limit of {limit:,} bytes "
+            "(REVIEWHUB_MAX_UPLOAD_BYTES).", details={"limit_bytes": limit})
+
+
+def _form_files(request: Request, allowed: tuple[str, ...], what: str) -> dict[str, bytes]:
+    """The parts of a multipart form: `file` and the `allowed` others, as bytes."""
+    files = request.FILES
+    unknown = sorted(set(files) - {"file", *allowed})
+    if "file" not in files or unknown:
+        others = "".join(f" and optionally `{a}`" for a in allowed)
+        raise ValidationFailed.at(
+            "file" if "file" not in files else unknown[0],
+            f"the form's parts are `file` ({what}){others}"
+            + (f"; got {', '.join(unknown)}" if unknown else ""),
+        )
+    return {name: files[name].read() for name in files}
+
+
 class PeerImportView(APIView):
-    # The export is read raw from the stream under REVIEWHUB_MAX_UPLOAD_BYTES, as bulk ingest.
-    parser_classes: list[Any] = [StreamedBodyParser]
+    # The export is read raw from the stream under REVIEWHUB_MAX_UPLOAD_BYTES, as bulk ingest;
+    # or, with a second file (a Langfuse scores export), as the parts of a multipart form.
+    parser_classes: list[Any] = [MultiPartParser, StreamedBodyParser]
     streams_request_body = True
 
     @extend_schema(
@@ -100,7 +132,8 @@ class PeerImportView(APIView):
         description=(
             "The body is the tool's export file (Label Studio JSON, CSV or TSV, Langfuse trace "
             "JSON, promptfoo results JSON or CSV, Inspect .eval or .json log; a CSV needs "
-            "file_format). Options the export cannot "
+            "file_format). A Langfuse scores export goes beside the traces as a multipart "
+            "form (parts `file` and `scores`). Options the export cannot "
             "state are query parameters (docs/import-ratings.md); `dry_run=1` validates and "
             "answers what an import would do without writing. All or nothing; re-importing "
             "changes nothing. Needs the lead role and a read-write token."
@@ -134,8 +167,14 @@ class PeerImportView(APIView):
             length = None
         if length is None and request.META.get("HTTP_TRANSFER_ENCODING"):
             raise LengthRequired(length_required_message())
-        with ingest.upload_spool(request.stream, content_length=length) as body:
-            data = body.read()
+        if (request.META.get("CONTENT_TYPE") or "").lower().startswith("multipart/form-data"):
+            _form_limit(length)
+            parts = _form_files(request, TOOL_PARTS.get(tool, ()), f"the {tool} export")
+            data = parts.pop("file")
+            options.update(parts)
+        else:
+            with ingest.upload_spool(request.stream, content_length=length) as body:
+                data = body.read()
         summary, tr = peer_import(
             study=study, tool=tool, data=data, filename=f"upload.{tool}", options=options,
             scales=scales, pass_thresholds=thresholds, families=families,
@@ -233,30 +272,16 @@ class RatingsImportView(APIView):
             length = None
         if length is None and request.META.get("HTTP_TRANSFER_ENCODING"):
             raise LengthRequired(length_required_message())
-        limit = settings.REVIEWHUB_MAX_UPLOAD_BYTES
         ctype = (request.META.get("CONTENT_TYPE") or "").lower()
         texts: str | None = None
         if ctype.startswith("multipart/form-data"):
-            # Checked before Django parses the form (it spools the parts to disk).
-            if length is None:
-                raise LengthRequired(length_required_message())
-            if length > limit:
-                raise PayloadTooLarge(
-                    f"The request body is larger than the limit of {limit:,} bytes "
-                    "(REVIEWHUB_MAX_UPLOAD_BYTES).", details={"limit_bytes": limit})
-            files = request.FILES
-            unknown = sorted(set(files) - {"file", "texts"})
-            if "file" not in files or unknown:
-                raise ValidationFailed.at(
-                    "file" if "file" not in files else unknown[0],
-                    "the form's parts are `file` (the ratings file) and optionally `texts` "
-                    "(the texts file)" + (f"; got {', '.join(unknown)}" if unknown else ""),
-                )
-            upload = files["file"]
-            ratings = _text_of_upload(upload.read(), "file")
-            fmt = _ratings_format(request, upload.name or "")
-            if "texts" in files:
-                texts = _text_of_upload(files["texts"].read(), "texts")
+            _form_limit(length)
+            name = getattr(request.FILES.get("file"), "name", "") or ""
+            parts = _form_files(request, ("texts",), "the ratings file")
+            ratings = _text_of_upload(parts["file"], "file")
+            fmt = _ratings_format(request, name)
+            if "texts" in parts:
+                texts = _text_of_upload(parts["texts"], "texts")
         else:
             with ingest.upload_spool(request.stream, content_length=length) as body:
                 ratings = _text_of_upload(body.read(), "file")

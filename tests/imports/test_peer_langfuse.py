@@ -209,3 +209,35 @@ def test_a_bad_score_writes_nothing(lead: Any, tmp_path: Path) -> None:
                      "--scale", "helpful=categorical:yes,no")
     assert "trace tr-012, score helpful" in err
     assert Item.objects.count() == 0 and Output.objects.count() == 0
+
+
+def test_traces_and_a_scores_export_through_the_rest_endpoint(
+    client_for: Any, study: Any, lead: Any, tmp_path: Path
+) -> None:
+    """The command's `--scores` file goes beside the traces as the `scores` part of a multipart
+    form; the same import as the command's."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from studies.models import Membership
+    Membership.objects.get_or_create(study=study, user=lead, defaults={"role": "lead"})
+    client = client_for(lead)
+    url = f"/api/studies/{study.slug}/imports/langfuse"
+    traces = _traces(tmp_path / "traces.json").read_bytes()
+    scores = _scores_csv(tmp_path / "scores.csv").read_bytes()
+
+    def form(**parts: bytes) -> dict[str, Any]:
+        return {name: SimpleUploadedFile(f"{name}.bin", data) for name, data in parts.items()}
+
+    resp = client.post(url, data=form(file=traces, scores=scores), format="multipart")
+    assert resp.status_code == 200, resp.content
+    body = resp.json()
+    assert body["created"]["annotation"] == 90 and body["created"]["verdict"] == 30
+    assert any(k.startswith("API scores") and n == 30 for k, n in body["dropped"].items())
+    assert Annotation.objects.filter(annotator__username__endswith=":user-cy").count() == 30
+    # Only the tool's own second file is a part; the export itself is `file`.
+    resp = client.post(url, data=form(file=traces, texts=scores), format="multipart")
+    assert resp.status_code == 400 and "`scores`" in resp.json()["error"]["message"]
+    resp = client.post(f"/api/studies/{study.slug}/imports/promptfoo",
+                       data=form(file=b"{}", scores=scores), format="multipart")
+    assert resp.status_code == 400
+    assert resp.json()["error"]["details"]["errors"][0]["path"] == "scores"
