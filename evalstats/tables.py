@@ -38,11 +38,8 @@ import pandas as pd
 
 from evalstats import _kernels as K
 from evalstats._data import as_1d, as_float, encode, missing_mask, paired, resolve_categories
-from evalstats.bootstrap import (
-    _cells_estimates,
-    bootstrap_correlation,
-    bootstrap_from_item_stats,
-)
+from evalstats.bootstrap import bootstrap_correlation, bootstrap_from_item_stats
+from evalstats.bootstrap._engine import _cells_estimates
 from evalstats.options import DEFAULT_OPTIONS, BootstrapOptions
 from evalstats.results import Estimate
 
