@@ -22,6 +22,14 @@ from urllib.parse import unquote, urlsplit
 
 from reviewhub.errors import ValidationFailed
 
+from .templates import (
+    DEFAULT_SYSTEM_PROMPTS,
+    DEFAULT_USER_PROMPTS,
+    TRUSTED_PLACEHOLDERS,
+    placeholders_in,
+    template_validate,
+)
+
 SCALES = ("binary", "ordinal", "pairwise", "categorical")
 SINGLE_SCALES = ("binary", "ordinal", "categorical")
 PROVIDERS = ("openai", "anthropic")
@@ -577,8 +585,6 @@ def prices_validate(value: Any) -> dict[str, float] | None:
 
 def _prompt_map(field: str, value: Any, defaults: Mapping[str, str]) -> dict[str, str]:
     """A prompt given as a string or {scale: string}; missing scales get the defaults."""
-    from .prompts import placeholders_in
-
     out = dict(defaults)
     if value is None:
         return out
@@ -606,8 +612,6 @@ def _prompt_map(field: str, value: Any, defaults: Mapping[str, str]) -> dict[str
 
 
 def _prompts_check(system: Mapping[str, str], user: Mapping[str, str]) -> None:
-    from .prompts import TRUSTED_PLACEHOLDERS, template_validate
-
     for scale in SCALES:
         template_validate(system[scale], field=f"system_prompt.{scale}")
         names = template_validate(user[scale], field=f"user_prompt.{scale}")
@@ -653,8 +657,6 @@ def llm_config_validate(
     The allow-lists are the operator's (`JudgeNetworkPolicy.from_settings`); `resolve` looks
     host names up when a private-network endpoint is admitted by `allow_private_base_urls`.
     """
-    from .prompts import DEFAULT_SYSTEM_PROMPTS, DEFAULT_USER_PROMPTS
-
     _unknown("", config, LLM_FIELDS)
     provider = config.get("provider")
     if provider not in PROVIDERS:

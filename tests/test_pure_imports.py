@@ -30,6 +30,7 @@ APP_PURE = [
     "annotations.sampling",
     "judges.config",
     "judges.prompts",
+    "judges.templates",
     "studies.spec",
     "studies.criteria",
     "studies.strata",
