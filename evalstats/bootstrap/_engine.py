@@ -102,7 +102,7 @@ def _replicates(
     return boot, jk, None
 
 
-def _interval(
+def replicate_interval(
     boot: FloatArray,
     theta: float,
     jk: FloatArray | None,
@@ -217,7 +217,7 @@ def _cell_replicates(
     return boot, [np.concatenate(parts) for parts in jks], jk_w
 
 
-def _cells_estimates(
+def cells_estimates(
     cells: npt.NDArray[np.int64],
     n_cells: int,
     named_fns: Sequence[tuple[str, StatFn]],
@@ -247,7 +247,8 @@ def _cells_estimates(
     out = []
     for i, (name, fn) in enumerate(named_fns):
         theta = float(fn(total)[0])
-        lo, hi, w2 = _interval(boots[i], theta, None if jks is None else jks[i], jk_w, ci, level)
+        lo, hi, w2 = replicate_interval(boots[i], theta, None if jks is None else jks[i], jk_w,
+                                        ci, level)
         out.append(
             Estimate(
                 value=theta,
@@ -291,7 +292,7 @@ def bootstrap_from_item_stats(
         return Estimate(value=float("nan"), method=method, warnings=(*warnings, "no items"))
     theta = float(stat_fn(stats_arr.sum(axis=0)[None, :])[0])
     boot, jk, jk_w = _replicates(stats_arr, stat_fn, n_resamples, rng, jackknife=(ci == "bca"))
-    lo, hi, w2 = _interval(boot, theta, jk, jk_w, ci, level)
+    lo, hi, w2 = replicate_interval(boot, theta, jk, jk_w, ci, level)
     return Estimate(
         value=theta,
         ci_low=lo,
@@ -339,7 +340,7 @@ def bootstrap_items(
             keep[i] = False
             jk[i] = stat_fn(*[a[keep] for a in arrs])
             keep[i] = True
-    lo, hi, w2 = _interval(boot, theta, jk, None, ci, level)
+    lo, hi, w2 = replicate_interval(boot, theta, jk, None, ci, level)
     return Estimate(
         value=theta,
         ci_low=lo,

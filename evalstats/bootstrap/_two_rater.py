@@ -21,11 +21,11 @@ from evalstats.agreement import alpha_item_stats
 from evalstats.bootstrap._engine import (
     _BLOCK_ELEMENTS,
     FloatArray,
-    _cells_estimates,
-    _interval,
     _ratio_fn,
     bootstrap_from_item_stats,
     bootstrap_items,
+    cells_estimates,
+    replicate_interval,
     resample_counts,
 )
 from evalstats.options import CI, DEFAULT_OPTIONS, BootstrapOptions
@@ -62,7 +62,7 @@ def bootstrap_kappa(
     extra = [f"{dropped} items dropped because a rating was missing"] if dropped else []
     name = "cohen_kappa" + (f"[{weights}]" if weights else "")
     # Same resamples as bootstrap_from_item_stats on the one-hot cells, without building them.
-    return _cells_estimates(
+    return cells_estimates(
         cells,
         c * c,
         [(name, fn)],
@@ -216,7 +216,7 @@ def _continuous_spearman(
             warnings.append(
                 "BCa jackknife skipped for continuous Spearman with n > 5000; percentile used"
             )
-    lo, hi, w2 = _interval(boot, theta, jk, None, use_ci, level)
+    lo, hi, w2 = replicate_interval(boot, theta, jk, None, use_ci, level)
     return Estimate(
         value=theta,
         ci_low=lo,
@@ -271,7 +271,7 @@ def bootstrap_correlation(
             return table_fn(s.reshape(*s.shape[:-1], kx, ky))
 
         # Same resamples as bootstrap_from_item_stats on the one-hot cells, without building them.
-        return _cells_estimates(
+        return cells_estimates(
             cx * ky + cy,
             kx * ky,
             [(name, fn)],

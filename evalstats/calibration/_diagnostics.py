@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from evalstats._data import small_n_warning
-from evalstats.bootstrap._engine import _interval, resample_counts
+from evalstats.bootstrap import replicate_interval, resample_counts
 from evalstats.calibration._common import FloatArray, _estimate_json, _json_value, _prepare
 from evalstats.clustered import with_interval
 from evalstats.options import DEFAULT_OPTIONS, BootstrapOptions
@@ -218,7 +218,7 @@ def _joint_bootstrap(
             # estimate. The percentile interval keeps it around the value a lead reads.
             ci = "percentile" if name.startswith("ece") else options.ci
             jk = fn(leave_out[:, cols]) if leave_out is not None and ci == "bca" else None
-            lo, hi, extra = _interval(boot, theta, jk, None, ci, options.level)
+            lo, hi, extra = replicate_interval(boot, theta, jk, None, ci, options.level)
             out[name] = Estimate(
                 value=theta,
                 ci_low=lo,

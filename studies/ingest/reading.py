@@ -21,7 +21,7 @@ from .errors import RowError
 from .formats import Format
 from .schema import KindSpec
 
-_READ_CHUNK = 1 << 16
+READ_CHUNK = 1 << 16
 _PROGRESS_STEP = 1 << 18
 
 
@@ -48,11 +48,11 @@ class RawRecord:
     is_row: bool = True
 
 
-def _suspicious(text: str) -> bool:
+def looks_suspicious(text: str) -> bool:
     return "\\u" in text or "NaN" in text or "Infinity" in text
 
 
-def _json_error(exc: Exception) -> str:
+def json_error(exc: Exception) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return f"not valid JSON: {exc.msg} at column {exc.colno}"
     if isinstance(exc, RecursionError):
@@ -67,12 +67,12 @@ def _json_error(exc: Exception) -> str:
 # text would flag the row for the deep check) as row errors naming the key or the number. The
 # NaN / Infinity literals, NUL and lone surrogates are checked per field (RowValidator), so
 # that the error names the field.
-_STRICT_JSON = decoder_fast(allow_nan_literals=True)
+STRICT_JSON = decoder_fast(allow_nan_literals=True)
 # Only to find where a refused array element ends, so that the next one can be read.
 _LENIENT_JSON = json.JSONDecoder()
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -126,7 +126,7 @@ def _iter_ndjson(stream: IO[bytes], counter: _ByteCounter) -> Iterator[RawRecord
     # The hot loop of a big import: progress is counted inline and records are built with
     # positional arguments, because per-line overhead here is most of pass 1's cost.
     on_bytes, pending = counter.on_bytes, 0
-    loads = _STRICT_JSON.decode
+    loads = STRICT_JSON.decode
     line_no = 0
     seen = False
     for raw in stream:
@@ -155,14 +155,14 @@ def _iter_ndjson(stream: IO[bytes], counter: _ByteCounter) -> Iterator[RawRecord
         try:
             obj = loads(text)
         except (ValueError, RecursionError) as exc:
-            yield RawRecord(line_no, None, None, [RowError(line_no, "(row)", _json_error(exc))])
+            yield RawRecord(line_no, None, None, [RowError(line_no, "(row)", json_error(exc))])
             continue
         if type(obj) is not dict:
             yield RawRecord(line_no, None, None, [RowError(
-                line_no, "(row)", f"each line must be a JSON object, got {_type_name(obj)}"
+                line_no, "(row)", f"each line must be a JSON object, got {type_name(obj)}"
             )])
             continue
-        yield RawRecord(line_no, None, obj, None, _suspicious(text), None, len(text))
+        yield RawRecord(line_no, None, obj, None, looks_suspicious(text), None, len(text))
     if on_bytes is not None and pending:
         on_bytes(pending)
     if not seen:
@@ -182,7 +182,7 @@ class _JsonArrayReader:
         self.stream = stream
         self.counter = counter
         self.decoder = codecs.getincrementaldecoder("utf-8")()
-        self.decoder_json = _STRICT_JSON
+        self.decoder_json = STRICT_JSON
         self.buf = ""
         self.pos = 0
         self.line = 1  # line of buf[pos]
@@ -190,13 +190,13 @@ class _JsonArrayReader:
         self.decoded_newlines = 0
         self.first_chunk = True
 
-    def _fill(self, want: int = _READ_CHUNK) -> bool:
+    def _fill(self, want: int = READ_CHUNK) -> bool:
         """Append at least one more chunk to the buffer; False at end of file."""
         if self.eof:
             return False
         # Keep reading until `want` bytes (or EOF): a stream that returns short reads must not
         # make every refill re-parse a big element for a few new bytes (quadratic time).
-        want = max(want, _READ_CHUNK)
+        want = max(want, READ_CHUNK)
         parts: list[bytes] = []
         got = 0
         while got < want:
@@ -221,7 +221,7 @@ class _JsonArrayReader:
                 "UTF-8 encoded", field="(row)", line=line,
             )) from None
         self.decoded_newlines += text.count("\n")
-        if self.pos > _READ_CHUNK * 4:
+        if self.pos > READ_CHUNK * 4:
             self.buf = self.buf[self.pos:]
             self.pos = 0
         self.buf += text
@@ -285,7 +285,7 @@ class _JsonArrayReader:
             else:
                 yield RawRecord(line, index, None, [RowError(
                     line, "(row)", f"each array element must be a JSON object, got "
-                    f"{_type_name(obj)}", index,
+                    f"{type_name(obj)}", index,
                 )])
             index += 1
             sep = self._skip_ws()
@@ -310,7 +310,7 @@ class _JsonArrayReader:
     def _decode_element(self, index: int) -> tuple[Any, int, str | None]:
         """(element, end, None), or (None, end, reason) for a well-formed element that the
         strict decoder refuses (a row error: the next element can still be read)."""
-        want = _READ_CHUNK
+        want = READ_CHUNK
         while True:
             try:
                 obj, end = self.decoder_json.raw_decode(self.buf, self.pos)
@@ -322,7 +322,7 @@ class _JsonArrayReader:
                         pass  # cut short by the buffer: read more, as below
                     else:
                         if end < len(self.buf) or self.eof:
-                            return None, end, _json_error(exc)
+                            return None, end, json_error(exc)
                 if not self.eof and self._fill(want):
                     want *= 2
                     continue
@@ -330,7 +330,7 @@ class _JsonArrayReader:
                 if isinstance(exc, json.JSONDecodeError):
                     line += self.buf.count("\n", self.pos, exc.pos)
                 raise _FatalRecord(RawRecord(line, index, None, [
-                    RowError(line, "(row)", _json_error(exc), index)
+                    RowError(line, "(row)", json_error(exc), index)
                 ])) from None
             # A number or literal that ends exactly at the buffer's end may be cut short.
             if end == len(self.buf) and not self.eof and self._fill(want):

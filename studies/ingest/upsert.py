@@ -21,7 +21,7 @@ from reviewhub.errors import Conflict
 from ..models import Candidate, Item, Output, Study
 from .errors import IngestResult
 from .formats import Kind
-from .schema import _ROW_FIELDS
+from .schema import ROW_FIELDS
 
 _UNIQUE: dict[Kind, tuple[str, ...]] = {
     "items": ("study", "external_id"),
@@ -41,7 +41,7 @@ def _qn(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
-class _Upserter:
+class Upserter:
     """Upserts blocks of rows keyed by a unique constraint, counting created / updated /
     unchanged. Unchanged rows are never written, so re-sending a file writes nothing."""
 
@@ -51,7 +51,7 @@ class _Upserter:
         self.meta = meta
         self.const = {"study_id": study.pk}
         self.unique = _UNIQUE[kind]  # field names of the unique constraint (ON CONFLICT)
-        self.row_fields = _ROW_FIELDS[kind]  # attnames, the order of every row tuple
+        self.row_fields = ROW_FIELDS[kind]  # attnames, the order of every row tuple
         keys = {meta.get_field(n).attname for n in self.unique}
         self.compare_fields = tuple(a for a in self.row_fields if a not in keys)
         by_attname = {f.attname: f for f in meta.concrete_fields}
