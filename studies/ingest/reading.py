@@ -11,15 +11,18 @@ from __future__ import annotations
 import codecs
 import csv
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from reviewhub.api.strictjson import decoder_fast
 
 from .errors import RowError
 from .formats import Format
 from .schema import KindSpec
+
+if TYPE_CHECKING:
+    from _csv import Reader as CsvReader
 
 READ_CHUNK = 1 << 16
 _PROGRESS_STEP = 1 << 18
@@ -392,6 +395,30 @@ def _csv_layout(header: list[str], spec: KindSpec) -> tuple[_CsvLayout, list[Row
     return _CsvLayout(tuple(columns)), errors
 
 
+def csv_reader(lines: Iterable[str]) -> CsvReader:
+    """The one CSV dialect of every file ReviewHub reads (ingest files and ratings files):
+    strict quoting, and a field-size cap that admits the longest field ingest accepts.
+
+    A field may legitimately be as long as REVIEWHUB_MAX_FIELD_CHARS (and is then rejected by
+    name); the csv module's own cap stays finite so an unclosed quote cannot swallow a whole
+    1 GB file into memory. The returned reader's ``line_num`` counts physical lines.
+    """
+    # Imported here, not at the top, so that the readers load without Django settings.
+    from django.conf import settings
+
+    csv.field_size_limit(max(16 << 20, 2 * settings.REVIEWHUB_MAX_FIELD_CHARS + 1))
+    return csv.reader(lines, strict=True)
+
+
+def csv_error_reason(exc: csv.Error) -> str:
+    """What a `csv_reader` error means, in words a user can act on."""
+    reason = str(exc)
+    if "field larger than field limit" in reason:
+        reason = (f"a field is longer than {csv.field_size_limit():,} characters "
+                  "(an unclosed quote?)")
+    return reason
+
+
 def _iter_csv(stream: IO[bytes], spec: KindSpec, counter: _ByteCounter) -> Iterator[RawRecord]:
     decode_errors: list[RowError] = []
 
@@ -407,14 +434,7 @@ def _iter_csv(stream: IO[bytes], spec: KindSpec, counter: _ByteCounter) -> Itera
                 # Keep parsing with replacement characters so later rows are still checked.
                 yield raw.decode("utf-8", "replace")
 
-    # A field may legitimately be as long as REVIEWHUB_MAX_FIELD_CHARS (and is then rejected
-    # by name); the csv module's own cap stays finite so an unclosed quote cannot swallow a
-    # whole 1 GB file into memory.
-    # Imported here, not at the top, so that the readers load without Django settings.
-    from django.conf import settings
-
-    csv.field_size_limit(max(16 << 20, 2 * settings.REVIEWHUB_MAX_FIELD_CHARS + 1))
-    reader = csv.reader(lines(), strict=True)
+    reader = csv_reader(lines())
     try:
         header = next(reader)
     except StopIteration:
@@ -443,10 +463,7 @@ def _iter_csv(stream: IO[bytes], spec: KindSpec, counter: _ByteCounter) -> Itera
             break
         except csv.Error as exc:
             line = previous + 1
-            reason = str(exc)
-            if "field larger than field limit" in reason:
-                reason = (f"a field is longer than {csv.field_size_limit():,} characters "
-                          "(an unclosed quote?)")
+            reason = csv_error_reason(exc)
             yield RawRecord(line, None, None, [RowError(line, "(row)", f"malformed CSV: {reason}")])
             return
         start, previous = previous + 1, reader.line_num
