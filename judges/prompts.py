@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config import JudgeNetworkPolicy, config_hash
+from .config import config_hash
+from .network import JudgeNetworkPolicy
 from .providers import ChatMessage, ProviderConfigError, ProviderRequest, TransientProviderError
 from .templates import DEFAULT_SYSTEM_PROMPTS, DEFAULT_USER_PROMPTS, TOKEN_RE
 

@@ -31,6 +31,7 @@ APP_PURE = [
     "judges.config",
     "judges.prompts",
     "judges.templates",
+    "judges.network",
     "studies.spec",
     "studies.criteria",
     "studies.strata",
