@@ -308,6 +308,25 @@ def group_difference_clustered(
     )
 
 
+def _padded_by_item(
+    x: FloatArray, y: FloatArray, items_arr: np.ndarray,
+) -> tuple[FloatArray, FloatArray]:
+    """x and y with one row per item (sorted), its subjects side by side, NaN-padded."""
+    # One row per item, its subjects side by side (NaN padding); the loop bootstrap resamples
+    # rows. Subjects keep their input order within an item.
+    uniq, inverse = np.unique(items_arr, return_inverse=True)
+    counts = np.bincount(inverse)
+    order = np.argsort(inverse, kind="stable")
+    slot = np.empty(x.size, dtype=np.int64)
+    slot[order] = np.arange(x.size) - (np.cumsum(counts) - counts)[inverse[order]]
+    width = int(counts.max())
+    px = np.full((uniq.size, width), np.nan)
+    py = np.full((uniq.size, width), np.nan)
+    px[inverse, slot] = x
+    py[inverse, slot] = y
+    return px, py
+
+
 def correlation_clustered(
     x: FloatArray,
     y: FloatArray,
@@ -361,18 +380,7 @@ def correlation_clustered(
             options=options,
             method=name,
         )
-    # One row per item, its subjects side by side (NaN padding); the loop bootstrap resamples
-    # rows. Subjects keep their input order within an item.
-    uniq, inverse = np.unique(items_arr, return_inverse=True)
-    counts = np.bincount(inverse)
-    order = np.argsort(inverse, kind="stable")
-    slot = np.empty(x.size, dtype=np.int64)
-    slot[order] = np.arange(x.size) - (np.cumsum(counts) - counts)[inverse[order]]
-    width = int(counts.max())
-    px = np.full((uniq.size, width), np.nan)
-    py = np.full((uniq.size, width), np.nan)
-    px[inverse, slot] = x
-    py[inverse, slot] = y
+    px, py = _padded_by_item(x, y, items_arr)
 
     def stat(ax: FloatArray, ay: FloatArray) -> float:
         fx, fy = ax.ravel(), ay.ravel()
@@ -465,6 +473,51 @@ def nominal_agreement(
     )
 
 
+def _on_the_scale(
+    j: FloatArray,
+    h_round: FloatArray,
+    items_arr: np.ndarray,
+    categories: Sequence[float],
+    boot: Callable[[FloatArray, StatFn, str], Estimate | None],
+    *,
+    rng: np.random.Generator,
+    options: BootstrapOptions,
+    enough: bool,
+) -> tuple[Estimate, Estimate]:
+    """Quadratic-weighted kappa and ordinal alpha of the judge with the rounded reference,
+    each with its item-clustered interval (drawn from ``rng`` in that order)."""
+    c = len(categories)
+    scale = np.asarray(categories)
+    jc = np.searchsorted(scale, j)
+    hc = np.searchsorted(scale, h_round)
+    qwk_iv = boot(
+        item_cell_counts(hc * c + jc, c * c, items_arr),
+        kappa_fn(c, "quadratic"),
+        "cohen_kappa[quadratic]",
+    )
+    qwk = with_interval(
+        cohen_kappa(h_round, j, categories=categories, weights="quadratic"), qwk_iv
+    )
+    pair = np.vstack([j, h_round])
+    alpha_iv = (
+        alpha_clustered(
+            pair,
+            items_arr,
+            level_of_measurement="ordinal",
+            value_domain=list(categories),
+            rng=rng,
+            options=options,
+        )
+        if enough
+        else None
+    )
+    # A scale with one observed value makes alpha 0/0: the NaN is the answer.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alpha_point = krippendorff_alpha(pair, level="ordinal", value_domain=categories)
+    alpha = with_interval(alpha_point, alpha_iv)
+    return qwk, alpha
+
+
 def ordinal_agreement(
     judge: FloatArray,
     reference_mean: FloatArray,
@@ -498,35 +551,8 @@ def ordinal_agreement(
 
     qwk = alpha = None
     if not judge_continuous:
-        c = len(categories)
-        scale = np.asarray(categories)
-        jc = np.searchsorted(scale, j)
-        hc = np.searchsorted(scale, h_round)
-        qwk_iv = boot(
-            item_cell_counts(hc * c + jc, c * c, items_arr),
-            kappa_fn(c, "quadratic"),
-            "cohen_kappa[quadratic]",
-        )
-        qwk = with_interval(
-            cohen_kappa(h_round, j, categories=categories, weights="quadratic"), qwk_iv
-        )
-        pair = np.vstack([j, h_round])
-        alpha_iv = (
-            alpha_clustered(
-                pair,
-                items_arr,
-                level_of_measurement="ordinal",
-                value_domain=list(categories),
-                rng=rng,
-                options=options,
-            )
-            if enough
-            else None
-        )
-        # A scale with one observed value makes alpha 0/0: the NaN is the answer.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            alpha_point = krippendorff_alpha(pair, level="ordinal", value_domain=categories)
-        alpha = with_interval(alpha_point, alpha_iv)
+        qwk, alpha = _on_the_scale(j, h_round, items_arr, categories, boot, rng=rng,
+                                   options=options, enough=enough)
     corr: dict[str, Estimate] = {}
     for method in ("spearman", "kendall", "pearson"):
         point = correlation(j, h_mean, method=method)

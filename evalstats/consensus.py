@@ -281,6 +281,90 @@ def _one_sided_t(
     return t, p
 
 
+def _alt_inputs(
+    judge: npt.ArrayLike, reliability_data: npt.ArrayLike, alignment: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`alt_test`'s ratings (raters x items) and judge verdicts, checked."""
+    data = as_2d(reliability_data)
+    j_arr = as_1d(judge, "judge")
+    if j_arr.shape[0] != data.shape[1]:
+        raise ValueError("judge needs one verdict per item (column)")
+    if alignment not in ("accuracy", "neg_abs", "neg_rmse"):
+        raise ValueError("alignment must be 'accuracy', 'neg_abs' or 'neg_rmse'")
+    return data, j_arr
+
+
+def _alt_per_annotator(
+    s_f: npt.NDArray[np.float64], s_h: npt.NDArray[np.float64], use_all: npt.NDArray[np.bool_],
+    *, min_items: int,
+    epsilon: float,
+) -> tuple[list[dict[str, float | int]], list[int]]:
+    """Each annotator with at least ``min_items`` comparable items: winning rates, mean
+    alignments and the one-sided t-test of mean(d) <= -epsilon; and the annotators skipped."""
+    tested: list[dict[str, float | int]] = []
+    skipped: list[int] = []
+    win_f = s_f >= s_h
+    win_h = s_h >= s_f
+    for a in range(s_f.shape[0]):
+        use = use_all[a]
+        n = int(use.sum())
+        if n < min_items:
+            skipped.append(a)
+            continue
+        w_f = win_f[a, use].astype(np.float64)
+        w_h = win_h[a, use].astype(np.float64)
+        d = w_f - w_h
+        mean = d.mean()
+        tested.append(
+            {
+                "a": a,
+                "n": n,
+                "rf": float(w_f.mean()),
+                "rh": float(w_h.mean()),
+                "sf": float(s_f[a, use].mean()),
+                "sh": float(s_h[a, use].mean()),
+                "mean": float(mean),
+                # Second central moment as scipy.stats.ttest_1samp forms it (mean of squared
+                # deviations), so the t statistics below are scipy's to the last bit.
+                "m2": float(np.mean((d - mean) ** 2)),
+            }
+        )
+    if tested:
+        t_all, p_all = _one_sided_t(
+            np.array([r["n"] for r in tested], dtype=np.float64),
+            np.array([r["mean"] for r in tested]),
+            np.array([r["m2"] for r in tested]),
+            -epsilon,
+        )
+        for r, t, p in zip(tested, t_all, p_all, strict=True):
+            r["t"], r["p"] = float(t), float(p)
+    return tested, skipped
+
+
+def _alt_corrected(
+    tested: list[dict[str, float | int]], q: float,
+) -> tuple[tuple[AltTestAnnotator, ...], npt.NDArray[np.bool_]]:
+    """The tested annotators with Benjamini-Yekutieli adjusted p-values at level ``q``."""
+    pvals = np.array([r["p"] for r in tested])
+    rejected, p_adj, _, _ = multipletests(pvals, alpha=q, method="fdr_by")
+    annotators = tuple(
+        AltTestAnnotator(
+            annotator=int(r["a"]),
+            n_items=int(r["n"]),
+            rho_judge=float(r["rf"]),
+            rho_human=float(r["rh"]),
+            mean_judge_alignment=float(r["sf"]),
+            mean_human_alignment=float(r["sh"]),
+            t=float(r["t"]),
+            p_value=float(r["p"]),
+            p_adjusted=float(pa),
+            rejected=bool(rj),
+        )
+        for r, pa, rj in zip(tested, p_adj, rejected, strict=True)
+    )
+    return annotators, rejected
+
+
 def alt_test(
     judge: npt.ArrayLike,
     reliability_data: npt.ArrayLike,
@@ -315,57 +399,16 @@ def alt_test(
 
     When every d_i is identical the t statistic is +/-inf and p is 0 or 1 accordingly.
     """
-    data = as_2d(reliability_data)
-    j_arr = as_1d(judge, "judge")
-    if j_arr.shape[0] != data.shape[1]:
-        raise ValueError("judge needs one verdict per item (column)")
+    data, j_arr = _alt_inputs(judge, reliability_data, alignment)
     present = ~missing_mask(data)
     judge_ok = ~missing_mask(j_arr)
     n_raters = present.sum(axis=0)
-    if alignment not in ("accuracy", "neg_abs", "neg_rmse"):
-        raise ValueError("alignment must be 'accuracy', 'neg_abs' or 'neg_rmse'")
     # Items annotator a can be compared on: a, the judge and at least one other human rated it.
     use_all = present & judge_ok[None, :] & ((n_raters[None, :] - present) >= 1)
     s_f, s_h = _alt_alignments(data, j_arr, present, use_all, alignment)
-    win_f = s_f >= s_h
-    win_h = s_h >= s_f
-
-    tested: list[dict[str, float | int]] = []
-    skipped: list[int] = []
+    tested, skipped = _alt_per_annotator(s_f, s_h, use_all, min_items=min_items,
+                                         epsilon=epsilon)
     warnings: list[str] = []
-    for a in range(data.shape[0]):
-        use = use_all[a]
-        n = int(use.sum())
-        if n < min_items:
-            skipped.append(a)
-            continue
-        w_f = win_f[a, use].astype(np.float64)
-        w_h = win_h[a, use].astype(np.float64)
-        d = w_f - w_h
-        mean = d.mean()
-        tested.append(
-            {
-                "a": a,
-                "n": n,
-                "rf": float(w_f.mean()),
-                "rh": float(w_h.mean()),
-                "sf": float(s_f[a, use].mean()),
-                "sh": float(s_h[a, use].mean()),
-                "mean": float(mean),
-                # Second central moment as scipy.stats.ttest_1samp forms it (mean of squared
-                # deviations), so the t statistics below are scipy's to the last bit.
-                "m2": float(np.mean((d - mean) ** 2)),
-            }
-        )
-    if tested:
-        t_all, p_all = _one_sided_t(
-            np.array([r["n"] for r in tested], dtype=np.float64),
-            np.array([r["mean"] for r in tested]),
-            np.array([r["m2"] for r in tested]),
-            -epsilon,
-        )
-        for r, t, p in zip(tested, t_all, p_all, strict=True):
-            r["t"], r["p"] = float(t), float(p)
     if skipped:
         warnings.append(f"annotators {skipped} skipped: fewer than {min_items} comparable items")
     if len(tested) < min_annotators:
@@ -385,23 +428,7 @@ def alt_test(
             n_ratings=int(present.sum()),
             warnings=(*warnings, "no annotator could be tested"),
         )
-    pvals = np.array([r["p"] for r in tested])
-    rejected, p_adj, _, _ = multipletests(pvals, alpha=q, method="fdr_by")
-    annotators = tuple(
-        AltTestAnnotator(
-            annotator=int(r["a"]),
-            n_items=int(r["n"]),
-            rho_judge=float(r["rf"]),
-            rho_human=float(r["rh"]),
-            mean_judge_alignment=float(r["sf"]),
-            mean_human_alignment=float(r["sh"]),
-            t=float(r["t"]),
-            p_value=float(r["p"]),
-            p_adjusted=float(pa),
-            rejected=bool(rj),
-        )
-        for r, pa, rj in zip(tested, p_adj, rejected, strict=True)
-    )
+    annotators, rejected = _alt_corrected(tested, q)
     omega = float(np.mean(rejected))
     return AltTestResult(
         value=omega,

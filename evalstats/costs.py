@@ -270,6 +270,31 @@ def _clusters(clusters: npt.ArrayLike | None, n: int) -> npt.NDArray[Any]:
     return c
 
 
+def _failure_scores(scores: npt.ArrayLike, n: int) -> FloatArray:
+    """The judge's P(pass) of each failure, checked: one per failure, each in [0, 1]."""
+    sc = as_float(as_1d(scores, "scores"), "scores")
+    if sc.size != n:
+        raise ValueError(f"scores must have one entry per failure ({n}), got {sc.size}")
+    if not np.all(np.isfinite(sc)) or np.any((sc < 0) | (sc > 1)):
+        raise ValueError("scores must be probabilities in [0, 1]")
+    return sc
+
+
+def _severity_warnings(
+    s: FloatArray, levels: npt.NDArray[np.int64], missing: int, n: int,
+) -> list[str]:
+    """What a reader of the mean cost should know about the severities behind it."""
+    warnings: list[str] = []
+    if missing:
+        warnings.append(
+            f"{missing} of {n} failures have no severity: counted as missing and left out of "
+            "the mean"
+        )
+    if s.size and np.any(s != levels):
+        warnings.append("fractional severities cost the interpolation between their levels")
+    return warnings
+
+
 def false_pass_cost(
     severities: npt.ArrayLike,
     *,
@@ -300,13 +325,7 @@ def false_pass_cost(
     n = int(sev.size)
     w = _weights(weights, n)
     cl = _clusters(clusters, n)
-    sc: FloatArray | None = None
-    if scores is not None:
-        sc = as_float(as_1d(scores, "scores"), "scores")
-        if sc.size != n:
-            raise ValueError(f"scores must have one entry per failure ({n}), got {sc.size}")
-        if not np.all(np.isfinite(sc)) or np.any((sc < 0) | (sc > 1)):
-            raise ValueError("scores must be probabilities in [0, 1]")
+    sc = None if scores is None else _failure_scores(scores, n)
     have = ~np.isnan(sev)
     if np.any((sev[have] < 1) | (sev[have] > 5)):
         raise ValueError("severities must be in [1, 5] (or NaN for none given)")
@@ -314,14 +333,7 @@ def false_pass_cost(
     s, ws = sev[have], w[have]
     levels = np.floor(s + 0.5).astype(np.int64)
     counts = tuple(int(c) for c in np.bincount(levels - 1, minlength=5)[:5])
-    warnings: list[str] = []
-    if missing:
-        warnings.append(
-            f"{missing} of {n} failures have no severity: counted as missing and left out of "
-            "the mean"
-        )
-    if s.size and np.any(s != levels):
-        warnings.append("fractional severities cost the interpolation between their levels")
+    warnings = _severity_warnings(s, levels, missing, n)
     method = "false_pass_cost (weighted mean cost of a human-failed output)"
     if s.size == 0 or ws.sum() <= 0:
         warnings.append("no human-failed output with a severity (and positive weight)")
@@ -334,10 +346,8 @@ def false_pass_cost(
 
     def boot(stats: FloatArray, fn: Any, how: str) -> Estimate:
         rng.bit_generator.state = state
-        est = bootstrap_clustered(
-            item_sums(stats, cl[have]), fn, n_subjects=int(s.size), rng=rng, options=options,
-            method=how,
-        )
+        est = bootstrap_clustered(item_sums(stats, cl[have]), fn, n_subjects=int(s.size),
+                                  rng=rng, options=options, method=how)
         return Estimate(**{**est.__dict__, "warnings": (*warnings, *est.warnings)})
 
     all_failures = boot(np.column_stack([ws, ws * cost]), ratio_fn, method)

@@ -38,11 +38,7 @@ import pandas as pd
 
 from evalstats import _kernels as K
 from evalstats._data import as_1d, as_float, encode, missing_mask, paired, resolve_categories
-from evalstats.bootstrap import (
-    _cells_estimates,
-    bootstrap_correlation,
-    bootstrap_from_item_stats,
-)
+from evalstats.bootstrap import bootstrap_correlation, bootstrap_from_item_stats, cells_estimates
 from evalstats.options import DEFAULT_OPTIONS, BootstrapOptions
 from evalstats.results import Estimate
 
@@ -223,7 +219,7 @@ def bootstrap_paired(
     _check_table_size(c)
     named = _table_fns(names, c, _numeric_values(cats, names))
     cells = encode(a_k, cats) * c + encode(b_k, cats)
-    results = _cells_estimates(
+    results = cells_estimates(
         cells,
         c * c,
         named,
@@ -328,7 +324,7 @@ def bootstrap_by_group(
     for g, key in enumerate(keys):
         group_cells = cells[order[bounds[g] : bounds[g + 1]]]
         present = group_cells[group_cells >= 0]
-        results = _cells_estimates(
+        results = cells_estimates(
             present,
             c * c,
             named,

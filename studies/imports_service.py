@@ -1,11 +1,12 @@
 """Bulk writes of studies' tables for ratings imported from files (the `imports` app).
 
-The generic ratings importer resolves a file into plain mappings and calls these; they are
-the only code outside the API/ingest paths that writes items, candidates, outputs,
-comparisons, criteria, strata dimensions and the inactive accounts that hold imported human
-labels. Each call upserts by natural key (re-importing changes nothing) and returns the ids
-the importer needs next plus created/updated/unchanged counts. Callers hold the transaction
-that makes the whole import all-or-nothing; each service also opens its own (nested) one.
+The generic ratings importer resolves a file into plain mappings and calls these. Items,
+candidates and outputs are written through the ingest's writer (`studies.ingest.upsert`), so
+that one piece of code writes those rows in bulk; comparisons, criteria, strata dimensions and
+the inactive accounts that hold imported human labels are written here. Each call upserts by
+natural key (re-importing changes nothing) and returns the ids the importer needs next plus
+created/updated/unchanged counts. Callers hold the transaction that makes the whole import
+all-or-nothing; each service also opens its own (nested) one.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from django.contrib.auth.hashers import make_password
 from django.db import transaction
 from django.db.models import Max
 
+from .ingest.formats import Kind
+from .ingest.schema import ROW_FIELDS
+from .ingest.upsert import Upserter
 from .models import (
     Candidate,
     Comparison,
@@ -101,6 +105,31 @@ def criteria_import_create(
     return out, rubric
 
 
+def _upsert(kind: Kind, study: Study, rows: list[tuple[Any, ...]],
+            extra_fields: tuple[str, ...] = ()) -> None:
+    """Write full rows (`ROW_FIELDS` order, then ``extra_fields``) through the ingest's writer,
+    the one bulk writer of items, candidates and outputs."""
+    if not rows:
+        return
+    writer = Upserter(kind=kind, study=study, use_copy=False, extra_fields=extra_fields)
+    try:
+        for start in range(0, len(rows), BATCH):
+            writer.write(rows[start:start + BATCH])
+    finally:
+        writer.close()
+
+
+def _item_row(ext: str, item: Item | None, input_text: str, metadata: dict[str, Any],
+              strata: dict[str, Any]) -> tuple[Any, ...]:
+    """An item's full row for the writer: the fields an import does not set keep their stored
+    value (or the model's default for a new item)."""
+    return (ext, input_text,
+            item.input_format if item is not None else Item.InputFormat.TEXT.value,
+            item.context if item is not None else "",
+            item.reference if item is not None else "",
+            metadata, strata)
+
+
 def items_import_bulk(
     *, study: Study, items: Mapping[str, Mapping[str, Any]]
 ) -> tuple[dict[str, int], Counts, int]:
@@ -116,8 +145,7 @@ def items_import_bulk(
             it.external_id: it
             for it in Item.objects.filter(study=study, external_id__in=list(items))
         }
-        new: list[Item] = []
-        changed: list[Item] = []
+        rows: list[tuple[Any, ...]] = []
         dims: dict[str, None] = {}
         for ext, spec in items.items():
             for dim in spec["strata"]:
@@ -125,20 +153,18 @@ def items_import_bulk(
             meta = {**spec["meta"], **spec["strata"]}
             it = existing.get(ext)
             if it is None:
-                new.append(Item(study=study, external_id=ext, input=spec["input"], metadata=meta,
-                                strata=dict(spec["strata"])))
+                rows.append(_item_row(ext, None, spec["input"], meta, dict(spec["strata"])))
+                counts.created += 1
                 continue
             merged_meta = {**(it.metadata or {}), **meta}
             merged_strata = {**(it.strata or {}), **spec["strata"]}
             new_input = spec["input"] or it.input
             if merged_meta != it.metadata or merged_strata != it.strata or new_input != it.input:
-                it.metadata, it.strata, it.input = merged_meta, merged_strata, new_input
-                changed.append(it)
+                rows.append(_item_row(ext, it, new_input, merged_meta, merged_strata))
+                counts.updated += 1
             else:
                 counts.unchanged += 1
-        Item.objects.bulk_create(new, batch_size=BATCH)
-        Item.objects.bulk_update(changed, ["metadata", "strata", "input"], batch_size=BATCH)
-        counts.created, counts.updated = len(new), len(changed)
+        _upsert("items", study, rows, extra_fields=("strata",))
         have = set(StratumDimension.objects.filter(study=study).values_list("key", flat=True))
         pos = StratumDimension.objects.filter(study=study).aggregate(m=Max("position"))["m"] or 0
         added = [d for d in dims if d not in have]
@@ -155,6 +181,14 @@ def items_import_bulk(
     return ids, counts, len(added)
 
 
+def _candidate_row(name: str, cand: Candidate | None, family: str) -> tuple[Any, ...]:
+    """A candidate's full row for the writer (model id = name for a new one)."""
+    if cand is None:
+        return (name, "", name, "", family, {}, "", {})
+    return (name, cand.provider, cand.model_id, cand.model_version, family, cand.parameters,
+            cand.notes, cand.public_scores)
+
+
 def candidates_import_bulk(
     *, study: Study, names: Iterable[str], families: Mapping[str, str]
 ) -> tuple[dict[str, int], Counts]:
@@ -163,23 +197,25 @@ def candidates_import_bulk(
     counts = Counts()
     with transaction.atomic():
         existing = {c.name: c for c in Candidate.objects.filter(study=study, name__in=names)}
-        new = [
-            Candidate(study=study, name=n, model_id=n, model_family=families.get(n, ""))
-            for n in sorted(names)
-            if n not in existing
-        ]
-        Candidate.objects.bulk_create(new)
-        counts.created = len(new)
+        rows = [_candidate_row(n, None, families.get(n, "")) for n in sorted(names)
+                if n not in existing]
+        counts.created = len(rows)
         for name, cand in existing.items():
             fam = families.get(name)
             if fam and cand.model_family != fam:
-                cand.model_family = fam
-                cand.save(update_fields=["model_family", "updated_at"])
+                rows.append(_candidate_row(name, cand, fam))
                 counts.updated += 1
+        _upsert("candidates", study, rows)
         ids = dict(
             Candidate.objects.filter(study=study, name__in=names).values_list("name", "id")
         )
     return ids, counts
+
+
+def _output_row(out: Output, **changes: Any) -> tuple[Any, ...]:
+    """An output's full row for the writer (`ROW_FIELDS["outputs"]` order), with ``changes``."""
+    return tuple(changes[name] if name in changes else getattr(out, name)
+                 for name in ROW_FIELDS["outputs"])
 
 
 def outputs_import_bulk(
@@ -197,20 +233,19 @@ def outputs_import_bulk(
                 study=study, item_id__in=item_ids, candidate_id__in=cand_ids
             )
         }
-        new: list[Output] = []
-        changed: list[Output] = []
+        rows: list[tuple[Any, ...]] = []
         for key, spec in outputs.items():
             out = existing.get(key)
             if out is None:
-                new.append(Output(study=study, item_id=key[0], candidate_id=key[1],
-                                  text=spec["text"],
-                                  metadata={"import_output_id": spec["output_id"]}))
+                # A new output: the model's defaults, as Output(...) has them.
+                rows.append(_output_row(
+                    Output(study=study, item_id=key[0], candidate_id=key[1]),
+                    text=spec["text"], metadata={"import_output_id": spec["output_id"]}))
+                counts.created += 1
             elif spec["text"] and out.text != spec["text"]:
-                out.text = spec["text"]
-                changed.append(out)
-        Output.objects.bulk_create(new, batch_size=BATCH)
-        Output.objects.bulk_update(changed, ["text"], batch_size=BATCH)
-        counts.created, counts.updated = len(new), len(changed)
+                rows.append(_output_row(out, text=spec["text"]))
+                counts.updated += 1
+        _upsert("outputs", study, rows)
         ids = {
             (i, c): oid
             for oid, i, c in Output.objects.filter(
@@ -256,21 +291,17 @@ def outputs_measurements_import(
                 candidate__name__in={k[1] for k in measurements},
             ).select_related("item", "candidate")
         }
-        changed: list[Output] = []
+        rows: list[tuple[Any, ...]] = []
         for out_key, spec in measurements.items():
             out = by_key.get(out_key)
             if out is None:
                 continue
-            dirty = False
-            for name, value in spec.items():
-                value = int(value) if name.startswith("tokens") else value
-                if getattr(out, name) != value:
-                    setattr(out, name, value)
-                    dirty = True
-            if dirty:
-                changed.append(out)
-        Output.objects.bulk_update(changed, list(MEASUREMENT_FIELDS), batch_size=BATCH)
-    return len(changed)
+            values = {name: int(value) if name.startswith("tokens") else value
+                      for name, value in spec.items()}
+            if any(getattr(out, name) != value for name, value in values.items()):
+                rows.append(_output_row(out, **values))
+        _upsert("outputs", study, rows)
+    return len(rows)
 
 
 def comparisons_import_bulk(

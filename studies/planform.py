@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,23 +177,9 @@ def _number(values: Mapping[str, Any], name: str, path: str, problems: Problems,
     return number
 
 
-def form_spec(values: Mapping[str, Any], *, base_spec: Mapping[str, Any] | None,
-              criteria: Sequence[Any], dimensions: Sequence[Mapping[str, Any]]
-              ) -> tuple[dict[str, Any], Problems]:
-    """The plan spec the form's values describe, and the fields that are not numbers.
-
-    Sections the form does not edit (the spec's own `notes`) are kept from `base_spec`. The
-    spec is not validated here: the plan services do that, with the paths used here.
-    """
-    problems = Problems()
-    base = dict(base_spec) if isinstance(base_spec, Mapping) else {}
-    spec: dict[str, Any] = {}
-    if isinstance(base.get("notes"), str):
-        spec["notes"] = base["notes"]
-    primary = str(values.get("primary_metric") or "").strip()
-    flagged = [k for k, e in (base.get("criteria") or {}).items()
-               if isinstance(e, Mapping) and e.get("primary") is True]
-    base_flagged = flagged[0] if flagged else ""
+def _criteria_entries(values: Mapping[str, Any], criteria: Sequence[Any], primary: str,
+                      base_flagged: str, problems: Problems) -> dict[str, Any]:
+    """The plan's criteria: one entry per criterion ticked in the form."""
     entries: dict[str, Any] = {}
     for c in criteria:
         prefix = f"c-{c.key}-"
@@ -214,26 +200,12 @@ def form_spec(values: Mapping[str, Any], *, base_spec: Mapping[str, Any] | None,
         if primary == c.key and c.key == base_flagged:
             entry["primary"] = True  # kept as the stored plan says it
         entries[c.key] = entry
-    spec["criteria"] = entries
-    # The primary metric is written the way the stored plan wrote it: a stored `primary: true`
-    # flag stays a flag, so that saving unchanged shows no difference.
-    if primary and (base.get("primary_metric") or primary != base_flagged):
-        spec["primary_metric"] = primary
-    for name, integer in (("margin", False), ("confidence_level", False),
-                          ("min_human_labels_per_stratum", True)):
-        number = _number(values, name, f"spec.{name}", problems, integer=integer)
-        if number is not None:
-            spec[name] = number
-    strata = [s for s in values.get("strata") or [] if s]
-    if strata:
-        spec["strata"] = strata
-    gates: dict[str, Any] = {}
-    for gate in GATE_KEYS:
-        number = _number(values, "gate-" + gate, f"spec.gates.{gate}", problems)
-        if number is not None:
-            gates[gate] = number
-    if gates:
-        spec["gates"] = gates
+    return entries
+
+
+def _mix_section(values: Mapping[str, Any], dimensions: Sequence[Mapping[str, Any]],
+                 problems: Problems) -> dict[str, dict[str, Any]]:
+    """The deployment mix: a share per label (fields per known label, or label=share lines)."""
     mixes: dict[str, dict[str, Any]] = {}
     for d in dimensions:
         key = d["key"]
@@ -261,41 +233,92 @@ def form_spec(values: Mapping[str, Any], *, base_spec: Mapping[str, Any] | None,
                     shares[label] = number
         if shares:
             mixes[key] = shares
+    return mixes
+
+
+def _costs_section(values: Mapping[str, Any], problems: Problems) -> dict[str, Any]:
+    """The plan's costs: unit, severity costs, and the false-fail and review costs."""
+    costs: dict[str, Any] = {"unit": str(values.get("costs-unit") or "").strip()
+                             or DEFAULT_PLAN_COSTS["unit"], "severity": {}}
+    for level in SEVERITY_LEVELS:
+        number = _number(values, "costs-severity-" + level, f"spec.costs.severity.{level}",
+                         problems)
+        if number is not None:
+            costs["severity"][level] = number
+    for name in ("false_fail", "review"):
+        number = _number(values, "costs-" + name, f"spec.costs.{name}", problems)
+        if number is None:
+            problems.add(f"spec.costs.{name}", "is required when the plan sets its costs")
+        costs[name] = number
+    return costs
+
+
+def _policy_section(values: Mapping[str, Any], problems: Problems) -> dict[str, Any]:
+    """The decision policy: kind, its numbers and the judge versions of a cascade."""
+    policy: dict[str, Any] = {"kind": str(values.get("policy-kind") or "")}
+    for name, integer in (("alpha", False), ("delta", False), ("min_count", True)):
+        number = _number(values, "policy-" + name, f"spec.policy.{name}", problems,
+                         integer=integer)
+        if number is not None:
+            policy[name] = number
+    cascade: list[int] = []
+    for part in str(values.get("policy-cascade") or "").replace(" ", "").split(","):
+        if not part:
+            continue
+        if not part.isdigit():
+            problems.add("spec.policy.cascade", f"judge version ids are whole numbers "
+                                                f"(got {part!r})")
+            continue
+        cascade.append(int(part))
+    if cascade:
+        policy["cascade"] = cascade
+    return policy
+
+
+def form_spec(values: Mapping[str, Any], *, base_spec: Mapping[str, Any] | None,
+              criteria: Sequence[Any], dimensions: Sequence[Mapping[str, Any]]
+              ) -> tuple[dict[str, Any], Problems]:
+    """The plan spec the form's values describe, and the fields that are not numbers.
+
+    Sections the form does not edit (the spec's own `notes`) are kept from `base_spec`. The
+    spec is not validated here: the plan services do that, with the paths used here.
+    """
+    problems = Problems()
+    base = dict(base_spec) if isinstance(base_spec, Mapping) else {}
+    spec: dict[str, Any] = {}
+    if isinstance(base.get("notes"), str):
+        spec["notes"] = base["notes"]
+    primary = str(values.get("primary_metric") or "").strip()
+    flagged = [k for k, e in (base.get("criteria") or {}).items()
+               if isinstance(e, Mapping) and e.get("primary") is True]
+    base_flagged = flagged[0] if flagged else ""
+    spec["criteria"] = _criteria_entries(values, criteria, primary, base_flagged, problems)
+    # The primary metric is written the way the stored plan wrote it: a stored `primary: true`
+    # flag stays a flag, so that saving unchanged shows no difference.
+    if primary and (base.get("primary_metric") or primary != base_flagged):
+        spec["primary_metric"] = primary
+    for name, integer in (("margin", False), ("confidence_level", False),
+                          ("min_human_labels_per_stratum", True)):
+        number = _number(values, name, f"spec.{name}", problems, integer=integer)
+        if number is not None:
+            spec[name] = number
+    strata = [s for s in values.get("strata") or [] if s]
+    if strata:
+        spec["strata"] = strata
+    gates: dict[str, Any] = {}
+    for gate in GATE_KEYS:
+        number = _number(values, "gate-" + gate, f"spec.gates.{gate}", problems)
+        if number is not None:
+            gates[gate] = number
+    if gates:
+        spec["gates"] = gates
+    mixes = _mix_section(values, dimensions, problems)
     if mixes:
         spec["deployment_mix"] = mixes
     if values.get("costs_on") == "on":
-        costs: dict[str, Any] = {"unit": str(values.get("costs-unit") or "").strip()
-                                 or DEFAULT_PLAN_COSTS["unit"], "severity": {}}
-        for level in SEVERITY_LEVELS:
-            number = _number(values, "costs-severity-" + level, f"spec.costs.severity.{level}",
-                             problems)
-            if number is not None:
-                costs["severity"][level] = number
-        for name in ("false_fail", "review"):
-            number = _number(values, "costs-" + name, f"spec.costs.{name}", problems)
-            if number is None:
-                problems.add(f"spec.costs.{name}", "is required when the plan sets its costs")
-            costs[name] = number
-        spec["costs"] = costs
+        spec["costs"] = _costs_section(values, problems)
     if values.get("policy_on") == "on":
-        policy: dict[str, Any] = {"kind": str(values.get("policy-kind") or "")}
-        for name, integer in (("alpha", False), ("delta", False), ("min_count", True)):
-            number = _number(values, "policy-" + name, f"spec.policy.{name}", problems,
-                             integer=integer)
-            if number is not None:
-                policy[name] = number
-        cascade: list[int] = []
-        for part in str(values.get("policy-cascade") or "").replace(" ", "").split(","):
-            if not part:
-                continue
-            if not part.isdigit():
-                problems.add("spec.policy.cascade", f"judge version ids are whole numbers "
-                                                    f"(got {part!r})")
-                continue
-            cascade.append(int(part))
-        if cascade:
-            policy["cascade"] = cascade
-        spec["policy"] = policy
+        spec["policy"] = _policy_section(values, problems)
     return spec, problems
 
 
@@ -304,6 +327,27 @@ def form_spec(values: Mapping[str, Any], *, base_spec: Mapping[str, Any] | None,
 def _errors_at(errors: Mapping[str, str], path: str, *, prefix: bool = False) -> str:
     found = [m for p, m in errors.items() if p == path or (prefix and p.startswith(path + "."))]
     return "; ".join(found)
+
+
+def _mix_fields(dimensions: Sequence[Mapping[str, Any]], errors: Mapping[str, str],
+                field: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:
+    """The deployment-mix fields: a share per known label, or one text of label=share lines."""
+    mixes = []
+    for d in dimensions:
+        labels = dimension_possible_labels(d)
+        path = f"spec.deployment_mix.{d['key']}"
+        entry: dict[str, Any] = {"key": d["key"], "name": d.get("name") or d["key"],
+                                 "error": _errors_at(errors, path)}
+        if labels is None:
+            entry["text"] = field(f"mix-{d['key']}-text", path, f"Mix of {d['key']}",
+                                  prefix=True)
+        else:
+            # A problem of the whole mix (shares not summing to 1) marks every share.
+            entry["shares"] = [field(f"mix-{d['key']}-{j}", f"{path}.{label}",
+                                     f"Share of {label}", invalid=bool(entry["error"]))
+                               for j, label in enumerate(labels)]
+        mixes.append(entry)
+    return mixes
 
 
 def form_fields(values: Mapping[str, Any], *, criteria: Sequence[Any],
@@ -339,21 +383,7 @@ def form_fields(values: Mapping[str, Any], *, criteria: Sequence[Any],
             else None,
             "error": _errors_at(errors, path),
         })
-    mixes = []
-    for d in dimensions:
-        labels = dimension_possible_labels(d)
-        path = f"spec.deployment_mix.{d['key']}"
-        entry: dict[str, Any] = {"key": d["key"], "name": d.get("name") or d["key"],
-                                 "error": _errors_at(errors, path)}
-        if labels is None:
-            entry["text"] = field(f"mix-{d['key']}-text", path, f"Mix of {d['key']}",
-                                  prefix=True)
-        else:
-            # A problem of the whole mix (shares not summing to 1) marks every share.
-            entry["shares"] = [field(f"mix-{d['key']}-{j}", f"{path}.{label}",
-                                     f"Share of {label}", invalid=bool(entry["error"]))
-                               for j, label in enumerate(labels)]
-        mixes.append(entry)
+    mixes = _mix_fields(dimensions, errors, field)
     chosen = set(values.get("strata") or [])
     return {
         "primary_metric": field("primary_metric", "spec.primary_metric", "Primary metric",

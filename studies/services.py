@@ -36,6 +36,7 @@ from .selectors import dimensions_current, rubric_criteria_as_specs, rubric_curr
 from .spec import (
     PlanContext,
     Problems,
+    StudyFile,
     criteria_validate,
     dimensions_validate,
     plan_spec_validate,
@@ -552,6 +553,95 @@ class ImportReport:
         return any(outcome != "unchanged" for _, outcome, _ in self.lines)
 
 
+def _study_of_file(
+    spec_file: StudyFile, owner_username: str | None, *, new_only: bool,
+) -> tuple[Study, Any, ImportReport]:
+    """The file's study, created (with its owner) or updated; its owner and the report."""
+    User = get_user_model()
+    study = Study.objects.filter(slug=spec_file.study["slug"]).first()
+    if study is not None and new_only:
+        raise Conflict(
+            f"A study with the slug '{study.slug}' exists already; choose another slug.",
+            details={"errors": [{"path": "study.slug", "message": "is taken"}]})
+    owner_name = spec_file.owner or owner_username
+    if study is None:
+        if not owner_name:
+            raise ValidationFailed(
+                "A new study needs an owner: set study.owner or pass --owner.",
+                details={"errors": [{"path": "study.owner", "message": "is required for a "
+                                                                       "new study"}]})
+        owner = User.objects.filter(username=owner_name).first()
+        if owner is None:
+            raise ValidationFailed(f"Unknown owner '{owner_name}'.", details={
+                "errors": [{"path": "study.owner", "message": "no such user"}]})
+        study = study_create(owner=owner, fields=spec_file.study)
+        report = ImportReport(study=study)
+        report.add("study", "created", study.slug)
+    else:
+        if spec_file.owner and spec_file.owner != study.owner.get_username():
+            raise ValidationFailed(
+                f"study.owner '{spec_file.owner}' differs from the study's owner "
+                f"'{study.owner.get_username()}'; the owner cannot change by import.",
+                details={"errors": [{"path": "study.owner", "message": "cannot change"}]})
+        owner = study.owner
+        study, outcome = study_update(study=study, fields=spec_file.study)
+        report = ImportReport(study=study)
+        report.add("study", outcome, study.slug)
+    return study, owner, report
+
+
+def _members_of_file(spec_file: StudyFile, study: Study) -> dict[str, Any]:
+    """The users the file's members name; every problem with them is raised at once."""
+    User = get_user_model()
+    users: dict[str, Any] = {}
+    problems = Problems()
+    for i, m in enumerate(spec_file.members):
+        user = User.objects.filter(username=m["username"]).first()
+        if user is None:
+            problems.add(f"members[{i}].username", f"no such user '{m['username']}'")
+        elif user.pk == study.owner_id and m["role"] != Membership.Role.LEAD:
+            problems.add(f"members[{i}].role", "the study owner is always a lead")
+        else:
+            users[m["username"]] = user
+    problems.raise_if_any("The study file")
+    return users
+
+
+def _plan_of_file(
+    spec_file: StudyFile, study: Study, owner: Any, report: ImportReport, *,
+    allow_new_plan_version: bool,
+) -> None:
+    """The file's plan: created, unchanged, updated, or a new version after a locked one (only
+    when allowed); locked when the file says so."""
+    if spec_file.plan_spec is None:
+        return
+    normalised = plan_spec_validate(spec_file.plan_spec, context=plan_context(study=study),
+                                    path="plan.spec")
+    latest = AnalysisPlan.objects.filter(study=study).order_by("-version").first()
+    notes = spec_file.plan_notes
+    if latest is None:
+        plan = plan_create(study=study, spec=normalised, created_by=owner, notes=notes)
+        report.add("plan", "created", f"v{plan.version}")
+    elif latest.spec == normalised and latest.notes == notes:
+        plan = latest
+        report.add("plan", "unchanged", f"v{plan.version}")
+    elif not latest.is_locked:
+        plan = plan_update(plan=latest, spec=normalised, notes=notes)
+        report.add("plan", "updated", f"v{plan.version}")
+    elif allow_new_plan_version:
+        plan = plan_new_version(study=study, spec=normalised, created_by=owner,
+                                notes=notes)
+        report.add("plan", "created", f"v{plan.version} (v{latest.version} is locked)")
+    else:
+        raise Conflict(
+            f"Plan v{latest.version} is locked and differs from the file's plan; "
+            "re-run with --new-plan-version to save the file's plan as "
+            f"v{latest.version + 1}.")
+    if spec_file.plan_lock and not plan.is_locked:
+        plan_lock(plan=plan, user=owner)
+        report.add("plan lock", "updated", f"v{plan.version} locked")
+
+
 def study_import(
     *, doc: Any, owner_username: str | None = None, allow_new_plan_version: bool = False,
     new_only: bool = False,
@@ -570,50 +660,9 @@ def study_import(
         raise ValidationFailed(
             "study.owner must be you (or left out): a new study is owned by its creator.",
             details={"errors": [{"path": "study.owner", "message": "must be you or left out"}]})
-    User = get_user_model()
     with transaction.atomic():
-        study = Study.objects.filter(slug=spec_file.study["slug"]).first()
-        if study is not None and new_only:
-            raise Conflict(
-                f"A study with the slug '{study.slug}' exists already; choose another slug.",
-                details={"errors": [{"path": "study.slug", "message": "is taken"}]})
-        owner_name = spec_file.owner or owner_username
-        if study is None:
-            if not owner_name:
-                raise ValidationFailed(
-                    "A new study needs an owner: set study.owner or pass --owner.",
-                    details={"errors": [{"path": "study.owner", "message": "is required for a "
-                                                                           "new study"}]})
-            owner = User.objects.filter(username=owner_name).first()
-            if owner is None:
-                raise ValidationFailed(f"Unknown owner '{owner_name}'.", details={
-                    "errors": [{"path": "study.owner", "message": "no such user"}]})
-            study = study_create(owner=owner, fields=spec_file.study)
-            report = ImportReport(study=study)
-            report.add("study", "created", study.slug)
-        else:
-            if spec_file.owner and spec_file.owner != study.owner.get_username():
-                raise ValidationFailed(
-                    f"study.owner '{spec_file.owner}' differs from the study's owner "
-                    f"'{study.owner.get_username()}'; the owner cannot change by import.",
-                    details={"errors": [{"path": "study.owner", "message": "cannot change"}]})
-            owner = study.owner
-            study, outcome = study_update(study=study, fields=spec_file.study)
-            report = ImportReport(study=study)
-            report.add("study", outcome, study.slug)
-
-        users: dict[str, Any] = {}
-        problems = Problems()
-        for i, m in enumerate(spec_file.members):
-            user = User.objects.filter(username=m["username"]).first()
-            if user is None:
-                problems.add(f"members[{i}].username", f"no such user '{m['username']}'")
-            elif user.pk == study.owner_id and m["role"] != Membership.Role.LEAD:
-                problems.add(f"members[{i}].role", "the study owner is always a lead")
-            else:
-                users[m["username"]] = user
-        problems.raise_if_any("The study file")
-
+        study, owner, report = _study_of_file(spec_file, owner_username, new_only=new_only)
+        users = _members_of_file(spec_file, study)
         if spec_file.rubric is not None:
             rubric, outcome = rubric_update(study=study, criteria=spec_file.rubric,
                                             created_by=owner, notes=spec_file.rubric_notes,
@@ -629,31 +678,8 @@ def study_import(
                                                 f"{changed} items relabelled")
 
         if spec_file.plan_spec is not None:
-            normalised = plan_spec_validate(spec_file.plan_spec, context=plan_context(study=study),
-                                            path="plan.spec")
-            latest = AnalysisPlan.objects.filter(study=study).order_by("-version").first()
-            notes = spec_file.plan_notes
-            if latest is None:
-                plan = plan_create(study=study, spec=normalised, created_by=owner, notes=notes)
-                report.add("plan", "created", f"v{plan.version}")
-            elif latest.spec == normalised and latest.notes == notes:
-                plan = latest
-                report.add("plan", "unchanged", f"v{plan.version}")
-            elif not latest.is_locked:
-                plan = plan_update(plan=latest, spec=normalised, notes=notes)
-                report.add("plan", "updated", f"v{plan.version}")
-            elif allow_new_plan_version:
-                plan = plan_new_version(study=study, spec=normalised, created_by=owner,
-                                        notes=notes)
-                report.add("plan", "created", f"v{plan.version} (v{latest.version} is locked)")
-            else:
-                raise Conflict(
-                    f"Plan v{latest.version} is locked and differs from the file's plan; "
-                    "re-run with --new-plan-version to save the file's plan as "
-                    f"v{latest.version + 1}.")
-            if spec_file.plan_lock and not plan.is_locked:
-                plan_lock(plan=plan, user=owner)
-                report.add("plan lock", "updated", f"v{plan.version} locked")
+            _plan_of_file(spec_file, study, owner, report,
+                          allow_new_plan_version=allow_new_plan_version)
 
         for m in spec_file.members:
             _, outcome = membership_set(study=study, user=users[m["username"]], role=m["role"])

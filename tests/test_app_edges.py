@@ -6,8 +6,15 @@ An app may import any app to its right, never one to its left; only calibration 
 import evalstats, and evalstats imports no app. Every import statement of the first-party
 packages is read with `ast` (module level, function level and `TYPE_CHECKING` blocks alike:
 an import inside a function is still a dependency, only a later one), and each app -> app edge
-must be in ALLOWED. The few edges that break the order today are listed one file at a time in
-KNOWN_EXCEPTIONS with the reason, so that a new wrong edge fails and the list can only shrink.
+must be in ALLOWED. A model looked up through the app registry (`apps.get_model("app", ...)`)
+is an edge to that app too: it reaches the app's tables as surely as an import does. The few
+edges that break the order today are listed one file at a time in KNOWN_EXCEPTIONS with the
+reason, so that a new wrong edge fails and the list can only shrink.
+
+Interfaces, not reach-ins: an underscored name (or an underscored module) is private to the
+package it is defined in; importing it from any other module is a finding. Those left today are
+listed in PRIVATE_EXCEPTIONS with the reason, by importing file or folder and owner module, and
+the list can only shrink.
 """
 
 from __future__ import annotations
@@ -48,6 +55,37 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("imports/management/commands/demo_seed.py", "reports"):
         "the demo builds its sample report through reports.services (imports and reports "
         "sit at the same level of the order)",
+    ("studies/services.py", "annotations"):
+        "rubric_in_use asks whether a sampling plan, annotation, gold label or adjudication "
+        "refers to the rubric through apps.get_model; the apps above should answer that "
+        "question themselves (a check they register with studies)",
+    ("studies/services.py", "judges"):
+        "rubric_in_use asks whether a verdict or judge job refers to the rubric through "
+        "apps.get_model (as for annotations)",
+}
+
+# (importing file, or folder ending in "/"; owner module, or module prefix ending in ".") ->
+# why it still imports underscored names from a module outside its own package.
+PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("annotations/", "annotations.services."):
+        "the annotation service modules share their guards (_require_lead, _require_annotator) "
+        "and helpers under underscores; they are the services package's interface and should "
+        "be named as such",
+    ("judges/runs/", "judges.runs."):
+        "the run lifecycle, claim, sweep and record modules share lease and storage helpers "
+        "under underscores",
+    ("reports/agreement/", "reports.agreement."):
+        "the agreement kind's steps share blocks and helpers under underscores; its reshaping "
+        "into the common report-kind modules will name them",
+    ("reports/calibration_charts.py", "reports.charts"):
+        "the calibration charts draw with the agreement charts' SVG helper until the charts "
+        "have one shared module",
+    ("reports/selection/load.py", "calibration.frames"):
+        "selection reads the values frame of the evidence read model; frames should offer it "
+        "as a public reader",
+    ("reports/selection/results.py", "reports.results"):
+        "the selection result reuses the hand-written result codec's internals; one typed "
+        "codec for every kind replaces both",
 }
 # Not an exception: reviewhub/urls.py mounts every app's URLs by dotted string (`include(...)`),
 # which is no import, so the URL root needs no entry here.
@@ -65,6 +103,40 @@ class Edge:
         return f"{self.file}:{self.line}: {self.source} -> {self.target} (imports {self.module})"
 
 
+def _module_of(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _get_model_targets(func: ast.AST | None, call: ast.Call, apps: tuple[str, ...]) -> set[str]:
+    """The apps an `apps.get_model(...)` call reaches: its literal app label, or, when the label
+    is a variable, every app label written as a string in the enclosing function."""
+    if not call.args:
+        return set()
+    first = call.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return {first.value.split(".")[0]}
+    scope = func if func is not None else call
+    return {node.value for node in ast.walk(scope)
+            if isinstance(node, ast.Constant) and node.value in apps}
+
+
+def _get_model_calls(tree: ast.AST) -> list[tuple[ast.AST | None, ast.Call]]:
+    """Every `<anything>.get_model(...)` call with its enclosing function (None: module)."""
+    found: list[tuple[ast.AST | None, ast.Call]] = []
+
+    def visit(node: ast.AST, func: ast.AST | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else func
+            if (isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute)
+                    and child.func.attr == "get_model"):
+                found.append((func, child))
+            visit(child, inner)
+
+    visit(tree, None)
+    return found
+
+
 def _package_of(path: Path, root: Path) -> str:
     """The package that relative imports in `path` resolve against."""
     parts = list(path.relative_to(root).with_suffix("").parts)
@@ -78,7 +150,12 @@ def app_edges(root: Path, apps: tuple[str, ...] = APPS) -> list[Edge]:
         for path in sorted((root / app).rglob("*.py")):
             rel = path.relative_to(root).as_posix()
             package = _package_of(path, root)
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=rel)):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=rel)
+            for func, call in _get_model_calls(tree):
+                for target in sorted(_get_model_targets(func, call, apps)):
+                    if target in apps and target != app:
+                        edges.append(Edge(rel, call.lineno, app, target, "apps.get_model"))
+            for node in ast.walk(tree):
                 if isinstance(node, ast.Import):
                     modules = [alias.name for alias in node.names]
                 elif isinstance(node, ast.ImportFrom):
@@ -94,6 +171,68 @@ def app_edges(root: Path, apps: tuple[str, ...] = APPS) -> list[Edge]:
                     if target in apps and target != app:
                         edges.append(Edge(rel, node.lineno, app, target, module))
     return edges
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.endswith("__")
+
+
+@dataclass(frozen=True)
+class PrivateUse:
+    file: str
+    line: int
+    name: str  # dotted: the module imported from and the name
+    owner: str  # the module (or package) the underscored part is private to
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: imports {self.name} (private to {self.owner})"
+
+
+def private_uses(root: Path, apps: tuple[str, ...] = APPS) -> list[PrivateUse]:
+    """Every import of an underscored first-party name or module from outside where it belongs:
+    `_x` in a public module `a.b.m` belongs to `a.b.m`; a module `a.b._m`, with everything in it,
+    to the package `a.b`."""
+    found: list[PrivateUse] = []
+    for app in apps:
+        for path in sorted((root / app).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            rel = path.relative_to(root).as_posix()
+            me, package = _module_of(path, root), _package_of(path, root)
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=rel)):
+                if isinstance(node, ast.ImportFrom):
+                    base = (importlib.util.resolve_name("." * node.level + (node.module or ""),
+                                                        package)
+                            if node.level else node.module or "")
+                    names = [f"{base}.{alias.name}" for alias in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    continue
+                for name in names:
+                    parts = name.split(".")
+                    if parts[0] not in apps:
+                        continue
+                    first = next((i for i, p in enumerate(parts) if _private(p)), None)
+                    if first is None:
+                        continue
+                    # An underscored module (and all it holds) belongs to the package that holds
+                    # it; an underscored name in a public module belongs to that module.
+                    owner = ".".join(parts[:first] if first < len(parts) - 1 else parts[:-1])
+                    if me == owner or me.startswith(owner + "."):
+                        continue
+                    found.append(PrivateUse(rel, node.lineno, name, owner))
+    return found
+
+
+def _private_exception(use: PrivateUse) -> tuple[str, str] | None:
+    for key in PRIVATE_EXCEPTIONS:
+        where, owner = key
+        file_ok = use.file.startswith(where) if where.endswith("/") else use.file == where
+        owner_ok = use.owner.startswith(owner) if owner.endswith(".") else use.owner == owner
+        if file_ok and owner_ok:
+            return key
+    return None
 
 
 def disallowed(edges: list[Edge]) -> list[Edge]:
@@ -116,6 +255,68 @@ def test_known_exceptions_are_still_needed() -> None:
     gone = sorted(f"{file} -> {target}" for file, target in KNOWN_EXCEPTIONS
                   if (file, target) not in present)
     assert not gone, "no longer imported; remove from KNOWN_EXCEPTIONS: " + ", ".join(gone)
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    wrong = [use for use in private_uses(ROOT) if _private_exception(use) is None]
+    assert not wrong, (
+        "underscored names are private to their module (underscored modules to their "
+        "package): give the module a public function for what is needed, or move the code:\n"
+        + "\n".join(map(str, wrong))
+    )
+
+
+def test_private_exceptions_are_still_needed() -> None:
+    used = {_private_exception(use) for use in private_uses(ROOT)}
+    gone = sorted(f"{where} -> {owner}" for where, owner in PRIVATE_EXCEPTIONS
+                  if (where, owner) not in used)
+    assert not gone, "no longer used; remove from PRIVATE_EXCEPTIONS: " + ", ".join(gone)
+
+
+def test_the_private_check_sees_names_and_modules(tmp_path: Path) -> None:
+    """The check can fail: an underscored name of a module used by another module, or an
+    underscored module used outside its package, is found; what a private module holds is its
+    package's to share."""
+    (tmp_path / "studies" / "pkg").mkdir(parents=True)
+    (tmp_path / "judges").mkdir()
+    for init in ("studies/__init__.py", "studies/pkg/__init__.py", "judges/__init__.py"):
+        (tmp_path / init).write_text("")
+    (tmp_path / "studies" / "pkg" / "_inner.py").write_text("def _h(): ...\ndef g(): ...\n")
+    (tmp_path / "studies" / "pkg" / "public.py").write_text("def _k(): ...\n")
+    (tmp_path / "studies" / "pkg" / "a.py").write_text(
+        "from ._inner import _h, g\n"  # a private module, from its own package: fine
+        "from studies.pkg.public import _k\n"  # a private name of a sibling module: found
+    )
+    (tmp_path / "judges" / "b.py").write_text(
+        "def f():\n"
+        "    from studies.pkg._inner import g\n"  # a private module, from another app
+        "    import studies.pkg._inner\n"
+    )
+    assert sorted(str(u) for u in private_uses(tmp_path)) == [
+        "judges/b.py:2: imports studies.pkg._inner.g (private to studies.pkg)",
+        "judges/b.py:3: imports studies.pkg._inner (private to studies.pkg)",
+        "studies/pkg/a.py:2: imports studies.pkg.public._k (private to studies.pkg.public)",
+    ]
+
+
+def test_the_walk_sees_get_model_lookups(tmp_path: Path) -> None:
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "__init__.py").write_text("")
+    (tmp_path / "studies" / "services.py").write_text(
+        "from django.apps import apps\n"
+        "def f():\n"
+        "    apps.get_model('annotations', 'SamplingPlan')\n"
+        "def g():\n"
+        "    for label, model in (('judges', 'Verdict'), ('studies', 'Item')):\n"
+        "        apps.get_model(label, model)\n"
+        "def h():\n"
+        "    apps.get_model('reviewhub.Heartbeat')\n"
+    )
+    assert sorted(map(str, app_edges(tmp_path))) == [
+        "studies/services.py:3: studies -> annotations (imports apps.get_model)",
+        "studies/services.py:6: studies -> judges (imports apps.get_model)",
+        "studies/services.py:8: studies -> reviewhub (imports apps.get_model)",
+    ]
 
 
 def test_known_exceptions_are_not_allowed_edges() -> None:

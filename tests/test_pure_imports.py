@@ -30,6 +30,8 @@ APP_PURE = [
     "annotations.sampling",
     "judges.config",
     "judges.prompts",
+    "judges.templates",
+    "judges.network",
     "studies.spec",
     "studies.criteria",
     "studies.strata",

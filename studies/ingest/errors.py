@@ -104,7 +104,7 @@ class IngestRowProgress(IngestProgress, Protocol):
     def rows_read(self, rows: int) -> None: ...
 
 
-class _ErrorCollector:
+class ErrorCollector:
     """The rows' errors: every one counted, the first `limit` kept (in line order in the
     answer), and the rows that had any."""
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import codecs
 import csv
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from reviewhub.api.strictjson import decoder_fast
 
@@ -21,7 +21,10 @@ from .errors import RowError
 from .formats import Format
 from .schema import KindSpec
 
-_READ_CHUNK = 1 << 16
+if TYPE_CHECKING:
+    from _csv import Reader as CsvReader
+
+READ_CHUNK = 1 << 16
 _PROGRESS_STEP = 1 << 18
 
 
@@ -48,11 +51,11 @@ class RawRecord:
     is_row: bool = True
 
 
-def _suspicious(text: str) -> bool:
+def looks_suspicious(text: str) -> bool:
     return "\\u" in text or "NaN" in text or "Infinity" in text
 
 
-def _json_error(exc: Exception) -> str:
+def json_error(exc: Exception) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return f"not valid JSON: {exc.msg} at column {exc.colno}"
     if isinstance(exc, RecursionError):
@@ -67,12 +70,12 @@ def _json_error(exc: Exception) -> str:
 # text would flag the row for the deep check) as row errors naming the key or the number. The
 # NaN / Infinity literals, NUL and lone surrogates are checked per field (RowValidator), so
 # that the error names the field.
-_STRICT_JSON = decoder_fast(allow_nan_literals=True)
+STRICT_JSON = decoder_fast(allow_nan_literals=True)
 # Only to find where a refused array element ends, so that the next one can be read.
 _LENIENT_JSON = json.JSONDecoder()
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -126,7 +129,7 @@ def _iter_ndjson(stream: IO[bytes], counter: _ByteCounter) -> Iterator[RawRecord
     # The hot loop of a big import: progress is counted inline and records are built with
     # positional arguments, because per-line overhead here is most of pass 1's cost.
     on_bytes, pending = counter.on_bytes, 0
-    loads = _STRICT_JSON.decode
+    loads = STRICT_JSON.decode
     line_no = 0
     seen = False
     for raw in stream:
@@ -155,14 +158,14 @@ def _iter_ndjson(stream: IO[bytes], counter: _ByteCounter) -> Iterator[RawRecord
         try:
             obj = loads(text)
         except (ValueError, RecursionError) as exc:
-            yield RawRecord(line_no, None, None, [RowError(line_no, "(row)", _json_error(exc))])
+            yield RawRecord(line_no, None, None, [RowError(line_no, "(row)", json_error(exc))])
             continue
         if type(obj) is not dict:
             yield RawRecord(line_no, None, None, [RowError(
-                line_no, "(row)", f"each line must be a JSON object, got {_type_name(obj)}"
+                line_no, "(row)", f"each line must be a JSON object, got {type_name(obj)}"
             )])
             continue
-        yield RawRecord(line_no, None, obj, None, _suspicious(text), None, len(text))
+        yield RawRecord(line_no, None, obj, None, looks_suspicious(text), None, len(text))
     if on_bytes is not None and pending:
         on_bytes(pending)
     if not seen:
@@ -182,7 +185,7 @@ class _JsonArrayReader:
         self.stream = stream
         self.counter = counter
         self.decoder = codecs.getincrementaldecoder("utf-8")()
-        self.decoder_json = _STRICT_JSON
+        self.decoder_json = STRICT_JSON
         self.buf = ""
         self.pos = 0
         self.line = 1  # line of buf[pos]
@@ -190,13 +193,13 @@ class _JsonArrayReader:
         self.decoded_newlines = 0
         self.first_chunk = True
 
-    def _fill(self, want: int = _READ_CHUNK) -> bool:
+    def _fill(self, want: int = READ_CHUNK) -> bool:
         """Append at least one more chunk to the buffer; False at end of file."""
         if self.eof:
             return False
         # Keep reading until `want` bytes (or EOF): a stream that returns short reads must not
         # make every refill re-parse a big element for a few new bytes (quadratic time).
-        want = max(want, _READ_CHUNK)
+        want = max(want, READ_CHUNK)
         parts: list[bytes] = []
         got = 0
         while got < want:
@@ -221,7 +224,7 @@ class _JsonArrayReader:
                 "UTF-8 encoded", field="(row)", line=line,
             )) from None
         self.decoded_newlines += text.count("\n")
-        if self.pos > _READ_CHUNK * 4:
+        if self.pos > READ_CHUNK * 4:
             self.buf = self.buf[self.pos:]
             self.pos = 0
         self.buf += text
@@ -285,7 +288,7 @@ class _JsonArrayReader:
             else:
                 yield RawRecord(line, index, None, [RowError(
                     line, "(row)", f"each array element must be a JSON object, got "
-                    f"{_type_name(obj)}", index,
+                    f"{type_name(obj)}", index,
                 )])
             index += 1
             sep = self._skip_ws()
@@ -310,7 +313,7 @@ class _JsonArrayReader:
     def _decode_element(self, index: int) -> tuple[Any, int, str | None]:
         """(element, end, None), or (None, end, reason) for a well-formed element that the
         strict decoder refuses (a row error: the next element can still be read)."""
-        want = _READ_CHUNK
+        want = READ_CHUNK
         while True:
             try:
                 obj, end = self.decoder_json.raw_decode(self.buf, self.pos)
@@ -322,7 +325,7 @@ class _JsonArrayReader:
                         pass  # cut short by the buffer: read more, as below
                     else:
                         if end < len(self.buf) or self.eof:
-                            return None, end, _json_error(exc)
+                            return None, end, json_error(exc)
                 if not self.eof and self._fill(want):
                     want *= 2
                     continue
@@ -330,7 +333,7 @@ class _JsonArrayReader:
                 if isinstance(exc, json.JSONDecodeError):
                     line += self.buf.count("\n", self.pos, exc.pos)
                 raise _FatalRecord(RawRecord(line, index, None, [
-                    RowError(line, "(row)", _json_error(exc), index)
+                    RowError(line, "(row)", json_error(exc), index)
                 ])) from None
             # A number or literal that ends exactly at the buffer's end may be cut short.
             if end == len(self.buf) and not self.eof and self._fill(want):
@@ -392,6 +395,30 @@ def _csv_layout(header: list[str], spec: KindSpec) -> tuple[_CsvLayout, list[Row
     return _CsvLayout(tuple(columns)), errors
 
 
+def csv_reader(lines: Iterable[str]) -> CsvReader:
+    """The one CSV dialect of every file ReviewHub reads (ingest files and ratings files):
+    strict quoting, and a field-size cap that admits the longest field ingest accepts.
+
+    A field may legitimately be as long as REVIEWHUB_MAX_FIELD_CHARS (and is then rejected by
+    name); the csv module's own cap stays finite so an unclosed quote cannot swallow a whole
+    1 GB file into memory. The returned reader's ``line_num`` counts physical lines.
+    """
+    # Imported here, not at the top, so that the readers load without Django settings.
+    from django.conf import settings
+
+    csv.field_size_limit(max(16 << 20, 2 * settings.REVIEWHUB_MAX_FIELD_CHARS + 1))
+    return csv.reader(lines, strict=True)
+
+
+def csv_error_reason(exc: csv.Error) -> str:
+    """What a `csv_reader` error means, in words a user can act on."""
+    reason = str(exc)
+    if "field larger than field limit" in reason:
+        reason = (f"a field is longer than {csv.field_size_limit():,} characters "
+                  "(an unclosed quote?)")
+    return reason
+
+
 def _iter_csv(stream: IO[bytes], spec: KindSpec, counter: _ByteCounter) -> Iterator[RawRecord]:
     decode_errors: list[RowError] = []
 
@@ -407,14 +434,7 @@ def _iter_csv(stream: IO[bytes], spec: KindSpec, counter: _ByteCounter) -> Itera
                 # Keep parsing with replacement characters so later rows are still checked.
                 yield raw.decode("utf-8", "replace")
 
-    # A field may legitimately be as long as REVIEWHUB_MAX_FIELD_CHARS (and is then rejected
-    # by name); the csv module's own cap stays finite so an unclosed quote cannot swallow a
-    # whole 1 GB file into memory.
-    # Imported here, not at the top, so that the readers load without Django settings.
-    from django.conf import settings
-
-    csv.field_size_limit(max(16 << 20, 2 * settings.REVIEWHUB_MAX_FIELD_CHARS + 1))
-    reader = csv.reader(lines(), strict=True)
+    reader = csv_reader(lines())
     try:
         header = next(reader)
     except StopIteration:
@@ -443,10 +463,7 @@ def _iter_csv(stream: IO[bytes], spec: KindSpec, counter: _ByteCounter) -> Itera
             break
         except csv.Error as exc:
             line = previous + 1
-            reason = str(exc)
-            if "field larger than field limit" in reason:
-                reason = (f"a field is longer than {csv.field_size_limit():,} characters "
-                          "(an unclosed quote?)")
+            reason = csv_error_reason(exc)
             yield RawRecord(line, None, None, [RowError(line, "(row)", f"malformed CSV: {reason}")])
             return
         start, previous = previous + 1, reader.line_num

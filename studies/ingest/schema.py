@@ -56,12 +56,12 @@ def canonical_json(value: Any) -> str:
     return _CANONICAL.encode(value)
 
 
-def _compact_json(value: Any) -> str:
+def compact_json(value: Any) -> str:
     return _COMPACT.encode(value)
 
 
 # The column order of every row tuple, shared by `RowValidator.db_row` and the upserter.
-_ROW_FIELDS: dict[Kind, tuple[str, ...]] = {
+ROW_FIELDS: dict[Kind, tuple[str, ...]] = {
     "items": ("external_id", "input", "input_format", "context", "reference", "metadata"),
     "candidates": ("name", "provider", "model_id", "model_version", "model_family",
                    "parameters", "notes", "public_scores"),

@@ -13,12 +13,14 @@ from reviewhub.errors import Conflict
 
 from ..models import Study
 from ..services import study_strata_recompute
-from .errors import IngestProgress, IngestResult, IngestRowProgress, _ErrorCollector
+from .errors import ErrorCollector, IngestProgress, IngestResult, IngestRowProgress
 from .formats import Format, Kind, Strategy
 from .reading import iter_records
-from .spool import _Spool
-from .upsert import _Upserter
-from .validation import SPECS, RowValidator, _KeyedTracker, _OutputTracker
+from .spool import Spool
+
+# Looked up through this module at call time, so that a test can put a failing writer in.
+from .upsert import Upserter as _Upserter
+from .validation import SPECS, KeyedTracker, OutputTracker, RowValidator
 
 DEFAULT_BATCH_SIZE = 5000
 
@@ -63,7 +65,7 @@ def ingest_run(
         raise ValueError("the COPY strategy needs PostgreSQL")
     validator = RowValidator(study=study, kind=kind, fmt=fmt, json_as_text=use_copy)
     upserter = _Upserter(kind=kind, study=study, use_copy=use_copy)
-    spool = _Spool(batch_size=batch_size)
+    spool = Spool(batch_size=batch_size)
     try:
         rows = _validate_pass(study, kind, stream, fmt, validator, spool, batch_size, progress)
         return _write_pass(study, kind, upserter, spool, rows, progress, on_batch)
@@ -79,19 +81,19 @@ def _validate_pass(
     stream: IO[bytes],
     fmt: Format,
     validator: RowValidator,
-    spool: _Spool,
+    spool: Spool,
     batch_size: int,
     progress: IngestProgress | None,
 ) -> int:
     """Pass 1: check every row and spool the valid ones; raise IngestRejected on any error."""
     if progress is not None:
         progress.phase("validating", None)
-    tracker: _KeyedTracker | _OutputTracker
+    tracker: KeyedTracker | OutputTracker
     if kind == "outputs":
-        tracker = _OutputTracker(validator=validator, study=study, batch_size=batch_size)
+        tracker = OutputTracker(validator=validator, study=study, batch_size=batch_size)
     else:
-        tracker = _KeyedTracker(validator, "external_id" if kind == "items" else "name")
-    errors = _ErrorCollector()
+        tracker = KeyedTracker(validator, "external_id" if kind == "items" else "name")
+    errors = ErrorCollector()
     rows = 0
     on_bytes: Callable[[int], None] | None = None
     if isinstance(progress, IngestRowProgress):
@@ -135,7 +137,7 @@ def _write_pass(
     study: Study,
     kind: Kind,
     upserter: _Upserter,
-    spool: _Spool,
+    spool: Spool,
     rows: int,
     progress: IngestProgress | None,
     on_batch: Callable[[int], None] | None,

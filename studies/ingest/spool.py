@@ -13,7 +13,7 @@ from django.conf import settings
 
 from reviewhub.errors import PayloadTooLarge, ValidationFailed
 
-from .reading import _READ_CHUNK
+from .reading import READ_CHUNK
 
 # REST bodies are spooled to disk beyond this size so that two passes need no big buffer.
 _SPOOL_IN_MEMORY = 8 << 20
@@ -67,7 +67,7 @@ def upload_spool(
     if stream is not None:
         while True:
             try:
-                chunk = stream.read(_READ_CHUNK)
+                chunk = stream.read(READ_CHUNK)
             except OSError as exc:  # the client went away mid-body (gunicorn: NoMoreData)
                 spool.close()
                 raise _incomplete(total, content_length,
@@ -93,7 +93,7 @@ def upload_spool(
 # --------------------------------------------------------------------------------------------
 
 
-class _Spool:
+class Spool:
     """Validated rows waiting for pass 2, pickled in blocks of one batch, in a temporary file:
     they live on disk, not in memory, and pass 2 neither re-reads nor re-validates the input."""
 

@@ -1,5 +1,5 @@
-"""The batched upsert of pass 2: the only code of the ingest that writes items, candidates
-and outputs.
+"""The batched upsert of pass 2: the only code that writes items, candidates and outputs in
+bulk, for the ingest and for the ratings importer (`studies.imports_service`).
 
 On PostgreSQL each batch is COPYed into a temporary table and merged by one
 ``INSERT ... SELECT ... ON CONFLICT DO UPDATE`` statement that also classifies the rows as
@@ -21,7 +21,7 @@ from reviewhub.errors import Conflict
 from ..models import Candidate, Item, Output, Study
 from .errors import IngestResult
 from .formats import Kind
-from .schema import _ROW_FIELDS
+from .schema import ROW_FIELDS
 
 _UNIQUE: dict[Kind, tuple[str, ...]] = {
     "items": ("study", "external_id"),
@@ -41,17 +41,21 @@ def _qn(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
-class _Upserter:
+class Upserter:
     """Upserts blocks of rows keyed by a unique constraint, counting created / updated /
     unchanged. Unchanged rows are never written, so re-sending a file writes nothing."""
 
-    def __init__(self, *, kind: Kind, study: Study, use_copy: bool) -> None:
+    def __init__(self, *, kind: Kind, study: Study, use_copy: bool,
+                 extra_fields: tuple[str, ...] = ()) -> None:
+        """``extra_fields``: attnames written after the kind's `ROW_FIELDS` in every row (the
+        ratings importer also writes items' strata labels, which ingest recomputes)."""
         self.model = _MODELS[kind]
         meta: Any = self.model._meta
         self.meta = meta
         self.const = {"study_id": study.pk}
         self.unique = _UNIQUE[kind]  # field names of the unique constraint (ON CONFLICT)
-        self.row_fields = _ROW_FIELDS[kind]  # attnames, the order of every row tuple
+        # attnames, the order of every row tuple
+        self.row_fields = ROW_FIELDS[kind] + tuple(extra_fields)
         keys = {meta.get_field(n).attname for n in self.unique}
         self.compare_fields = tuple(a for a in self.row_fields if a not in keys)
         by_attname = {f.attname: f for f in meta.concrete_fields}

@@ -21,8 +21,8 @@ from reviewhub.errors import ValidationFailed
 from ..models import Candidate, Item, Output, Study
 from .errors import RowError
 from .formats import Format, Kind
-from .reading import _STRICT_JSON, RawRecord, _json_error, _suspicious, _type_name
-from .schema import _ROW_FIELDS, FieldSpec, KindSpec, _compact_json, canonical_json
+from .reading import STRICT_JSON, RawRecord, json_error, looks_suspicious, type_name
+from .schema import ROW_FIELDS, FieldSpec, KindSpec, canonical_json, compact_json
 
 _PG_MAX_INT = 2_147_483_647
 
@@ -185,7 +185,7 @@ class RowValidator:
                 "any_json", "number", "count", "input_format") else "")
             for f in self.spec.fields if not f.required
         }
-        fields = _ROW_FIELDS[kind]
+        fields = ROW_FIELDS[kind]
         self.row_getter = operator.itemgetter(*(fields[2:] if kind == "outputs" else fields))
         self.deep_fields = [f.name for f in self.spec.fields if f.kind in _DEEP_KINDS]
         self.schema_validator: Any = None
@@ -235,7 +235,7 @@ class RowValidator:
             if type(value) is str and len(value) <= limit and not (csv_mode and "\x00" in value):
                 return value  # the common case, checked in one line
             if type(value) is not str:
-                raise _Invalid(f"must be a string, got {_type_name(value)}")
+                raise _Invalid(f"must be a string, got {type_name(value)}")
             size = len(value)
             if max_length is not None and size > max_length:
                 raise _Invalid(f"is {size:,} characters long; at most {max_length} allowed")
@@ -276,17 +276,17 @@ class RowValidator:
     @staticmethod
     def _parse_cell_json(cell: str) -> Any:
         try:
-            value = _STRICT_JSON.decode(cell)
+            value = STRICT_JSON.decode(cell)
         except (ValueError, RecursionError) as exc:
-            raise _Invalid(f"the cell is {_json_error(exc)}") from None
-        if _suspicious(cell):
+            raise _Invalid(f"the cell is {json_error(exc)}") from None
+        if looks_suspicious(cell):
             _deep_check(value)
         return value
 
     @staticmethod
     def _object(value: Any) -> dict[str, Any]:
         if type(value) is not dict:
-            raise _Invalid(f"must be a JSON object, got {_type_name(value)}")
+            raise _Invalid(f"must be a JSON object, got {type_name(value)}")
         return value
 
     def _object_cell(self, cell: str) -> dict[str, Any]:
@@ -299,7 +299,7 @@ class RowValidator:
         out: dict[str, float] = {}
         for name, score in obj.items():
             if type(score) not in (int, float):
-                raise _Invalid(f"score {name!r} must be a number, got {_type_name(score)}")
+                raise _Invalid(f"score {name!r} must be a number, got {type_name(score)}")
             if not math.isfinite(score):
                 raise _Invalid(f"score {name!r} must be a finite number")
             if not name.strip():
@@ -337,7 +337,7 @@ class RowValidator:
                 return self._finite(float(value))
             except OverflowError:
                 raise _Invalid("is too large") from None
-        raise _Invalid(f"must be a number, got {_type_name(value)}")
+        raise _Invalid(f"must be a number, got {type_name(value)}")
 
     def _count(self, value: Any) -> int | None:
         if type(value) is int and 0 <= value <= _PG_MAX_INT:
@@ -356,7 +356,7 @@ class RowValidator:
                 raise _Invalid(f"must be a whole number, got {value}")
             value = int(value)
         elif kind is not int:
-            raise _Invalid(f"must be a whole number, got {_type_name(value)}")
+            raise _Invalid(f"must be a whole number, got {type_name(value)}")
         if value < 0:
             raise _Invalid(f"must not be negative, got {value}")
         if value > _PG_MAX_INT:
@@ -414,7 +414,7 @@ class RowValidator:
             # ordinary rows skip the serialisation.
             for name in self.json_fields:
                 if values.get(name):
-                    size = len(_compact_json(values[name]))
+                    size = len(compact_json(values[name]))
                     if size > self.max_chars:
                         errors.append(RowError(line, name, f"is {size:,} characters long as "
                                                f"JSON; the limit is {self.max_chars:,} "
@@ -462,20 +462,20 @@ class RowValidator:
             if declared != "json":
                 return text(raw), Item.InputFormat.TEXT
             try:
-                parsed = _STRICT_JSON.decode(raw)
+                parsed = STRICT_JSON.decode(raw)
             except (ValueError, RecursionError) as exc:
-                raise _Invalid(f"input_format is 'json' but input is {_json_error(exc)}"
+                raise _Invalid(f"input_format is 'json' but input is {json_error(exc)}"
                                ) from None
             if not isinstance(parsed, dict | list):
                 raise _Invalid(f"a JSON input must be an object or array, got "
-                               f"{_type_name(parsed)}")
+                               f"{type_name(parsed)}")
             _deep_check(parsed)
             return text(canonical_json(parsed)), Item.InputFormat.JSON
         if isinstance(raw, dict | list):
             if declared == "text":
-                raise _Invalid(f"input_format is 'text' but input is a JSON {_type_name(raw)}")
+                raise _Invalid(f"input_format is 'text' but input is a JSON {type_name(raw)}")
             return text(canonical_json(raw)), Item.InputFormat.JSON
-        raise _Invalid(f"must be a string or a JSON object/array, got {_type_name(raw)}")
+        raise _Invalid(f"must be a string or a JSON object/array, got {type_name(raw)}")
 
     def schema_valid(self, values: dict[str, Any]) -> bool | None:
         """Whether the output conforms to the study's output_schema (None: no schema)."""
@@ -491,7 +491,7 @@ class RowValidator:
 
     def db_row(self, values: dict[str, Any], refs: tuple[int, int] | None = None
                ) -> tuple[Any, ...]:
-        """The row tuple in the upserter's column order (`_ROW_FIELDS[kind]`)."""
+        """The row tuple in the upserter's column order (`ROW_FIELDS[kind]`)."""
         if self.kind == "outputs":
             assert refs is not None
             values["schema_valid"] = self.schema_valid(values)
@@ -499,7 +499,7 @@ class RowValidator:
             for name in self.json_fields:
                 value = values[name]
                 if value is not None:
-                    values[name] = "{}" if value == {} else _compact_json(value)
+                    values[name] = "{}" if value == {} else compact_json(value)
         row = self.row_getter(values)
         return (*refs, *row) if refs is not None else row
 
@@ -509,7 +509,7 @@ class RowValidator:
 # --------------------------------------------------------------------------------------------
 
 
-class _KeyedTracker:
+class KeyedTracker:
     """Items and candidates: one key per row, unique within the file."""
 
     def __init__(self, validator: RowValidator, key_field: str) -> None:
@@ -534,7 +534,7 @@ class _KeyedTracker:
         return [], []
 
 
-class _OutputTracker:
+class OutputTracker:
     """Outputs: resolve item external ids and candidate names to ids (one query per batch of
     new external ids) and check that each (item, candidate) pair appears once. Holds at most
     one batch of rows; beyond that only ids."""
