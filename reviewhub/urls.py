@@ -29,6 +29,7 @@ urlpatterns = [
     path("api/", include("studies.api_urls")),
     path("api/", include("studies.ingest_urls")),
     path("api/", include("judges.api_urls")),
+    path("api/", include("generation.api_urls")),
     path("api/", include("annotations.api_urls")),
     path("api/", include("calibration.api_urls")),
     path("api/", include("reports.api_urls")),

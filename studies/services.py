@@ -659,3 +659,69 @@ def study_import(
             _, outcome = membership_set(study=study, user=users[m["username"]], role=m["role"])
             report.add(f"member {m['username']}", outcome, m["role"])
     return report
+
+
+# --- outputs made by candidate runs (generation/) ------------------------------------------
+
+GENERATED_BY = "generation"
+
+
+@dataclass(frozen=True)
+class GeneratedOutput:
+    """What a candidate run measured for one (candidate, item): the study's ordinary output."""
+
+    candidate_id: int
+    item_id: int
+    text: str
+    error: str
+    finish_reason: str
+    latency_ms: float | None
+    tokens_in: int | None
+    tokens_out: int | None
+    cost: float | None
+    schema_valid: bool | None
+    # {"generated_by": "generation", "config_version", "config_hash", "run", "request_hash",
+    #  "error_kind", "overhead_ms", "schema_violation", "concurrency"}
+    metadata: dict[str, Any]
+
+
+def outputs_generated_conflicts(*, candidate_id: int, item_ids: Sequence[int],
+                                config_hash: str) -> int:
+    """How many of these items already have an output of the candidate that another source
+    made (an import, or another generation config): a run must not overwrite them."""
+    from .models import Output
+
+    return (Output.objects.filter(candidate_id=candidate_id, item_id__in=list(item_ids))
+            .exclude(metadata__generated_by=GENERATED_BY, metadata__config_hash=config_hash)
+            .count())
+
+
+def output_record_generated(*, out: GeneratedOutput) -> int:
+    """Create (or refresh) the output a candidate run produced; return its id.
+
+    Called inside the caller's transaction, together with the conditional update that ends
+    the job: the job ends once, so its output is written once. An output of the same
+    (candidate, item) from another source is left alone (the run refused to start over it;
+    one that appeared since is kept) and its id returned unchanged.
+    """
+    from .models import Output
+
+    fields = {"text": out.text, "error": out.error, "finish_reason": out.finish_reason[:50],
+              "latency_ms": out.latency_ms, "tokens_in": out.tokens_in,
+              "tokens_out": out.tokens_out, "cost": out.cost, "schema_valid": out.schema_valid,
+              "metadata": {**out.metadata, "generated_by": GENERATED_BY}}
+    with transaction.atomic():
+        existing = (Output.objects.select_for_update()
+                    .filter(candidate_id=out.candidate_id, item_id=out.item_id).first())
+        if existing is None:
+            item = Item.objects.only("study_id").get(pk=out.item_id)
+            return int(Output.objects.create(study_id=item.study_id,
+                                             candidate_id=out.candidate_id,
+                                             item_id=out.item_id, **fields).pk)
+        meta = existing.metadata or {}
+        if (meta.get("generated_by") == GENERATED_BY
+                and meta.get("config_hash") == out.metadata.get("config_hash")):
+            for name, value in fields.items():
+                setattr(existing, name, value)
+            existing.save(update_fields=[*fields, "updated_at"])
+        return int(existing.pk)

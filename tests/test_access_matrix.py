@@ -220,6 +220,13 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "verdict-list": {"GET": LEAD_READ},
     # Verdicts of judges run elsewhere: a lead with a write token, as for the judges it creates.
     "verdict-bulk-push": {"POST": LEAD_WRITE},
+    # candidate runs API (configs name endpoints and key variables: leads only)
+    "api-generation-configs": {"GET": LEAD_READ, "POST": LEAD_WRITE},
+    "api-prompt-templates": {"GET": LEAD_READ, "POST": LEAD_WRITE},
+    "api-generation-runs": {"GET": LEAD_READ, "POST": LEAD_WRITE},
+    "api-generation-run-estimate": {"POST": LEAD_READ_POST},
+    "api-generation-run": {"GET": LEAD_READ},
+    "api-generation-run-cancel": {"POST": LEAD_WRITE},
     # annotations API
     "annotations-api-next": {"POST": WORK_WRITE},
     "annotations-api-assignment": {"GET": OWN_READ},

@@ -19,14 +19,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-APPS = ("reviewhub", "studies", "judges", "annotations", "calibration", "reports", "imports",
-        "evalstats")
+APPS = ("reviewhub", "studies", "judges", "generation", "annotations", "calibration", "reports",
+        "imports", "evalstats")
 # Top-level packages that are not apps of the product.
 NOT_APPS = {"tests", "bench"}
 
 ALLOWED: frozenset[tuple[str, str]] = frozenset({
     ("studies", "reviewhub"),
     ("judges", "studies"), ("judges", "reviewhub"),
+    # Candidate runs reuse the judge queue, provider clients and allow-lists.
+    ("generation", "judges"), ("generation", "studies"), ("generation", "reviewhub"),
     # Annotators' work is sampled by judge disagreement.
     ("annotations", "judges"), ("annotations", "studies"), ("annotations", "reviewhub"),
     ("calibration", "annotations"), ("calibration", "judges"), ("calibration", "studies"),

@@ -1,0 +1,534 @@
+"""Candidate runs on the judge queue's lease machinery: start, cancel, claim, record, sweep.
+
+Services for writes (house style): keyword-only, typed, each owning its transaction, no
+network I/O inside. The executor (`generation/executor.py`) claims, calls with no transaction
+open, then records.
+
+- **Jobs are unique per (config version, item, sample index)**, across runs: a second run of
+  the same config version over the same items does not call the provider again for a job that
+  finished; it adopts jobs earlier runs left cancelled or failed for a transient reason.
+- **Claims** lease jobs through `judges/runs/leases.py` (the judge queue's rules: attempts,
+  lapsed leases first taken back, backoff held in `available_at`), scoped to one candidate of
+  one run, under the run row lock so that `calls_made` and the budget are exact.
+- **Budget**: a claim never puts more calls in flight than the budget left covers at the
+  run's estimated cost per request (`est_request_cost`); spent cost is what was recorded.
+- **One drain per candidate** (`drain_slot_take`): the slot on `RunCandidate` is leased like a
+  job, so two batch tasks of the same candidate never add up to 2 x C requests in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Exists, Min, OuterRef, Q, Sum
+from django.utils import timezone
+
+from judges.runs import leases
+from reviewhub.errors import ValidationFailed
+from studies.models import Item, Study
+from studies.services import GeneratedOutput, output_record_generated, outputs_generated_conflicts
+
+from .models import GenerationConfig, GenerationJob, GenerationRun, PromptTemplate, RunCandidate
+
+logger = logging.getLogger(__name__)
+
+ACTIVE = (GenerationJob.Status.QUEUED, GenerationJob.Status.RUNNING)
+MAX_SAMPLES = 50
+MAX_CONCURRENCY = 1024
+JOB_BULK_BATCH = 2000
+Enqueue = Callable[[int, int], None]  # (run id, config id)
+
+
+def _default_enqueue(run_id: int, config_id: int) -> None:
+    from .celery_tasks import generation_enqueue
+
+    generation_enqueue(run_id=run_id, config_id=config_id)
+
+
+# --- selection ------------------------------------------------------------------------------
+
+
+def selection_items(*, study: Study, selection: Mapping[str, Any] | None) -> tuple[
+        dict[str, Any], list[int]]:
+    """(the normalised selection, the ids of the items it selects, in id order)."""
+    sel = dict(selection or {"kind": "all"})
+    kind = sel.get("kind", "all")
+    items = Item.objects.filter(study=study).order_by("id")
+    if kind == "all":
+        return {"kind": "all"}, list(items.values_list("id", flat=True))
+    if kind == "items":
+        ext = sel.get("external_ids")
+        if not isinstance(ext, list) or not ext or not all(isinstance(e, str) for e in ext):
+            raise ValidationFailed.at("selection.external_ids",
+                                      "selection.external_ids must be a non-empty list of ids.")
+        found = dict(items.filter(external_id__in=ext).values_list("external_id", "id"))
+        missing = [e for e in ext if e not in found]
+        if missing:
+            raise ValidationFailed.at("selection.external_ids",
+                                      f"no item {missing[0]!r} in this study.", missing=missing)
+        return {"kind": "items", "external_ids": ext}, sorted(set(found.values()))
+    if kind == "sample":
+        n, seed = sel.get("n"), sel.get("seed", 0)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValidationFailed.at("selection.n", "selection.n must be a positive integer.")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValidationFailed.at("selection.seed", "selection.seed must be an integer.")
+        dim = sel.get("stratify_by") or ""
+        rows = list(items.values_list("id", "strata"))
+        rng = random.Random(seed)
+        if not dim:
+            ids = [r[0] for r in rows]
+            chosen = sorted(rng.sample(ids, min(n, len(ids))))
+        else:
+            if not isinstance(dim, str) or not study.dimensions.filter(key=dim).exists():
+                raise ValidationFailed.at("selection.stratify_by",
+                                          f"no stratum dimension {dim!r} in this study.")
+            groups: dict[str, list[int]] = {}
+            for item_id, strata in rows:
+                groups.setdefault(str((strata or {}).get(dim, "")), []).append(item_id)
+            chosen = _stratified(groups, n, rng)
+        return {"kind": "sample", "n": n, "seed": seed, "stratify_by": dim}, chosen
+    raise ValidationFailed.at("selection.kind",
+                              "selection.kind must be one of all, items, sample.")
+
+
+def _stratified(groups: Mapping[str, list[int]], n: int, rng: random.Random) -> list[int]:
+    """Proportional allocation (largest remainders, at least one per stratum while n allows)."""
+    total = sum(len(g) for g in groups.values())
+    n = min(n, total)
+    keys = sorted(groups)
+    quotas = {k: n * len(groups[k]) / total for k in keys}
+    alloc = {k: min(len(groups[k]), math.floor(quotas[k])) for k in keys}
+    for k in sorted(keys, key=lambda k: quotas[k] - alloc[k], reverse=True):
+        if sum(alloc.values()) >= n:
+            break
+        if alloc[k] < len(groups[k]):
+            alloc[k] += 1
+    chosen: list[int] = []
+    for k in keys:
+        chosen += rng.sample(groups[k], alloc[k])
+    return sorted(chosen)
+
+
+# --- start, cancel --------------------------------------------------------------------------
+
+
+def _item_values(item: Item) -> dict[str, Any]:
+    return {"input": item.input, "context": item.context, "reference": item.reference,
+            "external_id": item.external_id, "metadata": item.metadata}
+
+
+def generation_run_start(
+    *,
+    study: Study,
+    template: PromptTemplate,
+    configs: Sequence[GenerationConfig],
+    concurrency: int,
+    samples: int = 1,
+    selection: Mapping[str, Any] | None = None,
+    max_cost: float | None = None,
+    created_by: Any = None,
+    enqueue: Enqueue | None = None,
+) -> GenerationRun:
+    """Create a run and its jobs (config version x item x sample), then one batch-task chain
+    per candidate after commit. ValidationFailed names the field of any bad input."""
+    from .estimate import run_estimate
+
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not (
+            1 <= concurrency <= MAX_CONCURRENCY):
+        raise ValidationFailed.at("concurrency", f"concurrency (C, requests in flight per "
+                                  f"candidate) must be an integer from 1 to {MAX_CONCURRENCY}.")
+    if isinstance(samples, bool) or not isinstance(samples, int) or not (
+            1 <= samples <= MAX_SAMPLES):
+        raise ValidationFailed.at("samples", f"samples must be an integer from 1 to "
+                                  f"{MAX_SAMPLES}.")
+    if template.study_id != study.pk:
+        raise ValidationFailed.at("template", "the prompt template belongs to another study.")
+    configs = list(dict.fromkeys(configs))
+    if not configs:
+        raise ValidationFailed.at("configs", "at least one generation config is required.")
+    for cfg in configs:
+        if cfg.candidate.study_id != study.pk:
+            raise ValidationFailed.at("configs", f"config {cfg.pk} belongs to another study.")
+    if len({c.candidate_id for c in configs}) != len(configs):
+        raise ValidationFailed.at("configs", "one config version per candidate.")
+    sel, item_ids = selection_items(study=study, selection=selection)
+    if not item_ids:
+        raise ValidationFailed.at("selection", "the selection has no items.")
+    for item in Item.objects.filter(id__in=item_ids).only(
+            "input", "context", "reference", "external_id", "metadata").iterator():
+        from .config import missing_placeholders
+
+        missing = missing_placeholders(template.template, _item_values(item))
+        if missing:
+            raise ValidationFailed.at(
+                "template", f"item {item.external_id!r} provides no {{{missing[0]}}}; every "
+                "selected item must provide every placeholder of the template.",
+                item=item.external_id, placeholder=missing[0], code="unknown_placeholder")
+    for cfg in configs:
+        clash = outputs_generated_conflicts(candidate_id=cfg.candidate_id, item_ids=item_ids,
+                                            config_hash=cfg.content_hash)
+        if clash:
+            raise ValidationFailed.at(
+                "configs", f"candidate {cfg.candidate.name!r} already has outputs on {clash} "
+                "of these items from another source; a run never overwrites them (make a new "
+                "candidate for this config).", candidate=cfg.candidate.name)
+    estimate = run_estimate(template=template, configs=configs, item_ids=item_ids,
+                            samples=samples)
+    if max_cost is not None:
+        if isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or not (
+                math.isfinite(max_cost) and max_cost > 0):
+            raise ValidationFailed.at("max_cost", "max_cost must be a positive number (USD).")
+        if estimate.per_request_max is None:
+            raise ValidationFailed.at("max_cost", "max_cost needs a price for every candidate's "
+                                      "model: add prices to its config or to "
+                                      "REVIEWHUB_JUDGE_PRICES.")
+        if max_cost < estimate.per_request_max:
+            raise ValidationFailed.at(
+                "max_cost", f"max_cost {max_cost:.6f} is below the estimated cost of one "
+                f"request ({estimate.per_request_max:.6f} USD).",
+                estimated_request_cost=estimate.per_request_max)
+    now = timezone.now()
+    with transaction.atomic():
+        run = GenerationRun.objects.create(
+            study=study, template=template, concurrency=concurrency, samples=samples,
+            selection=sel, max_cost=max_cost, est_request_cost=estimate.per_request_max,
+            created_by=created_by, last_activity_at=now)
+        RunCandidate.objects.bulk_create([RunCandidate(run=run, config=c) for c in configs])
+        stats: dict[str, Any] = {"items": len(item_ids), "jobs_created": 0, "jobs_adopted": 0,
+                 "already_finished": 0, "in_other_runs": 0,
+                 "estimated_cost": estimate.total}
+        for cfg in configs:
+            keys = {(i, s) for i in item_ids for s in range(samples)}
+            existing = {(j.item_id, j.sample_index): j for j in GenerationJob.objects.filter(
+                config=cfg, item_id__in=item_ids, sample_index__lt=samples).only(
+                "id", "item_id", "sample_index", "status", "error_kind", "run_id")}
+            adopt = [j.pk for j in existing.values()
+                     if j.status == GenerationJob.Status.CANCELLED
+                     or (j.status == GenerationJob.Status.FAILED
+                         and j.error_kind in _TRANSIENT_KINDS)]
+            stats["already_finished"] += sum(
+                1 for j in existing.values()
+                if j.status in (GenerationJob.Status.DONE, GenerationJob.Status.FAILED)
+                and j.pk not in adopt)
+            stats["in_other_runs"] += sum(1 for j in existing.values() if j.status in ACTIVE)
+            if adopt:
+                stats["jobs_adopted"] += GenerationJob.objects.filter(id__in=adopt).update(
+                    run=run, status=GenerationJob.Status.QUEUED, attempts=0, available_at=None,
+                    error="", error_kind="", finished_at=None, details={})
+            new = [GenerationJob(run=run, config=cfg, item_id=i, sample_index=s)
+                   for (i, s) in sorted(keys - set(existing))]
+            GenerationJob.objects.bulk_create(new, batch_size=JOB_BULK_BATCH,
+                                              ignore_conflicts=True)
+            stats["jobs_created"] += len(new)
+        run.creation_stats = stats
+        if not GenerationJob.objects.filter(run=run, status__in=ACTIVE).exists():
+            run.status = GenerationRun.Status.DONE
+            run.finished_at = now
+        run.save(update_fields=["creation_stats", "status", "finished_at"])
+        if run.status == GenerationRun.Status.RUNNING:
+            send = enqueue or _default_enqueue
+            ids = [c.pk for c in configs]
+            transaction.on_commit(lambda: [send(run.pk, cid) for cid in ids])
+    logger.info("generation run %s started: %s", run.pk, run.creation_stats)
+    return run
+
+
+_TRANSIENT_KINDS = frozenset({GenerationJob.ErrorKind.TIMEOUT, GenerationJob.ErrorKind.RATE_LIMITED,
+                              GenerationJob.ErrorKind.SERVER_ERROR,
+                              GenerationJob.ErrorKind.CONNECTION})
+
+
+def generation_run_cancel(*, run: GenerationRun) -> GenerationRun:
+    """Cancel a running run: queued jobs are cancelled now, calls in flight finish and are
+    recorded (a retry one of them asks for is cancelled by `run_settle`)."""
+    with transaction.atomic():
+        locked = GenerationRun.objects.select_for_update().get(pk=run.pk)
+        if locked.status != GenerationRun.Status.RUNNING:
+            return locked
+        now = timezone.now()
+        GenerationJob.objects.filter(run=locked, status=GenerationJob.Status.QUEUED).update(
+            status=GenerationJob.Status.CANCELLED, finished_at=now, error="run cancelled")
+        locked.status = GenerationRun.Status.CANCELLED
+        locked.finished_at = now
+        locked.stop_reason = "cancelled"
+        locked.save(update_fields=["status", "finished_at", "stop_reason"])
+    return locked
+
+
+# --- the drain slot ---------------------------------------------------------------------------
+
+
+def drain_slot_take(*, run_id: int, config_id: int, token: str, lease_s: float) -> bool:
+    """Hold the (run, candidate) drain slot for `lease_s` (taken, renewed, or False: another
+    drain holds it)."""
+    now = timezone.now()
+    return bool(RunCandidate.objects.filter(run_id=run_id, config_id=config_id).filter(
+        Q(drain_token="") | Q(drain_token=token) | Q(drain_expires_at__lt=now)
+        | Q(drain_expires_at__isnull=True)
+    ).update(drain_token=token, drain_expires_at=now + timedelta(seconds=lease_s)))
+
+
+def drain_slot_release(*, run_id: int, config_id: int, token: str,
+                       load: Mapping[str, float] | None = None) -> None:
+    """Give the slot back and add this drain's measured load to the candidate's."""
+    with transaction.atomic():
+        rc = (RunCandidate.objects.select_for_update()
+              .filter(run_id=run_id, config_id=config_id).first())
+        if rc is None:
+            return
+        if load:
+            merged = dict(rc.load or {})
+            for key in ("busy_s", "window_s", "calls"):
+                merged[key] = float(merged.get(key, 0.0)) + float(load.get(key, 0.0))
+            merged["max_in_flight"] = max(float(merged.get("max_in_flight", 0)),
+                                          float(load.get("max_in_flight", 0)))
+            rc.load = merged
+        if rc.drain_token == token:
+            rc.drain_token = ""
+            rc.drain_expires_at = None
+        rc.save(update_fields=["load", "drain_token", "drain_expires_at"])
+
+
+# --- claim ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ClaimedJob:
+    id: int
+    item_id: int
+    sample_index: int
+    attempts: int
+    details: dict[str, Any]
+    item: dict[str, Any]
+
+
+@dataclass
+class Claim:
+    jobs: list[ClaimedJob]
+    state: str = "ok"  # ok | inactive | stopped
+    remaining: int = 0
+    next_available_at: datetime | None = None
+
+
+def _stop(run: GenerationRun, reason: str) -> None:
+    now = timezone.now()
+    GenerationJob.objects.filter(run=run, status=GenerationJob.Status.QUEUED).update(
+        status=GenerationJob.Status.CANCELLED, finished_at=now, error="run stopped: " + reason)
+    run.status = GenerationRun.Status.STOPPED
+    run.stop_reason = reason
+    run.finished_at = now
+    run.save(update_fields=["status", "stop_reason", "finished_at"])
+    logger.info("generation run %s stopped: %s", run.pk, reason)
+
+
+def jobs_claim(*, run_id: int, config_id: int, limit: int, token: str) -> Claim:
+    """Lease up to `limit` claimable jobs of one candidate of a run (see the module docstring)."""
+    now = timezone.now()
+    max_attempts = settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS
+    with transaction.atomic():
+        run = GenerationRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != GenerationRun.Status.RUNNING:
+            return Claim(jobs=[], state="inactive")
+        scope = GenerationJob.objects.filter(run_id=run_id, config_id=config_id)
+        leases.fail_exhausted_leases(scope, now, max_attempts,
+                                     exhausted_kind=GenerationJob.ErrorKind.CONNECTION)
+        allowance = limit
+        if run.max_cost is not None:
+            agg = GenerationJob.objects.filter(run_id=run_id).aggregate(
+                spent=Sum("cost"), running=Count("id", filter=Q(
+                    status=GenerationJob.Status.RUNNING, lease_expires_at__gte=now)))
+            spent, running = float(agg["spent"] or 0.0), int(agg["running"] or 0)
+            per = run.est_request_cost or 0.0
+            if per > 0:
+                allowance = min(allowance,
+                                math.floor((run.max_cost - spent) / per + 1e-9) - running)
+            if allowance <= 0 and running == 0 and leases.claimable(
+                    GenerationJob, now=now, max_attempts=max_attempts, run_id=run_id).exists():
+                _stop(run, f"max_cost reached: {spent:.6f} spent of {run.max_cost:.6f} "
+                           f"allowed; the next request would exceed it")
+                return Claim(jobs=[], state="stopped")
+        ids: list[int] = []
+        if allowance > 0:
+            qs = (leases.claimable(GenerationJob, now=now, max_attempts=max_attempts,
+                                   run_id=run_id, config_id=config_id)
+                  .order_by("id").select_for_update(skip_locked=True))
+            ids = list(qs.values_list("id", flat=True)[:allowance])
+        if ids:
+            leases.lease_take(GenerationJob, ids=ids, token=token, now=now,
+                              lease_s=settings.REVIEWHUB_JUDGE_LEASE_S)
+            run.calls_made += len(ids)
+        run.last_activity_at = now
+        run.save(update_fields=["calls_made", "last_activity_at"])
+        rows = list(GenerationJob.objects.filter(id__in=ids, lease_token=token).order_by("id")
+                    .values_list("id", "item_id", "sample_index", "attempts", "details",
+                                 "item__input", "item__context", "item__reference",
+                                 "item__external_id", "item__metadata"))
+    jobs = [ClaimedJob(id=r[0], item_id=r[1], sample_index=r[2], attempts=r[3],
+                       details=dict(r[4] or {}),
+                       item={"input": r[5], "context": r[6], "reference": r[7],
+                             "external_id": r[8], "metadata": r[9] or {}})
+            for r in rows]
+    if jobs:
+        return Claim(jobs=jobs, remaining=len(jobs))
+    rest = GenerationJob.objects.filter(run_id=run_id, config_id=config_id, status__in=ACTIVE)
+    remaining = rest.count()
+    next_at = None
+    if remaining:
+        next_at = (rest.filter(status=GenerationJob.Status.QUEUED, available_at__isnull=False)
+                   .aggregate(m=Min("available_at"))["m"])
+    return Claim(jobs=[], remaining=remaining, next_available_at=next_at)
+
+
+# --- record -----------------------------------------------------------------------------------
+
+
+@dataclass
+class JobOutcome:
+    job_id: int
+    token: str
+    status: str  # done | failed | queued (retry later)
+    values: dict[str, Any] = field(default_factory=dict)
+    # The study output to write when the job ends (sample 0 only).
+    output: GeneratedOutput | None = None
+
+
+def jobs_record(*, outcomes: Sequence[JobOutcome]) -> list[int]:
+    """Record outcomes while each job's lease still matches; write the outputs of the jobs
+    that ended, in the same transaction (the job ends once, so its output is written once)."""
+    recorded: list[int] = []
+    now = timezone.now()
+    with transaction.atomic():
+        for o in outcomes:
+            values = dict(o.values, status=o.status)
+            if o.status != GenerationJob.Status.QUEUED:
+                values["finished_at"] = now
+            if not leases.record_if_leased(GenerationJob, job_id=o.job_id, token=o.token,
+                                           values=values):
+                continue
+            recorded.append(o.job_id)
+            if o.output is not None and o.status != GenerationJob.Status.QUEUED:
+                output_id = output_record_generated(out=o.output)
+                GenerationJob.objects.filter(pk=o.job_id).update(output_id=output_id)
+    return recorded
+
+
+def lease_renew(*, run_id: int, token: str) -> None:
+    leases.lease_renew(GenerationJob, token=token, now=timezone.now(),
+                       lease_s=settings.REVIEWHUB_JUDGE_LEASE_S, run_id=run_id)
+
+
+# --- finishing, settling, sweeping ------------------------------------------------------------
+
+
+def run_finish_if_complete(*, run_id: int) -> bool:
+    """Mark a running run done once it has no queued or running job; True if it did now."""
+    with transaction.atomic():
+        run = GenerationRun.objects.select_for_update().filter(
+            pk=run_id, status=GenerationRun.Status.RUNNING).first()
+        if run is None or GenerationJob.objects.filter(run=run, status__in=ACTIVE).exists():
+            return False
+        run.status = GenerationRun.Status.DONE
+        run.finished_at = timezone.now()
+        run.save(update_fields=["status", "finished_at"])
+    return True
+
+
+def run_settle(*, run_id: int) -> int:
+    """Cancel queued jobs (retries asked for by calls in flight) of a run no longer running."""
+    with transaction.atomic():
+        run = GenerationRun.objects.select_for_update().filter(pk=run_id).exclude(
+            status=GenerationRun.Status.RUNNING).first()
+        if run is None:
+            return 0
+        return GenerationJob.objects.filter(run=run, status=GenerationJob.Status.QUEUED).update(
+            status=GenerationJob.Status.CANCELLED, finished_at=timezone.now(),
+            available_at=None, error=f"run {run.status} before this job was retried")
+
+
+def next_due(*, run_id: int, config_id: int) -> tuple[bool, datetime | None]:
+    """(whether the candidate has queued or running jobs in a running run, when the earliest
+    queued job becomes claimable: None = now or only leases to wait for)."""
+    now = timezone.now()
+    agg = GenerationJob.objects.filter(
+        run_id=run_id, config_id=config_id, run__status=GenerationRun.Status.RUNNING,
+        status__in=ACTIVE,
+    ).aggregate(active=Count("id"), ready=Count("id", filter=Q(
+        status=GenerationJob.Status.QUEUED) & (Q(available_at__isnull=True)
+                                                | Q(available_at__lte=now))),
+        queued=Count("id", filter=Q(status=GenerationJob.Status.QUEUED)),
+        next_at=Min("available_at", filter=Q(status=GenerationJob.Status.QUEUED)),
+        lease_at=Min("lease_expires_at", filter=Q(status=GenerationJob.Status.RUNNING)))
+    if not agg["active"]:
+        return False, None
+    if agg["ready"]:
+        return True, None
+    if agg["queued"]:
+        return True, agg["next_at"]
+    return True, agg["lease_at"]
+
+
+@dataclass
+class SweepResult:
+    requeued: int = 0
+    failed: int = 0
+    runs_finished: int = 0
+    kicked: list[tuple[int, int]] = field(default_factory=list)
+    settled: int = 0
+
+
+def generation_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = None
+                     ) -> SweepResult:
+    """Re-queue jobs whose lease lapsed (worker lost), finish complete runs, settle stopped
+    ones, and give a fresh batch task to every candidate of a running run that has work and
+    no live drain slot after a lease of silence."""
+    now = now or timezone.now()
+    result = SweepResult()
+    with transaction.atomic():
+        result.failed, result.requeued = leases.lapsed_requeue(
+            GenerationJob.objects.all(), now, settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS,
+            exhausted_kind=GenerationJob.ErrorKind.CONNECTION)
+    stale = GenerationRun.objects.exclude(status=GenerationRun.Status.RUNNING).filter(
+        Exists(GenerationJob.objects.filter(run=OuterRef("pk"),
+                                            status=GenerationJob.Status.QUEUED)))
+    for run_id in stale.values_list("id", flat=True):
+        result.settled += run_settle(run_id=run_id)
+    idle_before = now - timedelta(seconds=settings.REVIEWHUB_JUDGE_LEASE_S)
+    send = enqueue or _default_enqueue
+    for run_id in GenerationRun.objects.filter(
+            status=GenerationRun.Status.RUNNING).values_list("id", flat=True):
+        if run_finish_if_complete(run_id=run_id):
+            result.runs_finished += 1
+            continue
+        with transaction.atomic():
+            kicked = GenerationRun.objects.filter(
+                Q(last_activity_at__isnull=True) | Q(last_activity_at__lt=idle_before),
+                pk=run_id, status=GenerationRun.Status.RUNNING).update(last_activity_at=now)
+            if not kicked:
+                continue
+            for rc in RunCandidate.objects.filter(run_id=run_id).filter(
+                    Q(drain_expires_at__isnull=True) | Q(drain_expires_at__lt=now)):
+                if GenerationJob.objects.filter(run_id=run_id, config_id=rc.config_id,
+                                                status=GenerationJob.Status.QUEUED).exists():
+                    transaction.on_commit(_sender(send, run_id, rc.config_id))
+                    result.kicked.append((run_id, rc.config_id))
+    if result.requeued or result.failed or result.kicked or result.settled:
+        logger.info("generation sweep: %s", result)
+    return result
+
+
+def _sender(send: Enqueue, run_id: int, config_id: int) -> Callable[[], None]:
+    return lambda: send(run_id, config_id)
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
