@@ -11,7 +11,9 @@ open, then records.
   lapsed leases first taken back, backoff held in `available_at`), scoped to one candidate of
   one run, under the run row lock so that `calls_made` and the budget are exact.
 - **Budget**: a claim never puts more calls in flight than the budget left covers at the
-  run's estimated cost per request (`est_request_cost`); spent cost is what was recorded.
+  average recorded cost of a call (the estimate, `est_request_cost`, before any is priced);
+  spent cost is what was recorded, so a run overshoots by at most the spread of the calls in
+  flight. Exhausted: queued jobs are cancelled and the run is `stopped` with the figures.
 - **One drain per candidate** (`drain_slot_take`): the slot on `RunCandidate` is leased like a
   job, so two batch tasks of the same candidate never add up to 2 x C requests in flight.
 """
@@ -345,10 +347,13 @@ def jobs_claim(*, run_id: int, config_id: int, limit: int, token: str) -> Claim:
         allowance = limit
         if run.max_cost is not None:
             agg = GenerationJob.objects.filter(run_id=run_id).aggregate(
-                spent=Sum("cost"), running=Count("id", filter=Q(
+                spent=Sum("cost"), priced=Count("cost"), running=Count("id", filter=Q(
                     status=GenerationJob.Status.RUNNING, lease_expires_at__gte=now)))
             spent, running = float(agg["spent"] or 0.0), int(agg["running"] or 0)
-            per = run.est_request_cost or 0.0
+            # Calls in flight are priced at the average recorded so far, or at the estimate
+            # (which the budget covers at least once: checked at start) before any is priced.
+            priced = int(agg["priced"] or 0)
+            per = spent / priced if priced and spent > 0 else (run.est_request_cost or 0.0)
             if per > 0:
                 allowance = min(allowance,
                                 math.floor((run.max_cost - spent) / per + 1e-9) - running)

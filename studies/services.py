@@ -691,9 +691,13 @@ def outputs_generated_conflicts(*, candidate_id: int, item_ids: Sequence[int],
     made (an import, or another generation config): a run must not overwrite them."""
     from .models import Output
 
-    return (Output.objects.filter(candidate_id=candidate_id, item_id__in=list(item_ids))
-            .exclude(metadata__generated_by=GENERATED_BY, metadata__config_hash=config_hash)
-            .count())
+    # Read, not filtered in SQL: a JSON key the row lacks compares as NULL, which an
+    # `exclude` on it would silently drop.
+    metas = Output.objects.filter(candidate_id=candidate_id,
+                                  item_id__in=list(item_ids)).values_list("metadata", flat=True)
+    return sum(1 for m in metas if not (isinstance(m, dict)
+                                        and m.get("generated_by") == GENERATED_BY
+                                        and m.get("config_hash") == config_hash))
 
 
 def output_record_generated(*, out: GeneratedOutput) -> int:

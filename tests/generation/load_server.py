@@ -10,7 +10,9 @@ with a programmable fault:
         server.max_in_flight, server.mean_in_flight(from_level=C, until_completion=N - C)
 
 `latencies_s[i]` is the delay of the i-th request (cycled); `faults[i]` replaces the i-th
-request's answer (i counts requests as they arrive, from 0).
+request's answer (i counts requests as they arrive, from 0); `scripts[marker]` replaces the
+answers to successive requests whose prompt contains `marker` (one behaviour per attempt;
+attempts beyond the list are answered normally).
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from tests.judges.provider_server import (
 class LoadServer(ProviderServer):
     def __init__(self, *, latencies_s: Sequence[float] = (0.0,),
                  faults: dict[int, Behaviour] | None = None,
+                 scripts: dict[str, list[Behaviour]] | None = None,
                  answer: Callable[[RecordedRequest], str] | None = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.latencies_s = list(latencies_s)
         self.faults = dict(faults or {})
+        self.scripts = {k: list(v) for k, v in (scripts or {}).items()}
         self.answer = answer or (lambda req: "simulated answer")
         self._arrivals = itertools.count()
         self._load_lock = threading.Lock()
@@ -54,6 +58,11 @@ class LoadServer(ProviderServer):
         fault = self.faults.get(i)
         if fault is not None:
             return fault
+        prompt = req.prompt_text()
+        with self._load_lock:
+            for marker, script in self.scripts.items():
+                if marker in prompt and script:
+                    return script.pop(0)
         delay = self.latencies_s[i % len(self.latencies_s)]
         with self._load_lock:
             self.delays_s.append(delay)
