@@ -64,6 +64,9 @@ TAKE_WAIT_S = 0.02
 RECORD_MIN = 32
 RECORD_WAIT_S = 0.2
 RETRY_CLAIM_S = 0.1
+CLAIM_AHEAD_MIN = 32
+# How often a drain's claim also fails jobs whose lease lapsed on their last attempt.
+LAPSED_CHECK_S = 5.0
 
 
 def error_kind_for(exc: ProviderError) -> str:
@@ -281,8 +284,13 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     slice_s = settings.REVIEWHUB_GENERATION_TASK_SLICE_S if slice_s is None else slice_s
     ctx = DrainContext(run, config)
     c = run.concurrency
-    target = 2 * c
-    refill = max(1, c // 2)
+    # Claimed ahead of the calls in flight: at least CLAIM_AHEAD_MIN jobs (and C), refilled
+    # once half of that is left, so a claim's and a record's round trips (tens of ms on a
+    # busy database) never leave a coroutine without its next request, and each claim takes
+    # a chunk large enough that its statements cost little per job.
+    ahead = max(c, CLAIM_AHEAD_MIN)
+    target = c + ahead
+    refill = max(1, ahead // 2)
     session = (caller or async_caller()).session(c)
     jobs: dict[int, tuple[runs.ClaimedJob, str]] = {}
     pending: list[runs.JobOutcome] = []
@@ -290,6 +298,7 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     outstanding = 0
     claim_open = True
     retry_claim_at = 0.0
+    next_lapsed = 0.0
     deadline = time.monotonic() + slice_s
     next_renew = time.monotonic() + lease_s / 3
     first_start: float | None = None
@@ -313,8 +322,11 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
             # Claim once half of C is left queued ahead of the coroutines: the claim's
             # round trip then never leaves a coroutine without its next request.
             if claim_open and target - outstanding >= refill and now_m >= retry_claim_at:
+                lapsed = now_m >= next_lapsed
                 claim = runs.jobs_claim(run_id=run_id, config_id=config_id,
-                                        limit=target - outstanding, token=token)
+                                        limit=target - outstanding, token=token, lapsed=lapsed)
+                if lapsed:
+                    next_lapsed = now_m + LAPSED_CHECK_S
                 if claim.state in ("inactive", "stopped"):
                     claim_open = False
                     report.state = claim.state
@@ -330,7 +342,7 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
             finishing = not claim_open and outstanding == 0
             if pending and not pending_since:
                 pending_since = now_m
-            if pending and (finishing or len(pending) >= min(RECORD_MIN, c)
+            if pending and (finishing or len(pending) >= max(refill, min(RECORD_MIN, c))
                             or now_m - pending_since >= RECORD_WAIT_S):
                 recorded = set(runs.jobs_record(outcomes=pending))
                 report.recorded += len(recorded)
