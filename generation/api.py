@@ -197,15 +197,15 @@ class GenerationRunDetail(APIView):
     @extend_schema(operation_id="generation_runs_detail",
                    summary="A candidate run with progress, errors by kind and measured figures",
                    responses=OpenApiTypes.OBJECT)
-    def get(self, request: Request, slug: str, run_id: int) -> Response:
+    def get(self, request: Request, slug: str, generation_run_id: int) -> Response:
         study = _study(request, slug)
-        return Response(run_data(_run_get(study, run_id)))
+        return Response(run_data(_run_get(study, generation_run_id)))
 
 
 class GenerationRunCancel(APIView):
     @extend_schema(operation_id="generation_runs_cancel", summary="Cancel a candidate run",
                    request=None, responses=OpenApiTypes.OBJECT)
-    def post(self, request: Request, slug: str, run_id: int) -> Response:
+    def post(self, request: Request, slug: str, generation_run_id: int) -> Response:
         study = _study(request, slug, write=True)
-        runs.generation_run_cancel(run=_run_get(study, run_id))
-        return Response(run_data(_run_get(study, run_id)))
+        runs.generation_run_cancel(run=_run_get(study, generation_run_id))
+        return Response(run_data(_run_get(study, generation_run_id)))

@@ -30,6 +30,8 @@ APP_PURE = [
     "annotations.sampling",
     "judges.config",
     "judges.prompts",
+    "generation.config",
+    "generation.schema",
     "studies.spec",
     "studies.criteria",
     "studies.strata",
