@@ -13,8 +13,8 @@ urlpatterns = [
          name="api-generation-runs"),
     path("studies/<slug:slug>/generation-runs/estimate", api.GenerationRunEstimate.as_view(),
          name="api-generation-run-estimate"),
-    path("studies/<slug:slug>/generation-runs/<int:generation_run_id>", api.GenerationRunDetail.as_view(),
-         name="api-generation-run"),
+    path("studies/<slug:slug>/generation-runs/<int:generation_run_id>",
+         api.GenerationRunDetail.as_view(), name="api-generation-run"),
     path("studies/<slug:slug>/generation-runs/<int:generation_run_id>/cancel",
          api.GenerationRunCancel.as_view(), name="api-generation-run-cancel"),
 ]

@@ -36,6 +36,7 @@ urlpatterns = [
     path("api/", include("imports.api_urls")),
     path("", include("studies.urls")),
     path("", include("judges.urls")),
+    path("", include("generation.urls")),
     path("", include("annotations.urls")),
     path("", include("reports.urls")),
 ]

@@ -278,6 +278,8 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "judge-version-preview-page": {"GET": PAGE_LEAD},
     "judge-run-list-page": {"GET": PAGE_LEAD},
     "judge-run-detail-page": {"GET": PAGE_LEAD},
+    "generation-runs-page": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
+    "generation-run-page": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "annotations-grade": {"GET": PAGE_GRADE},
     "annotations-grade-submit": {"POST": PAGE_OWN},
     "annotations-grade-skip": {"POST": PAGE_OWN},
