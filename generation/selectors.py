@@ -82,3 +82,24 @@ def generation_run_progress(*, run: GenerationRun) -> dict[str, Any]:
         })
     return {"jobs": by_status, "errors_by_kind": errors, "candidates": candidates,
             "calls_made": run.calls_made}
+
+
+def gate_provenance(*, study: Study) -> list[dict[str, Any]]:
+    """Where the operational figures of the study's outputs come from: per candidate and
+    candidate run that wrote outputs, the concurrency and when its outputs were measured.
+
+    Read from the outputs as the study holds them now (their job rows), for the selection
+    report's gates ("measured at C = 32, 2026-12-07"); candidates whose outputs were brought
+    in from elsewhere have no row.
+    """
+    from django.db.models import Max, Min
+
+    rows = (GenerationJob.objects.filter(config__candidate__study=study, sample_index=0,
+                                         output__isnull=False,
+                                         output__metadata__generated_by="generation")
+            .values("config__candidate__name", "run_id", "run__concurrency")
+            .annotate(n=Count("id"), first=Min("finished_at"), last=Max("finished_at"))
+            .order_by("config__candidate__name", "run_id"))
+    return [{"candidate": r["config__candidate__name"], "run": r["run_id"],
+             "concurrency": r["run__concurrency"], "outputs": r["n"],
+             "measured_from": r["first"], "measured_to": r["last"]} for r in rows]

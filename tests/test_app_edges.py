@@ -35,6 +35,8 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset({
     ("calibration", "reviewhub"), ("calibration", "evalstats"),
     ("reports", "calibration"), ("reports", "annotations"), ("reports", "judges"),
     ("reports", "studies"), ("reports", "reviewhub"), ("reports", "evalstats"),
+    # The selection report's gates name the candidate runs that measured them.
+    ("reports", "generation"),
     ("imports", "calibration"), ("imports", "annotations"), ("imports", "judges"),
     ("imports", "studies"), ("imports", "reviewhub"),
 })
