@@ -60,6 +60,7 @@ def run_data(run: GenerationRun, *, progress: bool = True) -> dict[str, Any]:
         "template": {"id": run.template_id, "version": run.template.version,
                      "content_hash": run.template.content_hash},
         "concurrency": run.concurrency, "samples": run.samples, "selection": run.selection,
+        "replay": run.replay,
         "max_cost": run.max_cost, "creation_stats": run.creation_stats,
         "created_at": run.created_at, "finished_at": run.finished_at,
     }
@@ -169,7 +170,7 @@ class GenerationRunListCreate(APIView):
             study=study, template=spec.template, configs=spec.configs,
             concurrency=body.get("concurrency"),  # type: ignore[arg-type]  # validated there
             samples=spec.samples, selection=spec.selection, max_cost=body.get("max_cost"),
-            created_by=request.user)
+            replay=body.get("replay", False), created_by=request.user)
         return Response(run_data(_run_get(study, run.pk)), status=status.HTTP_201_CREATED)
 
 
@@ -179,11 +180,12 @@ class GenerationRunEstimate(APIView):
                    request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str) -> Response:
         study = _study(request, slug)
-        spec = _Spec(study, _body(request))
+        body = _body(request)
+        spec = _Spec(study, body)
         _, item_ids = runs.selection_items(study=study, selection=spec.selection)
         samples = spec.samples if isinstance(spec.samples, int) and spec.samples > 0 else 1
         est = run_estimate(template=spec.template, configs=spec.configs, item_ids=item_ids,
-                           samples=samples)
+                           samples=samples, replay=body.get("replay") is True)
         return Response({
             "items": len(item_ids), "requests": est.requests, "total_cost": est.total,
             "per_request_max": est.per_request_max,

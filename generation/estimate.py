@@ -34,15 +34,24 @@ class RunEstimate:
 
 
 def run_estimate(*, template: PromptTemplate, configs: Sequence[GenerationConfig],
-                 item_ids: Sequence[int], samples: int) -> RunEstimate:
-    """Tokens in from the rendered prompts (about four characters a token), tokens out at the
-    config's max_tokens (else DEFAULT_ESTIMATE_OUT_TOKENS): an upper bound for most runs."""
+                 item_ids: Sequence[int], samples: int, replay: bool = False) -> RunEstimate:
+    """Tokens in from the rendered prompts, or the recorded requests' messages (`replay`), at
+    about four characters a token; tokens out at the config's max_tokens (else
+    DEFAULT_ESTIMATE_OUT_TOKENS): an upper bound for most runs."""
     tpl = template.template
     chars = 0
     n = 0
     for values in Item.objects.filter(id__in=list(item_ids)).values(
             "input", "context", "reference", "external_id", "metadata").iterator():
         item: dict[str, Any] = dict(values)
+        if replay:
+            from .replay import prompt_chars
+
+            meta = item.get("metadata") or {}
+            recorded = meta.get("recorded_request") if isinstance(meta, dict) else None
+            chars += prompt_chars(recorded) if isinstance(recorded, dict) else 0
+            n += 1
+            continue
         try:
             chars += len(render(tpl.get("system") or "", item)) + len(render(tpl["user"], item))
         except MissingField:

@@ -48,12 +48,14 @@ from judges.providers import (
     provider_prepare,
     serialize_body,
 )
+from judges.providers import PreparedCall as WirePreparedCall
 from judges.ratelimit import estimate_tokens, limits_for
 from studies.services import GeneratedOutput
 
 from . import runs
 from .config import MissingField, render
 from .models import GenerationConfig, GenerationJob, GenerationRun
+from .replay import NotReplayable, prompt_chars, recorded_of, replay_body
 from .schema import schema_check
 
 logger = logging.getLogger(__name__)
@@ -140,6 +142,8 @@ class DrainContext:
     def prepare(self, job: runs.ClaimedJob) -> tuple[PreparedCall, str]:
         """(the call, the sha256 of the exact body sent)."""
         base = self.base_request()
+        if self.run.replay:
+            return self._prepare_replay(job, base)
         messages = []
         system = render(str(self.template.get("system") or ""), job.item)
         if system:
@@ -158,6 +162,29 @@ class DrainContext:
                                                            max_tokens=request.max_tokens),
                                 wire=(call, body))
         return prepared, hashlib.sha256(body).hexdigest()
+
+
+    def _prepare_replay(self, job: runs.ClaimedJob, base: ProviderRequest
+                        ) -> tuple[PreparedCall, str]:
+        """The item's recorded request, sent unchanged but for the model (generation/replay.py);
+        one that cannot be sent to this provider fails this output with the reason."""
+        try:
+            recorded = recorded_of(job.item.get("metadata"))
+            body = replay_body(recorded, provider=base.provider, model=base.model,
+                               max_tokens=base.max_tokens)
+        except NotReplayable as exc:
+            raise ProviderConfigError(f"recorded request not replayable: {exc}") from None
+        # The URL and headers (key included) of this provider, from the config's request.
+        http = provider_prepare(dataclasses.replace(
+            base, messages=(ChatMessage(role="user", content="-"),)))
+        call = WirePreparedCall(method=http.method, url=http.url, headers=http.headers,
+                                body=body)
+        content = serialize_body(body)
+        prepared = PreparedCall(job_id=job.id, request=base, limit=self._limit,
+                                est_tokens=estimate_tokens(prompt_chars=prompt_chars(recorded),
+                                                           max_tokens=base.max_tokens),
+                                wire=(call, content))
+        return prepared, hashlib.sha256(content).hexdigest()
 
 
 def _attempt_errors(job: runs.ClaimedJob, entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -78,6 +78,11 @@ class GenerationRun(models.Model):
     template = models.ForeignKey(PromptTemplate, on_delete=models.PROTECT, related_name="runs")
     configs = models.ManyToManyField(GenerationConfig, through="RunCandidate",
                                      related_name="runs")
+    # Replay: each item's recorded request (`Item.metadata["recorded_request"]`, an OpenAI
+    # chat-completions body as the application logged it) is sent unchanged but for the model
+    # (and the wire format of an Anthropic candidate); the template then only supplies the
+    # output schema.
+    replay = models.BooleanField(default=False)
     # Requests in flight per candidate, held closed-loop for the whole run.
     concurrency = models.PositiveIntegerField()
     samples = models.PositiveIntegerField(default=1)

@@ -142,6 +142,7 @@ def generation_run_start(
     samples: int = 1,
     selection: Mapping[str, Any] | None = None,
     max_cost: float | None = None,
+    replay: bool = False,
     created_by: Any = None,
     enqueue: Enqueue | None = None,
 ) -> GenerationRun:
@@ -170,10 +171,21 @@ def generation_run_start(
     sel, item_ids = selection_items(study=study, selection=selection)
     if not item_ids:
         raise ValidationFailed.at("selection", "the selection has no items.")
+    if not isinstance(replay, bool):
+        raise ValidationFailed.at("replay", "replay must be true or false.")
     for item in Item.objects.filter(id__in=item_ids).only(
             "input", "context", "reference", "external_id", "metadata").iterator():
         from .config import missing_placeholders
+        from .replay import NotReplayable, recorded_of
 
+        if replay:
+            try:
+                recorded_of(item.metadata)
+            except NotReplayable as exc:
+                raise ValidationFailed.at(
+                    "replay", f"item {item.external_id!r} cannot be replayed: {exc}.",
+                    item=item.external_id) from None
+            continue
         missing = missing_placeholders(template.template, _item_values(item))
         if missing:
             raise ValidationFailed.at(
@@ -189,7 +201,7 @@ def generation_run_start(
                 "of these items from another source; a run never overwrites them (make a new "
                 "candidate for this config).", candidate=cfg.candidate.name)
     estimate = run_estimate(template=template, configs=configs, item_ids=item_ids,
-                            samples=samples)
+                            samples=samples, replay=replay)
     if max_cost is not None:
         if isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or not (
                 math.isfinite(max_cost) and max_cost > 0):
@@ -207,7 +219,8 @@ def generation_run_start(
     with transaction.atomic():
         run = GenerationRun.objects.create(
             study=study, template=template, concurrency=concurrency, samples=samples,
-            selection=sel, max_cost=max_cost, est_request_cost=estimate.per_request_max,
+            selection=sel, replay=replay, max_cost=max_cost,
+            est_request_cost=estimate.per_request_max,
             created_by=created_by, last_activity_at=now)
         RunCandidate.objects.bulk_create([RunCandidate(run=run, config=c) for c in configs])
         stats: dict[str, Any] = {"items": len(item_ids), "jobs_created": 0, "jobs_adopted": 0,

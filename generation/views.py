@@ -60,7 +60,8 @@ def _spec(study: Study, post: Any) -> dict[str, Any]:
     return {"template": template, "configs": configs, "selection": selection,
             "concurrency": form_number(post, "concurrency", int, required=True),
             "samples": form_number(post, "samples", int) or 1,
-            "max_cost": form_number(post, "max_cost", float)}
+            "max_cost": form_number(post, "max_cost", float),
+            "replay": post.get("replay") == "on"}
 
 
 @login_required
@@ -81,7 +82,8 @@ def runs_page(request: HttpRequest, slug: str) -> HttpResponse:
                                 generation_run_id=run.pk)
             _, item_ids = runs.selection_items(study=study, selection=spec["selection"])
             estimate = run_estimate(template=spec["template"], configs=spec["configs"],
-                                    item_ids=item_ids, samples=max(1, int(spec["samples"])))
+                                    item_ids=item_ids, samples=max(1, int(spec["samples"])),
+                                    replay=spec["replay"])
             estimate_items = len(item_ids)
             form["estimate_items"] = estimate_items
         except AppError as exc:

@@ -244,3 +244,62 @@ def test_a_second_drain_of_the_same_candidate_is_refused(study: Any) -> None:
     assert executor.run_drain(run_id=run.pk, config_id=config.pk).state == "busy"
     runs.drain_slot_release(run_id=run.pk, config_id=config.pk, token="a")
     assert runs.drain_slot_take(run_id=run.pk, config_id=config.pk, token="b", lease_s=60)
+
+
+RECORDED = {
+    "model": "gpt-prod-2025", "temperature": 0.3, "stream": True,
+    "messages": [{"role": "system", "content": "You are the support bot. Context: {context}"},
+                 {"role": "user", "content": [{"type": "text", "text": "Where is my order?"}]}],
+    "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {}}}],
+}
+
+
+def test_replay_sends_the_recorded_request_with_only_the_model_swapped(study: Any) -> None:
+    data = build(study, n_items=2, n_candidates=2)
+    for item in data.items:
+        item.metadata = {**item.metadata, "recorded_request": RECORDED}
+        item.save()
+    with LoadServer() as server:
+        openai_cfg = make_config(data.candidates[0], server.openai_base_url)
+        anthropic_cfg = make_config(data.candidates[1], server.anthropic_base_url,
+                                    provider="anthropic")
+        run = _start(study, make_template(study), [openai_cfg, anthropic_cfg], replay=True)
+        drain_all(run)
+        sent = [r for r in server.requests if r.path == "/v1/chat/completions"]
+        anthropic_sent = [r for r in server.requests if r.path == "/v1/messages"]
+    # OpenAI-compatible: the recorded body as it was, tools and all, but the model (and no
+    # streaming: the run reads whole answers).
+    assert len(sent) == 2
+    expected = {k: v for k, v in RECORDED.items() if k != "stream"} | {"model": "sim-model"}
+    assert sent[0].json == expected
+    jobs = {j.config_id: j for j in GenerationJob.objects.filter(run=run, item=data.items[0])}
+    assert jobs[openai_cfg.pk].status == "done"
+    assert jobs[openai_cfg.pk].request_hash == hashlib.sha256(sent[0].body).hexdigest()
+    # Anthropic has no faithful form of the recorded tools: that output fails with the reason,
+    # nothing is sent, and the run is not failed for it.
+    assert anthropic_sent == []
+    failed = jobs[anthropic_cfg.pk]
+    assert (failed.status, failed.error_kind) == ("failed", "config")
+    assert "recorded request not replayable" in failed.error and "tools" in failed.error
+    run.refresh_from_db()
+    assert run.status == "done"
+
+
+def test_replay_translates_a_plain_chat_to_anthropic_messages() -> None:
+    from generation.replay import replay_body
+
+    recorded = {k: v for k, v in RECORDED.items() if k != "tools"}
+    body = replay_body(recorded, provider="anthropic", model="claude-x", max_tokens=None)
+    assert body == {"model": "claude-x", "max_tokens": 1024, "temperature": 0.3,
+                    "system": "You are the support bot. Context: {context}",
+                    "messages": [{"role": "user", "content": "Where is my order?"}]}
+
+
+def test_replay_needs_a_recorded_request_on_every_item(study: Any) -> None:
+    from reviewhub.errors import ValidationFailed
+
+    data = build(study, n_items=2)
+    config = make_config(data.candidates[0], "http://127.0.0.1:9/v1")
+    with pytest.raises(ValidationFailed) as info:
+        _start(study, make_template(study), [config], replay=True)
+    assert info.value.details["errors"][0]["path"] == "replay"
