@@ -60,7 +60,7 @@ def run_data(run: GenerationRun, *, progress: bool = True) -> dict[str, Any]:
         "template": {"id": run.template_id, "version": run.template.version,
                      "content_hash": run.template.content_hash},
         "concurrency": run.concurrency, "samples": run.samples, "selection": run.selection,
-        "replay": run.replay,
+        "replay": run.replay, "rate": run.rate,
         "max_cost": run.max_cost, "creation_stats": run.creation_stats,
         "created_at": run.created_at, "finished_at": run.finished_at,
     }
@@ -170,7 +170,7 @@ class GenerationRunListCreate(APIView):
             study=study, template=spec.template, configs=spec.configs,
             concurrency=body.get("concurrency"),  # type: ignore[arg-type]  # validated there
             samples=spec.samples, selection=spec.selection, max_cost=body.get("max_cost"),
-            replay=body.get("replay", False), created_by=request.user)
+            replay=body.get("replay", False), rate=body.get("rate"), created_by=request.user)
         return Response(run_data(_run_get(study, run.pk)), status=status.HTTP_201_CREATED)
 
 

@@ -1,4 +1,5 @@
-"""The generation drain: one candidate of one run, exactly C requests in flight.
+"""The generation drain: one candidate of one run, exactly C requests in flight (closed loop),
+or requests started at the run's rate (open loop, at most C in flight).
 
 It reuses the judge executor's process-wide event loop, pooled httpx client and rate limiter
 (`judges.executor.async_caller`): a `CallSession` of C coroutines pulls requests from a queue,
@@ -20,6 +21,7 @@ import dataclasses
 import hashlib
 import logging
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -319,6 +321,11 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     target = c + ahead
     refill = max(1, ahead // 2)
     session = (caller or async_caller()).session(c)
+    rate = float(run.rate or 0.0)
+    paced: deque[PreparedCall] | None = deque() if rate > 0 else None
+    pace_start: float | None = None
+    paced_sent = 0
+    take_wait = min(TAKE_WAIT_S, 0.5 / rate) if rate > 0 else TAKE_WAIT_S
     jobs: dict[int, tuple[runs.ClaimedJob, str]] = {}
     pending: list[runs.JobOutcome] = []
     pending_since = 0.0
@@ -332,8 +339,19 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     last_end: float | None = None
     try:
         while True:
+            if paced:
+                # Open loop: every request due by now at the run's rate is started now,
+                # whatever is still in flight (up to the C coroutines).
+                now_p = time.monotonic()
+                if pace_start is None:
+                    pace_start = now_p
+                due = int((now_p - pace_start) * rate) + 1 - paced_sent
+                if due > 0:
+                    batch = [paced.popleft() for _ in range(min(due, len(paced)))]
+                    paced_sent += len(batch)
+                    session.submit(batch)
             if outstanding:
-                for prepared, call in session.take(min_n=1, timeout_s=TAKE_WAIT_S):
+                for prepared, call in session.take(min_n=1, timeout_s=take_wait):
                     outstanding -= 1
                     job, request_hash = jobs[prepared.job_id]
                     report.busy_s += call.ended_at - call.started_at
@@ -359,7 +377,12 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
                     report.state = claim.state
                 elif claim.jobs:
                     report.claimed += len(claim.jobs)
-                    outstanding += _dispatch(ctx, claim.jobs, token, session, jobs, pending)
+                    batch = _dispatch(ctx, claim.jobs, token, jobs, pending)
+                    outstanding += len(batch)
+                    if paced is None:
+                        session.submit(batch)
+                    else:
+                        paced.extend(batch)
                     report.max_in_flight = max(report.max_in_flight, min(outstanding, c))
                 elif outstanding == 0 and not pending:
                     report.state = "idle"
@@ -398,9 +421,10 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     return report
 
 
-def _dispatch(ctx: DrainContext, claimed: list[runs.ClaimedJob], token: str, session: Any,
+def _dispatch(ctx: DrainContext, claimed: list[runs.ClaimedJob], token: str,
               jobs: dict[int, tuple[runs.ClaimedJob, str]],
-              ready: list[runs.JobOutcome]) -> int:
+              ready: list[runs.JobOutcome]) -> list[PreparedCall]:
+    """The claimed jobs' requests; a job whose request cannot be built fails right here."""
     batch: list[PreparedCall] = []
     now = timezone.now()
     for job in claimed:
@@ -417,6 +441,4 @@ def _dispatch(ctx: DrainContext, claimed: list[runs.ClaimedJob], token: str, ses
             continue
         jobs[job.id] = (job, request_hash)
         batch.append(prepared)
-    if batch:
-        session.submit(batch)
-    return len(batch)
+    return batch

@@ -85,6 +85,9 @@ class GenerationRun(models.Model):
     replay = models.BooleanField(default=False)
     # Requests in flight per candidate, held closed-loop for the whole run.
     concurrency = models.PositiveIntegerField()
+    # Open loop: requests started per second per candidate, whatever their latency (C then
+    # caps the requests in flight). Null: closed loop at exactly C.
+    rate = models.FloatField(null=True, blank=True)
     samples = models.PositiveIntegerField(default=1)
     # {"kind": "all"} | {"kind": "items", "external_ids": [...]} |
     # {"kind": "sample", "n": N, "seed": S, "stratify_by": dimension key or ""}

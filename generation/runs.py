@@ -143,6 +143,7 @@ def generation_run_start(
     selection: Mapping[str, Any] | None = None,
     max_cost: float | None = None,
     replay: bool = False,
+    rate: float | None = None,
     created_by: Any = None,
     enqueue: Enqueue | None = None,
 ) -> GenerationRun:
@@ -171,6 +172,11 @@ def generation_run_start(
     sel, item_ids = selection_items(study=study, selection=selection)
     if not item_ids:
         raise ValidationFailed.at("selection", "the selection has no items.")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
+                             or not math.isfinite(rate) or not 0 < rate <= 100_000):
+        raise ValidationFailed.at("rate", "rate (requests started per second per candidate) "
+                                          "must be a positive number, or null for a closed "
+                                          "loop at C.")
     if not isinstance(replay, bool):
         raise ValidationFailed.at("replay", "replay must be true or false.")
     for item in Item.objects.filter(id__in=item_ids).only(
@@ -219,7 +225,7 @@ def generation_run_start(
     with transaction.atomic():
         run = GenerationRun.objects.create(
             study=study, template=template, concurrency=concurrency, samples=samples,
-            selection=sel, replay=replay, max_cost=max_cost,
+            selection=sel, replay=replay, rate=rate, max_cost=max_cost,
             est_request_cost=estimate.per_request_max,
             created_by=created_by, last_activity_at=now)
         RunCandidate.objects.bulk_create([RunCandidate(run=run, config=c) for c in configs])

@@ -61,7 +61,8 @@ def _spec(study: Study, post: Any) -> dict[str, Any]:
             "concurrency": form_number(post, "concurrency", int, required=True),
             "samples": form_number(post, "samples", int) or 1,
             "max_cost": form_number(post, "max_cost", float),
-            "replay": post.get("replay") == "on"}
+            "replay": post.get("replay") == "on",
+            "rate": form_number(post, "rate", float)}
 
 
 @login_required

@@ -67,3 +67,34 @@ def test_concurrency_is_held_at_c_and_latency_matches_the_server(
     # The client measured the same load from its side (mean in flight over its window).
     assert progress["mean_in_flight"] == pytest.approx(c, rel=0.05)
     assert progress["overhead_ms"]["p50"] is not None and progress["overhead_ms"]["p50"] < 5
+
+
+def test_open_loop_starts_requests_at_the_rate_whatever_their_latency(
+        study: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a rate r, requests start every 1/r s however long each takes: the server sees
+    arrivals at r (within 5 %) and, by Little's law, r x latency in flight, below the cap C."""
+    monkeypatch.setenv(KEY_ENV, "sk-test-not-a-real-key")
+    n, rate, latency = 120, 40.0, 0.2
+    data = build(study, n_items=n)
+    with LoadServer(latencies_s=[latency]) as server:
+        config = make_config(data.candidates[0], server.openai_base_url)
+        run = _start(study, make_template(study), [config], concurrency=32, rate=rate)
+        drain_all(run, timeout_s=60)
+        arrivals = [t for t, _, d in server.events if d > 0]
+        assert server.count() == n
+        mean = server.mean_in_flight(from_level=int(rate * latency), until_completion=n - 16)
+    measured = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+    assert abs(measured - rate) / rate <= 0.05, measured
+    assert server.max_in_flight < 32
+    assert mean == pytest.approx(rate * latency, rel=0.1)
+
+
+def test_a_rate_that_is_not_positive_is_a_400(study: Any) -> None:
+    from reviewhub.errors import ValidationFailed
+
+    data = build(study, n_items=1)
+    config = make_config(data.candidates[0], "http://127.0.0.1:9/v1")
+    for bad in (0, -1.0, float("nan"), True):
+        with pytest.raises(ValidationFailed) as info:
+            _start(study, make_template(study), [config], rate=bad)
+        assert info.value.details["errors"][0]["path"] == "rate"
