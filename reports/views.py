@@ -664,7 +664,16 @@ def _selection_context(study: Study, role: str, report: ReportSnapshot | None, *
         "csv": csv,
         "pdf": pdf,
         "params_json": json.dumps(report.params, indent=1, sort_keys=True) if report else "",
+        "gate_provenance": _gate_provenance(study),
     }
+
+
+def _gate_provenance(study: Study) -> list[dict[str, Any]]:
+    # The provenance of the gates' latency, error, schema and cost figures: the candidate
+    # runs that measured the outputs (generation/), shown beside the gates.
+    from generation.selectors import gate_provenance
+
+    return gate_provenance(study=study)
 
 
 def _selection_post(request: HttpRequest, study: Study) -> HttpResponse:

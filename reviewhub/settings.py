@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "reviewhub",
     "studies",
     "judges",
+    "generation",
     "annotations",
     "calibration",
     "reports",
@@ -384,6 +385,17 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": REVIEWHUB_JUDGE_SWEEP_INTERVAL_S,
         "options": {"queue": "judges", "expires": REVIEWHUB_JUDGE_SWEEP_INTERVAL_S},
     },
+}
+# --- Candidate runs (generation/, docs/generation.md) -----------------------------------------
+# They share the judge queue's worker pool, leases, attempts, backoff and allow-lists (the
+# REVIEWHUB_JUDGE_* settings above). A candidate's batch task keeps C requests in flight for
+# this long before handing over to its successor; each hand-over dips the load briefly.
+REVIEWHUB_GENERATION_TASK_SLICE_S = env.float("REVIEWHUB_GENERATION_TASK_SLICE_S", default=600.0)
+CELERY_TASK_ROUTES["generation.*"] = {"queue": "judges"}
+CELERY_BEAT_SCHEDULE["generation-sweep"] = {
+    "task": "generation.sweep",
+    "schedule": REVIEWHUB_JUDGE_SWEEP_INTERVAL_S,
+    "options": {"queue": "judges", "expires": REVIEWHUB_JUDGE_SWEEP_INTERVAL_S},
 }
 # Where celery beat keeps its schedule state (last run of each entry). Exactly one beat runs per
 # deployment (compose's `beat` service, the demo worker's `-B`); without one no sweep runs

@@ -221,6 +221,13 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "verdict-list": {"GET": LEAD_READ},
     # Verdicts of judges run elsewhere: a lead with a write token, as for the judges it creates.
     "verdict-bulk-push": {"POST": LEAD_WRITE},
+    # candidate runs API (configs name endpoints and key variables: leads only)
+    "api-generation-configs": {"GET": LEAD_READ, "POST": LEAD_WRITE},
+    "api-prompt-templates": {"GET": LEAD_READ, "POST": LEAD_WRITE},
+    "api-generation-runs": {"GET": LEAD_READ, "POST": LEAD_WRITE},
+    "api-generation-run-estimate": {"POST": LEAD_READ_POST},
+    "api-generation-run": {"GET": LEAD_READ},
+    "api-generation-run-cancel": {"POST": LEAD_WRITE},
     # annotations API
     "annotations-api-next": {"POST": WORK_WRITE},
     "annotations-api-assignment": {"GET": OWN_READ},
@@ -272,6 +279,8 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "judge-version-preview-page": {"GET": PAGE_LEAD},
     "judge-run-list-page": {"GET": PAGE_LEAD},
     "judge-run-detail-page": {"GET": PAGE_LEAD},
+    "generation-runs-page": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
+    "generation-run-page": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "annotations-grade": {"GET": PAGE_GRADE},
     "annotations-grade-submit": {"POST": PAGE_OWN},
     "annotations-grade-skip": {"POST": PAGE_OWN},
@@ -426,6 +435,20 @@ def _selection_seed(*, study: Study) -> ReportSnapshot:
                 "warnings": []})
 
 
+def _generation_seed(*, study: Any, lead: Any) -> Any:
+    """A candidate run of a candidate of its own (the imported ones have outputs already)."""
+    from generation.runs import generation_run_start
+    from generation.services import generation_config_create, prompt_template_create
+    from studies.models import Candidate
+
+    candidate = Candidate.objects.create(study=study, name="mx-generated")
+    config, _ = generation_config_create(candidate=candidate, config={
+        "provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "mx-model"})
+    template, _ = prompt_template_create(study=study, template={"user": "{input}"})
+    return generation_run_start(study=study, template=template, configs=[config],
+                                concurrency=2, created_by=lead, enqueue=lambda r, c: None)
+
+
 def _seed() -> Seeded:
     User = get_user_model()
     lead = UserFactory(username="mx-lead")
@@ -476,6 +499,7 @@ def _seed() -> Seeded:
     version = judge_version_for_config(judge=check, config={"check": "length", "max": 1000})
     run = judge_run_start(study=study, judge_version=version, criteria=[criterion],
                           created_by=lead, enqueue=lambda run_id, n: None)
+    generation_run = _generation_seed(study=study, lead=lead)
     report = ReportSnapshot.objects.create(
         study=study, params=params_validate({"n_resamples": 100, "min_items": 5}),
         created_by=lead)
@@ -497,6 +521,7 @@ def _seed() -> Seeded:
         "slug": study.slug, "item_id": item.pk, "candidate_id": output.candidate_id,
         "output_id": output.pk, "user_id": member.pk, "version": 1,
         "judge_id": check.pk, "version_id": version.pk, "run_id": run.pk,
+        "generation_run_id": generation_run.pk,
         "report_id": report.pk, "assignment_id": leased.pk, "annotation_id": annotation.pk,
         "token_id": spare_token.pk, "snapshot_id": calibration.pk,
         "invitation_id": invitation.pk,

@@ -26,20 +26,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-APPS = ("reviewhub", "studies", "judges", "annotations", "calibration", "reports", "imports",
-        "evalstats")
+APPS = ("reviewhub", "studies", "judges", "generation", "annotations", "calibration", "reports",
+        "imports", "evalstats")
 # Top-level packages that are not apps of the product.
 NOT_APPS = {"tests", "bench"}
 
 ALLOWED: frozenset[tuple[str, str]] = frozenset({
     ("studies", "reviewhub"),
     ("judges", "studies"), ("judges", "reviewhub"),
+    # Candidate runs reuse the judge queue, provider clients and allow-lists.
+    ("generation", "judges"), ("generation", "studies"), ("generation", "reviewhub"),
     # Annotators' work is sampled by judge disagreement.
     ("annotations", "judges"), ("annotations", "studies"), ("annotations", "reviewhub"),
     ("calibration", "annotations"), ("calibration", "judges"), ("calibration", "studies"),
     ("calibration", "reviewhub"), ("calibration", "evalstats"),
     ("reports", "calibration"), ("reports", "annotations"), ("reports", "judges"),
     ("reports", "studies"), ("reports", "reviewhub"), ("reports", "evalstats"),
+    # The selection report's gates name the candidate runs that measured them.
+    ("reports", "generation"),
     ("imports", "calibration"), ("imports", "annotations"), ("imports", "judges"),
     ("imports", "studies"), ("imports", "reviewhub"),
 })

@@ -32,6 +32,8 @@ APP_PURE = [
     "judges.prompts",
     "judges.templates",
     "judges.network",
+    "generation.config",
+    "generation.schema",
     "studies.spec",
     "studies.criteria",
     "studies.strata",

@@ -12,12 +12,13 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from studies.models import Comparison, Item, Output
 
 from ..models import JudgeJob, JudgeRun
+from . import leases
 from .common import ACTIVE_JOB_STATUSES, logger
 
 # Before the first priced call finishes, a cost-limited run claims this many calls at most.
@@ -121,25 +122,16 @@ def _stop_run(run: JudgeRun, reason: str) -> None:
 
 
 def _claimable(run_id: int, now: datetime, max_attempts: int) -> QuerySet[JudgeJob]:
-    return JudgeJob.objects.filter(run_id=run_id).filter(
-        Q(status=JudgeJob.Status.QUEUED, available_at__isnull=True)
-        | Q(status=JudgeJob.Status.QUEUED, available_at__lte=now)
-        | Q(status=JudgeJob.Status.RUNNING, lease_expires_at__lt=now, attempts__lt=max_attempts)
-    )
+    return leases.claimable(JudgeJob, now=now, max_attempts=max_attempts, run_id=run_id)
 
 
 def _exhausted_lease_error(max_attempts: int) -> str:
-    return f"lease expired on each of {max_attempts} attempts (worker lost)"
+    return leases.exhausted_lease_error(max_attempts)
 
 
 def _fail_exhausted_leases(qs: QuerySet[JudgeJob], now: datetime, max_attempts: int) -> int:
-    return qs.filter(
-        status=JudgeJob.Status.RUNNING, lease_expires_at__lt=now, attempts__gte=max_attempts
-    ).update(
-        status=JudgeJob.Status.FAILED, error_kind=JudgeJob.ErrorKind.TRANSIENT,
-        error=_exhausted_lease_error(max_attempts),
-        lease_token="", lease_expires_at=None, finished_at=now,
-    )
+    return leases.fail_exhausted_leases(qs, now, max_attempts,
+                                        exhausted_kind=JudgeJob.ErrorKind.TRANSIENT)
 
 
 # One statement claims a batch on PostgreSQL, in autocommit: lock the run row (first: every
@@ -257,11 +249,8 @@ def _json_value(raw: Any) -> Any:
 def _claim_orm(
     *, run: JudgeRun, ids: list[int], token: str, now: datetime
 ) -> list[ClaimedJob]:
-    JudgeJob.objects.filter(id__in=ids).update(
-        status=JudgeJob.Status.RUNNING, lease_token=token,
-        lease_expires_at=now + timedelta(seconds=settings.REVIEWHUB_JUDGE_LEASE_S),
-        attempts=F("attempts") + 1, available_at=None,
-    )
+    leases.lease_take(JudgeJob, ids=ids, token=token, now=now,
+                      lease_s=settings.REVIEWHUB_JUDGE_LEASE_S)
     run.calls_made += len(ids)
     run.last_activity_at = now
     run.save(update_fields=["calls_made", "last_activity_at"])

@@ -11,7 +11,7 @@ from django.db.models import Count, Exists, Max, Min, OuterRef, Q
 from django.utils import timezone
 
 from ..models import JudgeJob, JudgeRun
-from .claim import _fail_exhausted_leases
+from . import leases
 from .common import ACTIVE_JOB_STATUSES, INACTIVE_RUN_STATUSES, logger
 from .lifecycle import Enqueue, _on_commit_enqueue
 from .verdicts import run_finish_if_complete
@@ -115,13 +115,10 @@ def judge_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = None) 
     now = now or timezone.now()
     result = SweepResult()
     max_attempts = settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS
-    expired = JudgeJob.objects.filter(status=JudgeJob.Status.RUNNING, lease_expires_at__lt=now)
     with transaction.atomic():
-        result.failed = _fail_exhausted_leases(expired, now, max_attempts)
-        result.requeued = expired.filter(attempts__lt=max_attempts).update(
-            status=JudgeJob.Status.QUEUED, lease_token="", lease_expires_at=None,
-            error="lease expired (worker lost?); re-queued",
-        )
+        result.failed, result.requeued = leases.lapsed_requeue(
+            JudgeJob.objects.all(), now, max_attempts,
+            exhausted_kind=JudgeJob.ErrorKind.TRANSIENT)
     unsettled = JudgeRun.objects.filter(status__in=INACTIVE_RUN_STATUSES).filter(
         Exists(JudgeJob.objects.filter(run=OuterRef("pk"), status=JudgeJob.Status.QUEUED)))
     for run_id in unsettled.values_list("id", flat=True):

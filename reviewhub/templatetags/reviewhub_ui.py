@@ -50,6 +50,7 @@ _LEAD_LINKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Disagreements", ("annotations-lead-disagreements",)),
     ("Members", ("annotations-lead-members",)),
     ("Judges", ("judge-list-page",)),
+    ("Candidate runs", ("generation-runs-page",)),
     ("Runs", ("judge-run-list-page",)),
     ("Reports", ("report-list-page", "reports-list", "report-list", "reports-page")),
     ("Calibration", ("reports-calibration",)),

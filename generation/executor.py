@@ -1,0 +1,444 @@
+"""The generation drain: one candidate of one run, exactly C requests in flight (closed loop),
+or requests started at the run's rate (open loop, at most C in flight).
+
+It reuses the judge executor's process-wide event loop, pooled httpx client and rate limiter
+(`judges.executor.async_caller`): a `CallSession` of C coroutines pulls requests from a queue,
+so as long as the queue holds work there are exactly C requests in flight (closed loop), and
+nothing else of this candidate is (the drain slot, `runs.drain_slot_take`, admits one drain
+per candidate). The task thread claims ahead (C more than are in flight) so the coroutines
+never wait for the database, builds each request, records outcomes with no transaction open
+during network I/O, and keeps its leases and its slot alive.
+
+Per call it measures the HTTP exchange (`latency_ms`, time to last byte) and, apart from
+it, ReviewHub's own time on the call (`overhead_ms`: the coroutine's wall time on the call
+minus the exchange), and over the drain the mean number of requests in flight (the sum of
+call wall times over the drain's window), so a slow worker shows as overhead, not latency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from judges.config import JudgeNetworkPolicy
+from judges.executor import (
+    AsyncCaller,
+    CallOutcome,
+    PreparedCall,
+    async_caller,
+    backoff_delay,
+    error_reason_shown,
+)
+from judges.pricing import cost_for
+from judges.prompts import api_key_resolve
+from judges.providers import (
+    ChatMessage,
+    ProviderConfigError,
+    ProviderError,
+    ProviderRequest,
+    TransientProviderError,
+    provider_prepare,
+    serialize_body,
+)
+from judges.providers import PreparedCall as WirePreparedCall
+from judges.ratelimit import estimate_tokens, limits_for
+from studies.services import GeneratedOutput
+
+from . import runs
+from .config import MissingField, render
+from .models import GenerationConfig, GenerationJob, GenerationRun
+from .replay import NotReplayable, prompt_chars, recorded_of, replay_body
+from .schema import schema_check
+
+logger = logging.getLogger(__name__)
+
+TEXT_MAX_CHARS = 200_000
+ERROR_MAX_CHARS = 1_000
+TAKE_WAIT_S = 0.02
+RECORD_MIN = 32
+RECORD_WAIT_S = 0.2
+RETRY_CLAIM_S = 0.1
+CLAIM_AHEAD_MIN = 32
+# How often a drain's claim also fails jobs whose lease lapsed on their last attempt.
+LAPSED_CHECK_S = 5.0
+
+
+def error_kind_for(exc: ProviderError) -> str:
+    """The kind a failed call is counted under (see generation/models.py)."""
+    kinds = GenerationJob.ErrorKind
+    if isinstance(exc, ProviderConfigError):
+        return kinds.CONFIG
+    status = exc.http_status
+    reason = str(exc)
+    if status == 429:
+        return kinds.RATE_LIMITED
+    if status is not None and status >= 500:
+        return kinds.SERVER_ERROR
+    if status == 408 or reason.startswith("timeout"):
+        return kinds.TIMEOUT
+    if reason.startswith("connection error"):
+        return kinds.CONNECTION
+    if reason.startswith("model refused"):
+        return kinds.REFUSED
+    return kinds.CLIENT_ERROR
+
+
+_REFUSAL_FINISH = frozenset({"refusal", "content_filter"})
+_TRUNCATED_FINISH = frozenset({"length", "max_tokens"})
+
+
+class DrainContext:
+    """What is the same for every request of a (run, candidate): the config, the template,
+    the output schema, and the provider request minus its messages."""
+
+    def __init__(self, run: GenerationRun, config: GenerationConfig) -> None:
+        self.run = run
+        self.config_row = config
+        self.config: Mapping[str, Any] = config.config
+        tpl = run.template.template
+        self.template = tpl
+        self.schema = tpl.get("output_schema") or run.study.output_schema or None
+        policy = JudgeNetworkPolicy.from_settings()
+        self.show_error_bodies = policy.base_url_listed(str(self.config.get("base_url", "")))
+        self._base: ProviderRequest | None = None
+        self._limit: Any = None
+
+    def base_request(self) -> ProviderRequest:
+        """The request without messages; ProviderConfigError when it may not be sent (URL no
+        longer allowed, key variable refused or unset). Not cached on failure."""
+        if self._base is not None:
+            return self._base
+        c = self.config
+        base_url = str(c.get("base_url", ""))
+        access = JudgeNetworkPolicy.from_settings().base_url_access(base_url)
+        if access.kind == "refused":
+            if access.transient:
+                raise TransientProviderError(access.reason)
+            raise ProviderConfigError(access.reason)
+        params = c.get("parameters") or {}
+        extra = dict(c.get("extra_body") or {})
+        if params.get("top_p") is not None:
+            extra["top_p"] = params["top_p"]
+        response_format = None
+        if self.template.get("structured_output") and self.schema:
+            response_format = {"name": "output", "schema": self.schema, "strict": False}
+        self._base = ProviderRequest(
+            provider=str(c.get("provider")), base_url=base_url, model=str(c.get("model")),
+            api_key=api_key_resolve(c), messages=(), temperature=params.get("temperature"),
+            max_tokens=params.get("max_tokens"), seed=params.get("seed"),
+            response_format=response_format, timeout_s=float(c.get("timeout_s") or 60.0),
+            extra=extra)
+        self._limit = limits_for(base_url=base_url, model=self._base.model)
+        return self._base
+
+    def prepare(self, job: runs.ClaimedJob) -> tuple[PreparedCall, str]:
+        """(the call, the sha256 of the exact body sent)."""
+        base = self.base_request()
+        if self.run.replay:
+            return self._prepare_replay(job, base)
+        messages = []
+        system = render(str(self.template.get("system") or ""), job.item)
+        if system:
+            messages.append(ChatMessage(role="system", content=system))
+        messages.append(ChatMessage(role="user", content=render(self.template["user"],
+                                                                job.item)))
+        request = dataclasses.replace(base, messages=tuple(messages))
+        if job.sample_index and request.seed is not None:
+            # Identical seeds would make every sample the same answer.
+            request = dataclasses.replace(request, seed=request.seed + job.sample_index)
+        call = provider_prepare(request)
+        body = serialize_body(call.body)
+        chars = sum(len(m.content) for m in messages)
+        prepared = PreparedCall(job_id=job.id, request=request, limit=self._limit,
+                                est_tokens=estimate_tokens(prompt_chars=chars,
+                                                           max_tokens=request.max_tokens),
+                                wire=(call, body))
+        return prepared, hashlib.sha256(body).hexdigest()
+
+
+    def _prepare_replay(self, job: runs.ClaimedJob, base: ProviderRequest
+                        ) -> tuple[PreparedCall, str]:
+        """The item's recorded request, sent unchanged but for the model (generation/replay.py);
+        one that cannot be sent to this provider fails this output with the reason."""
+        try:
+            recorded = recorded_of(job.item.get("metadata"))
+            body = replay_body(recorded, provider=base.provider, model=base.model,
+                               max_tokens=base.max_tokens)
+        except NotReplayable as exc:
+            raise ProviderConfigError(f"recorded request not replayable: {exc}") from None
+        # The URL and headers (key included) of this provider, from the config's request.
+        http = provider_prepare(dataclasses.replace(
+            base, messages=(ChatMessage(role="user", content="-"),)))
+        call = WirePreparedCall(method=http.method, url=http.url, headers=http.headers,
+                                body=body)
+        content = serialize_body(body)
+        prepared = PreparedCall(job_id=job.id, request=base, limit=self._limit,
+                                est_tokens=estimate_tokens(prompt_chars=prompt_chars(recorded),
+                                                           max_tokens=base.max_tokens),
+                                wire=(call, content))
+        return prepared, hashlib.sha256(content).hexdigest()
+
+
+def _attempt_errors(job: runs.ClaimedJob, entry: Mapping[str, Any]) -> dict[str, Any]:
+    details = dict(job.details or {})
+    errors = list(details.get("attempt_errors", []))
+    errors.append(dict(entry))
+    details["attempt_errors"] = errors[-20:]
+    return details
+
+
+def _output_for(ctx: DrainContext, job: runs.ClaimedJob, values: Mapping[str, Any]
+                ) -> GeneratedOutput | None:
+    if job.sample_index != 0:
+        return None
+    error = str(values.get("error") or "")
+    kind = str(values.get("error_kind") or "")
+    if kind and not error:
+        error = kind
+    return GeneratedOutput(
+        candidate_id=ctx.config_row.candidate_id, item_id=job.item_id,
+        text=str(values.get("text") or ""), error=error,
+        finish_reason=str(values.get("finish_reason") or ""),
+        latency_ms=values.get("latency_ms"), tokens_in=values.get("tokens_in"),
+        tokens_out=values.get("tokens_out"), cost=values.get("cost"),
+        schema_valid=values.get("schema_valid"),
+        metadata={"config_version": ctx.config_row.version,
+                  "config_hash": ctx.config_row.content_hash, "run": ctx.run.pk,
+                  "request_hash": values.get("request_hash", ""), "error_kind": kind,
+                  "overhead_ms": values.get("overhead_ms"),
+                  "schema_violation": values.get("schema_violation", ""),
+                  "concurrency": ctx.run.concurrency,
+                  "measured_at": timezone.now().isoformat()})
+
+
+def outcome_for_error(ctx: DrainContext, job: runs.ClaimedJob, token: str, exc: ProviderError,
+                      now: datetime, request_hash: str = "") -> runs.JobOutcome:
+    """A failed call: re-queued with backoff while attempts remain (transient), else final."""
+    kind = error_kind_for(exc)
+    transient = isinstance(exc, TransientProviderError)
+    retry_after = getattr(exc, "retry_after_s", None) if transient else None
+    reason = error_reason_shown(exc, show_body=ctx.show_error_bodies)
+    details = _attempt_errors(job, {"attempt": job.attempts, "kind": kind, "reason": reason,
+                                    "http_status": exc.http_status,
+                                    "retry_after_s": retry_after})
+    values: dict[str, Any] = {"error_kind": kind, "http_status": exc.http_status,
+                              "details": details, "request_hash": request_hash}
+    if transient and job.attempts < settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS:
+        delay = backoff_delay(attempt=job.attempts, retry_after_s=retry_after)
+        values.update(error=f"retrying in {delay:.1f}s: {reason}"[:ERROR_MAX_CHARS],
+                      available_at=now + timedelta(seconds=delay))
+        return runs.JobOutcome(job_id=job.id, token=token, status=GenerationJob.Status.QUEUED,
+                               values=values)
+    if transient:
+        reason = f"gave up after {job.attempts} attempts: {reason}"
+    values["error"] = reason[:ERROR_MAX_CHARS]
+    return runs.JobOutcome(job_id=job.id, token=token, status=GenerationJob.Status.FAILED,
+                           values=values, output=_output_for(ctx, job, values))
+
+
+def outcome_for_call(ctx: DrainContext, job: runs.ClaimedJob, token: str, call: CallOutcome,
+                     request_hash: str, now: datetime | None = None) -> runs.JobOutcome:
+    """Turn one call's result or error into the outcome to record (pure, no I/O)."""
+    now = now or timezone.now()
+    if call.error is not None:
+        return outcome_for_error(ctx, job, token, call.error, now, request_hash)
+    result = call.result
+    assert result is not None
+    wall_ms = (call.ended_at - call.started_at) * 1000.0
+    c = ctx.config
+    values: dict[str, Any] = {
+        "text": result.text[:TEXT_MAX_CHARS], "finish_reason": result.finish_reason or "",
+        "http_status": result.http_status, "provider_request_id": (result.request_id or "")[:200],
+        "tokens_in": result.tokens_in, "tokens_out": result.tokens_out,
+        "latency_ms": result.latency_ms, "overhead_ms": max(0.0, wall_ms - result.latency_ms),
+        "cost": cost_for(provider=str(c.get("provider")), model=str(c.get("model")),
+                         tokens_in=result.tokens_in, tokens_out=result.tokens_out,
+                         override=c.get("prices")),
+        "request_hash": request_hash, "error_kind": "", "error": "",
+        "details": dict(job.details or {}),
+    }
+    finish = (result.finish_reason or "").lower()
+    if finish in _REFUSAL_FINISH:
+        values.update(error_kind=GenerationJob.ErrorKind.REFUSED,
+                      error=f"refused (finish_reason {finish})")
+    elif finish in _TRUNCATED_FINISH:
+        values.update(error_kind=GenerationJob.ErrorKind.TRUNCATED,
+                      error=f"truncated (finish_reason {finish})")
+    if ctx.schema:
+        verdict = schema_check(result.text, ctx.schema)
+        values.update(schema_valid=verdict.valid, schema_violation=verdict.violation)
+    return runs.JobOutcome(job_id=job.id, token=token, status=GenerationJob.Status.DONE,
+                           values=values, output=_output_for(ctx, job, values))
+
+
+@dataclass
+class DrainReport:
+    state: str = "ok"  # ok | busy | inactive | stopped | sliced | idle
+    claimed: int = 0
+    recorded: int = 0
+    discarded: int = 0
+    max_in_flight: int = 0
+    busy_s: float = 0.0
+    window_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
+              caller: AsyncCaller | None = None) -> DrainReport:
+    """Call one candidate's claimable jobs at exactly C in flight until none is claimable or
+    the time slice ends."""
+    report = DrainReport()
+    run = (GenerationRun.objects.select_related("template", "study")
+           .filter(pk=run_id).first())
+    config = GenerationConfig.objects.filter(pk=config_id).first()
+    if run is None or config is None or run.status != GenerationRun.Status.RUNNING:
+        report.state = "inactive"
+        return report
+    lease_s = settings.REVIEWHUB_JUDGE_LEASE_S
+    token = runs.new_token()
+    if not runs.drain_slot_take(run_id=run_id, config_id=config_id, token=token,
+                                lease_s=lease_s):
+        report.state = "busy"
+        return report
+    slice_s = settings.REVIEWHUB_GENERATION_TASK_SLICE_S if slice_s is None else slice_s
+    ctx = DrainContext(run, config)
+    c = run.concurrency
+    # Claimed ahead of the calls in flight: at least CLAIM_AHEAD_MIN jobs (and C), refilled
+    # once half of that is left, so a claim's and a record's round trips (tens of ms on a
+    # busy database) never leave a coroutine without its next request, and each claim takes
+    # a chunk large enough that its statements cost little per job.
+    ahead = max(c, CLAIM_AHEAD_MIN)
+    target = c + ahead
+    refill = max(1, ahead // 2)
+    session = (caller or async_caller()).session(c)
+    rate = float(run.rate or 0.0)
+    paced: deque[PreparedCall] | None = deque() if rate > 0 else None
+    pace_start: float | None = None
+    paced_sent = 0
+    take_wait = min(TAKE_WAIT_S, 0.5 / rate) if rate > 0 else TAKE_WAIT_S
+    jobs: dict[int, tuple[runs.ClaimedJob, str]] = {}
+    pending: list[runs.JobOutcome] = []
+    pending_since = 0.0
+    outstanding = 0
+    claim_open = True
+    retry_claim_at = 0.0
+    next_lapsed = 0.0
+    deadline = time.monotonic() + slice_s
+    next_renew = time.monotonic() + lease_s / 3
+    first_start: float | None = None
+    last_end: float | None = None
+    try:
+        while True:
+            if paced:
+                # Open loop: every request due by now at the run's rate is started now,
+                # whatever is still in flight (up to the C coroutines).
+                now_p = time.monotonic()
+                if pace_start is None:
+                    pace_start = now_p
+                due = int((now_p - pace_start) * rate) + 1 - paced_sent
+                if due > 0:
+                    batch = [paced.popleft() for _ in range(min(due, len(paced)))]
+                    paced_sent += len(batch)
+                    session.submit(batch)
+            if outstanding:
+                for prepared, call in session.take(min_n=1, timeout_s=take_wait):
+                    outstanding -= 1
+                    job, request_hash = jobs[prepared.job_id]
+                    report.busy_s += call.ended_at - call.started_at
+                    first_start = call.started_at if first_start is None else min(
+                        first_start, call.started_at)
+                    last_end = call.ended_at if last_end is None else max(last_end,
+                                                                           call.ended_at)
+                    pending.append(outcome_for_call(ctx, job, token, call, request_hash))
+            now_m = time.monotonic()
+            if claim_open and now_m >= deadline:
+                claim_open = False
+                report.state = "sliced"
+            # Claim once half of C is left queued ahead of the coroutines: the claim's
+            # round trip then never leaves a coroutine without its next request.
+            if claim_open and target - outstanding >= refill and now_m >= retry_claim_at:
+                lapsed = now_m >= next_lapsed
+                claim = runs.jobs_claim(run_id=run_id, config_id=config_id,
+                                        limit=target - outstanding, token=token, lapsed=lapsed)
+                if lapsed:
+                    next_lapsed = now_m + LAPSED_CHECK_S
+                if claim.state in ("inactive", "stopped"):
+                    claim_open = False
+                    report.state = claim.state
+                elif claim.jobs:
+                    report.claimed += len(claim.jobs)
+                    batch = _dispatch(ctx, claim.jobs, token, jobs, pending)
+                    outstanding += len(batch)
+                    if paced is None:
+                        session.submit(batch)
+                    else:
+                        paced.extend(batch)
+                    report.max_in_flight = max(report.max_in_flight, min(outstanding, c))
+                elif outstanding == 0 and not pending:
+                    report.state = "idle"
+                    claim_open = False
+                else:
+                    retry_claim_at = now_m + RETRY_CLAIM_S
+            finishing = not claim_open and outstanding == 0
+            if pending and not pending_since:
+                pending_since = now_m
+            if pending and (finishing or len(pending) >= max(refill, min(RECORD_MIN, c))
+                            or now_m - pending_since >= RECORD_WAIT_S):
+                recorded = set(runs.jobs_record(outcomes=pending))
+                report.recorded += len(recorded)
+                report.discarded += len(pending) - len(recorded)
+                for o in pending:
+                    jobs.pop(o.job_id, None)
+                pending = []
+                pending_since = 0.0
+                # Re-queued retries may be claimable at once: look again now.
+                retry_claim_at = 0.0
+            if time.monotonic() >= next_renew:
+                runs.lease_renew(run_id=run_id, token=token)
+                runs.drain_slot_take(run_id=run_id, config_id=config_id, token=token,
+                                     lease_s=lease_s)
+                next_renew = time.monotonic() + lease_s / 3
+            if finishing:
+                break
+    finally:
+        session.close()
+        if first_start is not None and last_end is not None:
+            report.window_s = last_end - first_start
+        runs.drain_slot_release(run_id=run_id, config_id=config_id, token=token, load={
+            "busy_s": report.busy_s, "window_s": report.window_s, "calls": report.recorded,
+            "max_in_flight": report.max_in_flight})
+    runs.run_finish_if_complete(run_id=run_id)
+    return report
+
+
+def _dispatch(ctx: DrainContext, claimed: list[runs.ClaimedJob], token: str,
+              jobs: dict[int, tuple[runs.ClaimedJob, str]],
+              ready: list[runs.JobOutcome]) -> list[PreparedCall]:
+    """The claimed jobs' requests; a job whose request cannot be built fails right here."""
+    batch: list[PreparedCall] = []
+    now = timezone.now()
+    for job in claimed:
+        try:
+            prepared, request_hash = ctx.prepare(job)
+        except ProviderError as exc:
+            jobs[job.id] = (job, "")
+            ready.append(outcome_for_error(ctx, job, token, exc, now))
+            continue
+        except MissingField as exc:
+            jobs[job.id] = (job, "")
+            ready.append(outcome_for_error(
+                ctx, job, token, ProviderConfigError(f"cannot build the request: {exc}"), now))
+            continue
+        jobs[job.id] = (job, request_hash)
+        batch.append(prepared)
+    return batch

@@ -1,0 +1,102 @@
+"""Replay: a recorded production request sent unchanged to a candidate (pure, no ORM).
+
+The recorded request is an OpenAI chat-completions body as the application logged it
+(`messages` with the system prompt and retrieved context, `tools`, `response_format`, sampling
+parameters). For an OpenAI-compatible candidate it is sent as recorded with only `model`
+replaced (and `stream` off: the run reads whole answers). For an Anthropic candidate it is
+translated to the messages API: system messages become `system`, the other messages keep
+their role and text; what has no faithful translation (tools, images, other roles) makes
+that output fail with the reason, never the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+RECORDED_KEY = "recorded_request"
+DEFAULT_ANTHROPIC_MAX_TOKENS = 1024
+
+
+class NotReplayable(ValueError):
+    """The recorded request is not a valid chat request for the candidate's provider."""
+
+
+def _text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content):
+        return "".join(str(p["text"]) for p in content)
+    raise NotReplayable(f"{where}: content is not text (only text parts can be replayed to "
+                        "this provider)")
+
+
+def recorded_of(metadata: Any) -> Mapping[str, Any]:
+    """The item's recorded request, or NotReplayable saying why there is none."""
+    recorded = metadata.get(RECORDED_KEY) if isinstance(metadata, Mapping) else None
+    if not isinstance(recorded, Mapping):
+        raise NotReplayable(f"the item has no metadata.{RECORDED_KEY} object")
+    messages = recorded.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise NotReplayable(f"metadata.{RECORDED_KEY}.messages must be a non-empty list")
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+            raise NotReplayable(f"metadata.{RECORDED_KEY}.messages[{i}] has no role")
+    return recorded
+
+
+def replay_body(recorded: Mapping[str, Any], *, provider: str, model: str,
+                max_tokens: int | None) -> dict[str, Any]:
+    """The JSON body to send to `provider` for the recorded request, with `model` swapped."""
+    if provider == "openai":
+        sent = dict(recorded)
+        sent["model"] = model
+        sent.pop("stream", None)
+        sent.pop("stream_options", None)
+        return sent
+    if provider != "anthropic":
+        raise NotReplayable(f"unknown provider {provider!r}")
+    unsupported = sorted(set(recorded) & {"tools", "functions", "tool_choice", "n",
+                                          "response_format", "logprobs"})
+    if unsupported:
+        raise NotReplayable(f"the recorded request uses {', '.join(unsupported)}, which has "
+                            "no faithful Anthropic messages form here")
+    system: list[str] = []
+    messages: list[dict[str, str]] = []
+    for i, m in enumerate(recorded["messages"]):
+        role = m["role"]
+        text = _text(m.get("content"), f"messages[{i}]")
+        if role in ("system", "developer"):
+            system.append(text)
+        elif role in ("user", "assistant"):
+            messages.append({"role": role, "content": text})
+        else:
+            raise NotReplayable(f"messages[{i}]: role {role!r} cannot be replayed to Anthropic")
+    if not messages:
+        raise NotReplayable("the recorded request has no user message")
+    body: dict[str, Any] = {"model": model, "messages": messages,
+                            "max_tokens": int(recorded.get("max_tokens")
+                                              or recorded.get("max_completion_tokens")
+                                              or max_tokens or DEFAULT_ANTHROPIC_MAX_TOKENS)}
+    if system:
+        body["system"] = "\n\n".join(system)
+    for key in ("temperature", "top_p", "stop"):
+        if recorded.get(key) is not None:
+            body["stop_sequences" if key == "stop" else key] = (
+                [recorded[key]] if key == "stop" and isinstance(recorded[key], str)
+                else recorded[key])
+    return body
+
+
+def prompt_chars(recorded: Mapping[str, Any]) -> int:
+    """Characters of text in the recorded messages (for the cost estimate)."""
+    total = 0
+    for m in recorded.get("messages") or []:
+        content = m.get("content") if isinstance(m, Mapping) else None
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(str(p.get("text", ""))) for p in content if isinstance(p, Mapping))
+    return total
