@@ -7,8 +7,8 @@ Shape of one batch task (`run_drain`):
     jobs_claim (one short transaction) ──►    `concurrency` coroutines pull requests from an
     build requests (one query per chunk) ──►  asyncio queue, wait for the rate limiter, call
                                               the provider over one pooled httpx.AsyncClient
-    jobs_record + verdicts_build       ◄──    and hand each result back (`_Results`)
-    (one statement each per chunk)
+    jobs_record_with_verdicts          ◄──    and hand each result back (`_Results`)
+    (one statement per chunk)
 
 The task thread claims ahead (up to 2 x concurrency outstanding), so the coroutines never
 wait for the database: claiming, recording and aggregating overlap with calls in flight, and
@@ -73,7 +73,7 @@ from .runs import (
     SubjectKey,
     job_row_for_outcome,
     jobs_claim,
-    jobs_record,
+    jobs_record_with_verdicts,
     run_finish_if_complete,
     subject_key,
     verdicts_build,
@@ -812,30 +812,36 @@ def _record(
     ready: list[JobOutcome], *, jobs: dict[int, ClaimedJob], report: DrainReport,
     dctx: DrainContext,
 ) -> None:
-    """Record a chunk (one statement on PostgreSQL), then aggregate finished subjects.
+    """Record a chunk and the verdicts of its one-job subjects (one statement on PostgreSQL),
+    then aggregate the other finished subjects.
 
-    Aggregation runs after the recording statement committed: two workers finishing the
-    last two samples of one subject at the same time each see the other's commit at least
-    from the later of the two, so the verdict is never missed (and built at most twice, the
-    unique constraint keeping one). A one-sample single-output subject has no other job, so
-    its verdict is combined from the outcome just recorded, without reading it back.
+    A one-sample single-output subject has no other job, so its verdict is combined from the
+    outcome just recorded, in the recording statement itself (for the jobs it recorded).
+    Other subjects are aggregated after the recording statement committed: two workers
+    finishing the last two samples of one subject at the same time each see the other's
+    commit at least from the later of the two, so the verdict is never missed (and built at
+    most twice, the unique constraint keeping one).
     """
     if not ready:
         return
-    recorded = set(jobs_record(outcomes=ready))
-    report.recorded += len(recorded)
-    report.discarded += len(ready) - len(recorded)
-    finished: set[SubjectKey] = set()
-    complete: dict[SubjectKey, list[JobRow]] = {}
+    one_job: dict[int, tuple[SubjectKey, JobRow]] = {}
+    others: dict[int, SubjectKey] = {}
     for o in ready:
         job = jobs.pop(o.job_id)
-        if o.job_id not in recorded or o.status == JudgeJob.Status.QUEUED:
+        if o.status == JudgeJob.Status.QUEUED:
             continue
         key = subject_key(job)
-        finished.add(key)
         if dctx.samples == 1 and job.output_id is not None:
-            complete[key] = [job_row_for_outcome(outcome=o, run_id=job.run_id,
-                                                 sample_index=job.sample_index, order=job.order)]
+            one_job[o.job_id] = (key, job_row_for_outcome(
+                outcome=o, run_id=job.run_id, sample_index=job.sample_index, order=job.order))
+        else:
+            others[o.job_id] = key
+    recorded_ids, report_verdicts = jobs_record_with_verdicts(
+        outcomes=ready, one_job=one_job, criteria=dctx.criteria)
+    recorded = set(recorded_ids)
+    report.recorded += len(recorded)
+    report.discarded += len(ready) - len(recorded)
+    report.verdicts += report_verdicts
+    finished = {key for job_id, key in others.items() if job_id in recorded}
     if finished:
-        report.verdicts += verdicts_build(subjects=finished, criteria=dctx.criteria,
-                                          complete=complete)
+        report.verdicts += verdicts_build(subjects=finished, criteria=dctx.criteria)

@@ -23,6 +23,7 @@ from judges.runs import (
     job_row_for_outcome,
     jobs_claim,
     jobs_record,
+    jobs_record_with_verdicts,
     judge_run_start,
     subject_key,
     verdicts_build,
@@ -163,6 +164,41 @@ def test_a_lone_surrogate_in_one_answer_does_not_fail_the_chunk(study: Any) -> N
     assert verdicts_build(subjects=[subject_key(a)], complete={subject_key(a): [row]}) == 1
     verdict = Verdict.objects.get(output_id=a.output_id)
     assert "\ud800" not in verdict.rationale and "\ufffd" in verdict.rationale
+
+
+def test_record_with_verdicts_writes_a_verdict_only_for_what_it_recorded(study: Any) -> None:
+    """One statement records the chunk and the verdicts of its one-job subjects: a job whose
+    lease was lost gets neither, a job to be retried gets no verdict, awkward text lands as
+    the job row and the verdict built by reading the jobs back would have it."""
+    data = build_study_data(study, n_items=4, n_candidates=1)
+    run = start(data, "http://127.0.0.1:9/v1", [data.binary])
+    a, b, c, d = jobs_claim(run_id=run.pk, limit=4, lease_token="tok").jobs
+    odd = 'pass\x00 "q" \\ %(x)s ' + AWKWARD
+    outcomes = [
+        JobOutcome(job_id=a.pk, lease_token="tok", status="done", parsed_value="pass",
+                   value_num=1.0, probability=0.25, rationale=odd, raw_response="{}"),
+        JobOutcome(job_id=b.pk, lease_token="tok", status="unparseable", error_kind="parse",
+                   error="unparseable: no verdict", raw_response=odd),
+        JobOutcome(job_id=c.pk, lease_token="tok", status="queued", error_kind="transient",
+                   error="retrying in 1.0s: HTTP 503", http_status=503),
+        JobOutcome(job_id=d.pk, lease_token="someone-else", status="done", parsed_value="fail"),
+    ]
+    one_job = {o.job_id: (subject_key(j), job_row_for_outcome(
+        outcome=o, run_id=run.pk, sample_index=0, order=""))
+        for o, j in zip(outcomes, (a, b, c, d), strict=True) if o.status != "queued"}
+    recorded, changed = jobs_record_with_verdicts(outcomes=outcomes, one_job=one_job,
+                                                  criteria={data.binary.pk: data.binary})
+    assert sorted(recorded) == sorted([a.pk, b.pk, c.pk]) and changed == 2
+    verdicts = {v.output_id: v for v in Verdict.objects.filter(run=run)}
+    assert set(verdicts) == {a.output_id, b.output_id}  # not c (retried), not d (lease lost)
+    assert verdicts[a.output_id].value == "pass" and verdicts[a.output_id].is_scored
+    assert verdicts[a.output_id].rationale == odd.replace("\x00", "\ufffd")
+    assert not verdicts[b.output_id].is_scored
+    assert JudgeJob.objects.get(pk=d.pk).status == "running"  # untouched
+    # The same verdicts built by reading the jobs back: nothing to change.
+    assert verdicts_build(subjects=[subject_key(a), subject_key(b)]) == 0
+    # Recorded again (a duplicate delivery): the leases are gone, nothing changes.
+    assert jobs_record_with_verdicts(outcomes=outcomes, one_job=one_job) == ([], 0)
 
 
 def test_a_claim_that_skips_lapsed_leases_still_reclaims_them(study: Any, settings: Any) -> None:
