@@ -51,7 +51,7 @@ _RECORD_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _outcome_row(o: JobOutcome, now: datetime) -> tuple[Any, ...]:
+def _outcome_row(o: JobOutcome, now: datetime | str) -> tuple[Any, ...]:
     """The values of `_RECORD_COLUMNS`, in that order."""
     return (
         o.status, o.error_kind, o.error, o.raw_response, o.parsed_value[:200], o.value_num,
@@ -121,9 +121,12 @@ _RECORD_FLOATS = tuple(name for name, pgtype in _RECORD_COLUMNS if pgtype == "do
 def _record_rows_json(outcomes: Sequence[JobOutcome], now: datetime) -> str:
     """The `json_to_recordset` parameter of `record_update_sql`."""
     names = [name for name, _ in _RECORD_COLUMNS]
+    # finished_at as JSON once per chunk, not through the encoder's fallback once per row.
+    now_text = now.isoformat()
     rows = (
         _finite_or_text({"id": o.job_id, "token": o.lease_token,
-                         **dict(zip(names, _outcome_row(o, now), strict=True))}, _RECORD_FLOATS)
+                         **dict(zip(names, _outcome_row(o, now_text), strict=True))},
+                        _RECORD_FLOATS)
         for o in outcomes
     )
     return _rows_json(rows)

@@ -303,3 +303,49 @@ def test_worker_gc_tune_freezes_start_up_objects_and_raises_the_young_threshold(
     for signal, handler in ((worker_ready, celery_tasks._gc_tune_worker),
                             (worker_process_init, celery_tasks._gc_tune_child)):
         assert any(ref() is handler for _, ref in signal.receivers), signal
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_drain_records_on_its_own_thread_outside_a_transaction(
+    study: Any, provider_server: ProviderServer, judge_key_env: str, monkeypatch: Any
+) -> None:
+    """Outside a transaction the chunks are written by the drain's recorder thread (its own
+    connection), for one-job subjects and aggregated ones (pairwise) alike; every job ends
+    once, every subject gets its verdict, and the recorder's connection is closed after."""
+    from django.db import connections
+
+    import judges.executor as executor
+
+    writers: list[str] = []
+    write = executor._chunk_write
+
+    def spy(chunk: Any, criteria: Any) -> Any:
+        writers.append(threading.current_thread().name)
+        return write(chunk, criteria)
+
+    monkeypatch.setattr(executor, "_chunk_write", spy)
+    monkeypatch.setattr(executor, "RECORD_MIN", 4)
+    data = build_study_data(study, n_items=8)
+    run = start(data, provider_server.openai_base_url, [data.binary, data.pairwise])
+    jobs = JudgeJob.objects.filter(run=run).count()
+    report = run_drain(run_id=run.pk, concurrency=8, slice_s=60)
+    assert report.run_finished and report.recorded == jobs and report.discarded == 0
+    assert writers and all(name.startswith("judge-record") for name in writers)
+    assert len(writers) > 1  # several chunks, written in turn
+    assert JudgeJob.objects.filter(run=run, status="done").count() == jobs
+    outputs = Output.objects.filter(study=data.study).count()
+    pairs = Comparison.objects.filter(study=data.study).count()
+    assert Verdict.objects.filter(run=run, output__isnull=False).count() == outputs
+    assert Verdict.objects.filter(run=run, comparison__isnull=False).count() == pairs
+    assert report.verdicts == outputs + pairs
+    # The recorder's connection did not outlive it (a backend takes a moment to exit).
+    others = -1
+    for _ in range(50):
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND pid <> pg_backend_pid()")
+            others = cursor.fetchone()[0]
+        if others == 0:
+            break
+        time.sleep(0.05)
+    assert others == 0
