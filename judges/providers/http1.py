@@ -590,11 +590,14 @@ class LeanAsyncTransport(httpx.AsyncBaseTransport):
         try:
             async with asyncio.timeout(pool_timeout):
                 await waiter
-        except TimeoutError:
-            raise httpx.PoolTimeout("timed out waiting for a free connection") from None
-        finally:
-            if not waiter.done():
+        except BaseException as exc:
+            if waiter.done() and not waiter.cancelled():
+                self._wake_one()  # woken, but leaving: the room goes to the next in line
+            else:
                 waiter.cancel()
+            if isinstance(exc, TimeoutError):
+                raise httpx.PoolTimeout("timed out waiting for a free connection") from None
+            raise
 
     def _wake_one(self) -> None:
         while self._waiters:

@@ -336,3 +336,37 @@ def test_serves_an_httpx_async_client_too() -> None:
     response = asyncio.run(run())
     assert response.status_code == 200 and response.json() == {"via": "httpx"}
     assert server.requests[0][1][b"content-length"] == b"2"
+
+
+def test_a_woken_waiter_that_is_cancelled_passes_the_room_on() -> None:
+    """A call waiting for a connection, woken and cancelled before it ran (its deadline, a
+    shutdown), must not take the free room with it: the next waiter gets it."""
+    server = Scripted(ok(), delay_s=0.2)
+
+    async def run() -> int:
+        async with server as url:
+            transport = LeanAsyncTransport(max_connections=1)
+            c = ProviderAsyncClient(transport=transport, timeout=httpx.Timeout(5.0))
+            first = asyncio.create_task(post(c, url))
+            await asyncio.sleep(0.05)
+            woken = asyncio.create_task(post(c, url))
+            await asyncio.sleep(0.01)
+            nxt = asyncio.create_task(post(c, url, timeout=httpx.Timeout(5.0, pool=1.0)))
+            await asyncio.sleep(0.01)
+            wake = transport._wake_one
+
+            def wake_then_cancel() -> None:
+                wake()
+                if not woken.done():
+                    woken.cancel()
+
+            transport._wake_one = wake_then_cancel  # type: ignore[method-assign]
+            await first
+            transport._wake_one = wake  # type: ignore[method-assign]
+            with pytest.raises(asyncio.CancelledError):
+                await woken
+            response = await nxt
+            await c.aclose()
+            return response.status_code
+
+    assert asyncio.run(run()) == 200
