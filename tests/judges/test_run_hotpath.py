@@ -305,6 +305,7 @@ def test_worker_gc_tune_freezes_start_up_objects_and_raises_the_young_threshold(
         assert any(ref() is handler for _, ref in signal.receivers), signal
 
 
+@pytest.mark.postgres  # only a drain on PostgreSQL has a recorder thread
 @pytest.mark.django_db(transaction=True)
 def test_a_drain_records_on_its_own_thread_outside_a_transaction(
     study: Any, provider_server: ProviderServer, judge_key_env: str, monkeypatch: Any
