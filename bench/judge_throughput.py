@@ -159,8 +159,12 @@ def bare_loop(url: str, *, calls: int, concurrency: int, body: bytes,
     - "stock" (the reference the ratios are taken to): `httpx.AsyncClient.post` over httpx's
       own transport, sharded as ReviewHub's is (`StockShardedTransport`);
     - "reviewhub": the client ReviewHub's executor uses (`http_client_async`: the lean
-      `ProviderAsyncClient` over the asyncio network backend), shown beside it so that the
-      share of the gain that is the HTTP client alone is visible;
+      `ProviderAsyncClient` over the lean HTTP/1.1 pool, `judges/providers/http1.py`), shown
+      beside it so that the share of the gain that is the HTTP client alone is visible; the
+      reference the worker's ratio is taken to ("/lean");
+    - "httpcore": the same client over the httpcore-based sharded transport on the asyncio
+      network backend (what `http_client_async` was until 2026-12-07), for comparison with
+      the earlier "/lean" figures;
     - "plain": a plain `httpx.AsyncClient` with one pool, whose CPU cost is quadratic in its
       size (shown for reference only).
     """
@@ -170,6 +174,13 @@ def bare_loop(url: str, *, calls: int, concurrency: int, body: bytes,
         client: Any
         if client_kind == "reviewhub":
             client = http_client_async(max_connections=max(256, concurrency))
+        elif client_kind == "httpcore":
+            from judges.providers import ProviderAsyncClient
+            from judges.providers.transport import ShardedAsyncTransport
+
+            client = ProviderAsyncClient(
+                transport=ShardedAsyncTransport(max_connections=max(256, concurrency)),
+                timeout=httpx.Timeout(60.0))
         elif client_kind == "stock":
             client = httpx.AsyncClient(
                 transport=StockShardedTransport(max(256, concurrency)), timeout=60,
@@ -570,6 +581,8 @@ def main() -> int:
                         help="also run 1 worker from this commit's tree (before/after)")
     parser.add_argument("--skip-loops", action="store_true",
                         help="run no bare loop (no ratios; e.g. to profile a worker)")
+    parser.add_argument("--no-httpcore-loop", action="store_true",
+                        help="skip the bare loop on the httpcore-based client")
     parser.add_argument("--naive-calls", type=int, default=0,
                         help="calls for the one-pool plain-httpx loop (slow; 0: not run)")
     args = parser.parse_args()
@@ -618,6 +631,12 @@ def main() -> int:
                                          concurrency=conc, body=body)
                     row("bare loop, stock httpx", conc, stock, stock=None, lean=None,
                         note=why or "reference for /stock")
+                    if not args.no_httpcore_loop:
+                        r, why = measure(bare_loop, url=url, calls=args.calls,
+                                         concurrency=conc, body=body, client_kind="httpcore")
+                        row("bare loop, httpcore client", conc, r,
+                            stock=stock["calls_per_s"] if stock else None, lean=None,
+                            note=why or "the lean client before 2026-12-07")
                     lean, why = measure(bare_loop, url=url, calls=args.calls,
                                         concurrency=conc, body=body, client_kind="reviewhub")
                     row("bare loop, reviewhub client", conc, lean,

@@ -8,7 +8,7 @@ requests per second beside the latency bound concurrency / latency.
     .venv/bin/python bench/provider_server_load.py --requests 5000 --concurrency 256 \
         --latency-ms 100 --client raw|httpx|httpx-plain
 
-`httpx` is ReviewHub's own pooled client (`http_client_async`, small sharded pools),
+`httpx` is ReviewHub's own pooled client (`http_client_async`, the lean HTTP/1.1 pool),
 `httpx-plain` one plain httpx pool of `--concurrency` connections, `raw` a minimal client.
 """
 

@@ -4,20 +4,26 @@ Shape of one batch task (`run_drain`):
 
     task thread (database)                    event-loop thread (network only)
     ──────────────────────                    ────────────────────────────────
-    jobs_claim (one short transaction) ──►    `concurrency` coroutines pull requests from an
-    build requests (one query per chunk) ──►  asyncio queue, wait for the rate limiter, call
-                                              the provider over one pooled httpx.AsyncClient
-    jobs_record + verdicts_build       ◄──    and hand each result back (`_Results`)
-    (one statement each per chunk)
+    jobs_claim (one statement)         ──►    `concurrency` coroutines pull requests from an
+    build requests (no query)          ──►    asyncio queue, wait for the rate limiter, call
+                                              the provider over one lean HTTP/1.1 pool
+    outcomes, in chunks                ◄──    and hand each result back (`_Results`)
+        │
+        ▼
+    recorder thread (its own connection): jobs_record_with_verdicts, one statement per
+    chunk recording its jobs and the verdicts of its one-job subjects (then verdicts_build
+    for subjects aggregated over several jobs); lease renewals, in turn with the chunks
 
 The task thread claims ahead (up to 2 x concurrency outstanding), so the coroutines never
 wait for the database: claiming, recording and aggregating overlap with calls in flight, and
-no transaction is ever open during network I/O. The event loop, the
-httpx pool and the limiter live for the whole worker process (one per process, re-created
-after a fork) and are shared by every batch task that process runs.
+no transaction is ever open during network I/O. Recording on a thread of its own lets the
+next claim run while a chunk is written (a drain inside a transaction, as in tests, records
+on the task thread instead). The event loop, the HTTP pool and the limiter live for the whole
+worker process (one per process, re-created after a fork) and are shared by every batch task
+that process runs.
 
-Both threads share one GIL, so every microsecond the task thread spends per job is taken from
-the calls: claims and records work in chunks (a few statements per chunk, whatever its size),
+The threads share one GIL, so every microsecond the task thread spends per job is taken from
+the calls: claims and records work in chunks (one statement per chunk, whatever its size),
 claimed jobs are plain values (`ClaimedJob`), what is the same for every job of a drain is
 built once (`DrainContext`), and a one-sample verdict is combined from the outcome just
 recorded instead of being read back.
@@ -73,7 +79,7 @@ from .runs import (
     SubjectKey,
     job_row_for_outcome,
     jobs_claim,
-    jobs_record,
+    jobs_record_with_verdicts,
     run_finish_if_complete,
     subject_key,
     verdicts_build,
@@ -707,6 +713,11 @@ def run_drain(
     next_renew = time.monotonic() + lease_s / 3
     next_lapsed = 0.0
     session = (caller or async_caller()).session(concurrency) if dctx.is_llm else None
+    # Chunks are recorded on a thread of their own (its own database connection) while this
+    # one claims and builds the next requests; inside a transaction (tests) another
+    # connection would not see the jobs, so they are recorded here.
+    recorder = (_Recorder() if session is not None and connection.vendor == "postgresql"
+                and not connection.in_atomic_block else None)
     jobs: dict[int, ClaimedJob] = {}  # claimed and not recorded yet
     pending: list[JobOutcome] = []  # finished, not recorded yet
     pending_since = 0.0
@@ -754,19 +765,27 @@ def run_drain(
                 pending_since = now_m
             if pending and (finishing or len(pending) >= record_min
                             or now_m - pending_since >= RECORD_WAIT_S):
-                _record(pending, jobs=jobs, report=report, dctx=dctx)
+                if recorder is not None:
+                    recorder.submit(pending, jobs=jobs, report=report, dctx=dctx)
+                else:
+                    _record(pending, jobs=jobs, report=report, dctx=dctx)
                 pending = []
                 pending_since = 0.0
             if time.monotonic() >= next_renew:
-                JudgeJob.objects.filter(
-                    run_id=run_id, status=JudgeJob.Status.RUNNING, lease_token=token
-                ).update(lease_expires_at=timezone.now() + timedelta(seconds=lease_s))
+                if recorder is not None:  # after the records queued before it, never beside
+                    recorder.renew(run_id=run_id, token=token, lease_s=lease_s)
+                else:
+                    _leases_renew(run_id=run_id, token=token, lease_s=lease_s)
                 next_renew = time.monotonic() + lease_s / 3
             if finishing:
+                if recorder is not None:
+                    recorder.wait(report)
                 break
     finally:
         if session is not None:
             session.close()
+        if recorder is not None:
+            recorder.close()
     if report.state == "sliced":
         report.remaining = JudgeJob.objects.filter(
             run_id=run_id, status__in=ACTIVE_JOB_STATUSES).count()
@@ -808,34 +827,120 @@ def _dispatch(
     return len(batch)
 
 
+def _leases_renew(*, run_id: int, token: str, lease_s: float) -> None:
+    JudgeJob.objects.filter(
+        run_id=run_id, status=JudgeJob.Status.RUNNING, lease_token=token
+    ).update(lease_expires_at=timezone.now() + timedelta(seconds=lease_s))
+
+
+class _Chunk(NamedTuple):
+    """A chunk of outcomes ready to record, with the subjects whose verdicts follow."""
+
+    outcomes: list[JobOutcome]
+    one_job: dict[int, tuple[SubjectKey, JobRow]]
+    others: dict[int, SubjectKey]
+
+
+def _chunk_for(ready: list[JobOutcome], jobs: dict[int, ClaimedJob],
+               dctx: DrainContext) -> _Chunk:
+    """The chunk to record (its jobs leave `jobs`: they are no longer the drain's)."""
+    one_job: dict[int, tuple[SubjectKey, JobRow]] = {}
+    others: dict[int, SubjectKey] = {}
+    for o in ready:
+        job = jobs.pop(o.job_id)
+        if o.status == JudgeJob.Status.QUEUED:
+            continue
+        key = subject_key(job)
+        if dctx.samples == 1 and job.output_id is not None:
+            one_job[o.job_id] = (key, job_row_for_outcome(
+                outcome=o, run_id=job.run_id, sample_index=job.sample_index, order=job.order))
+        else:
+            others[o.job_id] = key
+    return _Chunk(ready, one_job, others)
+
+
+def _chunk_write(chunk: _Chunk, criteria: Mapping[int, Criterion]) -> tuple[int, int, int]:
+    """Record a chunk and build its verdicts: (recorded, discarded, verdicts changed).
+
+    A one-sample single-output subject has no other job, so its verdict is combined from the
+    outcome just recorded, in the recording statement itself (for the jobs it recorded).
+    Other subjects are aggregated after the recording statement committed: two workers
+    finishing the last two samples of one subject at the same time each see the other's
+    commit at least from the later of the two, so the verdict is never missed (and built at
+    most twice, the unique constraint keeping one).
+    """
+    recorded_ids, verdicts = jobs_record_with_verdicts(
+        outcomes=chunk.outcomes, one_job=chunk.one_job, criteria=criteria)
+    recorded = set(recorded_ids)
+    finished = {key for job_id, key in chunk.others.items() if job_id in recorded}
+    if finished:
+        verdicts += verdicts_build(subjects=finished, criteria=criteria)
+    return len(recorded), len(chunk.outcomes) - len(recorded), verdicts
+
+
+def _report_add(report: DrainReport, written: tuple[int, int, int]) -> None:
+    report.recorded += written[0]
+    report.discarded += written[1]
+    report.verdicts += written[2]
+
+
 def _record(
     ready: list[JobOutcome], *, jobs: dict[int, ClaimedJob], report: DrainReport,
     dctx: DrainContext,
 ) -> None:
-    """Record a chunk (one statement on PostgreSQL), then aggregate finished subjects.
+    """Record a chunk here and now (one statement on PostgreSQL; see `_chunk_write`)."""
+    if ready:
+        _report_add(report, _chunk_write(_chunk_for(ready, jobs, dctx), dctx.criteria))
 
-    Aggregation runs after the recording statement committed: two workers finishing the
-    last two samples of one subject at the same time each see the other's commit at least
-    from the later of the two, so the verdict is never missed (and built at most twice, the
-    unique constraint keeping one). A one-sample single-output subject has no other job, so
-    its verdict is combined from the outcome just recorded, without reading it back.
+
+# Chunks a drain may have handed to its recorder and not seen recorded yet; past this the
+# drain waits (a slow database slows the claims instead of piling up outcomes).
+RECORDS_IN_FLIGHT = 2
+
+
+def _close_thread_connection() -> None:
+    connection.close()
+
+
+class _Recorder:
+    """Records a drain's chunks on one thread of its own, in order, with its own database
+    connection, so the drain's thread claims and builds requests while a chunk is written.
+
+    Lease renewals go through the same thread, after the chunks queued before them: two
+    UPDATEs of the same job rows from two connections at once could deadlock.
     """
-    if not ready:
-        return
-    recorded = set(jobs_record(outcomes=ready))
-    report.recorded += len(recorded)
-    report.discarded += len(ready) - len(recorded)
-    finished: set[SubjectKey] = set()
-    complete: dict[SubjectKey, list[JobRow]] = {}
-    for o in ready:
-        job = jobs.pop(o.job_id)
-        if o.job_id not in recorded or o.status == JudgeJob.Status.QUEUED:
-            continue
-        key = subject_key(job)
-        finished.add(key)
-        if dctx.samples == 1 and job.output_id is not None:
-            complete[key] = [job_row_for_outcome(outcome=o, run_id=job.run_id,
-                                                 sample_index=job.sample_index, order=job.order)]
-    if finished:
-        report.verdicts += verdicts_build(subjects=finished, criteria=dctx.criteria,
-                                          complete=complete)
+
+    def __init__(self) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="judge-record")
+        self._futures: deque[concurrent.futures.Future[tuple[int, int, int]]] = deque()
+
+    def submit(self, ready: list[JobOutcome], *, jobs: dict[int, ClaimedJob],
+               report: DrainReport, dctx: DrainContext) -> None:
+        chunk = _chunk_for(ready, jobs, dctx)
+        self._futures.append(self._pool.submit(_chunk_write, chunk, dctx.criteria))
+        self._collect(report, keep=RECORDS_IN_FLIGHT)
+
+    def renew(self, *, run_id: int, token: str, lease_s: float) -> None:
+        self._futures.append(self._pool.submit(self._renew, run_id, token, lease_s))
+
+    @staticmethod
+    def _renew(run_id: int, token: str, lease_s: float) -> tuple[int, int, int]:
+        _leases_renew(run_id=run_id, token=token, lease_s=lease_s)
+        return 0, 0, 0
+
+    def _collect(self, report: DrainReport, *, keep: int) -> None:
+        """Add what has been written to the report; wait while more than `keep` are left.
+        A chunk that failed raises here, on the drain's thread."""
+        while self._futures and (self._futures[0].done() or len(self._futures) > keep):
+            _report_add(report, self._futures.popleft().result())
+
+    def wait(self, report: DrainReport) -> None:
+        """Until every chunk handed over is recorded."""
+        self._collect(report, keep=0)
+
+    def close(self) -> None:
+        # The thread's database connection is closed by the thread itself, after its work
+        # (`connection` is per thread: looked up there, not here).
+        self._pool.submit(_close_thread_connection)
+        self._pool.shutdown(wait=True)

@@ -31,12 +31,15 @@ from .base import (
     TransientProviderError,
     retry_after_seconds,
 )
-from .transport import ShardedAsyncTransport, ShardedTransport, pool_limits
+from .http1 import LeanAsyncTransport, LeanResponse
+from .transport import ShardedTransport, pool_limits
 
 __all__ = [
     "PROVIDERS",
     "AsyncRequester",
     "ChatMessage",
+    "LeanAsyncTransport",
+    "LeanResponse",
     "PermanentProviderError",
     "PreparedCall",
     "ProviderAsyncClient",
@@ -78,12 +81,17 @@ class ProviderAsyncClient:
     `httpx.AsyncClient.request` also merges a base URL, cookies and params, runs auth and
     redirect flows and stores response cookies: a fifth of the client's CPU per call in the
     judge benchmark, none of which a provider call needs (redirects are refused anyway: a judge
-    talks to the allow-listed URL it was configured with). Same `request()` signature, same
-    `httpx.Response` and `httpx.HTTPError`s, so `provider_call_async` takes either.
+    talks to the allow-listed URL it was configured with). Same `request()` signature and the
+    same `httpx.HTTPError`s, so `provider_call_async` takes either. On a
+    `LeanAsyncTransport` (what `http_client_async` gives) the request goes to the transport
+    as it is, without an `httpx.Request`, and the answer is a `LeanResponse` (status code,
+    case-insensitive headers, content, text, json(), request); on any other httpx transport it
+    is an `httpx.Response`.
     """
 
     def __init__(self, *, transport: httpx.AsyncBaseTransport, timeout: httpx.Timeout) -> None:
         self._transport = transport
+        self._lean = transport if isinstance(transport, LeanAsyncTransport) else None
         self._timeout = timeout
         # Parsed once per URL: a client talks to a handful of endpoints, and parsing the same
         # URL for every call was ~4% of a judge worker's CPU.
@@ -92,15 +100,18 @@ class ProviderAsyncClient:
     async def request(
         self, method: str, url: str, *, headers: Mapping[str, str], content: bytes,
         timeout: httpx.Timeout | None = None,
-    ) -> httpx.Response:
-        all_headers = dict(headers)
-        if not any(k.lower() == "user-agent" for k in all_headers):
-            all_headers["User-Agent"] = USER_AGENT
+    ) -> httpx.Response | LeanResponse:
         parsed = self._urls.get(url)
         if parsed is None:
             if len(self._urls) >= URL_CACHE_SIZE:
                 self._urls.clear()
             parsed = self._urls[url] = httpx.URL(url)
+        if self._lean is not None:  # adds the User-Agent itself when none is given
+            return await self._lean.send(method, parsed, headers, content,
+                                         timeout or self._timeout)
+        all_headers = dict(headers)
+        if not any(k.lower() == "user-agent" for k in all_headers):
+            all_headers["User-Agent"] = USER_AGENT
         request = httpx.Request(
             method, parsed, headers=all_headers, content=content,
             extensions={"timeout": (timeout or self._timeout).as_dict()},
@@ -117,13 +128,26 @@ class ProviderAsyncClient:
         await self.aclose()
 
 
+class ProviderResponse(Protocol):
+    """What a provider call reads of an answer (`httpx.Response` and `LeanResponse` have it)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def content(self) -> bytes: ...
+
+
 class AsyncRequester(Protocol):
     """What `provider_call_async` needs: `ProviderAsyncClient` or an `httpx.AsyncClient`."""
 
     async def request(
         self, method: str, url: str, *, headers: dict[str, str], content: bytes,
         timeout: httpx.Timeout,
-    ) -> httpx.Response: ...
+    ) -> ProviderResponse: ...
 
 
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
@@ -138,13 +162,13 @@ def http_client_async(
 ) -> ProviderAsyncClient | httpx.AsyncClient:
     """A pooled async client with explicit connect/read/write/pool timeouts.
 
-    At most `max_connections` connections, split into small pools (see `transport.py`: one big
-    httpcore pool costs CPU quadratic in its size). Redirects are not followed: a judge must
-    talk to the allow-listed URL it was configured with.
+    At most `max_connections` keep-alive connections in one `LeanAsyncTransport` (HTTP/1.1 on
+    asyncio protocols, see `http1.py`). Redirects are not followed: a judge must talk to the
+    allow-listed URL it was configured with.
 
     When the environment names an HTTP(S) proxy, this is a stock `httpx.AsyncClient` with its
     own transport instead: httpx only routes through environment proxies (and honours
-    NO_PROXY) when it builds the transport itself, so the sharded pools cannot be used there.
+    NO_PROXY) when it builds the transport itself, so the lean pool cannot be used there.
     """
     if _environment_sets_proxy():
         return httpx.AsyncClient(
@@ -152,7 +176,7 @@ def http_client_async(
             follow_redirects=False, headers={"User-Agent": USER_AGENT},
         )
     return ProviderAsyncClient(
-        transport=ShardedAsyncTransport(max_connections=max_connections),
+        transport=LeanAsyncTransport(max_connections=max_connections, user_agent=USER_AGENT),
         timeout=_timeout(timeout_s),
     )
 
@@ -245,7 +269,7 @@ def _transport_error(exc: httpx.HTTPError) -> ProviderError:
 
 
 def _interpret(
-    request: ProviderRequest, response: httpx.Response, latency_ms: float
+    request: ProviderRequest, response: ProviderResponse, latency_ms: float
 ) -> ProviderResult:
     return _module(request.provider).interpret(
         request,

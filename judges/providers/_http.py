@@ -16,6 +16,7 @@ from .base import (
     looks_like_html,
     retry_after_seconds,
 )
+from .http1 import ResponseHeaders
 
 # 408 is the server giving up waiting for us: a timeout, so it is retried like one. Every
 # other 4xx (bad request, auth, not found, 409/422 validation) will fail the same way again.
@@ -85,7 +86,7 @@ def optional_int(value: Any) -> int | None:
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:
-    if isinstance(headers, httpx.Headers):  # case-insensitive already, without a scan
+    if isinstance(headers, httpx.Headers | ResponseHeaders):  # case-insensitive, no scan
         return headers.get(name)
     lowered = name.lower()
     for key, value in headers.items():

@@ -2,7 +2,8 @@
 
 Services for writes (house style): keyword-only, typed, each owning its `transaction.atomic`,
 no network I/O inside. The executor (`judges/executor.py`) calls `jobs_claim`, makes the calls
-with no transaction open, then calls `jobs_record` and `verdicts_build`.
+with no transaction open, then calls `jobs_record_with_verdicts` (one statement recording a
+chunk and the verdicts of its one-job subjects) and `verdicts_build` for the other subjects.
 
 Decisions worth knowing (also in docs/judges.md):
 
@@ -65,6 +66,7 @@ from .verdicts import (
     JobRow,
     SubjectKey,
     job_row_for_outcome,
+    jobs_record_with_verdicts,
     run_finish_if_complete,
     subject_key,
     verdicts_build,
@@ -93,6 +95,7 @@ __all__ = [
     "job_row_for_outcome",
     "jobs_claim",
     "jobs_record",
+    "jobs_record_with_verdicts",
     "judge_run_cancel",
     "judge_run_rerun",
     "judge_run_resume",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -50,7 +51,7 @@ _RECORD_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _outcome_row(o: JobOutcome, now: datetime) -> tuple[Any, ...]:
+def _outcome_row(o: JobOutcome, now: datetime | str) -> tuple[Any, ...]:
     """The values of `_RECORD_COLUMNS`, in that order."""
     return (
         o.status, o.error_kind, o.error, o.raw_response, o.parsed_value[:200], o.value_num,
@@ -117,27 +118,42 @@ def _storable(value: Any) -> Any:
 _RECORD_FLOATS = tuple(name for name, pgtype in _RECORD_COLUMNS if pgtype == "double precision")
 
 
-def _record_postgres(outcomes: Sequence[JobOutcome], now: datetime) -> list[int]:
-    """One UPDATE … FROM json_to_recordset(…) for the whole chunk, conditional on each lease."""
+def _record_rows_json(outcomes: Sequence[JobOutcome], now: datetime) -> str:
+    """The `json_to_recordset` parameter of `record_update_sql`."""
     names = [name for name, _ in _RECORD_COLUMNS]
+    # finished_at as JSON once per chunk, not through the encoder's fallback once per row.
+    now_text = now.isoformat()
     rows = (
         _finite_or_text({"id": o.job_id, "token": o.lease_token,
-                         **dict(zip(names, _outcome_row(o, now), strict=True))}, _RECORD_FLOATS)
+                         **dict(zip(names, _outcome_row(o, now_text), strict=True))},
+                        _RECORD_FLOATS)
         for o in outcomes
     )
+    return _rows_json(rows)
+
+
+@functools.cache
+def record_update_sql(param: str) -> str:
+    """UPDATE … FROM json_to_recordset(<param>) … RETURNING j.id: records a chunk's outcomes,
+    each conditional on its lease (the statement text is the same for every chunk)."""
+    names = [name for name, _ in _RECORD_COLUMNS]
     # The recordset declares `details` as json; the column is jsonb.
     decl = ", ".join(f"{name} {'json' if name == 'details' else pgtype}"
                      for name, pgtype in _RECORD_COLUMNS)
     sets = ", ".join(f"{name} = v.{name}" + ("::jsonb" if name == "details" else "")
                      for name in names)
-    sql = (
+    return (
         f"UPDATE {JudgeJob._meta.db_table} AS j SET {sets}, lease_token = '', "
         "lease_expires_at = NULL "
-        f"FROM json_to_recordset(%s::json) AS v(id bigint, token varchar, {decl}) "
+        f"FROM json_to_recordset({param}::json) AS v(id bigint, token varchar, {decl}) "
         "WHERE j.id = v.id AND j.lease_token = v.token AND j.status = 'running' RETURNING j.id"
     )
+
+
+def _record_postgres(outcomes: Sequence[JobOutcome], now: datetime) -> list[int]:
+    """One UPDATE … FROM json_to_recordset(…) for the whole chunk, conditional on each lease."""
     with connection.cursor() as cursor:
-        cursor.execute(sql, [_rows_json(rows)])
+        cursor.execute(record_update_sql("%s"), [_record_rows_json(outcomes, now)])
         return [row[0] for row in cursor.fetchall()]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -24,7 +25,15 @@ from ..aggregation import (
 from ..models import JudgeJob, JudgeRun, Verdict
 from .claim import ClaimedJob
 from .common import ACTIVE_JOB_STATUSES, JOB_BULK_BATCH, logger
-from .record import JobOutcome, _finite_or_text, _rows_json, _storable
+from .record import (
+    JobOutcome,
+    _finite_or_text,
+    _record_rows_json,
+    _rows_json,
+    _storable,
+    jobs_record,
+    record_update_sql,
+)
 
 # (judge_version_id, criterion_id, "o"|"c", subject id): a plain tuple, with the subject as
 # `SubjectRef.short`, because one is built per job on the recording path.
@@ -224,6 +233,89 @@ def _verdicts_upsert(
         if updated:
             Verdict.objects.bulk_update(updated, [*_VERDICT_VALUE_COLUMNS, "updated_at"])
     return len(new) + len(updated)
+
+
+def _combine_one_job(key: SubjectKey, row: JobRow, criterion: Criterion) -> CombinedVerdict:
+    return combine_single(scale=criterion.scale, calls=[_call_view(row)],
+                          pass_threshold=criterion.pass_threshold,
+                          pass_labels=[str(v) for v in (criterion.pass_labels or [])])
+
+
+@functools.cache
+def _record_with_verdicts_sql() -> str:
+    types = {"is_scored": "boolean", "value": "varchar", "value_num": "double precision",
+             "probability": "double precision", "rationale": "text", "details": "json",
+             "n_samples": "integer", "run_id": "bigint"}
+    cols = ", ".join(_VERDICT_VALUE_COLUMNS)
+    picked = ", ".join(f"v.{c}::jsonb" if c == "details" else f"v.{c}"
+                       for c in _VERDICT_VALUE_COLUMNS)
+    mine = ", ".join(f"t.{c}" for c in _VERDICT_VALUE_COLUMNS)
+    theirs = ", ".join(f"EXCLUDED.{c}" for c in _VERDICT_VALUE_COLUMNS)
+    return (
+        f"WITH rec AS ({record_update_sql('%(jobs)s')}), "
+        f"ver AS (INSERT INTO {Verdict._meta.db_table} AS t (judge_version_id, criterion_id, "
+        f"output_id, source, created_at, updated_at, {cols}) "
+        f"SELECT v.version, v.criterion, v.sid, %(source)s, %(now)s, %(now)s, {picked} "
+        "FROM json_to_recordset(%(verdicts)s::json) AS v(job bigint, version bigint, "
+        "criterion bigint, sid bigint, "
+        + ", ".join(f"{c} {types[c]}" for c in _VERDICT_VALUE_COLUMNS)
+        + ") WHERE v.job IN (SELECT id FROM rec) "
+        "ON CONFLICT (judge_version_id, criterion_id, output_id) "
+        "WHERE output_id IS NOT NULL DO UPDATE SET "
+        + ", ".join(f"{c} = EXCLUDED.{c}" for c in (*_VERDICT_VALUE_COLUMNS, "updated_at"))
+        + f" WHERE ({mine}) IS DISTINCT FROM ({theirs}) RETURNING 1) "
+        "SELECT rec.id, (SELECT count(*) FROM ver) FROM rec"
+    )
+
+
+def jobs_record_with_verdicts(
+    *,
+    outcomes: Sequence[JobOutcome],
+    one_job: Mapping[int, tuple[SubjectKey, JobRow]],
+    criteria: Mapping[int, Criterion] | None = None,
+) -> tuple[list[int], int]:
+    """`jobs_record(outcomes=…)`, and the verdict of every one-job subject in `one_job`
+    (job id -> its subject and its `job_row_for_outcome` row) whose job was recorded: on
+    PostgreSQL both in ONE statement (the jobs' UPDATE and the verdicts' upsert as two parts
+    of one WITH), a round trip per chunk fewer than recording and then building.
+
+    `one_job` may only name single-output subjects whose given job is ALL of their jobs (a
+    one-sample run's output: see `verdicts_build`'s `complete`). Returns (the ids recorded,
+    the verdicts created or changed). A verdict is written only for a job this statement
+    recorded, so an outcome whose lease was lost changes neither the job nor the verdict.
+    """
+    if not outcomes:
+        return [], 0
+    known = dict(criteria or {})
+    missing = {key[1] for key, _ in one_job.values()} - set(known)
+    if missing:
+        known.update(Criterion.objects.in_bulk(list(missing)))
+    if connection.vendor != "postgresql" or not one_job:
+        recorded = jobs_record(outcomes=outcomes)
+        done = set(recorded)
+        complete = {key: [row] for job_id, (key, row) in one_job.items() if job_id in done}
+        changed = verdicts_build(subjects=list(complete), criteria=known,
+                                 complete=complete) if complete else 0
+        return recorded, changed
+    rows = []
+    for job_id, (key, row) in one_job.items():
+        version_id, crit_id, kind, sid = key
+        if kind != "o":
+            raise ValueError(f"job {job_id}: only single-output subjects have one-job verdicts")
+        if row[4] not in TERMINAL_STATUSES:  # a job to be retried has no verdict yet
+            continue
+        cv = _combine_one_job(key, row, known[crit_id])
+        rows.append(_finite_or_text(
+            {"job": job_id, "version": version_id, "criterion": crit_id, "sid": sid,
+             **_verdict_values(cv, row[1])}, ("value_num", "probability")))
+    now = timezone.now()
+    params: dict[str, Any] = {"jobs": _record_rows_json(outcomes, now),
+                              "verdicts": _rows_json(rows), "source": Verdict.Source.RUN,
+                              "now": now}
+    with connection.cursor() as cursor:
+        cursor.execute(_record_with_verdicts_sql(), params)
+        result = cursor.fetchall()
+    return [r[0] for r in result], (int(result[0][1]) if result else 0)
 
 
 def run_finish_if_complete(*, run_id: int) -> bool:

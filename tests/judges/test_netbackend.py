@@ -297,7 +297,10 @@ def test_transport_marks_its_loop_thread_as_asyncio_for_sniffio() -> None:
             seen.append(sniffio.thread_local.name)
 
             async def run() -> str:
-                async with http_client_async(max_connections=1) as client:
+                # The httpcore-based transport (the lean pool uses neither anyio nor sniffio).
+                transport = ShardedAsyncTransport(max_connections=1)
+                async with ProviderAsyncClient(transport=transport,
+                                               timeout=httpx.Timeout(5.0)) as client:
                     return (await provider_call_async(client,
                                                       request_to(server.openai_base_url))).text
 

@@ -23,6 +23,7 @@ from judges.runs import (
     job_row_for_outcome,
     jobs_claim,
     jobs_record,
+    jobs_record_with_verdicts,
     judge_run_start,
     subject_key,
     verdicts_build,
@@ -165,6 +166,41 @@ def test_a_lone_surrogate_in_one_answer_does_not_fail_the_chunk(study: Any) -> N
     assert "\ud800" not in verdict.rationale and "\ufffd" in verdict.rationale
 
 
+def test_record_with_verdicts_writes_a_verdict_only_for_what_it_recorded(study: Any) -> None:
+    """One statement records the chunk and the verdicts of its one-job subjects: a job whose
+    lease was lost gets neither, a job to be retried gets no verdict, awkward text lands as
+    the job row and the verdict built by reading the jobs back would have it."""
+    data = build_study_data(study, n_items=4, n_candidates=1)
+    run = start(data, "http://127.0.0.1:9/v1", [data.binary])
+    a, b, c, d = jobs_claim(run_id=run.pk, limit=4, lease_token="tok").jobs
+    odd = 'pass\x00 "q" \\ %(x)s ' + AWKWARD
+    outcomes = [
+        JobOutcome(job_id=a.pk, lease_token="tok", status="done", parsed_value="pass",
+                   value_num=1.0, probability=0.25, rationale=odd, raw_response="{}"),
+        JobOutcome(job_id=b.pk, lease_token="tok", status="unparseable", error_kind="parse",
+                   error="unparseable: no verdict", raw_response=odd),
+        JobOutcome(job_id=c.pk, lease_token="tok", status="queued", error_kind="transient",
+                   error="retrying in 1.0s: HTTP 503", http_status=503),
+        JobOutcome(job_id=d.pk, lease_token="someone-else", status="done", parsed_value="fail"),
+    ]
+    one_job = {o.job_id: (subject_key(j), job_row_for_outcome(
+        outcome=o, run_id=run.pk, sample_index=0, order=""))
+        for o, j in zip(outcomes, (a, b, c, d), strict=True) if o.status != "queued"}
+    recorded, changed = jobs_record_with_verdicts(outcomes=outcomes, one_job=one_job,
+                                                  criteria={data.binary.pk: data.binary})
+    assert sorted(recorded) == sorted([a.pk, b.pk, c.pk]) and changed == 2
+    verdicts = {v.output_id: v for v in Verdict.objects.filter(run=run)}
+    assert set(verdicts) == {a.output_id, b.output_id}  # not c (retried), not d (lease lost)
+    assert verdicts[a.output_id].value == "pass" and verdicts[a.output_id].is_scored
+    assert verdicts[a.output_id].rationale == odd.replace("\x00", "\ufffd")
+    assert not verdicts[b.output_id].is_scored
+    assert JudgeJob.objects.get(pk=d.pk).status == "running"  # untouched
+    # The same verdicts built by reading the jobs back: nothing to change.
+    assert verdicts_build(subjects=[subject_key(a), subject_key(b)]) == 0
+    # Recorded again (a duplicate delivery): the leases are gone, nothing changes.
+    assert jobs_record_with_verdicts(outcomes=outcomes, one_job=one_job) == ([], 0)
+
+
 def test_a_claim_that_skips_lapsed_leases_still_reclaims_them(study: Any, settings: Any) -> None:
     settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS = 2
     data = build_study_data(study, n_items=3, n_candidates=1)
@@ -267,3 +303,50 @@ def test_worker_gc_tune_freezes_start_up_objects_and_raises_the_young_threshold(
     for signal, handler in ((worker_ready, celery_tasks._gc_tune_worker),
                             (worker_process_init, celery_tasks._gc_tune_child)):
         assert any(ref() is handler for _, ref in signal.receivers), signal
+
+
+@pytest.mark.postgres  # only a drain on PostgreSQL has a recorder thread
+@pytest.mark.django_db(transaction=True)
+def test_a_drain_records_on_its_own_thread_outside_a_transaction(
+    study: Any, provider_server: ProviderServer, judge_key_env: str, monkeypatch: Any
+) -> None:
+    """Outside a transaction the chunks are written by the drain's recorder thread (its own
+    connection), for one-job subjects and aggregated ones (pairwise) alike; every job ends
+    once, every subject gets its verdict, and the recorder's connection is closed after."""
+    from django.db import connections
+
+    import judges.executor as executor
+
+    writers: list[str] = []
+    write = executor._chunk_write
+
+    def spy(chunk: Any, criteria: Any) -> Any:
+        writers.append(threading.current_thread().name)
+        return write(chunk, criteria)
+
+    monkeypatch.setattr(executor, "_chunk_write", spy)
+    monkeypatch.setattr(executor, "RECORD_MIN", 4)
+    data = build_study_data(study, n_items=8)
+    run = start(data, provider_server.openai_base_url, [data.binary, data.pairwise])
+    jobs = JudgeJob.objects.filter(run=run).count()
+    report = run_drain(run_id=run.pk, concurrency=8, slice_s=60)
+    assert report.run_finished and report.recorded == jobs and report.discarded == 0
+    assert writers and all(name.startswith("judge-record") for name in writers)
+    assert len(writers) > 1  # several chunks, written in turn
+    assert JudgeJob.objects.filter(run=run, status="done").count() == jobs
+    outputs = Output.objects.filter(study=data.study).count()
+    pairs = Comparison.objects.filter(study=data.study).count()
+    assert Verdict.objects.filter(run=run, output__isnull=False).count() == outputs
+    assert Verdict.objects.filter(run=run, comparison__isnull=False).count() == pairs
+    assert report.verdicts == outputs + pairs
+    # The recorder's connection did not outlive it (a backend takes a moment to exit).
+    others = -1
+    for _ in range(50):
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND pid <> pg_backend_pid()")
+            others = cursor.fetchone()[0]
+        if others == 0:
+            break
+        time.sleep(0.05)
+    assert others == 0
