@@ -7,12 +7,15 @@ confidences and trust or escalate").
 
 Creates a throwaway database next to DATABASE_URL's (dropped at the end) and measures:
 
-1. Import: 1,000,000 binary verdicts of one simulated external judge, each with a
+1. Import: 1,000,000 binary verdicts of a simulated external judge, each with a
    probability, pushed through `judges.services.verdicts_push_bulk` (what
    `POST /api/studies/<slug>/verdicts/bulk` calls) in batches of 10,000 on a study of
-   1,000,000 outputs (seeded with COPY beforehand, not timed): rows/s overall, the slowest
-   batch, and the process's RSS after every 100,000 rows (flat memory: each batch is read,
-   checked and written on its own). Then the same 1,000,000 sent again (all unchanged).
+   1,000,000 outputs (seeded with COPY beforehand, not timed), side by side through both
+   writers (`use_copy=True`: COPY and one merge statement, PostgreSQL's default;
+   `use_copy=False`: the ORM writer, SQLite's), each batch through both in turn to two
+   judges: rows/s of each, their ratio, the slowest batch, and the process's RSS after every
+   100,000 rows (flat memory: each batch is read, checked and written on its own). Then the
+   same 1,000,000 sent again (all unchanged). `--orm-verdicts N` limits the ORM side.
 2. Policy: the guaranteed-agreement decisions over 1,000,000 verdicts x 3 simulated judges
    (pure evalstats, as calibration/compute.py runs them): each judge's threshold from 10,000
    human-labelled rows on the plan's default grid (0.001 steps) and minimum count, the
@@ -83,7 +86,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--verdicts", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--orm-verdicts", type=int, default=None,
+                        help="push only the first N verdicts through the ORM writer too "
+                             "(default: all)")
     args = parser.parse_args()
+    if args.orm_verdicts is None:
+        args.orm_verdicts = args.verdicts
     base = os.environ.get("DATABASE_URL", "")
     if not base.startswith(("postgres://", "postgresql://")):
         raise SystemExit("Set DATABASE_URL to a PostgreSQL URL.")
@@ -134,36 +142,56 @@ def main() -> None:
             "(not timed below)")
         rng = np.random.default_rng(3)
         probs = np.round(rng.random(n), 4)
-        judge = {"name": "external", "config_hash": "bench", "external": True}
+        paths = {"copy": True, "orm": False}
+        judges = {name: {"name": f"external-{name}", "config_hash": "bench", "external": True}
+                  for name in paths}
 
-        def push_all() -> tuple[float, float, list[float], dict[str, int]]:
+        def push_all(label: str) -> None:
+            # Each batch goes through both writers in turn (to two judges of the same study),
+            # alternating which goes first, so that both see the same load on a shared machine.
+            wall = dict.fromkeys(paths, 0.0)
+            slowest = dict.fromkeys(paths, 0.0)
+            totals = {p: {"created": 0, "updated": 0, "unchanged": 0} for p in paths}
             rss: list[float] = []
-            slowest = 0.0
-            totals = {"created": 0, "updated": 0, "unchanged": 0}
-            start = time.perf_counter()
-            for lo in range(0, n, args.batch):
-                rows: list[dict[str, Any]] = [
-                    {"criterion": "ok", "item": f"i{i}", "candidate": "m",
-                     "value": "pass" if probs[i] >= 0.5 else "fail",
-                     "probability": float(probs[i])}
-                    for i in range(lo, min(n, lo + args.batch))
-                ]
-                b0 = time.perf_counter()
-                out = verdicts_push_bulk(study=study, judge=judge, verdicts=rows)
-                slowest = max(slowest, time.perf_counter() - b0)
-                for k in totals:
-                    totals[k] += getattr(out.counts, k)
+            for b, lo in enumerate(range(0, n, args.batch)):
+                order = list(paths) if b % 2 == 0 else list(reversed(paths))
+                for name in order:
+                    if name == "orm" and lo >= args.orm_verdicts:
+                        continue
+                    rows: list[dict[str, Any]] = [
+                        {"criterion": "ok", "item": f"i{i}", "candidate": "m",
+                         "value": "pass" if probs[i] >= 0.5 else "fail",
+                         "probability": float(probs[i])}
+                        for i in range(lo, min(n, lo + args.batch))
+                    ]
+                    b0 = time.perf_counter()
+                    out = verdicts_push_bulk(study=study, judge=judges[name], verdicts=rows,
+                                             use_copy=paths[name])
+                    took = time.perf_counter() - b0
+                    wall[name] += took
+                    slowest[name] = max(slowest[name], took)
+                    for k in totals[name]:
+                        totals[name][k] += getattr(out.counts, k)
                 if (lo + args.batch) % 100_000 == 0:
                     rss.append(rss_mib())
-            return time.perf_counter() - start, slowest, rss, totals
+            for name in paths:
+                done = sum(totals[name].values())
+                if not done:
+                    continue
+                say(f"{label} [{name}]: {done:,} verdicts in {wall[name]:.1f} s, "
+                    f"{done / wall[name]:,.0f} rows/s, slowest batch {slowest[name]:.2f} s, "
+                    f"{totals[name]}")
+            if wall["orm"]:
+                n_orm = sum(totals["orm"].values())
+                ratio = (n / wall["copy"]) / (n_orm / wall["orm"])
+                say(f"{label}: COPY writer / ORM writer rows/s = {ratio:.1f}x")
+            say(f"{label}: RSS MiB after each 100,000: " + ", ".join(f"{r:.0f}" for r in rss))
 
-        wall, slowest, rss, totals = push_all()
-        say(f"push {n:,} verdicts with probabilities in batches of {args.batch:,}: {wall:.1f} s, "
-            f"{n / wall:,.0f} rows/s, slowest batch {slowest:.2f} s, {totals}")
-        say("RSS MiB after each 100,000: " + ", ".join(f"{r:.0f}" for r in rss))
-        wall, slowest, rss, totals = push_all()
-        say(f"re-push (all unchanged): {wall:.1f} s, {n / wall:,.0f} rows/s, {totals}")
-        say("RSS MiB after each 100,000: " + ", ".join(f"{r:.0f}" for r in rss))
+        say(f"push {n:,} verdicts with probabilities in batches of {args.batch:,} "
+            f"(load average before: {os.getloadavg()[0]:.1f})")
+        push_all("push (new)")
+        push_all("re-push (unchanged)")
+        say(f"load average after: {os.getloadavg()[0]:.1f}")
         say(f"peak RSS (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
             " MiB")
     finally:
