@@ -285,8 +285,10 @@ def _one_call_fields(crit: Criterion, one: ImportedSample,
         if value_nums is not None:
             value_nums[memo_key] = fields["value_num"]
     fields["probability"] = None
-    if one.probability is None and not one.rationale:
+    if one.probability is None and not one.rationale and one.sample == 0:
         return fields
+    # A sample index other than 0 is recorded, so that the same sample sent again replaces
+    # it rather than joining it as a second sample.
     record: dict[str, Any] = {"sample": one.sample, "value": one.value,
                               "probability": one.probability}
     if one.rationale:
@@ -328,7 +330,7 @@ def _samples_combined(spec: VerdictImport,
         # Ties: the lowest sample index, as the judge-run rules break them.
         orders[order] = next(v for v in scored if counts[v] == top)
     simple = len(samples) == len(by_order) and all(
-        s.probability is None and not s.rationale for s in samples)
+        s.probability is None and not s.rationale and s.sample == 0 for s in samples)
     fields = verdict_import_fields(VerdictImport(
         criterion=crit, orders=orders, continuous=spec.continuous,
     ))
