@@ -29,6 +29,7 @@ import contextlib
 import os
 import resource
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -51,6 +52,13 @@ def rss_mib() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def backend_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of the PostgreSQL backend `pid` (same machine): the
+    server's share of the work, which a shared machine's wall clock cannot separate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def policy_bench(n: int, n_cal: int) -> dict[str, float]:
@@ -106,6 +114,8 @@ def main() -> None:
     env = {**os.environ, "DATABASE_URL": bench_url, "DJANGO_DEBUG": "0",
            "DJANGO_SECRET_KEY": secrets.token_urlsafe(40), "PYTHONUNBUFFERED": "1"}
     os.environ.update(env)
+    # A stopped run still drops its database (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     try:
         pol = policy_bench(1_000_000, 10_000)
         say(f"policy: 1,000,000 verdicts x 3 judges + cascade: {pol['wall_s']:.2f} s "
@@ -146,10 +156,18 @@ def main() -> None:
         judges = {name: {"name": f"external-{name}", "config_hash": "bench", "external": True}
                   for name in paths}
 
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            backend = int(cur.fetchone()[0])
+
         def push_all(label: str) -> None:
             # Each batch goes through both writers in turn (to two judges of the same study),
             # alternating which goes first, so that both see the same load on a shared machine.
             wall = dict.fromkeys(paths, 0.0)
+            client_cpu = dict.fromkeys(paths, 0.0)
+            server_cpu = dict.fromkeys(paths, 0.0)
             slowest = dict.fromkeys(paths, 0.0)
             totals = {p: {"created": 0, "updated": 0, "unchanged": 0} for p in paths}
             rss: list[float] = []
@@ -164,10 +182,12 @@ def main() -> None:
                          "probability": float(probs[i])}
                         for i in range(lo, min(n, lo + args.batch))
                     ]
-                    b0 = time.perf_counter()
+                    b0, c0, s0 = time.perf_counter(), time.process_time(), backend_cpu_s(backend)
                     out = verdicts_push_bulk(study=study, judge=judges[name], verdicts=rows,
                                              use_copy=paths[name])
                     took = time.perf_counter() - b0
+                    client_cpu[name] += time.process_time() - c0
+                    server_cpu[name] += backend_cpu_s(backend) - s0
                     wall[name] += took
                     slowest[name] = max(slowest[name], took)
                     for k in totals[name]:
@@ -178,9 +198,12 @@ def main() -> None:
                 done = sum(totals[name].values())
                 if not done:
                     continue
+                cpu_us = 1e6 * (client_cpu[name] + server_cpu[name]) / done
                 say(f"{label} [{name}]: {done:,} verdicts in {wall[name]:.1f} s, "
                     f"{done / wall[name]:,.0f} rows/s, slowest batch {slowest[name]:.2f} s, "
-                    f"{totals[name]}")
+                    f"{totals[name]}; CPU per row: client {1e6 * client_cpu[name] / done:.1f} "
+                    f"us + server {1e6 * server_cpu[name] / done:.1f} us "
+                    f"(= {1e6 / cpu_us:,.0f} rows/s of CPU)")
             if wall["orm"]:
                 n_orm = sum(totals["orm"].values())
                 ratio = (n / wall["copy"]) / (n_orm / wall["orm"])

@@ -25,7 +25,7 @@ from .config import (
     resolve_host,
 )
 from .models import Judge, JudgeVersion, Verdict
-from .verdict_write import use_copy_default, verdict_rows_upsert
+from .verdict_write import gc_paused, use_copy_default, verdict_rows_upsert
 
 MAX_NAME_CHARS = 200
 # Up to this many verdicts, an upsert reads the existing verdicts of its subjects only.
@@ -275,7 +275,7 @@ def _one_call_fields(crit: Criterion, one: ImportedSample,
                      value_nums: dict[tuple[int, str], float | None] | None) -> dict[str, Any]:
     """The fields `_samples_combined` gives a verdict of one call on one output; the same
     fields its general path gives one sample."""
-    memo_key = (crit.pk, one.value)
+    memo_key = (crit.id, one.value)
     if value_nums is not None and memo_key in value_nums:
         fields: dict[str, Any] = {"value": one.value, "value_num": value_nums[memo_key],
                                   "details": {"imported": True}, "n_samples": 1,
@@ -523,7 +523,7 @@ def verdicts_import_bulk(
         return VerdictBulkCounts()
     if use_copy is None:
         use_copy = use_copy_default()
-    with transaction.atomic():
+    with gc_paused(), transaction.atomic():
         rows: dict[tuple[int, int, str, int], dict[str, Any]] = {}
         value_nums: dict[tuple[int, str], float | None] = {}
         for key, spec in verdicts.items():
@@ -684,6 +684,13 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
     """
     if use_copy is None:
         use_copy = use_copy_default()
+    with gc_paused():
+        return _verdicts_push_bulk(study=study, judge=judge, verdicts=verdicts,
+                                   created_by=created_by, use_copy=use_copy)
+
+
+def _verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any, created_by: Any,
+                        use_copy: bool) -> PushOutcome:
     from studies.imports_service import comparisons_import_bulk
     from studies.models import Candidate, RubricVersion
 
@@ -727,7 +734,7 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
         for _, crit, order, subject, smp in parsed:
             if len(subject) == 3:
                 cid, reversed_ = stored[(subject[1], subject[2])]
-                key = (version.pk, crit.pk, "comparison", cid)
+                key = (version.pk, crit.id, "comparison", cid)
                 if reversed_:
                     swap = {"A": "B", "B": "A"}
                     smp = ImportedSample(
@@ -736,7 +743,7 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
                         probability=None if smp.probability is None else 1 - smp.probability,
                         rationale=smp.rationale)
             else:
-                key = (version.pk, crit.pk, "output", subject[0])
+                key = (version.pk, crit.id, "output", subject[0])
             calls.setdefault(key, {})[(smp.order, smp.sample)] = smp
             crit_of[key] = crit
         # Samples sent earlier stay unless this request sends the same (order, sample).
@@ -931,7 +938,7 @@ def _push_rows_checked(
             subject = (int(out or 0),)
             order = ""
         if value != "":
-            memo_key = (crit.pk, value)
+            memo_key = (crit.id, value)
             if memo_key in value_problem:
                 bad = value_problem[memo_key]
             else:
@@ -949,7 +956,7 @@ def _push_rows_checked(
                 if why is not None:
                     problems.add(f"verdicts[{i}].probability", why)
                     continue
-        dup = (crit.pk, subject, order, sample)
+        dup = (crit.id, subject, order, sample)
         if dup in seen:
             problems.add(f"verdicts[{i}].sample", f"sample {sample} of this subject is also "
                                                   f"verdicts[{seen[dup]}]")

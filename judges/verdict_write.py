@@ -17,9 +17,11 @@ request's samples alone are the verdict.
 
 from __future__ import annotations
 
+import gc
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +51,24 @@ class WriteCounts:
     unchanged: int = 0
     # Ids of stored verdicts held back because they hold samples not sent again (`sent`).
     held: list[int] = field(default_factory=list)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for one batch, back as it was after.
+
+    A batch of 10,000 verdicts allocates some 100,000 small dicts and tuples, none of them in
+    a cycle (reference counting frees them all); each allocation burst still triggers
+    collections that walk every tracked object of the process, which took about a quarter of
+    a pushed batch's time (bench/verdict_push.py). Only the collector pauses, for the length
+    of one batch; nothing here relies on it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def use_copy_default() -> bool:
@@ -210,8 +230,14 @@ def _upsert_copy(rows: Mapping[VerdictKey, Mapping[str, Any]], rationale: str,
     compared = ", ".join(f"w.{col[a]}" for a in ("id", "value", "details", "is_scored",
                                                  "probability"))
     # One index probe per staged row (each branch of the UNION matches only when its subject
-    # column is set): a join would let the planner, whose statistics lag behind a bulk load,
-    # scan the judge's verdicts for every batch.
+    # column is set; a batch of outputs only has the outputs' branch): a join would let the
+    # planner, whose statistics lag behind a bulk load, scan the judge's verdicts for every
+    # batch.
+    kinds = {k[2] == "output" for k in rows}
+    branches = [f"SELECT {compared} FROM {table} w WHERE {lookup} "
+                f"AND w.{col[column]} = t.{col[column]}"
+                for column, is_output in (("output_id", True), ("comparison_id", False))
+                if is_output in kinds]
     held = "false" if sent is None else (
         f"(o.rh_id IS NOT NULL AND NOT ({_STORED_SAMPLES} <@ string_to_array(t.rh_sent, ',')))")
     merge_sql = f"""
@@ -225,11 +251,7 @@ def _upsert_copy(rows: Mapping[VerdictKey, Mapping[str, Any]], rationale: str,
             FROM {tmp} t
             LEFT JOIN LATERAL (
                 SELECT * FROM (
-                    SELECT {compared} FROM {table} w
-                    WHERE {lookup} AND w.{col['output_id']} = t.{col['output_id']}
-                    UNION ALL
-                    SELECT {compared} FROM {table} w
-                    WHERE {lookup} AND w.{col['comparison_id']} = t.{col['comparison_id']}
+                    {' UNION ALL '.join(branches)}
                 ) AS x (rh_id, rh_value, rh_details, rh_is_scored, rh_probability) LIMIT 1
             ) o ON true
         ), upd AS (
