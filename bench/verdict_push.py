@@ -90,6 +90,43 @@ def policy_bench(n: int, n_cal: int) -> dict[str, float]:
             "judge_coverage": float(np.mean([p.mean() for p in per_judge]))}
 
 
+def import_bench(study: Any, n: int, probs: np.ndarray, backend: int) -> None:
+    """What a ratings file's write step costs: `verdicts_import_bulk` (the one call
+    imports/generic.py makes for a whole file) with n one-sample verdicts with a probability,
+    through both writers to two imported judge versions, then the same again (unchanged)."""
+    from judges.services import (
+        ImportedSample,
+        VerdictImport,
+        judge_imported_version_get_or_create,
+        verdicts_import_bulk,
+    )
+    from studies.models import Criterion, Output
+
+    crit = Criterion.objects.get(rubric__study=study, key="ok")
+    outs = list(Output.objects.filter(study=study).order_by("id").values_list("id", flat=True)[:n])
+    for name, use_copy in (("copy", True), ("orm", False)):
+        version = judge_imported_version_get_or_create(
+            study=study, name=f"file-{name}", label="v1", value_type="label").version
+        for label in ("import (new)", "re-import (unchanged)"):
+            specs = {
+                (version.pk, crit.pk, "output", oid): VerdictImport(criterion=crit, samples=(
+                    ImportedSample(order="", sample=0,
+                                   value="pass" if probs[i] >= 0.5 else "fail",
+                                   probability=float(probs[i])),))
+                for i, oid in enumerate(outs)
+            }
+            rss0 = rss_mib()
+            t0, c0, s0 = time.perf_counter(), time.process_time(), backend_cpu_s(backend)
+            counts = verdicts_import_bulk(verdicts=specs, use_copy=use_copy)
+            wall = time.perf_counter() - t0
+            client, server = time.process_time() - c0, backend_cpu_s(backend) - s0
+            say(f"file {label} [{name}]: {n:,} verdicts in one call, {wall:.1f} s, "
+                f"{n / wall:,.0f} rows/s, {vars(counts)}; CPU per row: client "
+                f"{1e6 * client / n:.1f} us + server {1e6 * server / n:.1f} us; RSS "
+                f"{rss0:.0f} -> {rss_mib():.0f} MiB across the call")
+            del specs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--verdicts", type=int, default=1_000_000)
@@ -97,6 +134,9 @@ def main() -> None:
     parser.add_argument("--orm-verdicts", type=int, default=None,
                         help="push only the first N verdicts through the ORM writer too "
                              "(default: all)")
+    parser.add_argument("--import-verdicts", type=int, default=0,
+                        help="also time verdicts_import_bulk (a ratings file's write step) "
+                             "with N verdicts through both writers")
     args = parser.parse_args()
     if args.orm_verdicts is None:
         args.orm_verdicts = args.verdicts
@@ -214,6 +254,8 @@ def main() -> None:
             f"(load average before: {os.getloadavg()[0]:.1f})")
         push_all("push (new)")
         push_all("re-push (unchanged)")
+        if args.import_verdicts:
+            import_bench(study, min(n, args.import_verdicts), probs, backend)
         say(f"load average after: {os.getloadavg()[0]:.1f}")
         say(f"peak RSS (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
             " MiB")
