@@ -7,12 +7,15 @@ confidences and trust or escalate").
 
 Creates a throwaway database next to DATABASE_URL's (dropped at the end) and measures:
 
-1. Import: 1,000,000 binary verdicts of one simulated external judge, each with a
+1. Import: 1,000,000 binary verdicts of a simulated external judge, each with a
    probability, pushed through `judges.services.verdicts_push_bulk` (what
    `POST /api/studies/<slug>/verdicts/bulk` calls) in batches of 10,000 on a study of
-   1,000,000 outputs (seeded with COPY beforehand, not timed): rows/s overall, the slowest
-   batch, and the process's RSS after every 100,000 rows (flat memory: each batch is read,
-   checked and written on its own). Then the same 1,000,000 sent again (all unchanged).
+   1,000,000 outputs (seeded with COPY beforehand, not timed), side by side through both
+   writers (`use_copy=True`: COPY and one merge statement, PostgreSQL's default;
+   `use_copy=False`: the ORM writer, SQLite's), each batch through both in turn to two
+   judges: rows/s of each, their ratio, the slowest batch, and the process's RSS after every
+   100,000 rows (flat memory: each batch is read, checked and written on its own). Then the
+   same 1,000,000 sent again (all unchanged). `--orm-verdicts N` limits the ORM side.
 2. Policy: the guaranteed-agreement decisions over 1,000,000 verdicts x 3 simulated judges
    (pure evalstats, as calibration/compute.py runs them): each judge's threshold from 10,000
    human-labelled rows on the plan's default grid (0.001 steps) and minimum count, the
@@ -26,6 +29,7 @@ import contextlib
 import os
 import resource
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -48,6 +52,13 @@ def rss_mib() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def backend_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of the PostgreSQL backend `pid` (same machine): the
+    server's share of the work, which a shared machine's wall clock cannot separate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def policy_bench(n: int, n_cal: int) -> dict[str, float]:
@@ -79,11 +90,56 @@ def policy_bench(n: int, n_cal: int) -> dict[str, float]:
             "judge_coverage": float(np.mean([p.mean() for p in per_judge]))}
 
 
+def import_bench(study: Any, n: int, probs: np.ndarray, backend: int) -> None:
+    """What a ratings file's write step costs: `verdicts_import_bulk` (the one call
+    imports/generic.py makes for a whole file) with n one-sample verdicts with a probability,
+    through both writers to two imported judge versions, then the same again (unchanged)."""
+    from judges.services import (
+        ImportedSample,
+        VerdictImport,
+        judge_imported_version_get_or_create,
+        verdicts_import_bulk,
+    )
+    from studies.models import Criterion, Output
+
+    crit = Criterion.objects.get(rubric__study=study, key="ok")
+    outs = list(Output.objects.filter(study=study).order_by("id").values_list("id", flat=True)[:n])
+    for name, use_copy in (("copy", True), ("orm", False)):
+        version = judge_imported_version_get_or_create(
+            study=study, name=f"file-{name}", label="v1", value_type="label").version
+        for label in ("import (new)", "re-import (unchanged)"):
+            specs = {
+                (version.pk, crit.pk, "output", oid): VerdictImport(criterion=crit, samples=(
+                    ImportedSample(order="", sample=0,
+                                   value="pass" if probs[i] >= 0.5 else "fail",
+                                   probability=float(probs[i])),))
+                for i, oid in enumerate(outs)
+            }
+            rss0 = rss_mib()
+            t0, c0, s0 = time.perf_counter(), time.process_time(), backend_cpu_s(backend)
+            counts = verdicts_import_bulk(verdicts=specs, use_copy=use_copy)
+            wall = time.perf_counter() - t0
+            client, server = time.process_time() - c0, backend_cpu_s(backend) - s0
+            say(f"file {label} [{name}]: {n:,} verdicts in one call, {wall:.1f} s, "
+                f"{n / wall:,.0f} rows/s, {vars(counts)}; CPU per row: client "
+                f"{1e6 * client / n:.1f} us + server {1e6 * server / n:.1f} us; RSS "
+                f"{rss0:.0f} -> {rss_mib():.0f} MiB across the call")
+            del specs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--verdicts", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--orm-verdicts", type=int, default=None,
+                        help="push only the first N verdicts through the ORM writer too "
+                             "(default: all)")
+    parser.add_argument("--import-verdicts", type=int, default=0,
+                        help="also time verdicts_import_bulk (a ratings file's write step) "
+                             "with N verdicts through both writers")
     args = parser.parse_args()
+    if args.orm_verdicts is None:
+        args.orm_verdicts = args.verdicts
     base = os.environ.get("DATABASE_URL", "")
     if not base.startswith(("postgres://", "postgresql://")):
         raise SystemExit("Set DATABASE_URL to a PostgreSQL URL.")
@@ -98,6 +154,8 @@ def main() -> None:
     env = {**os.environ, "DATABASE_URL": bench_url, "DJANGO_DEBUG": "0",
            "DJANGO_SECRET_KEY": secrets.token_urlsafe(40), "PYTHONUNBUFFERED": "1"}
     os.environ.update(env)
+    # A stopped run still drops its database (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     try:
         pol = policy_bench(1_000_000, 10_000)
         say(f"policy: 1,000,000 verdicts x 3 judges + cascade: {pol['wall_s']:.2f} s "
@@ -134,36 +192,71 @@ def main() -> None:
             "(not timed below)")
         rng = np.random.default_rng(3)
         probs = np.round(rng.random(n), 4)
-        judge = {"name": "external", "config_hash": "bench", "external": True}
+        paths = {"copy": True, "orm": False}
+        judges = {name: {"name": f"external-{name}", "config_hash": "bench", "external": True}
+                  for name in paths}
 
-        def push_all() -> tuple[float, float, list[float], dict[str, int]]:
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            backend = int(cur.fetchone()[0])
+
+        def push_all(label: str) -> None:
+            # Each batch goes through both writers in turn (to two judges of the same study),
+            # alternating which goes first, so that both see the same load on a shared machine.
+            wall = dict.fromkeys(paths, 0.0)
+            client_cpu = dict.fromkeys(paths, 0.0)
+            server_cpu = dict.fromkeys(paths, 0.0)
+            slowest = dict.fromkeys(paths, 0.0)
+            totals = {p: {"created": 0, "updated": 0, "unchanged": 0} for p in paths}
             rss: list[float] = []
-            slowest = 0.0
-            totals = {"created": 0, "updated": 0, "unchanged": 0}
-            start = time.perf_counter()
-            for lo in range(0, n, args.batch):
-                rows: list[dict[str, Any]] = [
-                    {"criterion": "ok", "item": f"i{i}", "candidate": "m",
-                     "value": "pass" if probs[i] >= 0.5 else "fail",
-                     "probability": float(probs[i])}
-                    for i in range(lo, min(n, lo + args.batch))
-                ]
-                b0 = time.perf_counter()
-                out = verdicts_push_bulk(study=study, judge=judge, verdicts=rows)
-                slowest = max(slowest, time.perf_counter() - b0)
-                for k in totals:
-                    totals[k] += getattr(out.counts, k)
+            for b, lo in enumerate(range(0, n, args.batch)):
+                order = list(paths) if b % 2 == 0 else list(reversed(paths))
+                for name in order:
+                    if name == "orm" and lo >= args.orm_verdicts:
+                        continue
+                    rows: list[dict[str, Any]] = [
+                        {"criterion": "ok", "item": f"i{i}", "candidate": "m",
+                         "value": "pass" if probs[i] >= 0.5 else "fail",
+                         "probability": float(probs[i])}
+                        for i in range(lo, min(n, lo + args.batch))
+                    ]
+                    b0, c0, s0 = time.perf_counter(), time.process_time(), backend_cpu_s(backend)
+                    out = verdicts_push_bulk(study=study, judge=judges[name], verdicts=rows,
+                                             use_copy=paths[name])
+                    took = time.perf_counter() - b0
+                    client_cpu[name] += time.process_time() - c0
+                    server_cpu[name] += backend_cpu_s(backend) - s0
+                    wall[name] += took
+                    slowest[name] = max(slowest[name], took)
+                    for k in totals[name]:
+                        totals[name][k] += getattr(out.counts, k)
                 if (lo + args.batch) % 100_000 == 0:
                     rss.append(rss_mib())
-            return time.perf_counter() - start, slowest, rss, totals
+            for name in paths:
+                done = sum(totals[name].values())
+                if not done:
+                    continue
+                cpu_us = 1e6 * (client_cpu[name] + server_cpu[name]) / done
+                say(f"{label} [{name}]: {done:,} verdicts in {wall[name]:.1f} s, "
+                    f"{done / wall[name]:,.0f} rows/s, slowest batch {slowest[name]:.2f} s, "
+                    f"{totals[name]}; CPU per row: client {1e6 * client_cpu[name] / done:.1f} "
+                    f"us + server {1e6 * server_cpu[name] / done:.1f} us "
+                    f"(= {1e6 / cpu_us:,.0f} rows/s of CPU)")
+            if wall["orm"]:
+                n_orm = sum(totals["orm"].values())
+                ratio = (n / wall["copy"]) / (n_orm / wall["orm"])
+                say(f"{label}: COPY writer / ORM writer rows/s = {ratio:.1f}x")
+            say(f"{label}: RSS MiB after each 100,000: " + ", ".join(f"{r:.0f}" for r in rss))
 
-        wall, slowest, rss, totals = push_all()
-        say(f"push {n:,} verdicts with probabilities in batches of {args.batch:,}: {wall:.1f} s, "
-            f"{n / wall:,.0f} rows/s, slowest batch {slowest:.2f} s, {totals}")
-        say("RSS MiB after each 100,000: " + ", ".join(f"{r:.0f}" for r in rss))
-        wall, slowest, rss, totals = push_all()
-        say(f"re-push (all unchanged): {wall:.1f} s, {n / wall:,.0f} rows/s, {totals}")
-        say("RSS MiB after each 100,000: " + ", ".join(f"{r:.0f}" for r in rss))
+        say(f"push {n:,} verdicts with probabilities in batches of {args.batch:,} "
+            f"(load average before: {os.getloadavg()[0]:.1f})")
+        push_all("push (new)")
+        push_all("re-push (unchanged)")
+        if args.import_verdicts:
+            import_bench(study, min(n, args.import_verdicts), probs, backend)
+        say(f"load average after: {os.getloadavg()[0]:.1f}")
         say(f"peak RSS (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
             " MiB")
     finally:

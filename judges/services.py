@@ -12,7 +12,6 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
-from reviewhub.bulkcopy import BATCH, bulk_insert
 from reviewhub.errors import Conflict, Problems, ValidationFailed
 from studies.criteria import criterion_value_num
 from studies.models import Criterion, Study
@@ -26,6 +25,7 @@ from .config import (
     resolve_host,
 )
 from .models import Judge, JudgeVersion, Verdict
+from .verdict_write import gc_paused, use_copy_default, verdict_rows_upsert
 
 MAX_NAME_CHARS = 200
 # Up to this many verdicts, an upsert reads the existing verdicts of its subjects only.
@@ -265,30 +265,54 @@ def _pass_probability(crit: Criterion, value: str, p: float | None) -> float | N
     return p if value in labels else 1.0 - p
 
 
-def _samples_combined(spec: VerdictImport) -> dict[str, Any]:
-    """value, value_num, probability, details, n_samples of a verdict given as samples."""
+def _one_call(crit: Criterion, one: ImportedSample) -> bool:
+    """One call on one output with a value (the common case of a push): its fields are the
+    call's value and probability as given (`_one_call_fields`)."""
+    return not one.order and one.value != "" and crit.scale != Criterion.Scale.CATEGORICAL
+
+
+def _one_call_fields(crit: Criterion, one: ImportedSample,
+                     value_nums: dict[tuple[int, str], float | None] | None) -> dict[str, Any]:
+    """The fields `_samples_combined` gives a verdict of one call on one output; the same
+    fields its general path gives one sample."""
+    memo_key = (crit.id, one.value)
+    if value_nums is not None and memo_key in value_nums:
+        fields: dict[str, Any] = {"value": one.value, "value_num": value_nums[memo_key],
+                                  "details": {"imported": True}, "n_samples": 1,
+                                  "is_scored": True}
+    else:
+        fields = verdict_import_fields(VerdictImport(criterion=crit, orders={"": one.value}))
+        if value_nums is not None:
+            value_nums[memo_key] = fields["value_num"]
+    fields["probability"] = None
+    if one.probability is None and not one.rationale and one.sample == 0:
+        return fields
+    # A sample index other than 0 is recorded, so that the same sample sent again replaces
+    # it rather than joining it as a second sample.
+    record: dict[str, Any] = {"sample": one.sample, "value": one.value,
+                              "probability": one.probability}
+    if one.rationale:
+        record["rationale"] = one.rationale
+    fields["details"] = {**fields["details"], "samples": [record]}
+    if one.probability is not None:
+        fields["details"]["probability_source"] = "imported"
+    fields["probability"] = one.probability
+    fields["rationale"] = one.rationale
+    return fields
+
+
+def _samples_combined(spec: VerdictImport,
+                      value_nums: dict[tuple[int, str], float | None] | None = None
+                      ) -> dict[str, Any]:
+    """value, value_num, probability, details, n_samples of a verdict given as samples.
+
+    `value_nums`: a memo of `verdict_import_fields`' value_num per (criterion id, value) for
+    one batch, so that a million one-call verdicts check each distinct value once."""
     from .aggregation import CallView, combine_single
 
     crit = spec.criterion
-    if (len(spec.samples) == 1 and not spec.samples[0].order and not spec.continuous
-            and spec.samples[0].value != "" and crit.scale != Criterion.Scale.CATEGORICAL):
-        # One call on one output (the common case of a push): its value and probability as
-        # given; the same fields the general path below gives one sample.
-        one = spec.samples[0]
-        fields = verdict_import_fields(VerdictImport(criterion=crit, orders={"": one.value}))
-        fields["probability"] = None
-        if one.probability is None and not one.rationale:
-            return fields
-        record: dict[str, Any] = {"sample": one.sample, "value": one.value,
-                                  "probability": one.probability}
-        if one.rationale:
-            record["rationale"] = one.rationale
-        fields["details"] = {**fields["details"], "samples": [record]}
-        if one.probability is not None:
-            fields["details"]["probability_source"] = "imported"
-        fields["probability"] = one.probability
-        fields["rationale"] = one.rationale
-        return fields
+    if len(spec.samples) == 1 and not spec.continuous and _one_call(crit, spec.samples[0]):
+        return _one_call_fields(crit, spec.samples[0], value_nums)
     samples = sorted(spec.samples, key=lambda s: (s.order, s.sample))
     by_order: dict[str, list[ImportedSample]] = {}
     for s in samples:
@@ -306,7 +330,7 @@ def _samples_combined(spec: VerdictImport) -> dict[str, Any]:
         # Ties: the lowest sample index, as the judge-run rules break them.
         orders[order] = next(v for v in scored if counts[v] == top)
     simple = len(samples) == len(by_order) and all(
-        s.probability is None and not s.rationale for s in samples)
+        s.probability is None and not s.rationale and s.sample == 0 for s in samples)
     fields = verdict_import_fields(VerdictImport(
         criterion=crit, orders=orders, continuous=spec.continuous,
     ))
@@ -461,33 +485,6 @@ def _finite(raw: str) -> float | None:
     return num if math.isfinite(num) else None
 
 
-def _rows_any(model: Any, columns: list[str], key: str, values: list[Any],
-              **equal: Any) -> list[tuple[Any, ...]]:
-    """`columns` of the rows of `model` whose `key` is one of `values` (and whose columns in
-    `equal` have those values). On PostgreSQL one array parameter (`= ANY(%s)`): a batch of
-    10,000 values as 10,000 placeholders costs more in building and parsing the query than
-    the lookup itself."""
-    if not values:
-        return []
-    if connection.vendor != "postgresql":
-        return list(model.objects.filter(**{f"{key}__in": values}, **equal)
-                    .values_list(*columns))
-    table = model._meta.db_table
-    # `IN (SELECT unnest(...))` is a semi-join the planner answers with the key's index;
-    # `= ANY(array)` can end up as a filter comparing every row with every value.
-    kind = "text" if all(isinstance(v, str) for v in values) else "bigint"
-    # Driven from the values (a LATERAL index lookup per value): the plan does not depend on
-    # the table's statistics, which lag behind a bulk load.
-    where = " AND ".join([f't."{key}" = u.k', *(f't."{c}" = %s' for c in equal)])
-    cols = ", ".join(f'x."{c}"' for c in columns)
-    inner = ", ".join(f't."{c}"' for c in columns)
-    sql = (f'SELECT {cols} FROM unnest(%s::{kind}[]) AS u(k) CROSS JOIN LATERAL '
-           f'(SELECT {inner} FROM "{table}" t WHERE {where}) AS x')
-    with connection.cursor() as cur:
-        cur.execute(sql, [values, *equal.values()])
-        return [tuple(r) for r in cur.fetchall()]
-
-
 def _of_subjects(versions: Any, crits: Any, outs: list[int], comps: list[int]) -> Any:
     """The verdicts of judge versions `versions` on criteria `crits` for the given outputs and
     comparisons (model instances). On PostgreSQL, for one kind of subject, the query is driven
@@ -511,77 +508,48 @@ def _of_subjects(versions: Any, crits: Any, outs: list[int], comps: list[int]) -
 
 
 def verdicts_import_bulk(
-    *, verdicts: Mapping[tuple[int, int, str, int], VerdictImport], rationale: str = ""
+    *, verdicts: Mapping[tuple[int, int, str, int], VerdictImport], rationale: str = "",
+    use_copy: bool | None = None,
 ) -> VerdictBulkCounts:
     """Upsert imported verdicts keyed by (judge version, criterion, subject kind, subject id).
 
     Every verdict is checked by `verdict_import_fields` before anything is written (the writes
-    follow the loop that checks them); new rows go in with COPY on PostgreSQL, changed ones are
-    updated, equal ones counted. One transaction.
+    follow the loop that checks them); then `judges.verdict_write.verdict_rows_upsert` writes
+    them: new ones created, changed ones updated, equal ones counted. One transaction.
+    `use_copy` (default: on PostgreSQL) picks the COPY-and-merge writer; False the ORM one
+    (SQLite, and the tests that hold the two to the same answers).
     """
-    counts = VerdictBulkCounts()
     if not verdicts:
-        return counts
-    versions = {k[0] for k in verdicts}
-    crits = {k[1] for k in verdicts}
-    postgres = connection.vendor == "postgresql"
-    existing_qs: Any = Verdict.objects.filter(
-        judge_version_id__in=versions, criterion_id__in=crits
-    ).only("id", "judge_version_id", "criterion_id", "output_id", "comparison_id", "value",
-           "value_num", "details", "n_samples", "is_scored", "probability", "rationale")
-    if len(verdicts) <= SUBJECT_FILTER_MAX:
-        # A batch (the push endpoint): read only its subjects' verdicts, so that the cost of a
-        # batch does not grow with everything the judge version has already.
-        outs = [k[3] for k in verdicts if k[2] == "output"]
-        comps = [k[3] for k in verdicts if k[2] != "output"]
-        existing_qs = _of_subjects(versions, crits, outs, comps)
-    with transaction.atomic():
-        existing: dict[tuple[int, int, str, int], Verdict] = {}
-        for v in existing_qs:
-            subj = SubjectRef.of(v.output_id, v.comparison_id).pair
-            existing[(v.judge_version_id, v.criterion_id, *subj)] = v
-        new: list[dict[str, Any]] = []
-        changed: list[Verdict] = []
+        return VerdictBulkCounts()
+    if use_copy is None:
+        use_copy = use_copy_default()
+    with gc_paused(), transaction.atomic():
+        rows: dict[tuple[int, int, str, int], dict[str, Any]] = {}
+        value_nums: dict[tuple[int, str], float | None] = {}
         for key, spec in verdicts.items():
             if spec.samples:
-                fields = _samples_combined(spec)
+                rows[key] = _samples_combined(spec, value_nums)
             else:
-                fields = {**verdict_import_fields(spec), "probability": None,
-                          "rationale": rationale}
-            cur = existing.get(key)
-            if cur is None:
-                is_output = key[2] == "output"
-                new.append({
-                    "judge_version_id": key[0],
-                    "criterion_id": key[1],
-                    "output_id": key[3] if is_output else None,
-                    "comparison_id": None if is_output else key[3],
-                    "source": Verdict.Source.IMPORT.value,
-                    "is_scored": fields["is_scored"],
-                    "value": fields["value"],
-                    "value_num": fields["value_num"],
-                    "probability": fields["probability"],
-                    # COPY writes JSON text verbatim; bulk_create wants the object.
-                    "details": json.dumps(fields["details"]) if postgres else fields["details"],
-                    "n_samples": fields["n_samples"],
-                    "rationale": fields.get("rationale", rationale),
-                })
-            elif (cur.value, cur.details, cur.is_scored, cur.probability) != (
-                fields["value"], fields["details"], fields["is_scored"], fields["probability"]
-            ):
-                for k, val in fields.items():
-                    setattr(cur, k, val)
-                changed.append(cur)
-            else:
-                counts.unchanged += 1
-        bulk_insert(Verdict, new)
-        Verdict.objects.bulk_update(
-            changed,
-            ["value", "value_num", "details", "n_samples", "is_scored", "probability", "rationale"],
-            batch_size=BATCH,
+                rows[key] = {**verdict_import_fields(spec), "probability": None,
+                             "rationale": rationale}
+        # Every verdict is combined and checked before the first write.
+        written = verdict_rows_upsert(
+            rows, rationale=rationale, use_copy=use_copy,
+            stored=None if use_copy else _stored_of(verdicts),
         )
-    counts.created, counts.updated = len(new), len(changed)
-    return counts
+    return VerdictBulkCounts(written.created, written.updated, written.unchanged)
+
+
+def _stored_of(keys: Mapping[tuple[int, int, str, int], Any]) -> Any:
+    """The stored verdicts the ORM writer compares `keys` with."""
+    versions = {k[0] for k in keys}
+    crits = {k[1] for k in keys}
+    if len(keys) <= SUBJECT_FILTER_MAX:
+        # A batch (the push endpoint): read only its subjects' verdicts, so that the cost of a
+        # batch does not grow with everything the judge version has already.
+        return _of_subjects(versions, crits, [k[3] for k in keys if k[2] == "output"],
+                            [k[3] for k in keys if k[2] != "output"])
+    return Verdict.objects.filter(judge_version_id__in=versions, criterion_id__in=crits)
 
 
 # --- Verdicts pushed by judges run elsewhere (POST /api/studies/<slug>/verdicts/bulk) ---------
@@ -698,7 +666,7 @@ def _push_judge_version(*, study: Study, judge_ref: Any, problems: Problems,
 
 
 def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
-                       created_by: Any = None) -> PushOutcome:
+                       created_by: Any = None, use_copy: bool | None = None) -> PushOutcome:
     """Verdicts of a judge run elsewhere, upserted by (judge version, criterion, subject, sample).
 
     `judge`: ``{"name", "config_hash", "external"?, "model_family"?, "config"?}`` names the
@@ -711,9 +679,20 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
     comparisons) and ``rationale``. A sample sent again replaces that sample; the samples of
     a subject combine by the judge-run rules. Every row is checked before anything is
     written (ValidationFailed with ``verdicts[i].field`` paths); one transaction.
+    `use_copy` (default: on PostgreSQL) writes with COPY and one merge statement
+    (`judges.verdict_write`); False reads and writes through the ORM (SQLite).
     """
+    if use_copy is None:
+        use_copy = use_copy_default()
+    with gc_paused():
+        return _verdicts_push_bulk(study=study, judge=judge, verdicts=verdicts,
+                                   created_by=created_by, use_copy=use_copy)
+
+
+def _verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any, created_by: Any,
+                        use_copy: bool) -> PushOutcome:
     from studies.imports_service import comparisons_import_bulk
-    from studies.models import Candidate, Item, Output, RubricVersion
+    from studies.models import Candidate, RubricVersion
 
     problems = Problems()
     version, create = _push_judge_version(study=study, judge_ref=judge, problems=problems,
@@ -730,60 +709,207 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
     crits = {c.key: c for c in Criterion.objects.filter(rubric=rubric)} if rubric else {}
     # Only the items this request names: a batch costs the same in a study of any size.
     named = list({str(r.get("item")) for r in verdicts if isinstance(r, Mapping)})
-    items = dict(_rows_any(Item, ["external_id", "id"], "external_id", named,
-                           study_id=study.pk))
+    items, outs = _push_subjects(study.pk, named)
     cands = {n: i for n, i in Candidate.objects.filter(study=study).values_list("name", "id")}
-    outs = {(it, ca): o for o, it, ca in _rows_any(
-        Output, ["id", "item_id", "candidate_id"], "item_id", list(items.values()))}
-    parsed: list[tuple[int, Criterion, str, tuple[int, ...], ImportedSample, str]] = []
+    parsed = _push_rows_checked(verdicts, problems, crits=crits, items=items, cands=cands,
+                                outs=outs)
+    problems.raise_if_any("The verdicts")
+    with transaction.atomic():
+        if create:
+            outcome = judge_imported_version_get_or_create(
+                study=study, name=judge["name"], label=judge["config_hash"],
+                value_type="label", model_family=judge.get("model_family", ""),
+                created_by=created_by, description="Verdicts pushed by a judge run elsewhere",
+            )
+            version = outcome.version
+            version.content_hash = judge["config_hash"]
+            version.config = {"external": True, "config_hash": judge["config_hash"],
+                              "config": dict(judge.get("config") or {})}
+            version.save(update_fields=["content_hash", "config"])
+        assert version is not None
+        pairs = sorted({(s[0], s[1], s[2]) for _, _, _, s, _ in parsed if len(s) == 3})
+        stored, _ = comparisons_import_bulk(study=study, pairs=pairs) if pairs else ({}, None)
+        calls: dict[tuple[int, int, str, int], dict[tuple[str, int], ImportedSample]] = {}
+        crit_of: dict[tuple[int, int, str, int], Criterion] = {}
+        for _, crit, order, subject, smp in parsed:
+            if len(subject) == 3:
+                cid, reversed_ = stored[(subject[1], subject[2])]
+                key = (version.pk, crit.id, "comparison", cid)
+                if reversed_:
+                    swap = {"A": "B", "B": "A"}
+                    smp = ImportedSample(
+                        order="ba" if order == "ab" else "ab", sample=smp.sample,
+                        value=swap.get(smp.value, smp.value),
+                        probability=None if smp.probability is None else 1 - smp.probability,
+                        rationale=smp.rationale)
+            else:
+                key = (version.pk, crit.id, "output", subject[0])
+            calls.setdefault(key, {})[(smp.order, smp.sample)] = smp
+            crit_of[key] = crit
+        # Samples sent earlier stay unless this request sends the same (order, sample).
+        if use_copy:
+            counts = _push_write_copy(calls, crit_of)
+        else:
+            prior = _of_subjects(
+                [version.pk], {k[1] for k in calls},
+                [k[3] for k in calls if k[2] == "output"],
+                [k[3] for k in calls if k[2] == "comparison"],
+            )
+            for v in prior:
+                k = (version.pk, v.criterion_id,
+                     *SubjectRef.of(v.output_id, v.comparison_id).pair)
+                if k in calls:
+                    for old in _stored_samples(v):
+                        calls[k].setdefault((old.order, old.sample), old)
+            counts = verdicts_import_bulk(verdicts={
+                k: VerdictImport(criterion=crit_of[k], samples=tuple(smps.values()))
+                for k, smps in calls.items()
+            }, use_copy=False)
+    return PushOutcome(version=version, version_created=create, counts=counts)
+
+
+def _push_subjects(study_id: int, names: list[str]
+                   ) -> tuple[dict[str, int], dict[tuple[int, int], int]]:
+    """The items of `study_id` named `names` (external id -> id) and their outputs ((item id,
+    candidate id) -> output id). On PostgreSQL one statement driven from the names (an index
+    probe per name, then per item), the names sent as one JSON text: psycopg builds a
+    10,000-element array parameter element by element, JSON is encoded in C."""
+    from studies.models import Item, Output
+
+    items: dict[str, int]
+    outs: dict[tuple[int, int], int]
+    if connection.vendor != "postgresql":
+        items = dict(Item.objects.filter(study_id=study_id, external_id__in=names)
+                     .values_list("external_id", "id"))
+        outs = {(it, ca): o for o, it, ca in Output.objects.filter(
+            item_id__in=list(items.values())).values_list("id", "item_id", "candidate_id")}
+        return items, outs
+    items_t = connection.ops.quote_name(Item._meta.db_table)
+    outs_t = connection.ops.quote_name(Output._meta.db_table)
+    sql = (f"SELECT u.k, i.id, o.id, o.candidate_id "
+           f"FROM jsonb_array_elements_text(%s::jsonb) AS u(k) "
+           f"CROSS JOIN LATERAL (SELECT t.id FROM {items_t} t "
+           f"WHERE t.study_id = %s AND t.external_id = u.k) AS i "
+           f"LEFT JOIN LATERAL (SELECT p.id, p.candidate_id FROM {outs_t} p "
+           f"WHERE p.item_id = i.id) AS o ON true")
+    items, outs = {}, {}
+    with connection.cursor() as cur:
+        cur.execute(sql, [json.dumps(names), study_id])
+        for name, item_id, out_id, cand_id in cur.fetchall():
+            items[name] = item_id
+            if out_id is not None:
+                outs[(item_id, cand_id)] = out_id
+    return items, outs
+
+
+def _push_write_copy(
+    calls: dict[tuple[int, int, str, int], dict[tuple[str, int], ImportedSample]],
+    crit_of: Mapping[tuple[int, int, str, int], Criterion],
+) -> VerdictBulkCounts:
+    """The push's write on PostgreSQL: each subject's sent samples combined and merged in one
+    statement; the few stored verdicts holding samples this request does not send again are
+    held back by the merge, read, combined with the sent samples and written in a second
+    merge (what the ORM path does for every verdict, read first)."""
+    value_nums: dict[tuple[int, str], float | None] = {}
+
+    def combined(keys: Any) -> dict[tuple[int, int, str, int], dict[str, Any]]:
+        out: dict[tuple[int, int, str, int], dict[str, Any]] = {}
+        for k in keys:
+            smps, crit = calls[k], crit_of[k]
+            one = next(iter(smps.values())) if len(smps) == 1 else None
+            if one is not None and _one_call(crit, one):  # as _samples_combined, sooner
+                out[k] = _one_call_fields(crit, one, value_nums)
+            else:
+                out[k] = _samples_combined(
+                    VerdictImport(criterion=crit, samples=tuple(smps.values())), value_nums)
+        return out
+
+    first = verdict_rows_upsert(combined(calls), use_copy=True, sent=calls)
+    counts = VerdictBulkCounts(first.created, first.updated, first.unchanged)
+    if first.held:
+        held = []
+        for v in Verdict.objects.filter(pk__in=first.held):
+            k = (v.judge_version_id, v.criterion_id,
+                 *SubjectRef.of(v.output_id, v.comparison_id).pair)
+            for old in _stored_samples(v):
+                calls[k].setdefault((old.order, old.sample), old)
+            held.append(k)
+        again = verdict_rows_upsert(combined(held), use_copy=True)
+        counts.created += again.created
+        counts.updated += again.updated
+        counts.unchanged += again.unchanged
+    return counts
+
+
+def _push_rows_checked(
+    verdicts: list[Any], problems: Problems, *, crits: Mapping[str, Criterion],
+    items: Mapping[str, int], cands: Mapping[str, int], outs: Mapping[tuple[int, int], int],
+) -> list[tuple[int, Criterion, str, tuple[int, ...], ImportedSample]]:
+    """Each pushed row checked against the batch's pre-resolved criteria, items, candidates
+    and outputs; problems added under ``verdicts[i].field``. Returns (row index, criterion,
+    order, subject, sample) of the rows that passed: (output id,) or (item id, output a id,
+    output b id) for a comparison, order "ab" by default.
+
+    The common row (known fields, a float probability, an int sample) passes each check with
+    one comparison; the messages are built only for a row that fails one. Each distinct
+    (criterion, value) is checked once per batch."""
+    parsed: list[tuple[int, Criterion, str, tuple[int, ...], ImportedSample]] = []
     seen: dict[tuple[Any, ...], int] = {}
+    value_problem: dict[tuple[int, str], str | None] = {}
+    known_fields = _PUSH_FIELDS.issuperset
+    pairwise_scale = Criterion.Scale.PAIRWISE
     for i, row in enumerate(verdicts):
-        at = f"verdicts[{i}]"
-        start = problems.count
         if not isinstance(row, Mapping):
-            problems.add(at, "must be an object")
+            problems.add(f"verdicts[{i}]", "must be an object")
             continue
-        for k in sorted(set(row) - _PUSH_FIELDS):
-            problems.add(f"{at}.{k}", "unknown field")
+        start = problems.count
+        if not known_fields(row):
+            for k in sorted(set(row) - _PUSH_FIELDS):
+                problems.add(f"verdicts[{i}].{k}", "unknown field")
         crit_key = row.get("criterion")
         crit = crits.get(crit_key) if isinstance(crit_key, str) else None
         if crit is None:
-            problems.add(f"{at}.criterion", f"unknown criterion {row.get('criterion')!r} (the "
-                                            f"rubric has: {', '.join(sorted(crits)) or 'none'})")
-        item = items.get(str(row.get("item"))) if isinstance(row.get("item"), str) else None
+            problems.add(f"verdicts[{i}].criterion",
+                         f"unknown criterion {row.get('criterion')!r} (the rubric has: "
+                         f"{', '.join(sorted(crits)) or 'none'})")
+        item_name = row.get("item")
+        item = items.get(item_name) if isinstance(item_name, str) else None
         if item is None:
-            problems.add(f"{at}.item", f"unknown item {row.get('item')!r}: ingest the items "
-                                       "and outputs first")
+            problems.add(f"verdicts[{i}].item", f"unknown item {item_name!r}: ingest the items "
+                                                "and outputs first")
         value = row.get("value")
         if not isinstance(value, str):
-            problems.add(f"{at}.value", "a string (empty: the judge's answer was unparseable)")
+            problems.add(f"verdicts[{i}].value",
+                         "a string (empty: the judge's answer was unparseable)")
             value = ""
         prob = row.get("probability")
-        if prob is not None and (isinstance(prob, bool) or not isinstance(prob, (int, float))
-                                 or not math.isfinite(float(prob)) or not 0 <= prob <= 1):
-            problems.add(f"{at}.probability", f"a number in [0, 1], got {prob!r}")
+        if prob is not None and not (type(prob) is float and 0.0 <= prob <= 1.0) and (
+                isinstance(prob, bool) or not isinstance(prob, (int, float))
+                or not math.isfinite(float(prob)) or not 0 <= prob <= 1):
+            problems.add(f"verdicts[{i}].probability", f"a number in [0, 1], got {prob!r}")
             prob = None
         sample = row.get("sample", 0)
-        if isinstance(sample, bool) or not isinstance(sample, int) or not 0 <= sample <= 1_000_000:
-            problems.add(f"{at}.sample", f"an integer >= 0 (the sample index), got {sample!r}")
+        if not (type(sample) is int and 0 <= sample <= 1_000_000):
+            problems.add(f"verdicts[{i}].sample",
+                         f"an integer >= 0 (the sample index), got {sample!r}")
             sample = 0
         rationale = row.get("rationale", "")
         if not isinstance(rationale, str):
-            problems.add(f"{at}.rationale", "a string")
+            problems.add(f"verdicts[{i}].rationale", "a string")
             rationale = ""
         order = row.get("order", "")
         if crit is None or item is None or problems.count > start:
             continue
-        pairwise = crit.scale == Criterion.Scale.PAIRWISE
         subject: tuple[int, ...]
-        if pairwise:
+        if crit.scale == pairwise_scale:
+            at = f"verdicts[{i}]"
             ca, cb = row.get("candidate_a"), row.get("candidate_b")
             ids = []
             for name, cand in (("candidate_a", ca), ("candidate_b", cb)):
                 out = outs.get((item, cands.get(cand, -1))) if isinstance(cand, str) else None
                 if out is None:
                     problems.add(f"{at}.{name}", f"no output of candidate {cand!r} for item "
-                                                 f"{row.get('item')!r}: ingest it first")
+                                                 f"{item_name!r}: ingest it first")
                 ids.append(out)
             if order not in ("", "ab", "ba"):
                 problems.add(f"{at}.order", f"'ab' or 'ba' (which output the judge saw "
@@ -800,81 +926,43 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
             cand = row.get("candidate")
             out = outs.get((item, cands.get(cand, -1))) if isinstance(cand, str) else None
             if out is None:
-                problems.add(f"{at}.candidate", f"no output of candidate {cand!r} for item "
-                                                f"{row.get('item')!r}: ingest it first")
-            for k in ("candidate_a", "candidate_b", "order"):
-                if k in row:
-                    problems.add(f"{at}.{k}", f"only comparisons have {k}")
+                problems.add(f"verdicts[{i}].candidate",
+                             f"no output of candidate {cand!r} for item {item_name!r}: "
+                             "ingest it first")
+            if "candidate_a" in row or "candidate_b" in row or "order" in row:
+                for k in ("candidate_a", "candidate_b", "order"):
+                    if k in row:
+                        problems.add(f"verdicts[{i}].{k}", f"only comparisons have {k}")
             if problems.count > start:
                 continue
             subject = (int(out or 0),)
             order = ""
         if value != "":
-            try:
-                criterion_value_num(crit, value)
-            except ValueError as exc:
-                problems.add(f"{at}.value", str(exc))
+            memo_key = (crit.id, value)
+            if memo_key in value_problem:
+                bad = value_problem[memo_key]
+            else:
+                try:
+                    criterion_value_num(crit, value)
+                    bad = None
+                except ValueError as exc:
+                    bad = str(exc)
+                value_problem[memo_key] = bad
+            if bad is not None:
+                problems.add(f"verdicts[{i}].value", bad)
                 continue
-            why = verdict_probability_problem(crit, value, prob)
-            if why is not None:
-                problems.add(f"{at}.probability", why)
-                continue
-        dup = (crit.pk, subject, order, sample)
+            if prob is not None:
+                why = verdict_probability_problem(crit, value, prob)
+                if why is not None:
+                    problems.add(f"verdicts[{i}].probability", why)
+                    continue
+        dup = (crit.id, subject, order, sample)
         if dup in seen:
-            problems.add(f"{at}.sample", f"sample {sample} of this subject is also "
-                                         f"verdicts[{seen[dup]}]")
+            problems.add(f"verdicts[{i}].sample", f"sample {sample} of this subject is also "
+                                                  f"verdicts[{seen[dup]}]")
             continue
         seen[dup] = i
         parsed.append((i, crit, order, subject, ImportedSample(
             order=order, sample=sample, value=value,
-            probability=None if prob is None else float(prob), rationale=rationale),
-            rationale))
-    problems.raise_if_any("The verdicts")
-    with transaction.atomic():
-        if create:
-            outcome = judge_imported_version_get_or_create(
-                study=study, name=judge["name"], label=judge["config_hash"],
-                value_type="label", model_family=judge.get("model_family", ""),
-                created_by=created_by, description="Verdicts pushed by a judge run elsewhere",
-            )
-            version = outcome.version
-            version.content_hash = judge["config_hash"]
-            version.config = {"external": True, "config_hash": judge["config_hash"],
-                              "config": dict(judge.get("config") or {})}
-            version.save(update_fields=["content_hash", "config"])
-        assert version is not None
-        pairs = sorted({(s[0], s[1], s[2]) for _, _, _, s, _, _ in parsed if len(s) == 3})
-        stored, _ = comparisons_import_bulk(study=study, pairs=pairs) if pairs else ({}, None)
-        calls: dict[tuple[int, int, str, int], dict[tuple[str, int], ImportedSample]] = {}
-        crit_of: dict[tuple[int, int, str, int], Criterion] = {}
-        for _, crit, order, subject, smp, _ in parsed:
-            if len(subject) == 3:
-                cid, reversed_ = stored[(subject[1], subject[2])]
-                key = (version.pk, crit.pk, "comparison", cid)
-                if reversed_:
-                    swap = {"A": "B", "B": "A"}
-                    smp = ImportedSample(
-                        order="ba" if order == "ab" else "ab", sample=smp.sample,
-                        value=swap.get(smp.value, smp.value),
-                        probability=None if smp.probability is None else 1 - smp.probability,
-                        rationale=smp.rationale)
-            else:
-                key = (version.pk, crit.pk, "output", subject[0])
-            calls.setdefault(key, {})[(smp.order, smp.sample)] = smp
-            crit_of[key] = crit
-        # Samples sent earlier stay unless this request sends the same (order, sample).
-        prior = _of_subjects(
-            [version.pk], {k[1] for k in calls},
-            [k[3] for k in calls if k[2] == "output"],
-            [k[3] for k in calls if k[2] == "comparison"],
-        )
-        for v in prior:
-            k = (version.pk, v.criterion_id, *SubjectRef.of(v.output_id, v.comparison_id).pair)
-            if k in calls:
-                for old in _stored_samples(v):
-                    calls[k].setdefault((old.order, old.sample), old)
-        counts = verdicts_import_bulk(verdicts={
-            k: VerdictImport(criterion=crit_of[k], samples=tuple(smps.values()))
-            for k, smps in calls.items()
-        })
-    return PushOutcome(version=version, version_created=create, counts=counts)
+            probability=None if prob is None else float(prob), rationale=rationale)))
+    return parsed
