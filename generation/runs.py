@@ -35,6 +35,7 @@ from django.db.models import Count, Exists, Min, OuterRef, Q, Sum
 from django.utils import timezone
 
 from judges.runs import leases
+from judges.runs.record import finite_or_text, rows_json
 from reviewhub.errors import ValidationFailed
 from studies.models import Item, Study
 from studies.services import (
@@ -543,8 +544,6 @@ def _record_postgres(outcomes: Sequence[JobOutcome], now: datetime) -> list[int]
     """The same as the ORM path in three statements whatever the chunk's size: one UPDATE …
     FROM json_to_recordset conditional on each lease (the judge queue's recording, see
     judges/runs/record.py), the outputs of the jobs it ended in one upsert, their ids."""
-    from judges.runs.record import _finite_or_text, _rows_json
-
     names = [n for n, _ in _PG_COLUMNS]
     floats = [n for n, t in _PG_COLUMNS if t == "double precision"]
     rows = []
@@ -553,7 +552,7 @@ def _record_postgres(outcomes: Sequence[JobOutcome], now: datetime) -> list[int]
         values.update(status=o.status,
                       finished_at=None if o.status == GenerationJob.Status.QUEUED else now)
         row = {"id": o.job_id, "token": o.token, **{n: values[n] for n in names}}
-        rows.append(_finite_or_text(row, floats))
+        rows.append(finite_or_text(row, floats))
     decl = ", ".join(f"{n} {'json' if t == 'jsonb' else t}" for n, t in _PG_COLUMNS)
     sets = ", ".join(f"{n} = v.{n}" + ("::jsonb" if t == "jsonb" else "") for n, t in _PG_COLUMNS)
     table = GenerationJob._meta.db_table
@@ -563,7 +562,7 @@ def _record_postgres(outcomes: Sequence[JobOutcome], now: datetime) -> list[int]
            "RETURNING j.id")
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(sql, [_rows_json(rows)])
+            cursor.execute(sql, [rows_json(rows)])
             recorded = [r[0] for r in cursor.fetchall()]
         done = set(recorded)
         final = [o for o in outcomes if o.job_id in done and o.output is not None
@@ -577,7 +576,7 @@ def _record_postgres(outcomes: Sequence[JobOutcome], now: datetime) -> list[int]
                 cursor.execute(
                     f"UPDATE {table} AS j SET output_id = v.output_id FROM "
                     "json_to_recordset(%s::json) AS v(id bigint, output_id bigint) "
-                    "WHERE j.id = v.id", [_rows_json(links)])
+                    "WHERE j.id = v.id", [rows_json(links)])
     return recorded
 
 

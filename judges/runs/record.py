@@ -67,7 +67,7 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def _finite_or_text(row: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+def finite_or_text(row: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
     # JSON has no NaN/Infinity; as strings they still reach a double precision column intact.
     for name in names:
         value = row[name]
@@ -76,7 +76,7 @@ def _finite_or_text(row: dict[str, Any], names: Iterable[str]) -> dict[str, Any]
     return row
 
 
-def _rows_json(rows: Iterable[Mapping[str, Any]]) -> str:
+def rows_json(rows: Iterable[Mapping[str, Any]]) -> str:
     """A chunk's rows as ONE JSON parameter for `json_to_recordset`.
 
     One text parameter instead of a VALUES list of (rows x columns) placeholders: psycopg
@@ -118,18 +118,18 @@ def _storable(value: Any) -> Any:
 _RECORD_FLOATS = tuple(name for name, pgtype in _RECORD_COLUMNS if pgtype == "double precision")
 
 
-def _record_rows_json(outcomes: Sequence[JobOutcome], now: datetime) -> str:
+def record_rows_json(outcomes: Sequence[JobOutcome], now: datetime) -> str:
     """The `json_to_recordset` parameter of `record_update_sql`."""
     names = [name for name, _ in _RECORD_COLUMNS]
     # finished_at as JSON once per chunk, not through the encoder's fallback once per row.
     now_text = now.isoformat()
     rows = (
-        _finite_or_text({"id": o.job_id, "token": o.lease_token,
+        finite_or_text({"id": o.job_id, "token": o.lease_token,
                          **dict(zip(names, _outcome_row(o, now_text), strict=True))},
                         _RECORD_FLOATS)
         for o in outcomes
     )
-    return _rows_json(rows)
+    return rows_json(rows)
 
 
 @functools.cache
@@ -153,7 +153,7 @@ def record_update_sql(param: str) -> str:
 def _record_postgres(outcomes: Sequence[JobOutcome], now: datetime) -> list[int]:
     """One UPDATE … FROM json_to_recordset(…) for the whole chunk, conditional on each lease."""
     with connection.cursor() as cursor:
-        cursor.execute(record_update_sql("%s"), [_record_rows_json(outcomes, now)])
+        cursor.execute(record_update_sql("%s"), [record_rows_json(outcomes, now)])
         return [row[0] for row in cursor.fetchall()]
 
 

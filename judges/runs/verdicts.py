@@ -27,12 +27,12 @@ from .claim import ClaimedJob
 from .common import ACTIVE_JOB_STATUSES, JOB_BULK_BATCH, logger
 from .record import (
     JobOutcome,
-    _finite_or_text,
-    _record_rows_json,
-    _rows_json,
     _storable,
+    finite_or_text,
     jobs_record,
+    record_rows_json,
     record_update_sql,
+    rows_json,
 )
 
 # (judge_version_id, criterion_id, "o"|"c", subject id): a plain tuple, with the subject as
@@ -171,7 +171,7 @@ def _verdicts_upsert_postgres(
 ) -> int:
     """One INSERT … ON CONFLICT DO UPDATE; a verdict whose values did not change is left as
     it is (not even `updated_at` moves), and only created or changed rows are counted."""
-    rows = (_finite_or_text({"sid": sid, **_verdict_values(cv, run_id)},
+    rows = (finite_or_text({"sid": sid, **_verdict_values(cv, run_id)},
                             ("value_num", "probability"))
             for sid, (cv, run_id) in combined.items())
     types = {"is_scored": "boolean", "value": "varchar", "value_num": "double precision",
@@ -195,7 +195,7 @@ def _verdicts_upsert_postgres(
     )
     params: dict[str, Any] = {"version": version_id, "criterion": crit_id,
                               "source": Verdict.Source.RUN, "now": timezone.now(),
-                              "rows": _rows_json(rows)}
+                              "rows": rows_json(rows)}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return len(cursor.fetchall())
@@ -305,12 +305,12 @@ def jobs_record_with_verdicts(
         if row[4] not in TERMINAL_STATUSES:  # a job to be retried has no verdict yet
             continue
         cv = _combine_one_job(key, row, known[crit_id])
-        rows.append(_finite_or_text(
+        rows.append(finite_or_text(
             {"job": job_id, "version": version_id, "criterion": crit_id, "sid": sid,
              **_verdict_values(cv, row[1])}, ("value_num", "probability")))
     now = timezone.now()
-    params: dict[str, Any] = {"jobs": _record_rows_json(outcomes, now),
-                              "verdicts": _rows_json(rows), "source": Verdict.Source.RUN,
+    params: dict[str, Any] = {"jobs": record_rows_json(outcomes, now),
+                              "verdicts": rows_json(rows), "source": Verdict.Source.RUN,
                               "now": now}
     with connection.cursor() as cursor:
         cursor.execute(_record_with_verdicts_sql(), params)
