@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "calibration",
     "reports",
     "imports",
+    "monitoring",
 ]
 
 MIDDLEWARE = [
