@@ -100,6 +100,10 @@ class TrafficRow(models.Model):
                                 name="traffic_deployment_time")]
 
 
+    def __str__(self) -> str:
+        return f"{self.deployment_id}:{self.request_id}"
+
+
 class TrafficLabel(models.Model):
     """A judge verdict or a human grade of one traffic row (value 1 = pass, 0 = fail)."""
 
@@ -130,6 +134,10 @@ class TrafficLabel(models.Model):
         ]
 
 
+    def __str__(self) -> str:
+        return f"{self.source} {self.rater}: {self.value:g}"
+
+
 class Window(models.Model):
     """One computed window (hour or day) of a deployment: its typed, versioned result."""
 
@@ -155,6 +163,10 @@ class Window(models.Model):
             models.UniqueConstraint(fields=["deployment", "granularity", "start"],
                                     name="window_unique_start"),
         ]
+
+
+    def __str__(self) -> str:
+        return f"{self.granularity} {self.start:%Y-%m-%d %H:%M}"
 
 
 class Alert(models.Model):
@@ -192,6 +204,10 @@ class Alert(models.Model):
         ]
 
 
+    def __str__(self) -> str:
+        return f"{self.kind} {self.stratum or 'all'} ({self.status})"
+
+
 class AlertEvent(models.Model):
     """The history of an alert: opened, seen again, notified, acknowledged, resolved."""
 
@@ -204,3 +220,6 @@ class AlertEvent(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.event} at {self.at:%Y-%m-%d %H:%M}"
