@@ -50,8 +50,9 @@ def _batch_max() -> int:
 
 def _frozen_scheme(study: Study) -> list[dict[str, Any]]:
     """The study's dimensions with quantile bins replaced by their edges over its items now."""
-    dims = list(study.dimensions.order_by("position", "id").values("key", "kind", "source",
-                                                                    "config"))
+    dims: list[dict[str, Any]] = [
+        dict(d) for d in study.dimensions.order_by("position", "id").values(
+            "key", "kind", "source", "config")]
     out = []
     for d in dims:
         if dimension_needs_quantiles(d):
@@ -266,7 +267,7 @@ def windows_recent_compute(*, deployment: Deployment, now: dt.datetime) -> list[
     return out
 
 
-def params_or_400(raw: Mapping[str, Any]) -> WindowParams:
+def params_or_400(raw: Any) -> WindowParams:
     """Window params from a request body (400 naming the field)."""
     from .window.params import window_params_validate
 

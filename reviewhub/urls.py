@@ -33,6 +33,7 @@ urlpatterns = [
     path("api/", include("calibration.api_urls")),
     path("api/", include("reports.api_urls")),
     path("api/", include("imports.api_urls")),
+    path("api/", include("monitoring.api_urls")),
     path("", include("studies.urls")),
     path("", include("judges.urls")),
     path("", include("annotations.urls")),

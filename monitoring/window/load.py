@@ -54,7 +54,8 @@ def window_input_load(*, deployment: Deployment, params: WindowParams) -> Window
                      "refusal", "injection_rules", "to_judge", "judge_pi", "judge_value",
                      "to_human", "human_pi", "human_value", "escalated")
     )
-    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(15)]
+    cols: list[tuple[Any, ...]] = (list(zip(*rows, strict=True)) if rows
+                                   else [() for _ in range(15)])
     rules: Counter[str] = Counter()
     for names in cols[7]:
         rules.update(names)
