@@ -152,6 +152,9 @@ sequential: (anytime-valid: a false-alarm rate that holds however often one look
             mean_confidence_sequence(counts, sums, *, alpha=0.05, bounds=(0, 1), n_opt=500)
                 -> ConfidenceSequence   # normal mixture, Howard et al. 2021
             normal_mixture_radius(v, *, alpha, rho), normal_mixture_rho(v, alpha)
+            drift_monitor(counts, sums, *, limit, direction="below"|"above", alpha=0.05,
+                          restart_every=24, ...) -> DriftMonitor   # restarted sequences,
+                P(any false alarm, ever) <= alpha; restart_alpha(alpha, d) = alpha/((d+1)(d+2))
 changes:    (two-sample change tests for label-free behaviour signals)
             rank_sum_test(first, second) -> ChangeTest   # Mann-Whitney U, asymptotic
             two_proportion_test(k1, n1, k2, n2) -> ChangeTest   # pooled z
@@ -317,9 +320,12 @@ from evalstats.selective import (
 )
 from evalstats.sequential import (
     ConfidenceSequence,
+    DriftMonitor,
+    drift_monitor,
     mean_confidence_sequence,
     normal_mixture_radius,
     normal_mixture_rho,
+    restart_alpha,
 )
 from evalstats.tables import (
     MAX_TABLE_CATEGORIES,
@@ -364,6 +370,7 @@ __all__ = [
     "ConsensusResult",
     "CostModel",
     "DecisionThresholds",
+    "DriftMonitor",
     "Estimate",
     "FalsePassCost",
     "HierarchicalCalibration",
@@ -424,6 +431,7 @@ __all__ = [
     "correlation_clustered",
     "decide",
     "decision_thresholds",
+    "drift_monitor",
     "expected_decision_cost",
     "false_pass_cost",
     "fleiss_kappa",
@@ -474,6 +482,7 @@ __all__ = [
     "rate_gate",
     "reliability_bins",
     "resample_counts",
+    "restart_alpha",
     "sample_level_correlation",
     "self_preference",
     "signed_bias",

@@ -45,9 +45,12 @@ FloatArray = npt.NDArray[np.float64]
 
 __all__ = [
     "ConfidenceSequence",
+    "DriftMonitor",
+    "drift_monitor",
     "mean_confidence_sequence",
     "normal_mixture_radius",
     "normal_mixture_rho",
+    "restart_alpha",
 ]
 
 
@@ -130,3 +133,91 @@ def mean_confidence_sequence(
         method=f"normal-mixture confidence sequence (Howard et al. 2021), sub-Gaussian "
                f"sigma = {math.sqrt(sigma2):g}, tightest near n = {n_opt:g}",
     )
+
+
+@dataclass(frozen=True)
+class DriftMonitor:
+    """Where a restarted confidence-sequence monitor stands (see :func:`drift_monitor`).
+
+    ``alarm[k]``: whether any sequence excluded the acceptable side at look ``k``;
+    ``first_alarm``: the first such look (None: none). ``start``, ``n``, ``mean``, ``lower``,
+    ``upper``, ``alpha``: the sequence with the strongest evidence at the last look (the
+    look it started at, its observations, its interval and its share of alpha)."""
+
+    alarm: npt.NDArray[np.bool_]
+    first_alarm: int | None
+    start: int
+    n: int
+    mean: float | None
+    lower: float
+    upper: float
+    alpha: float
+
+
+def restart_alpha(alpha: float, d: int) -> float:
+    """The share of alpha of the sequence started at the ``d``-th restart (0-based):
+    ``alpha / ((d + 1)(d + 2))``, which sums to exactly alpha over d = 0, 1, 2, ..."""
+    return alpha / ((d + 1) * (d + 2))
+
+
+def drift_monitor(
+    counts: npt.ArrayLike,
+    sums: npt.ArrayLike,
+    *,
+    limit: float,
+    direction: str,
+    alpha: float = 0.05,
+    restart_every: int = 24,
+    bounds: tuple[float, float] = (0.0, 1.0),
+    n_opt: float = 500.0,
+) -> DriftMonitor:
+    """Alarm when a bounded mean has crossed ``limit``, with false alarms held at ``alpha``
+    over an unbounded horizon of looks.
+
+    ``counts[k]``/``sums[k]``: the observations and their sum *at* look ``k`` (per look, not
+    cumulative). ``direction="below"`` alarms when the mean is below ``limit`` (a pass rate
+    under its floor), ``"above"`` when above (an error rate over its gate).
+
+    A fresh confidence sequence (:func:`mean_confidence_sequence`) starts every
+    ``restart_every`` looks, the ``d``-th at level :func:`restart_alpha` ``(alpha, d)``, over
+    the observations from its start on; the monitor alarms when any of them lies wholly on the
+    wrong side of ``limit``. Guarantee: if the conditional mean of every observation is on the
+    acceptable side (>= limit for "below", <= limit for "above"), each sequence's running
+    average is too, so by the union bound P(any alarm, ever) <= sum_d alpha_d = alpha. The
+    restarts are what keep detection quick after a late drift: a sequence started after the
+    drift sees only drifted data, where one over the whole history would wait for the old
+    observations to be outweighed.
+    """
+    if direction not in ("below", "above"):
+        raise ValueError("direction must be 'below' or 'above'")
+    if restart_every < 1:
+        raise ValueError("restart_every must be >= 1")
+    n = np.asarray(counts, dtype=np.int64)
+    s = np.asarray(sums, dtype=float)
+    if n.shape != s.shape or n.ndim != 1:
+        raise ValueError("counts and sums must be 1-D arrays of the same length")
+    looks = n.size
+    cn = np.concatenate([[0], np.cumsum(n)])
+    cs_ = np.concatenate([[0.0], np.cumsum(s)])
+    alarm = np.zeros(looks, dtype=bool)
+    best: tuple[float, int, int, float | None, float, float, float] | None = None
+    for d, start in enumerate(range(0, looks, restart_every)):
+        a = restart_alpha(alpha, d)
+        seq = mean_confidence_sequence(cn[start + 1:] - cn[start], cs_[start + 1:] - cs_[start],
+                                       alpha=a, bounds=bounds, n_opt=n_opt)
+        crossed = seq.upper < limit if direction == "below" else seq.lower > limit
+        alarm[start:] |= crossed
+        # Evidence at the last look: how far the sequence's near end is past the limit.
+        gap = (limit - float(seq.upper[-1]) if direction == "below"
+               else float(seq.lower[-1]) - limit)
+        mean = None if seq.n[-1] == 0 else float(seq.mean[-1])
+        if best is None or gap > best[0]:
+            best = (gap, start, int(seq.n[-1]), mean, float(seq.lower[-1]),
+                    float(seq.upper[-1]), a)
+    hits = np.flatnonzero(alarm)
+    if best is None:
+        lo, hi = float(bounds[0]), float(bounds[1])
+        return DriftMonitor(alarm, None, 0, 0, None, lo, hi, alpha)
+    _, start, count, mean, lower, upper, a = best
+    return DriftMonitor(alarm, int(hits[0]) if hits.size else None, start, count, mean,
+                        lower, upper, a)

@@ -10,14 +10,14 @@ number of streams K never grows):
 * ``error_rate``: every row's error flag, against the plan's ``error_rate`` gate. Fires when
   the sequence's lower end is above the gate.
 
-Guarantee. Each stream's confidence sequence (`evalstats.mean_confidence_sequence`) runs at
-level ``alpha / K`` over the hourly windows since the deployment started (cumulative counts,
-looked at after every window and at every evaluation). If, for a stream, the average of the
-true rates so far never crosses its limit (pass rate >= floor, error rate <= gate), that stream
-fires with probability at most ``alpha / K`` *ever*; by the union bound the deployment raises
-a false alarm, at any time over an unbounded horizon, with probability at most ``alpha``. The
-price is detection delay, measured in tests/monitoring/test_alert_simulation.py and reported
-in docs/monitoring.md.
+Guarantee. Each stream is an `evalstats.drift_monitor` at level ``alpha / K`` over the
+hourly windows since the deployment started: a confidence sequence restarted every day, the
+d-th at ``(alpha / K) / ((d + 1)(d + 2))``, looked at after every window and at every
+evaluation. If a stream's true rate never crosses its limit (pass rate >= floor, error rate
+<= gate), that stream fires with probability at most ``alpha / K`` *ever*; by the union
+bound the deployment raises a false alarm, at any time over an unbounded horizon, with
+probability at most ``alpha``. The price is detection delay, measured in
+tests/monitoring/test_alert_simulation.py and reported in docs/monitoring.md.
 
 Life cycle. One unresolved alert per (deployment, kind, stratum) (a partial unique
 constraint): a stream that is still over its limit updates that alert (``last_seen_at``,
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from django.db import IntegrityError, transaction
 
-from evalstats import mean_confidence_sequence
+from evalstats import drift_monitor
 from reviewhub.errors import Conflict
 from studies.spec import plan_selection
 
@@ -46,6 +46,8 @@ from .models import Alert, AlertEvent, Deployment, Window
 DEFAULT_ALPHA = 0.05
 DEFAULT_COOLDOWN_MINUTES = 360
 KINDS = ("pass_rate", "error_rate")
+# A fresh confidence sequence starts every day of hourly windows (evalstats.drift_monitor).
+RESTART_EVERY_HOURS = 24
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ class StreamState:
     lower: float
     upper: float
     firing: bool
+    # The restarted sequence behind the state: its first window's start and its alpha share.
+    since: str = ""
+    sequence_alpha: float = 0.0
 
 
 def pass_rate_floor(deployment: Deployment) -> float | None:
@@ -94,7 +99,7 @@ def _limits(deployment: Deployment) -> dict[str, float]:
 
 
 def stream_states(deployment: Deployment) -> list[StreamState]:
-    """Every stream's confidence sequence at its latest look (hourly windows so far)."""
+    """Every stream's monitor at its latest look (the hourly windows so far)."""
     limits = _limits(deployment)
     strata = monitored_strata(deployment)
     alpha = float((deployment.alerting or {}).get("alpha", DEFAULT_ALPHA))
@@ -105,16 +110,19 @@ def stream_states(deployment: Deployment) -> list[StreamState]:
     states = []
     for kind, limit in limits.items():
         for stratum in strata:
-            n, total = _cumulative(results, kind, stratum)
-            cs = mean_confidence_sequence(n, total, alpha=alpha / k) if n.size else None
-            if cs is None or n[-1] == 0:
+            n, total = _per_window(results, kind, stratum)
+            if not n.size or n.sum() == 0:
                 states.append(StreamState(kind, stratum, limit, alpha / k, 0, None, 0.0, 1.0,
                                           False))
                 continue
-            lower, upper = float(cs.lower[-1]), float(cs.upper[-1])
-            firing = upper < limit if kind == "pass_rate" else lower > limit
-            states.append(StreamState(kind, stratum, limit, alpha / k, int(n[-1]),
-                                      float(cs.mean[-1]), lower, upper, firing))
+            monitor = drift_monitor(n, total, limit=limit, alpha=alpha / k,
+                                    direction="below" if kind == "pass_rate" else "above",
+                                    restart_every=RESTART_EVERY_HOURS)
+            states.append(StreamState(kind, stratum, limit, alpha / k, monitor.n,
+                                      monitor.mean, monitor.lower, monitor.upper,
+                                      bool(monitor.alarm[-1]),
+                                      since=str(results[monitor.start].get("start", "")),
+                                      sequence_alpha=monitor.alpha))
     return states
 
 
@@ -122,7 +130,7 @@ def _floor_hour(at: dt.datetime) -> dt.datetime:
     return at.replace(minute=0, second=0, microsecond=0)
 
 
-def _cumulative(results: list[Mapping[str, Any]], kind: str, stratum: str
+def _per_window(results: list[Mapping[str, Any]], kind: str, stratum: str
                 ) -> tuple[np.ndarray, np.ndarray]:
     counts, sums = [], []
     for result in results:
@@ -141,7 +149,7 @@ def _cumulative(results: list[Mapping[str, Any]], kind: str, stratum: str
         else:
             counts.append(int(cell["n_rows"]))
             sums.append(float(cell["n_errors"]))
-    return np.cumsum(np.array(counts, dtype=np.int64)), np.cumsum(np.array(sums, dtype=float))
+    return np.array(counts, dtype=np.int64), np.array(sums, dtype=float)
 
 
 def _message(state: StreamState, deployment: Deployment) -> str:
@@ -149,9 +157,10 @@ def _message(state: StreamState, deployment: Deployment) -> str:
     if state.kind == "pass_rate":
         return (f"{deployment.name}: pass rate on {where} is below the floor "
                 f"{state.limit:.0%}: at most {state.upper:.1%} (anytime-valid, "
-                f"{state.n} random human labels)")
+                f"{state.n} random human labels since {state.since[:16]})")
     return (f"{deployment.name}: error rate on {where} is above the gate {state.limit:.1%}: "
-            f"at least {state.lower:.1%} (anytime-valid, {state.n} rows)")
+            f"at least {state.lower:.1%} (anytime-valid, {state.n} rows since "
+            f"{state.since[:16]})")
 
 
 def alerts_evaluate(*, deployment: Deployment, now: dt.datetime) -> list[Alert]:
@@ -166,7 +175,8 @@ def alerts_evaluate(*, deployment: Deployment, now: dt.datetime) -> list[Alert]:
             continue
         key = f"{state.kind}|{state.stratum}"
         details = {"limit": state.limit, "alpha": state.alpha, "n": state.n,
-                   "mean": state.mean, "lower": state.lower, "upper": state.upper}
+                   "mean": state.mean, "lower": state.lower, "upper": state.upper,
+                   "since": state.since, "sequence_alpha": state.sequence_alpha}
         with transaction.atomic():
             alert = (Alert.objects.select_for_update()
                      .filter(deployment=deployment, dedup_key=key)

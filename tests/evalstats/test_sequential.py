@@ -91,3 +91,30 @@ def test_time_uniform_coverage_by_simulation(p: float) -> None:
             1 + z * z / counts)
         wilson_missed = np.any((centre - half > p) | (centre + half < p), axis=1).mean()
         assert wilson_missed > 4 * alpha, wilson_missed
+
+
+def test_restart_shares_sum_to_alpha() -> None:
+    from evalstats import restart_alpha
+    assert sum(restart_alpha(0.05, d) for d in range(100_000)) == pytest.approx(0.05, rel=1e-4)
+
+
+def test_drift_monitor_is_the_union_of_its_restarted_sequences() -> None:
+    from evalstats import drift_monitor, restart_alpha
+    rng = np.random.default_rng(5)
+    n = rng.poisson(40, 100)
+    p = np.where(np.arange(100) < 60, 0.9, 0.6)
+    k = rng.binomial(n, p).astype(float)
+    monitor = drift_monitor(n, k, limit=0.8, direction="below", alpha=0.05, restart_every=20)
+    expected = np.zeros(100, dtype=bool)
+    for d, start in enumerate(range(0, 100, 20)):
+        cs = mean_confidence_sequence(np.cumsum(n[start:]), np.cumsum(k[start:]),
+                                      alpha=restart_alpha(0.05, d))
+        expected[start:] |= cs.upper < 0.8
+    assert (monitor.alarm == expected).all()
+    assert monitor.first_alarm is not None and monitor.first_alarm >= 60
+    # The evidence at the last look comes from a sequence started after the drift.
+    assert monitor.start >= 60 and monitor.upper < 0.8
+    quiet = drift_monitor(n[:60], k[:60], limit=0.8, direction="below")
+    assert quiet.first_alarm is None and not quiet.alarm.any()
+    with pytest.raises(ValueError):
+        drift_monitor(n, k, limit=0.8, direction="sideways")
