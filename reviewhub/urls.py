@@ -38,6 +38,7 @@ urlpatterns = [
     path("", include("judges.urls")),
     path("", include("annotations.urls")),
     path("", include("reports.urls")),
+    path("", include("monitoring.urls")),
 ]
 
 # JSON errors under /api/ for URLs that match no route (and for 500s); HTML pages elsewhere.

@@ -301,6 +301,10 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "reports-disagreements": {"GET": PAGE_LEAD},
     "reports-calibration": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "reports-calibration-reliability": {"GET": PAGE_LEAD},
+    # monitoring pages: lead pages like the reports (acknowledge / resolve post to the page)
+    "monitoring-list": {"GET": PAGE_LEAD},
+    "monitoring-page": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
+    "monitoring-chart": {"GET": PAGE_LEAD},
     # the selection report: viewers read it too (a committee's document); leads act
     "reports-selection": {"GET": PAGE_READ, "POST": PAGE_LEAD},
     "reports-selection-detail": {"GET": PAGE_READ},

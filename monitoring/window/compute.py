@@ -157,6 +157,9 @@ def stratum_window(inp: WindowInput, mask: BoolArray, *, stratum: str, n_total: 
     n = int(mask.sum())
     judge_est, human_est, ppi_est, warnings = _pass_rates(inp, mask)
     human = mask & _human_random(inp)
+    both = human & np.isfinite(inp.judge_value)
+    agreement = (float(((inp.judge_value[both] >= 0.5) == (inp.human_value[both] >= 0.5))
+                       .mean()) if both.any() else None)
     return StratumWindow(
         stratum=stratum,
         n_rows=n,
@@ -176,6 +179,7 @@ def stratum_window(inp: WindowInput, mask: BoolArray, *, stratum: str, n_total: 
         refusal_rate=_rate(inp.refusal[mask]),
         injection_rate=_rate(inp.injection[mask]),
         mean_output_chars=_mean_or_none(inp.output_chars[mask]),
+        judge_agreement=agreement,
         warnings=tuple(warnings),
     )
 

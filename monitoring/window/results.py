@@ -4,7 +4,8 @@ Stored as JSON in `monitoring.Window.result`; `WindowResult.from_json` reads it 
 refuses a version it does not know (a result written by a newer release). Version history:
 
 1. First version: per-stratum counts, pass rates (judge-only, human-only, prediction-powered),
-   gates, label-free signals against a reference, the traffic mix against the plan's.
+   judge-human agreement on the random human draws, gates, label-free signals against a
+   reference, the traffic mix against the plan's.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class StratumWindow:
     refusal_rate: float | None
     injection_rate: float | None
     mean_output_chars: float | None
+    # Judge and human on the same random draws: the share where the judge's value, read as
+    # pass at >= 0.5, matches the human's (None without such rows).
+    judge_agreement: float | None = None
     warnings: tuple[str, ...] = ()
 
 

@@ -78,6 +78,7 @@ def test_the_prediction_powered_pass_rate_is_ppi_py(deployment: Deployment) -> N
         assert s.pass_judge["value"] == pytest.approx(np.concatenate([f, f_unl]).mean())
         assert s.pass_human["value"] == pytest.approx(y.mean())
         assert s.n_human == len(y)
+        assert s.judge_agreement == pytest.approx(((f >= 0.5) == (y >= 0.5)).mean())
     # All traffic: per-stratum estimates combined with the window's traffic shares.
     ppi = result.overall.pass_ppi
     assert ppi is not None
