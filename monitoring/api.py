@@ -25,7 +25,7 @@ from reviewhub.errors import Problems, ValidationFailed
 from studies.access import judge_data_need, study_access_get
 from studies.serializers import ErrorSerializer
 
-from . import alerts, selectors, services
+from . import alerts, reopen, selectors, services
 from .window.results import WindowResult
 
 TAGS = ["monitoring"]
@@ -266,3 +266,28 @@ class AlertResolve(APIView):
         alert = selectors.alert_get(deployment=deployment, alert_id=alert_id)
         alert = alerts.alert_resolve(alert=alert, user=request.user, now=timezone.now())
         return Response(selectors.alert_json(alert))
+
+
+class ReopenCreate(APIView):
+    @extend_schema(
+        operation_id="deployment_selection_reopen", tags=TAGS,
+        summary="Re-open the selection: a new draft study seeded with recent live traffic",
+        description="Copies the study's task, latest rubric and strata scheme and the "
+                    "deployment's candidates; the items are the last `days` (default 7) of "
+                    "successful requests, at most `limit` (default 2000), with the shipped "
+                    "candidate's live answers as outputs.",
+        request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT, **ERRORS})
+    def post(self, request: Request, deployment_id: int) -> Response:
+        deployment = _deployment(request, deployment_id, write=True)
+        raw = request.data if isinstance(request.data, dict) else {}
+        problems = Problems()
+        days, limit = raw.get("days", 7), raw.get("limit", 2000)
+        if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 90:
+            problems.add("days", "must be a whole number of days from 1 to 90")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 50_000:
+            problems.add("limit", "must be a whole number from 1 to 50000")
+        problems.raise_if_any("The request")
+        study = reopen.selection_reopen(deployment=deployment, user=request.user, days=days,
+                                        limit=limit)
+        return Response({"study": study.slug, "items": study.items.count()},
+                        status=status.HTTP_201_CREATED)

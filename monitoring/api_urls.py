@@ -21,4 +21,6 @@ urlpatterns = [
          api.AlertAcknowledge.as_view(), name="monitoring-api-alert-acknowledge"),
     path("deployments/<int:deployment_id>/alerts/<int:alert_id>/resolve",
          api.AlertResolve.as_view(), name="monitoring-api-alert-resolve"),
+    path("deployments/<int:deployment_id>/reopen", api.ReopenCreate.as_view(),
+         name="monitoring-api-reopen"),
 ]

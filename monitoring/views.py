@@ -21,7 +21,7 @@ from reviewhub.errors import AppError, NotFound
 from reviewhub.pages import error_rows, page_study, strict_csp
 from studies.models import Membership, Study
 
-from . import alerts, selectors
+from . import alerts, reopen, selectors
 from .models import Deployment, Window
 from .window import present
 from .window.results import WindowResult
@@ -74,6 +74,9 @@ def deployment_page(request: HttpRequest, slug: str, deployment_id: int) -> Http
     errors: list[dict[str, Any]] = []
     if request.method == "POST":
         try:
+            if request.POST.get("action") == "reopen":
+                new = reopen.selection_reopen(deployment=deployment, user=request.user)
+                return HttpResponseRedirect(reverse("study-overview", args=[new.slug]))
             _act(request, deployment)
             return HttpResponseRedirect(reverse("monitoring-page", args=[slug, deployment.pk]))
         except AppError as exc:

@@ -267,6 +267,7 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "monitoring-api-alerts": {"GET": READ_BLIND},
     "monitoring-api-alert-acknowledge": {"POST": LEAD_WRITE},
     "monitoring-api-alert-resolve": {"POST": LEAD_WRITE},
+    "monitoring-api-reopen": {"POST": LEAD_WRITE},
     # pages
     "home": {"GET": PAGE_SIGNED_IN},
     "study-overview": {"GET": PAGE_MEMBER},

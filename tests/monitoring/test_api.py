@@ -98,3 +98,32 @@ def test_create_windows_and_export(lead_client: APIClient, shipped_study: Any) -
     assert rows[0]["n_rows"] == "20"
     as_json = lead_client.get(f"/api/deployments/{dep}/windows/export?format=json").json()
     assert as_json["rows"][1]["stratum"] == "de"
+
+
+def test_reopen_the_selection_with_recent_traffic(lead_client: APIClient,
+                                                  deployment: Deployment) -> None:
+    from django.utils import timezone
+
+    from studies.models import Item, Output, Study
+    now = timezone.now().isoformat()
+    rows = [{**r, "occurred_at": now} for r in _rows(4)]
+    rows[3]["error"] = "timeout"
+    lead_client.post(f"/api/deployments/{deployment.pk}/traffic", rows, format="json")
+    bad = lead_client.post(f"/api/deployments/{deployment.pk}/reopen", {"days": 0},
+                           format="json")
+    assert bad.status_code == 400 and bad.json()["error"]["details"]["errors"][0]["path"] == \
+        "days"
+    response = lead_client.post(f"/api/deployments/{deployment.pk}/reopen", {"days": 2},
+                                format="json")
+    assert response.status_code == 201, response.content
+    new = Study.objects.get(slug=response.json()["study"])
+    assert new.status == "draft" and new.slug.startswith("alpha-reopened-")
+    # The failed request is left out; the others are items, with the live answers as outputs.
+    items = Item.objects.filter(study=new)
+    assert sorted(items.values_list("external_id", flat=True)) == ["a0", "a1", "a2"]
+    assert items.get(external_id="a1").strata["lang"] == "de"  # the new study's scheme
+    outputs = Output.objects.filter(study=new)
+    assert outputs.count() == 3 and {o.candidate.name for o in outputs} == {"shipped"}
+    assert outputs.get(item__external_id="a2").latency_ms == 102
+    assert [c.key for c in new.rubric_versions.get().criteria.all()] == ["ok"]
+    assert sorted(new.dimensions.values_list("key", flat=True)) == ["lang", "len"]
