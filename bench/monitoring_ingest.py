@@ -121,7 +121,7 @@ def ingest_bench(args: argparse.Namespace, env: dict[str, str], dep_id: int,
     port = free_port()
     server = subprocess.Popen(
         [str(Path(PY).parent / "gunicorn"), "reviewhub.wsgi", "-w", str(args.workers),
-         "-b", f"127.0.0.1:{port}", "--log-level", "warning"],
+         "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--timeout", "120"],
         cwd=ROOT, env={**env, "DJANGO_ALLOWED_HOSTS": "127.0.0.1"})
     try:
         base = f"http://127.0.0.1:{port}"

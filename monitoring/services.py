@@ -38,6 +38,7 @@ from .window import compute as window_compute_mod
 from .window import load as window_load
 from .window.params import WindowParams
 
+ALERTING_KEYS = ("alpha", "cooldown_minutes", "pass_rate_floor", "webhook_url", "emails")
 DEFAULT_SAMPLING: dict[str, dict[str, float]] = {"judge": {"default": 0.1},
                                                  "human": {"default": 0.01}}
 
@@ -126,6 +127,24 @@ def deployment_create(
     alpha = alert_settings.get("alpha", 0.05)
     if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 0.5:
         problems.add("alerting.alpha", "must be a number in (0, 0.5)")
+    for key in alert_settings:
+        if key not in ALERTING_KEYS:
+            problems.add(f"alerting.{key}", f"unknown key (use {', '.join(ALERTING_KEYS)})")
+    cooldown = alert_settings.get("cooldown_minutes", 360)
+    if isinstance(cooldown, bool) or not isinstance(cooldown, int | float) or cooldown < 0:
+        problems.add("alerting.cooldown_minutes", "must be a number of minutes >= 0")
+    floor = alert_settings.get("pass_rate_floor")
+    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
+                              or not 0 <= floor <= 1):
+        problems.add("alerting.pass_rate_floor", "must be a number in [0, 1]")
+    url = alert_settings.get("webhook_url") or ""
+    if not isinstance(url, str) or (url and not url.startswith(("https://", "http://"))):
+        problems.add("alerting.webhook_url", "must be an http(s) URL")
+    emails = alert_settings.get("emails") or []
+    if not isinstance(emails, list) or not all(
+        isinstance(e, str) and "@" in e and len(e) <= 254 for e in emails
+    ):
+        problems.add("alerting.emails", "must be a list of e-mail addresses")
     problems.raise_if_any("The deployment")
     snapshot = calibration_selectors.snapshot_resolve(study=study,
                                                       snapshot_id=calibration_snapshot_id)

@@ -38,9 +38,12 @@ def test_deployment_refusals_name_the_field(shipped_study: Any, lead: Any) -> No
     with pytest.raises(ValidationFailed) as exc:
         deployment_create(study=shipped_study, name="x", candidate="nobody",
                           sampling_spec={"judge": {"default": 0.1}, "human": {"default": 0.5}},
-                          watch_dimension="nope")
+                          watch_dimension="nope",
+                          alerting={"webhook_url": "file:///etc/passwd", "emails": ["x"],
+                                    "pass_rate_floor": 2, "colour": 1})
     paths = {e["path"] for e in exc.value.details["errors"]}
-    assert {"candidate", "sampling.human.default", "watch_dimension"} <= paths
+    assert {"candidate", "sampling.human.default", "watch_dimension", "alerting.webhook_url",
+            "alerting.emails", "alerting.pass_rate_floor", "alerting.colour"} <= paths
 
 
 def test_rows_get_strata_signals_and_a_sampling_decision(deployment: Deployment) -> None:
