@@ -11,6 +11,7 @@ are in the database, and the next tick computes what the killed one did not.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import shared_task
@@ -19,6 +20,8 @@ from django.utils import timezone
 
 from . import alerts, notify, services
 from .models import Deployment
+
+logger = logging.getLogger(__name__)
 
 
 def deployment_tick(*, deployment_id: int) -> dict[str, Any]:
@@ -35,8 +38,17 @@ def deployment_tick(*, deployment_id: int) -> dict[str, Any]:
 @shared_task(name="monitoring.tick", acks_late=True,
              autoretry_for=(OperationalError, InterfaceError), retry_backoff=2, max_retries=3)
 def monitoring_tick() -> dict[str, Any]:
-    done = {}
+    done, failed = 0, 0
     for pk in Deployment.objects.filter(status=Deployment.Status.ACTIVE).values_list(
             "pk", flat=True):
-        done[pk] = deployment_tick(deployment_id=pk)
-    return {"deployments": len(done)}
+        try:
+            deployment_tick(deployment_id=pk)
+            done += 1
+        except (OperationalError, InterfaceError):
+            raise  # the database is gone: the task's retry policy takes over
+        except Exception:
+            # One deployment's failure (a bad plan, a bug) must not stop the others' windows
+            # and alerts; it is logged and tried again at the next tick.
+            logger.exception("monitoring tick failed for deployment %s", pk)
+            failed += 1
+    return {"deployments": done, "failed": failed}

@@ -168,3 +168,16 @@ def test_the_tick_is_idempotent(watched: Deployment) -> None:
     # Nothing new: the same windows, not recomputed.
     assert dict(Window.objects.values_list("id", "computed_at")) == computed
     assert "monitoring-tick" in __import__("django.conf").conf.settings.CELERY_BEAT_SCHEDULE
+
+
+def test_one_failing_deployment_does_not_stop_the_tick(watched: Deployment,
+                                                       monkeypatch: Any) -> None:
+    calls: list[int] = []
+
+    def tick(*, deployment_id: int) -> dict[str, Any]:
+        calls.append(deployment_id)
+        raise ValueError("a broken deployment")
+
+    monkeypatch.setattr(celery_tasks, "deployment_tick", tick)
+    assert celery_tasks.monitoring_tick() == {"deployments": 0, "failed": 1}
+    assert calls == [watched.pk]
