@@ -107,12 +107,15 @@ def series_rows(results: Sequence[WindowResult], stratum: str) -> list[dict[str,
         cell = _cell(r, stratum)
         if cell is None:
             continue
-        ppi = cell.pass_ppi or {}
+        # The headline: prediction-powered, or human-only where every judged row also has a
+        # human label (no unlabelled rows for PPI), or the judge alone before any label.
+        head = _headline(cell) or {}
         rows.append({
             "start": r.start, "n_rows": cell.n_rows, "n_human": cell.n_human,
-            "ppi": interval_text(cell.pass_ppi), "judge": pct((cell.pass_judge or {}).get(
-                "value")),
-            "value": ppi.get("value"), "low": ppi.get("ci_low"), "high": ppi.get("ci_high"),
+            "ppi": interval_text(head or None) if cell.n_rows else NONE,
+            "which": _which(cell) if head else "",
+            "judge": pct((cell.pass_judge or {}).get("value")),
+            "value": head.get("value"), "low": head.get("ci_low"), "high": head.get("ci_high"),
             "judge_value": (cell.pass_judge or {}).get("value"),
             "error_rate": pct(cell.error_rate),
             "latency_p95_ms": NONE if cell.latency_p95_ms is None
@@ -125,8 +128,9 @@ def series_rows(results: Sequence[WindowResult], stratum: str) -> list[dict[str,
 
 def pass_rate_svg(rows: Sequence[Mapping[str, Any]], *, floor: float | None,
                   title: str) -> bytes:
-    """The prediction-powered pass rate per window with its interval as a band, the judge-only
-    rate as a dashed line, and the plan's floor."""
+    """The headline pass rate per window (prediction-powered where it exists, see
+    `series_rows`) with its interval as a band, the judge-only rate as a dashed line, and the
+    plan's floor."""
     fig, ax = plt.subplots(figsize=(8, 3.2))
     xs = list(range(len(rows)))
     pts = [(x, r) for x, r in zip(xs, rows, strict=True) if r.get("value") is not None]
@@ -135,8 +139,9 @@ def pass_rate_svg(rows: Sequence[Mapping[str, Any]], *, floor: float | None,
                                               for _, r in pts],
                         [r["high"] if r["high"] is not None else r["value"] for _, r in pts],
                         alpha=0.25, color="#2b6cb0", label="interval")
+        which = sorted({str(r.get("which")) for _, r in pts if r.get("which")})
         ax.plot([x for x, _ in pts], [r["value"] for _, r in pts], color="#2b6cb0",
-                marker="o", markersize=3, label="prediction-powered")
+                marker="o", markersize=3, label="pass rate: " + " / ".join(which))
     judged = [(x, r["judge_value"]) for x, r in zip(xs, rows, strict=True)
               if r.get("judge_value") is not None]
     if judged:

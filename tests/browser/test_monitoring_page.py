@@ -43,6 +43,8 @@ def _deployment() -> Deployment:
         "deployment_mix": {"lang": {"en": 0.5, "de": 0.5}},
         "gates": {"error_rate": 0.05}})
     plan_lock(plan=plan, user=lead)
+    # The second day is far enough below the floor that the alert does not depend on the
+    # draws (they follow the deployment's id).
     dep = deployment_create(study=study, name=f"web {EVIL}", candidate="shipped",
                             sampling_spec={"judge": {"default": 1.0},
                                            "human": {"default": 0.5}})

@@ -26,12 +26,15 @@ EVIL = "<script>alert(1)</script>"
 
 @pytest.fixture
 def watched(shipped_study: Any, lead: Any) -> Deployment:
+    # Half the rows graded by humans (the draws follow the deployment's id, which differs from
+    # run to run); the second day's pass rate is far enough below the floor that the alert
+    # below does not depend on which rows were drawn.
     dep = deployment_create(study=shipped_study, name=f"prod {EVIL}", candidate="shipped",
                             sampling_spec={"judge": {"default": 1.0},
                                            "human": {"default": 0.5}})
     Deployment.objects.filter(pk=dep.pk).update(created_at=T0)
     dep.refresh_from_db()
-    for day, share in ((0, 0.92), (1, 0.3)):
+    for day, share in ((0, 0.92), (1, 0.1)):
         start = T0 + dt.timedelta(days=day)
         rows = [{"request_id": f"d{day}-{i}", "input": EVIL, "output": "ok",
                  "metadata": {"language": "de" if i % 3 == 0 else "en"},
