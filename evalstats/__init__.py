@@ -148,6 +148,16 @@ gates:      rate_gate (Wilson), quantile_intervals (exact order statistics),
             mean_per_thousand, gate_check
 ranking:    kendall_tau (Fisher-z interval), holm, two_sided_p, pareto_front, rank_with_ties
 intervals:  wilson_interval, percentile_interval, bca_interval
+sequential: (anytime-valid: a false-alarm rate that holds however often one looks)
+            mean_confidence_sequence(counts, sums, *, alpha=0.05, bounds=(0, 1), n_opt=500)
+                -> ConfidenceSequence   # normal mixture, Howard et al. 2021
+            normal_mixture_radius(v, *, alpha, rho), normal_mixture_rho(v, alpha)
+            drift_monitor(counts, sums, *, limit, direction="below"|"above", alpha=0.05,
+                          restart_every=24, ...) -> DriftMonitor   # restarted sequences,
+                P(any false alarm, ever) <= alpha; restart_alpha(alpha, d) = alpha/((d+1)(d+2))
+changes:    (two-sample change tests for label-free behaviour signals)
+            rank_sum_test(first, second) -> ChangeTest   # Mann-Whitney U, asymptotic
+            two_proportion_test(k1, n1, k2, n2) -> ChangeTest   # pooled z
 
 The bootstrap functions resample *items* (all ratings of an item move together) and compute all
 B resamples at once from per-item sufficient statistics; see docs/statistics.md.
@@ -202,6 +212,7 @@ from evalstats.calibration import (
     confidence_of,
     reliability_bins,
 )
+from evalstats.changes import ChangeTest, rank_sum_test, two_proportion_test
 from evalstats.clustered import (
     alpha_clustered,
     bootstrap_clustered,
@@ -307,6 +318,15 @@ from evalstats.selective import (
     trust_cascade,
     trust_threshold,
 )
+from evalstats.sequential import (
+    ConfidenceSequence,
+    DriftMonitor,
+    drift_monitor,
+    mean_confidence_sequence,
+    normal_mixture_radius,
+    normal_mixture_rho,
+    restart_alpha,
+)
 from evalstats.tables import (
     MAX_TABLE_CATEGORIES,
     PAIRED_STATS,
@@ -342,12 +362,15 @@ __all__ = [
     "CalibrationDiagnostics",
     "CalibrationSelection",
     "CascadeResult",
+    "ChangeTest",
     "ClassificationReport",
     "CombinedVerdicts",
+    "ConfidenceSequence",
     "ConfusionMatrix",
     "ConsensusResult",
     "CostModel",
     "DecisionThresholds",
+    "DriftMonitor",
     "Estimate",
     "FalsePassCost",
     "HierarchicalCalibration",
@@ -408,6 +431,7 @@ __all__ = [
     "correlation_clustered",
     "decide",
     "decision_thresholds",
+    "drift_monitor",
     "expected_decision_cost",
     "false_pass_cost",
     "fleiss_kappa",
@@ -426,12 +450,15 @@ __all__ = [
     "longer_preference_among_ties",
     "majority_vote",
     "mean_absolute_error",
+    "mean_confidence_sequence",
     "mean_consensus",
     "mean_pairwise_kappa",
     "mean_per_thousand",
     "naive_mean",
     "neyman_allocation",
     "nominal_agreement",
+    "normal_mixture_radius",
+    "normal_mixture_rho",
     "order_accuracy",
     "ordinal_agreement",
     "paired_difference",
@@ -450,10 +477,12 @@ __all__ = [
     "ppi_mean",
     "ppi_mean_stratified",
     "quantile_intervals",
+    "rank_sum_test",
     "rank_with_ties",
     "rate_gate",
     "reliability_bins",
     "resample_counts",
+    "restart_alpha",
     "sample_level_correlation",
     "self_preference",
     "signed_bias",
@@ -461,6 +490,7 @@ __all__ = [
     "threshold_grid",
     "trust_cascade",
     "trust_threshold",
+    "two_proportion_test",
     "two_sided_p",
     "vote_agreement",
     "wilson_interval",

@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "calibration",
     "reports",
     "imports",
+    "monitoring",
 ]
 
 MIDDLEWARE = [
@@ -411,6 +412,18 @@ CELERY_BEAT_SCHEDULE["reviewhub-heartbeat"] = {
     "task": "reviewhub.heartbeat",
     "schedule": REVIEWHUB_HEARTBEAT_INTERVAL_S,
     "options": {"expires": REVIEWHUB_HEARTBEAT_INTERVAL_S},
+}
+
+# --- Monitoring (see docs/monitoring.md) ----------------------------------------------------
+# How often celery beat recomputes the live windows and evaluates the alerts of every active
+# deployment (idempotent: a tick that finds nothing new changes nothing).
+REVIEWHUB_MONITORING_TICK_S = env.float("REVIEWHUB_MONITORING_TICK_S", default=300.0)
+# Rows (and labels) per POST to /api/deployments/<id>/traffic (and .../labels).
+REVIEWHUB_TRAFFIC_BATCH_MAX = env.int("REVIEWHUB_TRAFFIC_BATCH_MAX", default=5000)
+CELERY_BEAT_SCHEDULE["monitoring-tick"] = {
+    "task": "monitoring.tick",
+    "schedule": REVIEWHUB_MONITORING_TICK_S,
+    "options": {"expires": REVIEWHUB_MONITORING_TICK_S},
 }
 
 # --- Annotations (see docs/annotation.md) ---------------------------------------------------

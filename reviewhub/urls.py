@@ -34,11 +34,13 @@ urlpatterns = [
     path("api/", include("calibration.api_urls")),
     path("api/", include("reports.api_urls")),
     path("api/", include("imports.api_urls")),
+    path("api/", include("monitoring.api_urls")),
     path("", include("studies.urls")),
     path("", include("judges.urls")),
     path("", include("generation.urls")),
     path("", include("annotations.urls")),
     path("", include("reports.urls")),
+    path("", include("monitoring.urls")),
 ]
 
 # JSON errors under /api/ for URLs that match no route (and for 500s); HTML pages elsewhere.

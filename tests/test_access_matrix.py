@@ -47,6 +47,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 
 from annotations import services as annotation_services
 from annotations.models import Annotation, Assignment, Invitation, SamplingPlan
@@ -55,6 +56,7 @@ from imports.generic import ratings_import, ratings_read
 from judges.models import Judge, JudgeRun, JudgeVersion
 from judges.runs import judge_run_start
 from judges.services import judge_create, judge_version_for_config
+from monitoring.models import Alert, Deployment
 from reports.agreement import params_validate
 from reports.models import ReportSnapshot
 from reports.services import report_compute
@@ -262,6 +264,18 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "calibration-api-scores": {"GET": READ_BLIND},
     "calibration-api-export": {"GET": READ_BLIND},
     "calibration-api-escalations": {"POST": LEAD_WRITE},
+    # monitoring API: live traffic judged and graded is judge data (annotators are blind);
+    # every write is a lead's with a credential that may write
+    "monitoring-api-deployments": {"GET": READ_BLIND, "POST": LEAD_WRITE},
+    "monitoring-api-deployment": {"GET": READ_BLIND},
+    "monitoring-api-traffic": {"POST": LEAD_WRITE},
+    "monitoring-api-labels": {"POST": LEAD_WRITE},
+    "monitoring-api-windows": {"GET": READ_BLIND, "POST": LEAD_WRITE},
+    "monitoring-api-windows-export": {"GET": READ_BLIND},
+    "monitoring-api-alerts": {"GET": READ_BLIND},
+    "monitoring-api-alert-acknowledge": {"POST": LEAD_WRITE},
+    "monitoring-api-alert-resolve": {"POST": LEAD_WRITE},
+    "monitoring-api-reopen": {"POST": LEAD_WRITE},
     # pages
     "home": {"GET": PAGE_SIGNED_IN},
     "study-overview": {"GET": PAGE_MEMBER},
@@ -298,6 +312,10 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "reports-disagreements": {"GET": PAGE_LEAD},
     "reports-calibration": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
     "reports-calibration-reliability": {"GET": PAGE_LEAD},
+    # monitoring pages: lead pages like the reports (acknowledge / resolve post to the page)
+    "monitoring-list": {"GET": PAGE_LEAD},
+    "monitoring-page": {"GET": PAGE_LEAD, "POST": PAGE_LEAD},
+    "monitoring-chart": {"GET": PAGE_LEAD},
     # the selection report: viewers read it too (a committee's document); leads act
     "reports-selection": {"GET": PAGE_READ, "POST": PAGE_LEAD},
     "reports-selection-detail": {"GET": PAGE_READ},
@@ -449,6 +467,22 @@ def _generation_seed(*, study: Any, lead: Any) -> Any:
                                 concurrency=2, created_by=lead, enqueue=lambda r, c: None)
 
 
+def _monitoring_seed(*, study: Study) -> tuple[Deployment, Alert]:
+    """A deployment of the study's first candidate with one open alert (the monitoring
+    services are tested in tests/monitoring)."""
+    plan = AnalysisPlan.objects.get(study=study, version=1)
+    output = Output.objects.filter(study=study).order_by("id").first()
+    assert output is not None
+    deployment = Deployment.objects.create(
+        study=study, name="mx-prod", candidate_id=output.candidate_id, plan=plan,
+        sampling={"judge": {"default": 0.5}, "human": {"default": 0.1}})
+    now = timezone.now()
+    alert = Alert.objects.create(deployment=deployment, kind="error_rate", dedup_key="error_rate|",
+                                 message="error rate above the gate", opened_at=now,
+                                 last_seen_at=now)
+    return deployment, alert
+
+
 def _seed() -> Seeded:
     User = get_user_model()
     lead = UserFactory(username="mx-lead")
@@ -511,6 +545,7 @@ def _seed() -> Seeded:
     calibration = _calibration_seed(study=study, output=Output.objects.filter(
         study=study).order_by("id").first(), criterion=criterion)
     selection = _selection_seed(study=study)
+    deployment, alert = _monitoring_seed(study=study)
     spare_token = ApiToken.objects.create(user=lead, name="spare", prefix="rh_spare0",
                                           key_hash=uuid.uuid4().hex * 2)
 
@@ -525,6 +560,7 @@ def _seed() -> Seeded:
         "report_id": report.pk, "assignment_id": leased.pk, "annotation_id": annotation.pk,
         "token_id": spare_token.pk, "snapshot_id": calibration.pk,
         "invitation_id": invitation.pk,
+        "deployment_id": deployment.pk, "alert_id": alert.pk,
         # selection URLs take a selection snapshot's id (see `_request`)
         "selection_snapshot_id": selection.pk, "metric": 0, "table": "estimates",
         # django.contrib.auth and the admin

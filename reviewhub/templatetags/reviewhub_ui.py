@@ -55,6 +55,7 @@ _LEAD_LINKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Reports", ("report-list-page", "reports-list", "report-list", "reports-page")),
     ("Calibration", ("reports-calibration",)),
     ("Selection", ("reports-selection",)),
+    ("Deployments", ("monitoring-list",)),
     ("Analysis plan", ("study-plan",)),
 )
 

@@ -1,0 +1,327 @@
+"""The computation of a monitoring window: pure, named steps over arrays (no Django).
+
+Input: one `WindowInput` (built by `monitoring.window.load`); output: one `WindowResult`.
+Steps: `stratum_window` (counts, pass rates, gate measures per stratum and for all traffic),
+`mix_result`, `gate_rows`, `signal_rows`.
+
+The pass rates, per stratum:
+
+* judge-only: the mean of the judge's values (0/1 verdicts, or calibrated probabilities) over
+  the rows drawn for the judges (`evalstats.naive_mean`);
+* human-only: the mean of the human labels over the rows drawn at random for humans, weighted
+  by 1 / inclusion probability (`evalstats.classical_mean`);
+* prediction-powered (the headline): PPI++ (`evalstats.ppi_mean`) with the random human
+  draws as the labelled set (their judge values beside them: the human sample is nested in the
+  judge sample) and the other judged rows as the unlabelled set. Escalated rows (sent to
+  humans by the judge policy, not drawn) are never labelled data here: they are not random.
+
+For all traffic the per-stratum PPI estimates are combined with the window's own traffic
+shares (`evalstats.ppi_mean_stratified`): the pass rate of the traffic that was served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats
+
+from evalstats import (
+    classical_mean,
+    naive_mean,
+    ppi_mean,
+    ppi_mean_stratified,
+    rank_sum_test,
+    two_proportion_test,
+)
+
+from .results import (
+    GateRow,
+    MixResult,
+    MixRow,
+    SignalRow,
+    StratumWindow,
+    WindowResult,
+)
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+UNKNOWN = "unknown"
+# Below this p-value a label-free signal reads "changed". Strict on purpose: it is a
+# fixed-sample test repeated every window (docs/monitoring.md), shown, never alerted on.
+SIGNAL_ALPHA = 0.001
+# Gates of the plan the window measures, and which way each must hold.
+GATE_DIRECTIONS = {
+    "error_rate": "max",
+    "schema_valid_rate": "min",
+    "latency_p50_ms": "max",
+    "latency_p95_ms": "max",
+    "cost_per_1000": "max",
+}
+
+
+@dataclass(frozen=True)
+class WindowInput:
+    """A window's rows as arrays (one entry per traffic row) and what they are compared with.
+
+    ``judge_value`` / ``human_value``: the row's mean judge / human label (NaN: none yet);
+    ``latency_ms``, ``cost``, ``schema_valid`` (1/0): NaN where not reported.
+    """
+
+    granularity: str
+    start: str
+    end: str
+    stratum: npt.NDArray[np.object_]
+    error: BoolArray
+    latency_ms: FloatArray
+    cost: FloatArray
+    schema_valid: FloatArray
+    output_chars: FloatArray
+    refusal: BoolArray
+    injection: BoolArray
+    to_judge: BoolArray
+    judge_pi: FloatArray
+    judge_value: FloatArray
+    to_human: BoolArray
+    human_pi: FloatArray
+    human_value: FloatArray
+    escalated: BoolArray
+    injection_rules: Mapping[str, int] = field(default_factory=dict)
+    mix_dimension: str = ""
+    plan_mix: Mapping[str, float] = field(default_factory=dict)
+    plan_gates: Mapping[str, float] = field(default_factory=dict)
+    level: float = 0.95
+    reference_output_chars: FloatArray = field(default_factory=lambda: np.zeros(0))
+    reference_latency_ms: FloatArray = field(default_factory=lambda: np.zeros(0))
+    reference_refusals: tuple[int, int] = (0, 0)
+
+
+def _rate(mask: BoolArray) -> float | None:
+    return float(mask.mean()) if mask.size else None
+
+
+def _finite(values: FloatArray) -> FloatArray:
+    return values[np.isfinite(values)]
+
+
+def _mean_or_none(values: FloatArray) -> float | None:
+    v = _finite(values)
+    return float(v.mean()) if v.size else None
+
+
+def _p95(values: FloatArray) -> float | None:
+    v = _finite(values)
+    return float(np.percentile(v, 95)) if v.size else None
+
+
+def _judged(inp: WindowInput) -> BoolArray:
+    return inp.to_judge & np.isfinite(inp.judge_value)
+
+
+def _human_random(inp: WindowInput) -> BoolArray:
+    # Random draws only: a row escalated by the judge policy is labelled but was not drawn.
+    return inp.to_human & np.isfinite(inp.human_value)
+
+
+def _pass_rates(inp: WindowInput, mask: BoolArray
+                ) -> tuple[dict[str, object] | None, dict[str, object] | None,
+                           dict[str, object] | None, list[str]]:
+    warnings: list[str] = []
+    judged = mask & _judged(inp)
+    human = mask & _human_random(inp)
+    judge_est = naive_mean(inp.judge_value[judged], w=1.0 / inp.judge_pi[judged],
+                           level=inp.level).to_json() if judged.any() else None
+    human_est = classical_mean(inp.human_value[human], w=1.0 / inp.human_pi[human],
+                               level=inp.level).to_json() if human.any() else None
+    labelled = human & np.isfinite(inp.judge_value)
+    unlabelled = judged & ~labelled
+    ppi_est = None
+    if labelled.sum() >= 2 and unlabelled.sum() >= 2:
+        ppi_est = ppi_mean(
+            inp.human_value[labelled], inp.judge_value[labelled], inp.judge_value[unlabelled],
+            w=1.0 / inp.human_pi[labelled], w_unlabelled=1.0 / inp.judge_pi[unlabelled],
+            level=inp.level,
+        ).to_json()
+    elif mask.any():
+        warnings.append("no prediction-powered estimate: fewer than 2 random human labels "
+                        "or 2 judged rows without one")
+    return judge_est, human_est, ppi_est, warnings
+
+
+def stratum_window(inp: WindowInput, mask: BoolArray, *, stratum: str, n_total: int,
+                   plan_share: float | None) -> StratumWindow:
+    """Counts, pass rates and gate measures of the rows in `mask`."""
+    n = int(mask.sum())
+    judge_est, human_est, ppi_est, warnings = _pass_rates(inp, mask)
+    human = mask & _human_random(inp)
+    both = human & np.isfinite(inp.judge_value)
+    agreement = (float(((inp.judge_value[both] >= 0.5) == (inp.human_value[both] >= 0.5))
+                       .mean()) if both.any() else None)
+    return StratumWindow(
+        stratum=stratum,
+        n_rows=n,
+        share=n / n_total if n_total else None,
+        plan_share=plan_share,
+        n_judged=int((mask & _judged(inp)).sum()),
+        n_human=int(human.sum()),
+        n_escalated=int((mask & inp.escalated & ~inp.to_human).sum()),
+        human_pass_sum=float(inp.human_value[human].sum()),
+        n_errors=int((mask & inp.error).sum()),
+        pass_judge=judge_est,
+        pass_human=human_est,
+        pass_ppi=ppi_est,
+        error_rate=_rate(inp.error[mask]),
+        latency_p95_ms=_p95(inp.latency_ms[mask]),
+        cost_per_1000=None if (m := _mean_or_none(inp.cost[mask])) is None else 1000.0 * m,
+        refusal_rate=_rate(inp.refusal[mask]),
+        injection_rate=_rate(inp.injection[mask]),
+        mean_output_chars=_mean_or_none(inp.output_chars[mask]),
+        judge_agreement=agreement,
+        warnings=tuple(warnings),
+    )
+
+
+def _overall_ppi(inp: WindowInput, labels: list[str], counts: list[int]
+                 ) -> tuple[dict[str, object] | None, list[str]]:
+    """Per-stratum PPI++ combined with the window's traffic shares (stratified PPI)."""
+    n_total = sum(counts)
+    codes = {label: i for i, label in enumerate(labels)}
+    s = np.array([codes[str(x)] for x in inp.stratum], dtype=np.int64)
+    human = _human_random(inp) & np.isfinite(inp.judge_value)
+    unlabelled = _judged(inp) & ~human
+    if human.sum() < 2 or unlabelled.sum() < 2:
+        return None, ["no prediction-powered estimate for all traffic: too few labels"]
+    mix = {codes[label]: c / n_total for label, c in zip(labels, counts, strict=True) if c}
+    result = ppi_mean_stratified(
+        inp.human_value[human], inp.judge_value[human], s[human],
+        inp.judge_value[unlabelled], s[unlabelled], mix=mix,
+        w=1.0 / inp.human_pi[human], w_unlabelled=1.0 / inp.judge_pi[unlabelled],
+        level=inp.level,
+    )
+    if result.mix is None:
+        missing = ", ".join(labels[c] for c in result.missing)
+        return None, [f"no prediction-powered estimate for all traffic: no human label in "
+                      f"{missing}"]
+    return result.mix.to_json(), []
+
+
+def mix_result(inp: WindowInput, labels: list[str], counts: list[int]) -> MixResult | None:
+    """The traffic mix of the watched dimension against the plan's deployment mix."""
+    if not inp.mix_dimension:
+        return None
+    n_total = sum(counts)
+    observed = dict(zip(labels, counts, strict=True))
+    plan = {str(k): float(v) for k, v in inp.plan_mix.items()}
+    every = sorted(set(observed) | set(plan))
+    rows = tuple(
+        MixRow(label=label, n=observed.get(label, 0),
+               share=observed.get(label, 0) / n_total if n_total else 0.0,
+               plan_share=plan.get(label))
+        for label in every
+    )
+    new = tuple(label for label in sorted(observed) if plan and label not in plan
+                and label != UNKNOWN)
+    chi2_p: float | None = None
+    planned = [label for label in sorted(plan) if plan[label] > 0]
+    n_planned = sum(observed.get(label, 0) for label in planned)
+    if planned and n_planned > 0 and len(planned) > 1:
+        total_share = sum(plan[label] for label in planned)
+        expected = [n_planned * plan[label] / total_share for label in planned]
+        chi2_p = float(stats.chisquare([observed.get(label, 0) for label in planned],
+                                       expected).pvalue)
+    return MixResult(dimension=inp.mix_dimension, rows=rows, unknown=observed.get(UNKNOWN, 0),
+                     new_labels=new, chi2_p=chi2_p)
+
+
+def gate_rows(inp: WindowInput, overall: StratumWindow) -> tuple[GateRow, ...]:
+    """The plan's gates against the window's measures (the point values of this window; the
+    sequential check of the error rate is the alerts')."""
+    valid = _finite(inp.schema_valid)
+    latency = _finite(inp.latency_ms)
+    measured: dict[str, float | None] = {
+        "error_rate": overall.error_rate,
+        "schema_valid_rate": float(valid.mean()) if valid.size else None,
+        "latency_p50_ms": float(np.percentile(latency, 50)) if latency.size else None,
+        "latency_p95_ms": overall.latency_p95_ms,
+        "cost_per_1000": overall.cost_per_1000,
+    }
+    rows = []
+    for metric, limit in sorted(inp.plan_gates.items()):
+        direction = GATE_DIRECTIONS.get(metric)
+        if direction is None:
+            continue
+        value = measured[metric]
+        passed = None if value is None else (
+            value <= limit if direction == "max" else value >= limit)
+        rows.append(GateRow(metric=metric, value=value, limit=float(limit),
+                            direction=direction, passed=passed))
+    return tuple(rows)
+
+
+def signal_rows(inp: WindowInput) -> tuple[SignalRow, ...]:
+    """Output length, latency and refusal rate against the reference sample."""
+    rows = []
+    for name, window, reference in (
+        ("output_chars", _finite(inp.output_chars), _finite(inp.reference_output_chars)),
+        ("latency_ms", _finite(inp.latency_ms), _finite(inp.reference_latency_ms)),
+    ):
+        test = rank_sum_test(window, reference)
+        rows.append(SignalRow(
+            signal=name,
+            window_value=float(np.median(window)) if window.size else None,
+            reference_value=float(np.median(reference)) if reference.size else None,
+            n_window=int(window.size), n_reference=int(reference.size),
+            p_value=test.p_value,
+            changed=None if test.p_value is None else test.p_value < SIGNAL_ALPHA,
+            test=test.method,
+        ))
+    k_ref, n_ref = inp.reference_refusals
+    k_win, n_win = int(inp.refusal.sum()), int(inp.refusal.size)
+    prop = two_proportion_test(k_win, n_win, k_ref, n_ref)
+    rows.append(SignalRow(
+        signal="refusal_rate",
+        window_value=k_win / n_win if n_win else None,
+        reference_value=k_ref / n_ref if n_ref else None,
+        n_window=n_win, n_reference=n_ref, p_value=prop.p_value,
+        changed=None if prop.p_value is None else prop.p_value < SIGNAL_ALPHA,
+        test=prop.method,
+    ))
+    return tuple(rows)
+
+
+def window_compute(inp: WindowInput) -> WindowResult:
+    """The window's result (see the module docstring for each step)."""
+    labels = sorted({str(x) for x in inp.stratum})
+    strata_arr = inp.stratum.astype(str) if inp.stratum.size else np.zeros(0, dtype=str)
+    counts = [int((strata_arr == label).sum()) for label in labels]
+    n_total = int(inp.stratum.size)
+    plan = {str(k): float(v) for k, v in inp.plan_mix.items()}
+    strata = tuple(
+        stratum_window(inp, strata_arr == label, stratum=label, n_total=n_total,
+                       plan_share=plan.get(label))
+        for label in labels
+    )
+    overall = stratum_window(inp, np.ones(n_total, dtype=bool), stratum="",
+                             n_total=n_total, plan_share=None)
+    if len(labels) > 1:
+        # All traffic: strata combined with their traffic shares, not one pooled PPI.
+        ppi, warnings = _overall_ppi(inp, labels, counts)
+        overall = StratumWindow(**{**overall.__dict__, "pass_ppi": ppi,
+                                   "warnings": tuple(warnings)})
+    return WindowResult(
+        granularity=inp.granularity,
+        start=inp.start,
+        end=inp.end,
+        level=inp.level,
+        signal_alpha=SIGNAL_ALPHA,
+        n_rows=n_total,
+        overall=overall,
+        strata=strata,
+        mix=mix_result(inp, labels, counts),
+        gates=gate_rows(inp, overall),
+        signals=signal_rows(inp),
+        injection_rules=dict(inp.injection_rules),
+    )
