@@ -1,6 +1,7 @@
 """Imports between the apps point one way (ARCHITECTURE.md, "Layout").
 
-    imports, monitoring, reports -> calibration -> annotations -> generation -> judges -> studies -> reviewhub
+    imports, monitoring, reports -> calibration -> annotations -> generation -> judges
+        -> studies -> reviewhub
 
 An app may import any app to its right, never one to its left; only calibration, reports and
 monitoring import evalstats, and evalstats imports no app. Every import statement of the first-party
