@@ -32,8 +32,8 @@ from .agreement.verdict import rule_items
 from .calibration_charts import cell_title, reliability_bins, reliability_svg
 from .export import TABLES
 from .models import ReportSnapshot
-from .results import AgreementResult, ResultFormatError
-from .selection.actions import next_labels_plan_create
+from .responses import svg_response
+from .results import AgreementResult
 
 
 def _lead_study(request: HttpRequest, slug: str) -> Study:
@@ -312,13 +312,6 @@ def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpRespons
     )
 
 
-def _svg_response(content: bytes) -> HttpResponse:
-    response = HttpResponse(content, content_type="image/svg+xml")
-    # The SVG is an image: no scripts, no external loads, even if opened on its own.
-    response["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"
-    return response
-
-
 @require_GET
 @login_required
 def report_heatmap(request: HttpRequest, slug: str, report_id: int) -> HttpResponse:
@@ -331,7 +324,7 @@ def report_heatmap(request: HttpRequest, slug: str, report_id: int) -> HttpRespo
     result = _result(report)
     if result is None or criterion not in result.criteria_by_id():
         raise Http404("No such criterion in this report")
-    return _svg_response(charts.heatmap_svg(result, criterion))
+    return svg_response(charts.heatmap_svg(result, criterion))
 
 
 @require_GET
@@ -342,7 +335,7 @@ def report_bias(request: HttpRequest, slug: str, report_id: int) -> HttpResponse
     result = _result(report)
     if result is None:
         raise Http404("Report not finished")
-    return _svg_response(charts.bias_svg(result))
+    return svg_response(charts.bias_svg(result))
 
 
 @require_GET
@@ -588,227 +581,4 @@ def calibration_reliability(request: HttpRequest, slug: str, snapshot_id: int) -
     cell = cells[int(raw)]
     if not isinstance(cell, dict):
         raise Http404("No such cell")
-    return _svg_response(reliability_svg(cell))
-
-
-# --- Selection (which candidate to ship; leads and viewers read, leads act) --------------------
-
-SELECTION = "selection"
-SELECTION_LIST_LIMIT = 50
-
-
-def _selection_study(request: HttpRequest, slug: str) -> tuple[Study, str]:
-    """The study and the caller's role for the selection pages: leads and viewers read (as on
-    the reports API); annotators grade blind, so they get the same 404 as a stranger."""
-    study, role = page_study(request, slug, min_role=Membership.Role.VIEWER)
-    if role == Membership.Role.ANNOTATOR:
-        raise Http404("No such study")
-    return study, role
-
-
-def _selection_report(study: Study, snapshot_id: int) -> ReportSnapshot:
-    report = selectors.report_get(study=study, report_id=snapshot_id, kind=SELECTION)
-    if report is None:
-        raise Http404("No such selection snapshot")
-    return report
-
-
-def _selection_result(report: ReportSnapshot | None) -> dict[str, Any] | None:
-    """The stored result of a finished snapshot (None before it is finished)."""
-    if report is None or report.status != ReportSnapshot.Status.DONE:
-        return None
-    return report.result if isinstance(report.result, dict) else None
-
-
-def _selection_kind_registered() -> bool:
-    from .kinds import kind_names
-
-    return SELECTION in kind_names()
-
-
-def _selection_context(study: Study, role: str, report: ReportSnapshot | None, *,
-                       pdf: bool = False) -> dict[str, Any]:
-    """What the page and the PDF render for one snapshot (the result's tables, chart links or
-    inline charts, CSV links)."""
-    from . import selection_charts, selection_pdf, selection_tables
-
-    result = _selection_result(report)
-    view = selection_tables.page_view(result) if result else None
-    if view is not None and report is not None and result is not None:
-        for section in view["metric_sections"]:
-            if pdf:
-                section["chart_src"] = selection_pdf.svg_data_url(
-                    selection_charts.forest_svg(result, section["key"]))
-            else:
-                section["chart_src"] = reverse(
-                    "reports-selection-forest",
-                    kwargs={"slug": study.slug, "snapshot_id": report.pk,
-                            "metric": section["index"]})
-        if view["frontier"]:
-            view["pareto_src"] = (
-                selection_pdf.svg_data_url(selection_charts.pareto_svg(result)) if pdf
-                else reverse("reports-selection-pareto",
-                             kwargs={"slug": study.slug, "snapshot_id": report.pk}))
-    csv = {}
-    if report is not None and not pdf:
-        csv = {t: reverse("reports-selection-csv",
-                          kwargs={"slug": study.slug, "snapshot_id": report.pk, "table": t})
-               for t in selection_tables.TABLES}
-    return {
-        "study": study,
-        "study_role": role,
-        "is_lead": role == Membership.Role.LEAD,
-        "report": report,
-        "result": result,
-        "view": view,
-        "csv": csv,
-        "pdf": pdf,
-        "params_json": json.dumps(report.params, indent=1, sort_keys=True) if report else "",
-    }
-
-
-def _selection_post(request: HttpRequest, study: Study) -> HttpResponse:
-    """The list page's form: build a new selection snapshot (leads only)."""
-    if request.POST.get("action") != "build":
-        raise ValidationFailed("action must be 'build'.",
-                               details={"errors": [{"path": "action", "message": "unknown"}]})
-    report = services.report_build(study=study, kind=SELECTION, params={},
-                                   created_by=request.user)
-    messages.success(request, f"Selection snapshot #{report.pk} is being computed.")
-    return HttpResponseRedirect(
-        reverse("reports-selection-detail", kwargs={"slug": study.slug, "snapshot_id": report.pk}))
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def selection_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The study's selection snapshots and the latest finished one in full."""
-    study, role = _selection_study(request, slug)
-    error = None
-    if request.method == "POST":
-        if role != Membership.Role.LEAD:
-            raise Http404("No such study")
-        try:
-            return _selection_post(request, study)
-        except AppError as exc:
-            error = exc.message
-    snapshots = list(selectors.reports_for_study(study=study, kind=SELECTION)
-                     [:SELECTION_LIST_LIMIT])
-    done = next((s.pk for s in snapshots if s.status == ReportSnapshot.Status.DONE), None)
-    latest = _selection_report(study, done) if done is not None else None
-    context = _selection_context(study, role, latest)
-    newest = snapshots[0] if snapshots else None
-    context.update({
-        "snapshots": snapshots,
-        "newest": newest,
-        "listing": True,
-        "can_build": role == Membership.Role.LEAD and _selection_kind_registered(),
-        "refresh": newest is not None and newest.status in (
-            ReportSnapshot.Status.PENDING, ReportSnapshot.Status.RUNNING),
-        "error": error,
-    })
-    return render(request, "reports/selection.html", context, status=400 if error else 200)
-
-
-@require_GET
-@login_required
-def selection_detail(request: HttpRequest, slug: str, snapshot_id: int) -> HttpResponse:
-    """One selection snapshot: the decision, flips, gates, estimates and the rest."""
-    study, role = _selection_study(request, slug)
-    report = _selection_report(study, snapshot_id)
-    context = _selection_context(study, role, report)
-    context.update({
-        "listing": False,
-        "newest": report,
-        "refresh": report.status in (ReportSnapshot.Status.PENDING,
-                                     ReportSnapshot.Status.RUNNING),
-    })
-    return render(request, "reports/selection.html", context)
-
-
-def _finished_selection(request: HttpRequest, slug: str, snapshot_id: int
-                        ) -> tuple[Study, str, ReportSnapshot, dict[str, Any]]:
-    study, role = _selection_study(request, slug)
-    report = _selection_report(study, snapshot_id)
-    result = _selection_result(report)
-    if result is None:
-        raise Http404("Selection snapshot not finished")
-    return study, role, report, result
-
-
-@require_GET
-@login_required
-def selection_forest(request: HttpRequest, slug: str, snapshot_id: int,
-                     metric: int) -> HttpResponse:
-    """The forest plot (SVG) of the snapshot's metric number `metric`."""
-    from . import selection_charts, selection_tables
-
-    _study, _role, _report, result = _finished_selection(request, slug, snapshot_id)
-    listed = selection_tables.metrics(result)
-    if metric >= len(listed):
-        raise Http404("No such metric")
-    return _svg_response(selection_charts.forest_svg(result, listed[metric]["key"]))
-
-
-@require_GET
-@login_required
-def selection_pareto(request: HttpRequest, slug: str, snapshot_id: int) -> HttpResponse:
-    """The quality x latency x cost chart (SVG) with the Pareto frontier."""
-    from . import selection_charts
-
-    _study, _role, _report, result = _finished_selection(request, slug, snapshot_id)
-    return _svg_response(selection_charts.pareto_svg(result))
-
-
-@require_GET
-@login_required
-def selection_csv(request: HttpRequest, slug: str, snapshot_id: int, table: str) -> HttpResponse:
-    """One table of the snapshot as CSV (formula-like text neutralised)."""
-    from . import selection_tables
-
-    study, _role, report, result = _finished_selection(request, slug, snapshot_id)
-    if table not in selection_tables.TABLES:
-        raise Http404("No such table")
-    response = HttpResponse(selection_tables.table_csv(result, table),
-                            content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = (
-        f'attachment; filename="{study.slug}-selection-{report.pk}-{table}.csv"')
-    return response
-
-
-@require_GET
-@login_required
-def selection_report_pdf(request: HttpRequest, slug: str, snapshot_id: int) -> HttpResponse:
-    """The snapshot as a self-contained PDF (charts and styles inline, nothing fetched)."""
-    from . import selection_pdf
-
-    study, role, report, _result = _finished_selection(request, slug, snapshot_id)
-    context = _selection_context(study, role, report, pdf=True)
-    response = HttpResponse(selection_pdf.pdf_bytes(context), content_type="application/pdf")
-    response["Content-Disposition"] = (
-        f'attachment; filename="{study.slug}-selection-{report.pk}.pdf"')
-    return response
-
-
-@login_required
-@require_http_methods(["POST"])
-def selection_next_labels(request: HttpRequest, slug: str, snapshot_id: int) -> HttpResponse:
-    """Turn the snapshot's "next labels" allocation into a sampling plan (leads only)."""
-    study, role = _selection_study(request, slug)
-    if role != Membership.Role.LEAD:
-        raise Http404("No such study")
-    report = _selection_report(study, snapshot_id)
-    page = reverse("reports-selection-detail", kwargs={"slug": slug, "snapshot_id": report.pk})
-    try:
-        created = next_labels_plan_create(study=study, snapshot=report, user=request.user)
-    except AppError as exc:
-        messages.error(request, exc.message)
-        return HttpResponseRedirect(page)
-    except ResultFormatError as exc:  # a stored result this version cannot read
-        messages.error(request, f"Snapshot #{report.pk} cannot be read: {exc}")
-        return HttpResponseRedirect(page)
-    # The plan can only draw the same count from every stratum: the note says how many more
-    # than asked some strata get, so the lead is never misled about what was drawn.
-    messages.success(request, f"Sampling plan v{created.plan.version} created from snapshot "
-                              f"#{report.pk}: {created.note}.")
-    return HttpResponseRedirect(page)
+    return svg_response(reliability_svg(cell))
