@@ -1,6 +1,7 @@
 from django.urls import path
 
 from . import views
+from .calibration import views as calibration_views
 from .selection import views as selection_views
 
 urlpatterns = [
@@ -21,10 +22,11 @@ urlpatterns = [
         views.report_disagreements,
         name="reports-disagreements",
     ),
-    path("studies/<slug:slug>/calibration", views.calibration_page, name="reports-calibration"),
+    path("studies/<slug:slug>/calibration", calibration_views.calibration_page,
+         name="reports-calibration"),
     path(
         "studies/<slug:slug>/calibration/<int:snapshot_id>/reliability.svg",
-        views.calibration_reliability,
+        calibration_views.calibration_reliability,
         name="reports-calibration-reliability",
     ),
     path("studies/<slug:slug>/selection/", selection_views.selection_page,
