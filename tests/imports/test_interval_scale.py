@@ -336,7 +336,8 @@ def test_calibration_and_selection_read_an_interval_pass_as_score_at_least_the_t
     assert ("criterion 'plain' has no pass/fail reading (no pass threshold or pass labels): "
             "not calibrated") in text
     assert '"cut"' in text
-    from calibration.compute import _pass_codes, calibration_inputs_load
+    from calibration.compute import calibration_inputs_load
+    from calibration.scoring import pass_codes as _pass_codes
 
     inputs = calibration_inputs_load(study=study, params={})
     [rule] = [r for r in inputs.rules.values() if r.key == "cut"]
