@@ -138,22 +138,7 @@ def decision_table(
         short = max(DECISION_MIN_LABELS - n_total, short_strata, 0)
         if ci not in mix_order and short == 0:
             short = MIN_LABELS_PER_STRATUM  # no estimate on the mix at all
-        ths: list[Threshold] = []
-        for row in threshold_rows:
-            if row["candidate"] != name or row["stratum"] != MIX:
-                continue
-            metric = str(row["metric"])
-            entry = plan_criteria.get(metric.partition(":")[2]) or {}
-            baseline = entry.get("baseline") if isinstance(entry, Mapping) else None
-            text = threshold_text(metric, float(row["threshold"]), str(row["direction"]),
-                                  baseline if isinstance(baseline, str) else None)
-            settle = None
-            th_est = ppi_mix.get((ci, metric))
-            if row["status"] == "uncertain" and th_est is not None:
-                settle = labels_to_settle(float(th_est.value), th_est.se,
-                                          int(th_est.n_labelled), float(row["threshold"]), z)
-            ths.append(Threshold(metric=metric, text=text, status=str(row["status"]),
-                                 labels_to_settle=settle))
+        ths = _contender_thresholds(ci, name, threshold_rows, plan_criteria, ppi_mix, z)
         contenders.append(Contender(
             name=name, n_labels=n_total, labels_short=short,
             gate_failures=tuple(GATE_WORDS.get(g, g) for g in gate_failures.get(name, [])),
@@ -195,6 +180,32 @@ def decision_table(
     if out.state == "too_close" and res is not None:
         nxt = next_labels(res, est, margin, level, labels, mix_codes)
     return decision, nxt
+
+
+def _contender_thresholds(
+    ci: int, name: str, threshold_rows: Sequence[Mapping[str, Any]],
+    plan_criteria: Mapping[str, Any], ppi_mix: Mapping[tuple[int, str], PPIEstimate | None],
+    z: float,
+) -> list[Threshold]:
+    """A candidate's thresholds on the mix as the decision table reads them, with the labels
+    that would settle an uncertain one."""
+    ths: list[Threshold] = []
+    for row in threshold_rows:
+        if row["candidate"] != name or row["stratum"] != MIX:
+            continue
+        metric = str(row["metric"])
+        entry = plan_criteria.get(metric.partition(":")[2]) or {}
+        baseline = entry.get("baseline") if isinstance(entry, Mapping) else None
+        text = threshold_text(metric, float(row["threshold"]), str(row["direction"]),
+                              baseline if isinstance(baseline, str) else None)
+        settle = None
+        th_est = ppi_mix.get((ci, metric))
+        if row["status"] == "uncertain" and th_est is not None:
+            settle = labels_to_settle(float(th_est.value), th_est.se,
+                                      int(th_est.n_labelled), float(row["threshold"]), z)
+        ths.append(Threshold(metric=metric, text=text, status=str(row["status"]),
+                             labels_to_settle=settle))
+    return ths
 
 
 _PPI_FIELDS = ("value", "ci_low", "ci_high", "se", "n_labelled", "n_unlabelled", "lam",

@@ -198,9 +198,23 @@ def pairwise_section(
                 "n_labelled": cell["n_labelled"],
                 **{k: ppi_json(v) for k, v in est.items()}})
 
-    # --- Bradley-Terry ---------------------------------------------------------------------
-    if not np.isfinite(y).any():
-        return section, win
+    if np.isfinite(y).any():
+        _bradley_terry(inputs, names, labels, code, mix_codes, level, warnings, section,
+                       (a, b, s, y, f, w))
+    return section, win
+
+
+def _bradley_terry(
+    inputs: SelectionInputs, names: Sequence[str], labels: Sequence[str],
+    code: Mapping[str, int], mix_codes: Mapping[int, float], level: float,
+    warnings: list[str], section: dict[str, Any],
+    comparisons: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
+                       FloatArray, FloatArray, FloatArray],
+) -> None:
+    """Bradley-Terry strengths on the mix (every comparison re-weighted to the mix's shares of
+    the strata) and per stratum, into `section`; what cannot be fitted goes to `warnings`."""
+    a, b, s, y, f, w = comparisons
+    dim = inputs.dimension
     ref = _bt_reference(inputs, names, a, b)
     section["reference"] = names[ref]
     bt_targets: list[tuple[str, npt.NDArray[np.bool_], FloatArray]] = []
@@ -251,8 +265,6 @@ def pairwise_section(
         warnings.append("no Bradley-Terry ranking in " + ", ".join(skipped) + " (too few "
                         "labelled comparisons there to connect the candidates, or none of "
                         "the reference)")
-    return section, win
-
 
 
 def stratum_name(h: str) -> str:
