@@ -1,6 +1,6 @@
 """REST views for annotation: thin (validate → service/selector → serialize).
 
-Every view resolves the study through `studies.access.study_get_for_actor`, so a caller without
+Every view resolves the study through `studies.access.api_study`, so a caller without
 access gets 404. Annotator views return only the caller's own work and the blind grading
 context; lead views (min_role lead) may name candidates (export only).
 """
@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 
 from reviewhub.api.pagination import PAGE_PARAMETERS, DefaultCursorPagination, paginated
 from reviewhub.errors import Forbidden, NotFound, ValidationFailed
-from studies.access import study_get_for_actor
+from studies.access import api_study
 from studies.models import Comparison, Criterion, Membership, Output, Study
 
 from . import export, selectors, services
@@ -65,19 +65,14 @@ def _user(request: Request) -> User:
     return cast(User, request.user)
 
 
-def _study(request: Request, slug: str, *, write: bool, min_role: str) -> Study:
-    study, _role = study_get_for_actor(
-        user=request.user, slug=slug, token=request.auth, write=write, min_role=min_role
-    )
-    return study
 
 
 def _annotator_study(request: Request, slug: str, *, write: bool = True) -> Study:
-    return _study(request, slug, write=write, min_role=Membership.Role.ANNOTATOR)
+    return api_study(request, slug, write=write, min_role=Membership.Role.ANNOTATOR).study
 
 
 def _lead_study(request: Request, slug: str, *, write: bool = False) -> Study:
-    return _study(request, slug, write=write, min_role=Membership.Role.LEAD)
+    return api_study(request, slug, write=write, min_role=Membership.Role.LEAD).study
 
 
 def _own_assignment(request: Request, study: Study, assignment_id: int) -> Assignment:

@@ -382,14 +382,15 @@ def _timed(times: dict[str, float], key: str, fn: Callable[..., Any]) -> Callabl
 
 ROOT = Path(__file__).resolve().parent.parent
 # The calibration modules --code head reads from the last commit (`git show`); the others
-# (frames, models) are the working tree's, so a comparison isolates these three.
-HEAD_MODULES = ("results", "compute", "services")
+# (frames, models) are the working tree's, so a comparison isolates these.
+HEAD_MODULES = ("results", "scoring", "score_rows", "compute", "services")
 
 
 def head_modules() -> dict[str, Any]:
-    """The last commit's calibration/{results,compute,services}.py imported as the package
-    "calibration_head" (their relative imports of frames and models resolve to the working
-    tree's), for measuring old and new code in the same conditions."""
+    """The last commit's calibration/{results,scoring,score_rows,compute,services}.py (those it
+    has) imported as the package "calibration_head" (their relative imports of frames and
+    models resolve to the working tree's), for measuring old and new code in the same
+    conditions."""
     import types
 
     import calibration.frames
@@ -402,8 +403,11 @@ def head_modules() -> dict[str, Any]:
     sys.modules["calibration_head.models"] = calibration.models
     out: dict[str, Any] = {}
     for name in HEAD_MODULES:
-        src = subprocess.run(["git", "show", f"HEAD:calibration/{name}.py"], cwd=ROOT,
-                             check=True, capture_output=True).stdout
+        shown = subprocess.run(["git", "show", f"HEAD:calibration/{name}.py"], cwd=ROOT,
+                               capture_output=True)
+        if shown.returncode != 0:  # a module the last commit does not have yet
+            continue
+        src = shown.stdout
         mod = types.ModuleType(f"calibration_head.{name}")
         mod.__package__ = "calibration_head"
         sys.modules[mod.__name__] = mod
@@ -479,7 +483,9 @@ def run(params: dict[str, Any], profile: str | None, code: str = "new") -> None:
     )
     for name in getattr(compute_mod, "ROW_STEPS", ("_rubric_rows",)):
         setattr(compute_mod, name, _timed(times, "rows", getattr(compute_mod, name)))
-    compute_mod._bands = _timed(times, "bands", compute_mod._bands)
+    # The P(pass) bands step: `p_bands` since calibration/scoring.py, `_bands` before.
+    bands_name = "p_bands" if hasattr(compute_mod, "p_bands") else "_bands"
+    setattr(compute_mod, bands_name, _timed(times, "bands", getattr(compute_mod, bands_name)))
     snapshot = report_snapshot_create(study=study, kind="calibration", params=params,
                                       created_by=None)
     print(f"params: {json.dumps(snapshot.params, sort_keys=True)}")

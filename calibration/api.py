@@ -22,8 +22,7 @@ from rest_framework.views import APIView
 from reviewhub.api.pagination import PAGE_PARAMETERS, IdCursorPagination, paginated
 from reviewhub.capabilities import Capability
 from reviewhub.errors import Problems, ValidationFailed
-from studies.access import judge_data_need, study_access_get
-from studies.models import Study
+from studies.access import api_study
 from studies.serializers import ErrorSerializer
 
 from . import escalations, export, selectors
@@ -32,13 +31,9 @@ from .models import CalibratedScore
 TAGS = ["calibration"]
 
 
-def _study(request: Request, slug: str, *, write: bool = False) -> Study:
-    return study_access_get(
-        user=request.user, slug=slug, token=request.auth,
-        need=judge_data_need(write=write),
-        messages={Capability.VIEW_JUDGE_DATA:
-                  "Calibrated scores are for leads and viewers; annotators grade blind."},
-    ).study
+# What a caller without sight of judge data is told.
+_BLIND = {Capability.VIEW_JUDGE_DATA:
+          "Calibrated scores are for leads and viewers; annotators grade blind."}
 
 
 def _filters(request: Request) -> dict[str, list[str]]:
@@ -130,7 +125,7 @@ class CalibratedScoreList(APIView):
         responses={200: paginated(CalibratedScoreSerializer), **ERRORS},
     )
     def get(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, judge_data=True, messages=_BLIND).study
         qs = selectors.calibrated_scores_query(
             study=study, snapshot_id=_snapshot(request), filters=_filters(request)
         ).values_list(*selectors.COLUMNS)
@@ -183,7 +178,7 @@ class CalibratedScoreExport(_FormatIsAParameter):
         },
     )
     def get(self, request: Request, slug: str) -> StreamingHttpResponse:
-        study = _study(request, slug)
+        study = api_study(request, slug, judge_data=True, messages=_BLIND).study
         fmt = request.query_params.get("format", "jsonl")
         if fmt not in export.FORMATS:
             raise ValidationFailed(
@@ -239,7 +234,7 @@ class EscalationCreate(APIView):
         responses={201: EscalationPlanSerializer, 200: EscalationPlanSerializer, **ERRORS},
     )
     def post(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, judge_data=True, write=True, messages=_BLIND).study
         ser = EscalationRequestSerializer(data=request.data)
         if not ser.is_valid():
             raise Problems.from_field_errors(ser.errors).error("The request")

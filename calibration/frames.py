@@ -161,7 +161,7 @@ PAIRWISE_CODE = {"tie": 0.0, "A": 1.0, "B": 2.0}
 _PAIRWISE_FROM_NUM = {1.0: 1.0, 0.0: 2.0, 0.5: 0.0}
 
 # The per-rating columns read with each rating, in statement order after (subject, criterion,
-# rater); text columns are read literally (see `_values_frame`).
+# rater); text columns are read literally (see `values_frame`).
 _EXTRA = ["value", "value_num", "probability", "severity", "inclusion", "draw_kind", "created"]
 _EXTRA_TEXT = ["value", "draw_kind"]
 
@@ -190,7 +190,7 @@ def _frame(rows: list[tuple[Any, ...]], names: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame({n: np.asarray(c) for n, c in zip(names, cols, strict=True)})
 
 
-def _values_frame(
+def values_frame(
     qs: QuerySet[Any], names: Sequence[str], text: Sequence[str] = ()
 ) -> pd.DataFrame:
     """The rows of a `values_list` queryset as a frame, one column per value, in query order.
@@ -312,7 +312,7 @@ def _ratings(
     for ids in (numeric, nominal_text):
         if not ids:
             continue
-        df = _values_frame(
+        df = values_frame(
             base.filter(criterion_id__in=ids).values_list(
                 "subject", "criterion_id", rater_field, *tail
             ),
@@ -357,7 +357,7 @@ def _lean_parts(
     base = qs.annotate(subject=_subject_expr())
     if numeric:
         parts.append(
-            _values_frame(
+            values_frame(
                 base.filter(criterion_id__in=numeric).values_list(
                     "subject", "criterion_id", rater_field, "value_num"
                 ),
@@ -365,7 +365,7 @@ def _lean_parts(
             )
         )
     if nominal_text:
-        df = _values_frame(
+        df = values_frame(
             base.filter(criterion_id__in=nominal_text).values_list(
                 "subject", "criterion_id", rater_field, "value"
             ),
@@ -418,7 +418,7 @@ def _codes(
 
 def _labels(qs: QuerySet[Any], latest: bool) -> pd.DataFrame:
     """(subject, criterion) -> stored value of gold labels or adjudications (latest by id)."""
-    df = _values_frame(
+    df = values_frame(
         qs.annotate(subject=_subject_expr())
         .order_by("id")
         .values_list("subject", "criterion_id", "value"),
@@ -559,7 +559,7 @@ def rating_data_load(
             ]
         ]
 
-    outs = _values_frame(
+    outs = values_frame(
         Output.objects.filter(study=study).values_list(
             "id", "item_id", "candidate_id", Length("text")
         ),
@@ -962,4 +962,5 @@ __all__ = [
     "rubric_rule",
     "stored_labels_load",
     "value_text",
+    "values_frame",
 ]

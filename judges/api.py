@@ -1,6 +1,6 @@
 """REST views for judges and judge versions (runs: `judges/run_api.py`).
 
-Thin: access check (`study_get_for_actor`; 404 without access) → validate → service or
+Thin: access check (`studies.access.api_study`; 404 without access) → validate → service or
 selector → serialize. Leads write; leads and viewers read; annotators grade blind and see no
 judge data.
 """
@@ -19,8 +19,8 @@ from rest_framework.views import APIView
 from reviewhub.api.pagination import DefaultCursorPagination
 from reviewhub.capabilities import Capability
 from reviewhub.errors import ValidationFailed
-from studies.access import judge_data_need, study_access_get, study_get_for_actor
-from studies.models import Comparison, Membership, Study
+from studies.access import api_study, study_get_for_actor
+from studies.models import Comparison, Membership
 from studies.serializers import ErrorSerializer
 
 from . import selectors, services
@@ -49,13 +49,9 @@ ERRORS = {
 TAGS = ["judges"]
 
 
-def _study(request: Request, slug: str, *, write: bool = False) -> Study:
-    return study_access_get(
-        user=request.user, slug=slug, token=request.auth,
-        need=judge_data_need(write=write),
-        messages={Capability.VIEW_JUDGE_DATA:
-                  "Annotators grade blind: judge data is for leads and viewers."},
-    ).study
+# What a caller without sight of judge data is told.
+_BLIND = {Capability.VIEW_JUDGE_DATA:
+          "Annotators grade blind: judge data is for leads and viewers."}
 
 
 def _validated(serializer_cls: type, request: Request) -> dict[str, Any]:
@@ -72,7 +68,9 @@ class JudgeListCreate(generics.ListAPIView):
     def get_queryset(self) -> QuerySet[Judge]:
         if getattr(self, "swagger_fake_view", False):
             return Judge.objects.none()
-        return selectors.judges_list(study=_study(self.request, self.kwargs["slug"]))
+        study = api_study(self.request, self.kwargs["slug"], judge_data=True,
+                          messages=_BLIND).study
+        return selectors.judges_list(study=study)
 
     @extend_schema(tags=TAGS, summary="List the study's judges",
                    responses={200: JudgeSerializer(many=True), **ERRORS})
@@ -84,7 +82,7 @@ class JudgeListCreate(generics.ListAPIView):
                    responses={201: JudgeCreatedSerializer, 409: OpenApiResponse(
                        ErrorSerializer, description="A judge with this name exists."), **ERRORS})
     def post(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, judge_data=True, write=True, messages=_BLIND).study
         data = _validated(JudgeCreateSerializer, request)
         judge, version = services.judge_create_with_config(
             study=study, name=data["name"], kind=data["kind"],
@@ -100,7 +98,7 @@ class JudgeListCreate(generics.ListAPIView):
 class JudgeDetail(APIView):
     @extend_schema(tags=TAGS, summary="A judge", responses={200: JudgeSerializer, **ERRORS})
     def get(self, request: Request, slug: str, judge_id: int) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, judge_data=True, messages=_BLIND).study
         return Response(JudgeSerializer(selectors.judge_get(study=study, judge_id=judge_id)).data)
 
 
@@ -112,7 +110,7 @@ class JudgeVersionListCreate(generics.ListAPIView):
     def get_queryset(self) -> QuerySet[JudgeVersion]:
         if getattr(self, "swagger_fake_view", False):
             return JudgeVersion.objects.none()
-        study = _study(self.request, self.kwargs["slug"])
+        study = api_study(self.request, self.kwargs["slug"], judge_data=True, messages=_BLIND).study
         judge = selectors.judge_get(study=study, judge_id=self.kwargs["judge_id"])
         return selectors.judge_versions_list(judge=judge)
 
@@ -130,7 +128,7 @@ class JudgeVersionListCreate(generics.ListAPIView):
         responses={200: VersionCreatedSerializer, 201: VersionCreatedSerializer, **ERRORS},
     )
     def post(self, request: Request, slug: str, judge_id: int) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, judge_data=True, write=True, messages=_BLIND).study
         judge = selectors.judge_get(study=study, judge_id=judge_id)
         data = _validated(VersionCreateSerializer, request)
         outcome = services.judge_version_get_or_create(judge=judge, config=data["config"])
@@ -144,7 +142,7 @@ class JudgeVersionDetail(APIView):
     @extend_schema(tags=TAGS, summary="A judge version (its config holds no key)",
                    responses={200: JudgeVersionSerializer, **ERRORS})
     def get(self, request: Request, slug: str, judge_id: int, version_id: int) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, judge_data=True, messages=_BLIND).study
         judge = selectors.judge_get(study=study, judge_id=judge_id)
         version = selectors.judge_version_get(judge=judge, version_id=version_id)
         return Response(JudgeVersionSerializer(version).data)
@@ -233,7 +231,7 @@ class VerdictBulkPush(APIView):
         responses={200: VerdictPushResultSerializer, 201: VerdictPushResultSerializer, **ERRORS},
     )
     def post(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, judge_data=True, write=True, messages=_BLIND).study
         body = request.data if isinstance(request.data, dict) else {}
         if not isinstance(request.data, dict):
             raise ValidationFailed.at("$", "the body is a JSON object {judge, verdicts}")

@@ -8,7 +8,7 @@
     POST /api/studies/<slug>/judge-runs/<id>/rerun         new run, same spec, skips finished
     GET  /api/studies/<slug>/verdicts?run=&criterion=&candidate=&judge_version=&scored=
 
-All of them go through `study_get_for_actor` and need the lead role: verdicts are lead data.
+All of them go through `studies.access.api_study` and need the lead role: verdicts are lead data.
 """
 
 from __future__ import annotations
@@ -24,17 +24,11 @@ from rest_framework.views import APIView
 
 from reviewhub.api.pagination import DefaultCursorPagination
 from reviewhub.errors import Problems, ValidationFailed
-from studies.access import study_get_for_actor
-from studies.models import Membership, Study
+from studies.access import api_study
+from studies.models import Membership
 
 from . import runs, selectors
 from .models import JudgeRun, JudgeVersion, Verdict
-
-
-def _study(request: Request, slug: str, *, write: bool = False) -> Study:
-    study, _ = study_get_for_actor(user=request.user, slug=slug, token=request.auth,
-                                   write=write, min_role=Membership.Role.LEAD)
-    return study
 
 
 def run_data(run: JudgeRun, *, progress: bool = True) -> dict[str, Any]:
@@ -116,7 +110,7 @@ class JudgeRunListCreate(APIView):
                    summary="List the study's judge runs with job counts and outcome",
                    responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, min_role=Membership.Role.LEAD).study
         paginator = DefaultCursorPagination()
         page = paginator.paginate_queryset(selectors.judge_run_list(study=study), request,
                                            view=self) or []
@@ -140,7 +134,7 @@ class JudgeRunListCreate(APIView):
                    summary="Start a judge run", request=RunStartSerializer,
                    responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, write=True, min_role=Membership.Role.LEAD).study
         data = _valid(RunStartSerializer(data=request.data))
         version = JudgeVersion.objects.select_related("judge").filter(
             pk=data["judge_version"], judge__study=study
@@ -164,7 +158,7 @@ class JudgeRunDetail(APIView):
                    summary="A judge run with its progress and outcome",
                    responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str, run_id: int) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, min_role=Membership.Role.LEAD).study
         return Response(run_data(selectors.judge_run_get(study=study, run_id=run_id)))
 
 
@@ -172,7 +166,7 @@ class JudgeRunCancel(APIView):
     @extend_schema(operation_id="judge_runs_cancel",
                    summary="Cancel a judge run", request=None, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str, run_id: int) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, write=True, min_role=Membership.Role.LEAD).study
         run = runs.judge_run_cancel(run=selectors.judge_run_get(study=study, run_id=run_id))
         return Response(run_data(selectors.judge_run_get(study=study, run_id=run.pk)))
 
@@ -183,7 +177,7 @@ class JudgeRunResume(APIView):
                    request=BudgetSerializer,
                    responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str, run_id: int) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, write=True, min_role=Membership.Role.LEAD).study
         data = _valid(BudgetSerializer(data=request.data or {}))
         run = runs.judge_run_resume(run=selectors.judge_run_get(study=study, run_id=run_id),
                                     max_cost=data.get("max_cost"),
@@ -196,7 +190,7 @@ class JudgeRunRerun(APIView):
                    summary="Re-run a judge run's spec as a new run", request=None,
                    responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str, run_id: int) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, write=True, min_role=Membership.Role.LEAD).study
         new = runs.judge_run_rerun(run=selectors.judge_run_get(study=study, run_id=run_id),
                                    created_by=request.user)
         return Response(run_data(selectors.judge_run_get(study=study, run_id=new.pk)),
@@ -208,7 +202,7 @@ class VerdictList(APIView):
                    summary="List the study's verdicts (filter: run, criterion, candidate, ...)",
                    responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, min_role=Membership.Role.LEAD).study
         qs = selectors.verdict_list(study=study, filters=request.query_params)
         paginator = DefaultCursorPagination()
         page = paginator.paginate_queryset(qs, request, view=self)

@@ -29,7 +29,8 @@ _MARK = {TRUSTWORTHY: "trustworthy", NOT_TRUSTWORTHY: "not trustworthy", TOO_FEW
 MAX_ROWS = 80
 
 
-def _svg(fig: Any) -> bytes:
+def svg_bytes(fig: Any) -> bytes:
+    """A matplotlib figure as SVG text (closed after), with no date in it."""
     buf = io.BytesIO()
     # Text stays text (not glyph outlines): searchable, and its size measurable on the page.
     with plt.rc_context({"svg.fonttype": "none"}):
@@ -127,7 +128,7 @@ def heatmap_svg(result: AgreementResult, criterion: int) -> bytes:
         "colour = verdict (green trustworthy, red not trustworthy, grey too few labels)",
         fontsize=11,
     )
-    return _svg(fig)
+    return svg_bytes(fig)
 
 
 def _display(judge: Any) -> str:
@@ -173,4 +174,4 @@ def bias_svg(result: AgreementResult) -> bytes:
     ax.invert_yaxis()
     ax.set_title("Bias audits: estimate with interval; black tick = no bias", fontsize=11)
     ax.grid(axis="x", alpha=0.3)
-    return _svg(fig)
+    return svg_bytes(fig)

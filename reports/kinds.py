@@ -100,7 +100,7 @@ def _agreement_compute(
     return AgreementResult.from_json(json_safe(raw))
 
 
-def _judge_versions_check(study: Study, params: Mapping[str, Any],
+def judge_versions_check(study: Study, params: Mapping[str, Any],
                           plan: AnalysisPlan | None) -> None:
     """Every judge version id in `judges` belongs to this study (a 400 naming each id that
     does not: another study's, or none at all), as the selection report checks its judge;
@@ -134,114 +134,20 @@ def _agreement_kind() -> ReportKind:
         fingerprint=input_fingerprint,
         compute=_agreement_compute,
         result_from_json=AgreementResult.from_json,
-        check=_judge_versions_check,
+        check=judge_versions_check,
     )
-
-
-def _calibration_plan_defaults(
-    params: dict[str, Any], plan: AnalysisPlan | None
-) -> dict[str, Any]:
-    """Strata, the minimum labels per cell and the confidence level come from the plan when
-    the caller leaves them out."""
-    if plan is None:
-        return params
-    spec = plan.spec or {}
-    out = dict(params)
-    if "strata" not in out and isinstance(spec.get("strata"), list) and spec["strata"]:
-        out["strata"] = [str(s) for s in spec["strata"]]
-    min_labels = spec.get("min_human_labels_per_stratum")
-    if (
-        "min_labels" not in out
-        and isinstance(min_labels, int)
-        and not isinstance(min_labels, bool)
-        and min_labels >= 2
-    ):
-        out["min_labels"] = min_labels
-    level = spec.get("confidence_level")
-    if "level" not in out and isinstance(level, (int, float)) and 0.5 <= level < 1:
-        out["level"] = float(level)
-    return out
-
-
-def _calibration_load(study: Study, params: Mapping[str, Any]) -> Any:
-    from calibration.compute import calibration_inputs_load
-
-    return calibration_inputs_load(study, params, None)
-
-
-def _calibration_load_with_plan(
-    study: Study, params: Mapping[str, Any], plan: AnalysisPlan | None
-) -> Any:
-    from calibration.compute import calibration_inputs_load
-
-    return calibration_inputs_load(study, params, plan)
-
-
-def _calibration_record(study_id: int, snapshot_id: int, result: SnapshotResult) -> None:
-    from calibration.results import CalibrationResult
-    from calibration.services import calibrated_scores_write
-
-    if not isinstance(result, CalibrationResult):
-        raise TypeError(f"a calibration snapshot records a CalibrationResult, not {result!r}")
-    calibrated_scores_write(study_id=study_id, snapshot_id=snapshot_id, rows=result.scores)
 
 
 def _calibration_kind() -> ReportKind:
-    from calibration.compute import calibration_compute, calibration_fingerprint
-    from calibration.params import params_validate
-    from calibration.results import CALIBRATION_RESULT_VERSION, CalibrationResult
+    from .calibration.kind import calibration_kind
 
-    return ReportKind(
-        key="calibration",
-        result_version=CALIBRATION_RESULT_VERSION,
-        params_validate=params_validate,
-        plan_defaults=_calibration_plan_defaults,
-        load=_calibration_load,
-        fingerprint=calibration_fingerprint,
-        compute=calibration_compute,
-        result_from_json=CalibrationResult.from_json,
-        load_with_plan=_calibration_load_with_plan,
-        record=_calibration_record,
-        check=_judge_versions_check,
-    )
-
-
-def _selection_plan_defaults(params: dict[str, Any], plan: AnalysisPlan | None) -> dict[str, Any]:
-    """Nothing is copied from the plan into the parameters: the selection report reads the
-    plan it records (`load_with_plan`), so that a parameter given means a deviation from it."""
-    return params
-
-
-def _selection_load_with_plan(
-    study: Study, params: Mapping[str, Any], plan: AnalysisPlan | None
-) -> Any:
-    from .selection.load import selection_inputs_load
-
-    return selection_inputs_load(study, params, plan)
-
-
-def _selection_load(study: Study, params: Mapping[str, Any]) -> Any:
-    return _selection_load_with_plan(study, params, None)
+    return calibration_kind()
 
 
 def _selection_kind() -> ReportKind:
-    from .selection.compute import selection_compute
-    from .selection.load import selection_fingerprint, selection_inputs_check
-    from .selection.params import params_validate
-    from .selection.results import SELECTION_RESULT_VERSION, SelectionResult
+    from .selection.kind import selection_kind
 
-    return ReportKind(
-        key="selection",
-        result_version=SELECTION_RESULT_VERSION,
-        params_validate=params_validate,
-        plan_defaults=_selection_plan_defaults,
-        load=_selection_load,
-        fingerprint=selection_fingerprint,
-        compute=selection_compute,
-        result_from_json=SelectionResult.from_json,
-        load_with_plan=_selection_load_with_plan,
-        check=selection_inputs_check,
-    )
+    return selection_kind()
 
 
 _FACTORIES: dict[str, Callable[[], ReportKind]] = {
@@ -270,4 +176,4 @@ def kind_get(key: str) -> ReportKind:
     return _CACHE[key]
 
 
-__all__ = ["ReportKind", "SnapshotResult", "kind_get", "kind_names"]
+__all__ = ["ReportKind", "SnapshotResult", "judge_versions_check", "kind_get", "kind_names"]

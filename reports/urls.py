@@ -1,6 +1,8 @@
 from django.urls import path
 
 from . import views
+from .calibration import views as calibration_views
+from .selection import views as selection_views
 
 urlpatterns = [
     path("studies/<slug:slug>/reports/", views.reports_list, name="reports-list"),
@@ -20,41 +22,43 @@ urlpatterns = [
         views.report_disagreements,
         name="reports-disagreements",
     ),
-    path("studies/<slug:slug>/calibration", views.calibration_page, name="reports-calibration"),
+    path("studies/<slug:slug>/calibration", calibration_views.calibration_page,
+         name="reports-calibration"),
     path(
         "studies/<slug:slug>/calibration/<int:snapshot_id>/reliability.svg",
-        views.calibration_reliability,
+        calibration_views.calibration_reliability,
         name="reports-calibration-reliability",
     ),
-    path("studies/<slug:slug>/selection/", views.selection_page, name="reports-selection"),
+    path("studies/<slug:slug>/selection/", selection_views.selection_page,
+         name="reports-selection"),
     path(
         "studies/<slug:slug>/selection/<int:snapshot_id>/",
-        views.selection_detail,
+        selection_views.selection_detail,
         name="reports-selection-detail",
     ),
     path(
         "studies/<slug:slug>/selection/<int:snapshot_id>/forest-<int:metric>.svg",
-        views.selection_forest,
+        selection_views.selection_forest,
         name="reports-selection-forest",
     ),
     path(
         "studies/<slug:slug>/selection/<int:snapshot_id>/pareto.svg",
-        views.selection_pareto,
+        selection_views.selection_pareto,
         name="reports-selection-pareto",
     ),
     path(
         "studies/<slug:slug>/selection/<int:snapshot_id>/report.pdf",
-        views.selection_report_pdf,
+        selection_views.selection_report_pdf,
         name="reports-selection-pdf",
     ),
     path(
         "studies/<slug:slug>/selection/<int:snapshot_id>/next-labels/",
-        views.selection_next_labels,
+        selection_views.selection_next_labels,
         name="reports-selection-next-labels",
     ),
     path(
         "studies/<slug:slug>/selection/<int:snapshot_id>/<str:table>.csv",
-        views.selection_csv,
+        selection_views.selection_csv,
         name="reports-selection-csv",
     ),
 ]

@@ -1,12 +1,12 @@
-"""Pages: the study's reports, the judge reliability audit and the calibration page (leads
-only), and the selection report (leads and viewers; its CSV tables, charts and PDF)."""
+"""Pages of the agreement report (leads only): the study's reports, the judge reliability
+audit, its heatmap and bias charts, and the disagreements. The calibration and selection
+pages are their kinds' own (reports/calibration/views.py, reports/selection/views.py)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -14,26 +14,17 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from calibration.advice import (
-    calibration_advice,
-    cell_labels_wanted,
-    min_labels_of,
-    pooled_without_variance,
-    stratum_text,
-)
-from calibration.escalations import escalations_plan_create
-from reviewhub.errors import AppError, ValidationFailed
+from reviewhub.errors import AppError
 from reviewhub.pages import page_study
 from studies.models import Membership, Study
 
 from . import audit_summary, audit_tables, charts, selectors, services
 from .agreement import DEFAULT_PARAMS
 from .agreement.verdict import rule_items
-from .calibration_charts import cell_title, reliability_bins, reliability_svg
 from .export import TABLES
 from .models import ReportSnapshot
-from .results import AgreementResult, ResultFormatError
-from .selection.actions import next_labels_plan_create
+from .responses import svg_response
+from .results import AgreementResult
 
 
 def _lead_study(request: HttpRequest, slug: str) -> Study:
@@ -312,13 +303,6 @@ def report_audit(request: HttpRequest, slug: str, report_id: int) -> HttpRespons
     )
 
 
-def _svg_response(content: bytes) -> HttpResponse:
-    response = HttpResponse(content, content_type="image/svg+xml")
-    # The SVG is an image: no scripts, no external loads, even if opened on its own.
-    response["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"
-    return response
-
-
 @require_GET
 @login_required
 def report_heatmap(request: HttpRequest, slug: str, report_id: int) -> HttpResponse:
@@ -331,7 +315,7 @@ def report_heatmap(request: HttpRequest, slug: str, report_id: int) -> HttpRespo
     result = _result(report)
     if result is None or criterion not in result.criteria_by_id():
         raise Http404("No such criterion in this report")
-    return _svg_response(charts.heatmap_svg(result, criterion))
+    return svg_response(charts.heatmap_svg(result, criterion))
 
 
 @require_GET
@@ -342,7 +326,7 @@ def report_bias(request: HttpRequest, slug: str, report_id: int) -> HttpResponse
     result = _result(report)
     if result is None:
         raise Http404("Report not finished")
-    return _svg_response(charts.bias_svg(result))
+    return svg_response(charts.bias_svg(result))
 
 
 @require_GET
@@ -385,439 +369,3 @@ def report_disagreements(request: HttpRequest, slug: str, report_id: int) -> Htt
             "audit_url": reverse("reports-audit", kwargs={"slug": slug, "report_id": report.pk}),
         },
     )
-
-
-# --- Calibration (the latest calibration snapshot, for leads) -----------------------------------
-
-CALIBRATION = "calibration"
-
-
-def _calibration_snapshot(study: Study, raw: str | None) -> ReportSnapshot | None:
-    """The snapshot the page shows: `?snapshot=<id>` or the latest finished one."""
-    if raw:
-        if not raw.isascii() or not raw.isdigit() or int(raw) > 2**63 - 1:
-            raise Http404("snapshot must be an id")
-        report = selectors.report_get(study=study, report_id=int(raw), kind=CALIBRATION)
-        if report is None:
-            raise Http404("No such calibration snapshot")
-        return report
-    done = (
-        selectors.reports_for_study(study=study, kind=CALIBRATION)
-        .filter(status=ReportSnapshot.Status.DONE)
-        .values_list("id", flat=True)
-        .first()
-    )
-    return (
-        selectors.report_get(study=study, report_id=done, kind=CALIBRATION)
-        if done is not None
-        else None
-    )
-
-
-def _estimate(value: Any) -> dict[str, Any] | None:
-    """An Estimate's JSON as {value, ci_low, ci_high} (None when absent)."""
-    if isinstance(value, dict) and isinstance(value.get("value"), int | float):
-        return {"value": value["value"], "ci_low": value.get("ci_low"),
-                "ci_high": value.get("ci_high")}
-    return None
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _diag_figures(diag: Any) -> dict[str, Any]:
-    diag = diag if isinstance(diag, dict) else {}
-    return {k: _estimate(diag.get(k)) for k in ("ece", "ece_mass", "brier", "log_loss", "auroc")}
-
-
-def _calibration_cells(
-    result: dict[str, Any], study: Study, report: ReportSnapshot
-) -> list[dict[str, Any]]:
-    chart = reverse("reports-calibration-reliability",
-                    kwargs={"slug": study.slug, "snapshot_id": report.pk})
-    cells = []
-    min_labels, tau_zero = min_labels_of(result), pooled_without_variance(result)
-    for index, cell in enumerate(result.get("cells") or []):
-        if not isinstance(cell, dict):
-            continue
-        wanted, wanted_why = cell_labels_wanted(cell, min_labels=min_labels, tau_zero=tau_zero)
-        diagnostics = _mapping(cell.get("diagnostics"))
-        policy = _mapping(cell.get("policy_costs"))
-        fpc = _mapping(cell.get("false_pass_cost"))
-        cells.append({
-            "index": index,
-            "title": cell_title(cell),
-            "judge": cell.get("judge") or cell.get("judge_version"),
-            "criterion": cell.get("criterion"),
-            "stratum": cell.get("stratum") or "",
-            "n_labels": cell.get("n_labels"),
-            "too_few": bool(cell.get("too_few_labels")),
-            "pooled_only": bool(cell.get("pooled_only")),
-            "method": cell.get("method"),
-            "borrowed": cell.get("borrowed"),
-            "labels_wanted": wanted,
-            "labels_wanted_why": wanted_why,
-            "before": _diag_figures(diagnostics.get("before")),
-            "after": _diag_figures(diagnostics.get("after")),
-            "bins_before": reliability_bins(cell, "before"),
-            "bins_after": reliability_bins(cell, "after"),
-            "thresholds": cell.get("thresholds") if isinstance(cell.get("thresholds"), dict)
-            else None,
-            "false_pass": _estimate(fpc.get("expected")),
-            # Older snapshots have no "used": their figure is the mean of every failure.
-            "false_pass_by_score": fpc.get("used") == "score_weighted",
-            "false_pass_all": _estimate(fpc.get("all_failures")),
-            "false_fail_cost": cell.get("false_fail_cost"),
-            "policy": {k: _estimate(policy.get(k)) for k in ("raw", "calibrated", "human_only")}
-            if policy else None,
-            "trust": cell.get("trust") if isinstance(cell.get("trust"), dict) else None,
-            "chart_url": f"{chart}?cell={index}",
-        })
-    return cells
-
-
-def _positive_int(raw: str, name: str) -> int | None:
-    raw = raw.strip()
-    if not raw:
-        return None
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 2**63 - 1:
-        raise ValidationFailed(f"{name} must be a positive integer.",
-                               details={"errors": [{"path": name, "message": "invalid"}]})
-    return int(raw)
-
-
-def _calibration_form_params(post: Any) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    for key in ("seed", "n_resamples", "folds", "min_labels"):
-        if post.get(key, "").strip():
-            try:
-                params[key] = int(post[key])
-            except ValueError:
-                params[key] = post[key]  # the kind's validation names it
-    return params
-
-
-def _calibration_post(request: HttpRequest, study: Study) -> HttpResponse:
-    """The page's two forms: build a new snapshot, or send a snapshot's escalations to humans."""
-    page = reverse("reports-calibration", kwargs={"slug": study.slug})
-    action = request.POST.get("action", "")
-    if action == "build":
-        report = services.report_build(study=study, kind=CALIBRATION,
-                                       params=_calibration_form_params(request.POST),
-                                       created_by=request.user)
-        messages.success(request, f"Calibration snapshot #{report.pk} is being computed.")
-        return HttpResponseRedirect(page)
-    if action == "escalate":
-        result = escalations_plan_create(
-            study=study,
-            snapshot_id=_positive_int(request.POST.get("snapshot", ""), "snapshot"),
-            limit=_positive_int(request.POST.get("limit", ""), "limit"),
-            created_by=request.user,
-            # An unticked checkbox is absent from the form.
-            keep_sampling=request.POST.get("keep_sampling", "") == "1",
-        )
-        verb = "Sent" if result.created else "Already sent"
-        carried = (f", beside {result.carried_over} unfinished entries of the plan before it"
-                   if result.carried_over else "")
-        messages.success(request, f"{verb}: {result.escalated} {result.subject}s of snapshot "
-                                  f"#{result.snapshot_id} are sampling plan "
-                                  f"v{result.plan.version} for humans{carried}.")
-        return HttpResponseRedirect(page)
-    raise ValidationFailed("action must be 'build' or 'escalate'.",
-                           details={"errors": [{"path": "action", "message": "unknown"}]})
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def calibration_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The latest calibration snapshot: reliability before/after, costs, thresholds, policy
-    costs, guaranteed agreement, and what to do next."""
-    study = _lead_study(request, slug)
-    error = None
-    if request.method == "POST":
-        try:
-            return _calibration_post(request, study)
-        except AppError as exc:
-            error = exc.message
-    report = _calibration_snapshot(study, request.GET.get("snapshot"))
-    newest = selectors.reports_for_study(study=study, kind=CALIBRATION).first()
-    result = report.result if report is not None and isinstance(report.result, dict) else None
-    cells = _calibration_cells(result, study, report) if result and report else []
-    for c in cells:
-        c["stratum_text"] = stratum_text(c["stratum"])
-    costs = result.get("costs") if result and isinstance(result.get("costs"), dict) else None
-    severity = costs.get("severity") if costs and isinstance(costs.get("severity"), dict) else {}
-    return render(
-        request,
-        "reports/calibration.html",
-        {
-            "study": study,
-            "study_role": "lead",
-            "report": report,
-            "newest": newest,
-            "refresh": newest is not None and newest.status in (
-                ReportSnapshot.Status.PENDING, ReportSnapshot.Status.RUNNING),
-            "result": result,
-            "cells": cells,
-            "costs": costs,
-            "severity": sorted(severity.items()),
-            "policy": result.get("policy") if result else None,
-            "cascade": result.get("cascade") if result else None,
-            "advice": calibration_advice(result) if result else [],
-            "warnings": [str(w) for w in (result.get("warnings") or [])] if result else [],
-            "params_json": json.dumps(report.params, indent=1, sort_keys=True) if report else "",
-            "error": error,
-        },
-        status=400 if error else 200,
-    )
-
-
-@require_GET
-@login_required
-def calibration_reliability(request: HttpRequest, slug: str, snapshot_id: int) -> HttpResponse:
-    """One cell's reliability diagram (SVG): `?cell=<index>` into the snapshot's cells."""
-    study = _lead_study(request, slug)
-    report = selectors.report_get(study=study, report_id=snapshot_id, kind=CALIBRATION)
-    if report is None or not isinstance(report.result, dict):
-        raise Http404("No such finished calibration snapshot")
-    raw = request.GET.get("cell", "")
-    cells = report.result.get("cells") or []
-    if not raw.isascii() or not raw.isdigit() or int(raw) >= len(cells):
-        raise Http404("No such cell")
-    cell = cells[int(raw)]
-    if not isinstance(cell, dict):
-        raise Http404("No such cell")
-    return _svg_response(reliability_svg(cell))
-
-
-# --- Selection (which candidate to ship; leads and viewers read, leads act) --------------------
-
-SELECTION = "selection"
-SELECTION_LIST_LIMIT = 50
-
-
-def _selection_study(request: HttpRequest, slug: str) -> tuple[Study, str]:
-    """The study and the caller's role for the selection pages: leads and viewers read (as on
-    the reports API); annotators grade blind, so they get the same 404 as a stranger."""
-    study, role = page_study(request, slug, min_role=Membership.Role.VIEWER)
-    if role == Membership.Role.ANNOTATOR:
-        raise Http404("No such study")
-    return study, role
-
-
-def _selection_report(study: Study, snapshot_id: int) -> ReportSnapshot:
-    report = selectors.report_get(study=study, report_id=snapshot_id, kind=SELECTION)
-    if report is None:
-        raise Http404("No such selection snapshot")
-    return report
-
-
-def _selection_result(report: ReportSnapshot | None) -> dict[str, Any] | None:
-    """The stored result of a finished snapshot (None before it is finished)."""
-    if report is None or report.status != ReportSnapshot.Status.DONE:
-        return None
-    return report.result if isinstance(report.result, dict) else None
-
-
-def _selection_kind_registered() -> bool:
-    from .kinds import kind_names
-
-    return SELECTION in kind_names()
-
-
-def _selection_context(study: Study, role: str, report: ReportSnapshot | None, *,
-                       pdf: bool = False) -> dict[str, Any]:
-    """What the page and the PDF render for one snapshot (the result's tables, chart links or
-    inline charts, CSV links)."""
-    from . import selection_charts, selection_pdf, selection_tables
-
-    result = _selection_result(report)
-    view = selection_tables.page_view(result) if result else None
-    if view is not None and report is not None and result is not None:
-        for section in view["metric_sections"]:
-            if pdf:
-                section["chart_src"] = selection_pdf.svg_data_url(
-                    selection_charts.forest_svg(result, section["key"]))
-            else:
-                section["chart_src"] = reverse(
-                    "reports-selection-forest",
-                    kwargs={"slug": study.slug, "snapshot_id": report.pk,
-                            "metric": section["index"]})
-        if view["frontier"]:
-            view["pareto_src"] = (
-                selection_pdf.svg_data_url(selection_charts.pareto_svg(result)) if pdf
-                else reverse("reports-selection-pareto",
-                             kwargs={"slug": study.slug, "snapshot_id": report.pk}))
-    csv = {}
-    if report is not None and not pdf:
-        csv = {t: reverse("reports-selection-csv",
-                          kwargs={"slug": study.slug, "snapshot_id": report.pk, "table": t})
-               for t in selection_tables.TABLES}
-    return {
-        "study": study,
-        "study_role": role,
-        "is_lead": role == Membership.Role.LEAD,
-        "report": report,
-        "result": result,
-        "view": view,
-        "csv": csv,
-        "pdf": pdf,
-        "params_json": json.dumps(report.params, indent=1, sort_keys=True) if report else "",
-        "gate_provenance": _gate_provenance(study),
-    }
-
-
-def _gate_provenance(study: Study) -> list[dict[str, Any]]:
-    # The provenance of the gates' latency, error, schema and cost figures: the candidate
-    # runs that measured the outputs (generation/), shown beside the gates.
-    from generation.selectors import gate_provenance
-
-    return gate_provenance(study=study)
-
-
-def _selection_post(request: HttpRequest, study: Study) -> HttpResponse:
-    """The list page's form: build a new selection snapshot (leads only)."""
-    if request.POST.get("action") != "build":
-        raise ValidationFailed("action must be 'build'.",
-                               details={"errors": [{"path": "action", "message": "unknown"}]})
-    report = services.report_build(study=study, kind=SELECTION, params={},
-                                   created_by=request.user)
-    messages.success(request, f"Selection snapshot #{report.pk} is being computed.")
-    return HttpResponseRedirect(
-        reverse("reports-selection-detail", kwargs={"slug": study.slug, "snapshot_id": report.pk}))
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def selection_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The study's selection snapshots and the latest finished one in full."""
-    study, role = _selection_study(request, slug)
-    error = None
-    if request.method == "POST":
-        if role != Membership.Role.LEAD:
-            raise Http404("No such study")
-        try:
-            return _selection_post(request, study)
-        except AppError as exc:
-            error = exc.message
-    snapshots = list(selectors.reports_for_study(study=study, kind=SELECTION)
-                     [:SELECTION_LIST_LIMIT])
-    done = next((s.pk for s in snapshots if s.status == ReportSnapshot.Status.DONE), None)
-    latest = _selection_report(study, done) if done is not None else None
-    context = _selection_context(study, role, latest)
-    newest = snapshots[0] if snapshots else None
-    context.update({
-        "snapshots": snapshots,
-        "newest": newest,
-        "listing": True,
-        "can_build": role == Membership.Role.LEAD and _selection_kind_registered(),
-        "refresh": newest is not None and newest.status in (
-            ReportSnapshot.Status.PENDING, ReportSnapshot.Status.RUNNING),
-        "error": error,
-    })
-    return render(request, "reports/selection.html", context, status=400 if error else 200)
-
-
-@require_GET
-@login_required
-def selection_detail(request: HttpRequest, slug: str, snapshot_id: int) -> HttpResponse:
-    """One selection snapshot: the decision, flips, gates, estimates and the rest."""
-    study, role = _selection_study(request, slug)
-    report = _selection_report(study, snapshot_id)
-    context = _selection_context(study, role, report)
-    context.update({
-        "listing": False,
-        "newest": report,
-        "refresh": report.status in (ReportSnapshot.Status.PENDING,
-                                     ReportSnapshot.Status.RUNNING),
-    })
-    return render(request, "reports/selection.html", context)
-
-
-def _finished_selection(request: HttpRequest, slug: str, snapshot_id: int
-                        ) -> tuple[Study, str, ReportSnapshot, dict[str, Any]]:
-    study, role = _selection_study(request, slug)
-    report = _selection_report(study, snapshot_id)
-    result = _selection_result(report)
-    if result is None:
-        raise Http404("Selection snapshot not finished")
-    return study, role, report, result
-
-
-@require_GET
-@login_required
-def selection_forest(request: HttpRequest, slug: str, snapshot_id: int,
-                     metric: int) -> HttpResponse:
-    """The forest plot (SVG) of the snapshot's metric number `metric`."""
-    from . import selection_charts, selection_tables
-
-    _study, _role, _report, result = _finished_selection(request, slug, snapshot_id)
-    listed = selection_tables.metrics(result)
-    if metric >= len(listed):
-        raise Http404("No such metric")
-    return _svg_response(selection_charts.forest_svg(result, listed[metric]["key"]))
-
-
-@require_GET
-@login_required
-def selection_pareto(request: HttpRequest, slug: str, snapshot_id: int) -> HttpResponse:
-    """The quality x latency x cost chart (SVG) with the Pareto frontier."""
-    from . import selection_charts
-
-    _study, _role, _report, result = _finished_selection(request, slug, snapshot_id)
-    return _svg_response(selection_charts.pareto_svg(result))
-
-
-@require_GET
-@login_required
-def selection_csv(request: HttpRequest, slug: str, snapshot_id: int, table: str) -> HttpResponse:
-    """One table of the snapshot as CSV (formula-like text neutralised)."""
-    from . import selection_tables
-
-    study, _role, report, result = _finished_selection(request, slug, snapshot_id)
-    if table not in selection_tables.TABLES:
-        raise Http404("No such table")
-    response = HttpResponse(selection_tables.table_csv(result, table),
-                            content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = (
-        f'attachment; filename="{study.slug}-selection-{report.pk}-{table}.csv"')
-    return response
-
-
-@require_GET
-@login_required
-def selection_report_pdf(request: HttpRequest, slug: str, snapshot_id: int) -> HttpResponse:
-    """The snapshot as a self-contained PDF (charts and styles inline, nothing fetched)."""
-    from . import selection_pdf
-
-    study, role, report, _result = _finished_selection(request, slug, snapshot_id)
-    context = _selection_context(study, role, report, pdf=True)
-    response = HttpResponse(selection_pdf.pdf_bytes(context), content_type="application/pdf")
-    response["Content-Disposition"] = (
-        f'attachment; filename="{study.slug}-selection-{report.pk}.pdf"')
-    return response
-
-
-@login_required
-@require_http_methods(["POST"])
-def selection_next_labels(request: HttpRequest, slug: str, snapshot_id: int) -> HttpResponse:
-    """Turn the snapshot's "next labels" allocation into a sampling plan (leads only)."""
-    study, role = _selection_study(request, slug)
-    if role != Membership.Role.LEAD:
-        raise Http404("No such study")
-    report = _selection_report(study, snapshot_id)
-    page = reverse("reports-selection-detail", kwargs={"slug": slug, "snapshot_id": report.pk})
-    try:
-        created = next_labels_plan_create(study=study, snapshot=report, user=request.user)
-    except AppError as exc:
-        messages.error(request, exc.message)
-        return HttpResponseRedirect(page)
-    except ResultFormatError as exc:  # a stored result this version cannot read
-        messages.error(request, f"Snapshot #{report.pk} cannot be read: {exc}")
-        return HttpResponseRedirect(page)
-    # The plan can only draw the same count from every stratum: the note says how many more
-    # than asked some strata get, so the lead is never misled about what was drawn.
-    messages.success(request, f"Sampling plan v{created.plan.version} created from snapshot "
-                              f"#{report.pk}: {created.note}.")
-    return HttpResponseRedirect(page)

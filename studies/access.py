@@ -33,6 +33,7 @@ from .models import ApiToken, Membership, Study
 __all__ = [
     "ROLE_RANK",
     "StudyAccess",
+    "api_study",
     "judge_data_need",
     "study_access_get",
     "study_capabilities",
@@ -173,6 +174,35 @@ def judge_data_need(*, write: bool) -> list[Capability]:
     if write:
         return [Capability.LEAD, Capability.WRITE, Capability.VIEW_JUDGE_DATA]
     return [Capability.VIEW_JUDGE_DATA]
+
+
+def api_study(
+    request: Any,
+    slug: str,
+    *,
+    write: bool = False,
+    lead: bool = False,
+    min_role: str | None = None,
+    judge_data: bool = False,
+    messages: Mapping[Capability, str] | None = None,
+) -> StudyAccess:
+    """The study named in an API request's URL, with the caller's access (the request's user
+    and token): the one access helper of every app's API views.
+
+    What is asked, in this order: `min_role` (the least role, as `study_get_for_actor`); with
+    `judge_data`, what an endpoint of judge data asks (`judge_data_need`: to read, sight of
+    judge data; to write, the lead role and a credential that may write); else the lead role
+    when `lead` and a credential that may write when `write`. Refusals are NotFound /
+    Forbidden; `messages` overrides a refusal's message per missing capability."""
+    need: list[Capability] = []
+    if min_role is not None:
+        need.append(required_for_role(str(min_role)))
+    if judge_data:
+        need += judge_data_need(write=write)
+    else:
+        need += ([Capability.LEAD] if lead else []) + ([Capability.WRITE] if write else [])
+    return study_access_get(user=request.user, slug=slug, token=getattr(request, "auth", None),
+                            need=need, messages=messages)
 
 
 def study_get_for_actor(

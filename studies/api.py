@@ -1,6 +1,6 @@
 """REST views for studies. Thin: access check -> validate -> service or selector -> serialize.
 
-Every study-scoped view starts with `studies.access.study_access_get` (which asks
+Every study-scoped view starts with `studies.access.api_study` (`study_access_get`, which asks
 `reviewhub.capabilities`), so a caller without access gets 404 before anything else happens
 (body validation included), and read-only tokens get 403 on every write. Annotators may read
 the study, its rubric and strata, but not the lead data (candidates, outputs, items, plans,
@@ -22,12 +22,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from reviewhub.api.pagination import DefaultCursorPagination, IdCursorPagination
-from reviewhub.capabilities import Capability, may_write
+from reviewhub.capabilities import may_write
 from reviewhub.errors import Forbidden, NotFound, ValidationFailed
 
 from . import schema as _schema  # noqa: F401 - registers the auth extension
 from . import selectors, services
-from .access import study_access_get, token_scope
+from .access import api_study, token_scope
 from .models import (
     AnalysisPlan,
     ApiToken,
@@ -93,14 +93,6 @@ def _body(request: Request) -> dict[str, Any]:
     return data
 
 
-def _study(request: Request, slug: str, *, write: bool = False, lead: bool = False,
-           annotators: bool = True) -> tuple[Study, str]:
-    # `annotators=False`: lead data that names candidates, which blind grading may not see.
-    need = ([Capability.LEAD] if lead else []) + ([Capability.WRITE] if write else []) \
-        + ([] if annotators else [Capability.VIEW_JUDGE_DATA])
-    access = study_access_get(user=request.user, slug=slug, token=request.auth, need=need)
-    assert access.role is not None  # VIEW_STUDY held
-    return access.study, access.role
 
 
 def _user(request: Request) -> User:
@@ -151,13 +143,13 @@ class StudyDetail(generics.GenericAPIView):
 
     @extend_schema(summary="A study", responses={200: StudySerializer, **ERRORS})
     def get(self, request: Request, slug: str) -> Response:
-        study, _ = _study(request, slug)
+        study = api_study(request, slug).study
         return Response(StudySerializer(study).data)
 
     @extend_schema(summary="Update a study (status: draft -> open -> closed)",
                    request=StudyPatchSerializer, responses={200: StudySerializer, **ERRORS})
     def patch(self, request: Request, slug: str) -> Response:
-        study, _ = _study(request, slug, write=True, lead=True)
+        study = api_study(request, slug, write=True, lead=True).study
         study, _ = services.study_update(study=study, fields=_body(request))
         return Response(StudySerializer(study).data)
 
@@ -172,7 +164,7 @@ class MemberListCreate(generics.ListAPIView):
     def get_queryset(self) -> QuerySet[Membership]:
         if _fake(self):
             return Membership.objects.none()
-        study, _ = _study(self.request, self.kwargs["slug"], annotators=False)
+        study = api_study(self.request, self.kwargs["slug"], judge_data=True).study
         return Membership.objects.filter(study=study).select_related("user")
 
     @extend_schema(summary="Members of a study", responses={200: MembershipSerializer(many=True),
@@ -189,7 +181,7 @@ class MemberListCreate(generics.ListAPIView):
                    responses={201: MembershipSerializer, 200: MembershipSerializer, **ERRORS,
                               **CONFLICT})
     def post(self, request: Request, slug: str) -> Response:
-        study, _ = _study(request, slug, write=True, lead=True)
+        study = api_study(request, slug, write=True, lead=True).study
         body = _body(request)
         username = body.get("username")
         user = get_user_model().objects.filter(username=username).first() if isinstance(
@@ -224,13 +216,13 @@ class MemberDetail(generics.GenericAPIView):
 
     @extend_schema(summary="One member", responses={200: MembershipSerializer, **ERRORS})
     def get(self, request: Request, slug: str, user_id: int) -> Response:
-        study, _ = _study(request, slug, annotators=False)
+        study = api_study(request, slug, judge_data=True).study
         return Response(MembershipSerializer(self._membership(study, user_id)).data)
 
     @extend_schema(summary="Change a member's role", request=MembershipRoleSerializer,
                    responses={200: MembershipSerializer, **ERRORS, **CONFLICT})
     def patch(self, request: Request, slug: str, user_id: int) -> Response:
-        study, _ = _study(request, slug, write=True, lead=True)
+        study = api_study(request, slug, write=True, lead=True).study
         membership = self._membership(study, user_id)
         membership, _ = services.membership_set(study=study, user=membership.user,
                                                 role=str(_body(request).get("role", "")))
@@ -238,7 +230,7 @@ class MemberDetail(generics.GenericAPIView):
 
     @extend_schema(summary="Remove a member", responses={204: None, **ERRORS, **CONFLICT})
     def delete(self, request: Request, slug: str, user_id: int) -> Response:
-        study, _ = _study(request, slug, write=True, lead=True)
+        study = api_study(request, slug, write=True, lead=True).study
         membership = self._membership(study, user_id)
         services.membership_remove(study=study, user=membership.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -257,7 +249,7 @@ class RubricCurrent(generics.GenericAPIView):
     @extend_schema(summary="The current rubric version", responses={200: RubricVersionSerializer,
                                                                     **ERRORS})
     def get(self, request: Request, slug: str) -> Response:
-        study, _ = _study(request, slug)
+        study = api_study(request, slug).study
         rubric = _rubric_queryset(study).order_by("-version").first()
         if rubric is None:
             raise NotFound("This study has no rubric yet.")
@@ -273,7 +265,7 @@ class RubricCurrent(generics.GenericAPIView):
                    **ERRORS},
     )
     def put(self, request: Request, slug: str) -> Response:
-        study, _ = _study(request, slug, write=True, lead=True)
+        study = api_study(request, slug, write=True, lead=True).study
         body = _body(request)
         rubric, outcome = services.rubric_update(
             study=study, criteria=body.get("criteria"),  # type: ignore[arg-type] # validated there
@@ -295,7 +287,7 @@ class RubricVersionList(generics.ListAPIView):
     def get_queryset(self) -> QuerySet[RubricVersion]:
         if _fake(self):
             return RubricVersion.objects.none()
-        study, _ = _study(self.request, self.kwargs["slug"])
+        study = api_study(self.request, self.kwargs["slug"]).study
         return _rubric_queryset(study)
 
     @extend_schema(summary="All rubric versions, newest first",
@@ -310,7 +302,7 @@ class RubricVersionDetail(generics.GenericAPIView):
     @extend_schema(summary="One rubric version", responses={200: RubricVersionSerializer,
                                                             **ERRORS})
     def get(self, request: Request, slug: str, version: int) -> Response:
-        study, _ = _study(request, slug)
+        study = api_study(request, slug).study
         rubric = _rubric_queryset(study).filter(version=version).first()
         if rubric is None:
             raise NotFound(f"Rubric v{version} not found.")
@@ -335,7 +327,7 @@ class StrataScheme(generics.GenericAPIView):
     @extend_schema(summary="The strata scheme and items per label",
                    responses={200: StrataSerializer, **ERRORS})
     def get(self, request: Request, slug: str) -> Response:
-        study, _ = _study(request, slug)
+        study = api_study(request, slug).study
         return Response({"dimensions": selectors.dimensions_current(study=study),
                          "counts": _strata_counts(study)})
 
@@ -343,7 +335,7 @@ class StrataScheme(generics.GenericAPIView):
                    request=StrataUpdateSerializer,
                    responses={200: StrataUpdateResultSerializer, **ERRORS, **CONFLICT})
     def put(self, request: Request, slug: str) -> Response:
-        study, _ = _study(request, slug, write=True, lead=True)
+        study = api_study(request, slug, write=True, lead=True).study
         body = _body(request)
         _, changed = services.dimension_set(
             study=study, dimensions=body.get("dimensions"))  # type: ignore[arg-type] # validated
@@ -361,7 +353,7 @@ class ItemList(generics.ListAPIView):
     def get_queryset(self) -> QuerySet[Item]:
         if _fake(self):
             return Item.objects.none()
-        study, _ = _study(self.request, self.kwargs["slug"], annotators=False)
+        study = api_study(self.request, self.kwargs["slug"], judge_data=True).study
         return selectors.items_list(study=study, params=_params(self.request))
 
     @extend_schema(
@@ -379,7 +371,7 @@ class ItemDetail(generics.GenericAPIView):
 
     @extend_schema(summary="One item", responses={200: ItemSerializer, **ERRORS})
     def get(self, request: Request, slug: str, item_id: int) -> Response:
-        study, _ = _study(request, slug, annotators=False)
+        study = api_study(request, slug, judge_data=True).study
         item = Item.objects.filter(study=study, pk=item_id).first()
         if item is None:
             raise NotFound(f"Item {item_id} not found.")
@@ -394,7 +386,7 @@ class CandidateList(generics.ListAPIView):
     def get_queryset(self) -> QuerySet[Candidate]:
         if _fake(self):
             return Candidate.objects.none()
-        study, _ = _study(self.request, self.kwargs["slug"], annotators=False)
+        study = api_study(self.request, self.kwargs["slug"], judge_data=True).study
         return selectors.candidates_list(study=study, params=_params(self.request))
 
     @extend_schema(summary="Candidates of a study",
@@ -409,7 +401,7 @@ class CandidateDetail(generics.GenericAPIView):
 
     @extend_schema(summary="One candidate", responses={200: CandidateSerializer, **ERRORS})
     def get(self, request: Request, slug: str, candidate_id: int) -> Response:
-        study, _ = _study(request, slug, annotators=False)
+        study = api_study(request, slug, judge_data=True).study
         candidate = Candidate.objects.filter(study=study, pk=candidate_id).first()
         if candidate is None:
             raise NotFound(f"Candidate {candidate_id} not found.")
@@ -424,7 +416,7 @@ class OutputList(generics.ListAPIView):
     def get_queryset(self) -> QuerySet[Output]:
         if _fake(self):
             return Output.objects.none()
-        study, _ = _study(self.request, self.kwargs["slug"], annotators=False)
+        study = api_study(self.request, self.kwargs["slug"], judge_data=True).study
         return selectors.outputs_list(study=study, params=_params(self.request))
 
     @extend_schema(
@@ -451,7 +443,7 @@ class OutputDetail(generics.GenericAPIView):
 
     @extend_schema(summary="One output", responses={200: OutputSerializer, **ERRORS})
     def get(self, request: Request, slug: str, output_id: int) -> Response:
-        study, _ = _study(request, slug, annotators=False)
+        study = api_study(request, slug, judge_data=True).study
         output = (Output.objects.select_related("item", "candidate")
                   .filter(study=study, pk=output_id).first())
         if output is None:
@@ -480,7 +472,7 @@ class PlanListCreate(generics.ListAPIView):
     def get_queryset(self) -> QuerySet[AnalysisPlan]:
         if _fake(self):
             return AnalysisPlan.objects.none()
-        study, _ = _study(self.request, self.kwargs["slug"], annotators=False)
+        study = api_study(self.request, self.kwargs["slug"], judge_data=True).study
         return _plans(study)
 
     @extend_schema(summary="Analysis plan versions, newest first",
@@ -491,7 +483,7 @@ class PlanListCreate(generics.ListAPIView):
     @extend_schema(summary="Create the study's first analysis plan", request=PlanWriteSerializer,
                    responses={201: AnalysisPlanSerializer, **ERRORS, **CONFLICT})
     def post(self, request: Request, slug: str) -> Response:
-        study, _ = _study(request, slug, write=True, lead=True)
+        study = api_study(request, slug, write=True, lead=True).study
         body = _body(request)
         plan = services.plan_create(study=study, spec=body.get("spec"), created_by=_user(request),
                                     notes=str(body.get("notes") or ""))
@@ -505,13 +497,13 @@ class PlanDetail(generics.GenericAPIView):
     @extend_schema(summary="One analysis plan version",
                    responses={200: AnalysisPlanSerializer, **ERRORS})
     def get(self, request: Request, slug: str, version: int) -> Response:
-        study, _ = _study(request, slug, annotators=False)
+        study = api_study(request, slug, judge_data=True).study
         return Response(AnalysisPlanSerializer(_plan(study, version)).data)
 
     @extend_schema(summary="Edit an unlocked plan (409 once locked)", request=PlanPatchSerializer,
                    responses={200: AnalysisPlanSerializer, **ERRORS, **CONFLICT})
     def patch(self, request: Request, slug: str, version: int) -> Response:
-        study, _ = _study(request, slug, write=True, lead=True)
+        study = api_study(request, slug, write=True, lead=True).study
         plan = _plan(study, version)
         body = _body(request)
         notes = body.get("notes")
@@ -526,7 +518,7 @@ class PlanLock(generics.GenericAPIView):
     @extend_schema(summary="Lock (pre-register) a plan", request=None,
                    responses={200: AnalysisPlanSerializer, **ERRORS, **CONFLICT})
     def post(self, request: Request, slug: str, version: int) -> Response:
-        study, _ = _study(request, slug, write=True, lead=True)
+        study = api_study(request, slug, write=True, lead=True).study
         services.plan_lock(plan=_plan(study, version), user=_user(request))
         return Response(AnalysisPlanSerializer(_plan(study, version)).data)
 
@@ -538,7 +530,7 @@ class PlanNewVersion(generics.GenericAPIView):
                    request=PlanNewVersionSerializer,
                    responses={201: AnalysisPlanSerializer, **ERRORS})
     def post(self, request: Request, slug: str, version: int) -> Response:
-        study, _ = _study(request, slug, write=True, lead=True)
+        study = api_study(request, slug, write=True, lead=True).study
         source = _plan(study, version)
         body = _body(request)
         plan = services.plan_new_version(study=study, spec=body.get("spec", source.spec),

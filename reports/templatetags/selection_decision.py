@@ -14,7 +14,7 @@ from typing import Any
 from django import template
 from django.urls import reverse
 
-from reports.selection_tables import difference_text, margin_text
+from reports.selection.present.tables import difference_text, margin_text
 from reports.selectors import study_decision_summaries, study_decision_summary
 
 register = template.Library()

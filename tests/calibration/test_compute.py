@@ -169,7 +169,8 @@ def test_intervals_cover_a_truth_of_the_fitted_form() -> None:
     Platt), the 95 % bands of `_bands` cover it at most scores on average over seeded
     samples (about 0.89 here: the percentile bootstrap of a logistic fit on 400 labels runs a
     little short at the ends); a band that ignored the sample size would cover far less."""
-    from calibration.compute import _bands, _Model
+    from calibration.scoring import Model as _Model
+    from calibration.scoring import p_bands as _bands
     from evalstats.calibration import calibration_select
 
     grid = np.linspace(0.02, 0.98, 25)

@@ -23,8 +23,9 @@ from annotations.models import (
     QueueEntry,
     SamplingPlan,
 )
-from calibration.compute import _humans, calibration_inputs_load
+from calibration.compute import calibration_inputs_load
 from calibration.frames import human_labels
+from calibration.scoring import humans_of as _humans
 from judges.models import Judge, JudgeVersion, Verdict
 from reports.selection.load import selection_inputs_load
 from studies.models import Candidate, Criterion, Item, Membership, Output, RubricVersion

@@ -336,14 +336,17 @@ def test_calibration_and_selection_read_an_interval_pass_as_score_at_least_the_t
     assert ("criterion 'plain' has no pass/fail reading (no pass threshold or pass labels): "
             "not calibrated") in text
     assert '"cut"' in text
-    from calibration.compute import _pass_codes, calibration_inputs_load
+    from calibration.compute import calibration_inputs_load
+    from calibration.scoring import pass_codes as _pass_codes
 
     inputs = calibration_inputs_load(study=study, params={})
     [rule] = [r for r in inputs.rules.values() if r.key == "cut"]
     assert (rule.min, rule.max, rule.pass_threshold) == (1.0, 5.0, 3.5)
     assert _pass_codes(rule, (), np.array([3.49, 3.5, 5.0])).tolist() == [0.0, 1.0, 1.0]
 
-    from reports.selection.load import _label_reading, _pass_reading, selection_inputs_load
+    from reports.selection.load import selection_inputs_load
+    from reports.selection.readings import label_reading as _label_reading
+    from reports.selection.readings import pass_reading as _pass_reading
 
     sel = selection_inputs_load(study, {}, None)
     metas = {c.key: c for c in sel.criteria}

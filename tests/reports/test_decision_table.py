@@ -21,7 +21,6 @@ from django.utils import timezone
 
 from annotations.models import Annotation, Assignment, QueueEntry, SamplingPlan
 from judges.models import Judge, JudgeVersion, Verdict
-from reports import selection_pdf
 from reports.models import ReportSnapshot
 from reports.selection.decision import (
     Contender,
@@ -30,6 +29,7 @@ from reports.selection.decision import (
     Threshold,
     decide,
 )
+from reports.selection.present import pdf as selection_pdf
 from reports.selection.results import SelectionResult
 from reports.services import report_compute, report_snapshot_create
 from studies.models import (

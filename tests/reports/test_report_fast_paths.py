@@ -200,7 +200,7 @@ def test_copy_loader_equals_the_tuple_loader(monkeypatch: pytest.MonkeyPatch) ->
                 annotator=user, criterion=score, output=out, value=str(v), value_num=v
             )
     fast = rating_data_load(study=study)
-    monkeypatch.setattr(frames, "_values_frame", _tuples_frame)
+    monkeypatch.setattr(frames, "values_frame", _tuples_frame)
     plain = rating_data_load(study=study)
     assert len(fast.ratings) == 30 * 2 + 20 * 4
     assert set(fast.ratings["num"][fast.ratings["criterion"] == tone.pk]) == set(range(len(labels)))

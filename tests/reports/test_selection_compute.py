@@ -31,7 +31,7 @@ from evalstats.ppi import (
 )
 from reports.results import json_safe
 from reports.selection.compute import selection_compute, selection_compute_raw
-from reports.selection.load import CriterionMeta, SelectionInputs, metric_catalogue, mix_problems
+from reports.selection.inputs import CriterionMeta, SelectionInputs, metric_catalogue, mix_problems
 from reports.selection.params import params_validate
 from reports.selection.results import SelectionResult
 from reviewhub.errors import ValidationFailed
@@ -462,7 +462,7 @@ def test_human_only_bradley_terry_is_a_logistic_regression() -> None:
     n / (n - 1) for ppi_py's sample covariance of the gradients) the same standard errors."""
     import statsmodels.api as sm
 
-    from reports.selection.compute import bradley_terry_fit
+    from reports.selection.pairwise import bradley_terry_fit
 
     inputs = make_pairwise_inputs(judged=False)
     c = inputs.comparisons

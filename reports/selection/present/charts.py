@@ -26,8 +26,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from .charts import LABEL_PT
-from .selection_tables import (
+from reports.charts import LABEL_PT
+
+from .tables import (
     MIX,
     estimate_text,
     is_simulated,

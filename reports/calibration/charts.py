@@ -18,8 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from calibration.advice import stratum_text
-
-from .charts import LABEL_PT, _svg
+from reports.charts import LABEL_PT, svg_bytes
 
 plt.rcParams["svg.hashsalt"] = "reviewhub"
 
@@ -76,7 +75,7 @@ def reliability_svg(cell: Mapping[str, Any]) -> bytes:
     ax.grid(alpha=0.3)
     if drawn:
         ax.legend(fontsize=LABEL_PT, loc="upper left")
-    return _svg(fig)
+    return svg_bytes(fig)
 
 
 __all__ = ["cell_title", "reliability_bins", "reliability_svg"]
