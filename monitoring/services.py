@@ -34,6 +34,7 @@ from studies.strata import (
 
 from . import sampling, signals, traffic
 from .models import Deployment, TrafficLabel, TrafficRow, Window
+from .notify import webhook_refusal
 from .window import compute as window_compute_mod
 from .window import load as window_load
 from .window.params import WindowParams
@@ -138,8 +139,10 @@ def deployment_create(
                               or not 0 <= floor <= 1):
         problems.add("alerting.pass_rate_floor", "must be a number in [0, 1]")
     url = alert_settings.get("webhook_url") or ""
-    if not isinstance(url, str) or (url and not url.startswith(("https://", "http://"))):
-        problems.add("alerting.webhook_url", "must be an http(s) URL")
+    url_problem = (webhook_refusal(url) if url else None) if isinstance(url, str) \
+        else "must be an http(s) URL"
+    if url_problem:
+        problems.add("alerting.webhook_url", url_problem)
     emails = alert_settings.get("emails") or []
     if not isinstance(emails, list) or not all(
         isinstance(e, str) and "@" in e and len(e) <= 254 for e in emails

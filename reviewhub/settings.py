@@ -417,6 +417,11 @@ CELERY_BEAT_SCHEDULE["reviewhub-heartbeat"] = {
 # --- Monitoring (see docs/monitoring.md) ----------------------------------------------------
 # How often celery beat recomputes the live windows and evaluates the alerts of every active
 # deployment (idempotent: a tick that finds nothing new changes nothing).
+# Alert webhooks leave from the server: loopback/private/link-local targets only when allowed
+# (monitoring/notify.py, docs/monitoring.md).
+REVIEWHUB_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env.bool(
+    "REVIEWHUB_WEBHOOK_ALLOW_PRIVATE_NETWORKS", default=False
+)
 REVIEWHUB_MONITORING_TICK_S = env.float("REVIEWHUB_MONITORING_TICK_S", default=300.0)
 # Rows (and labels) per POST to /api/deployments/<id>/traffic (and .../labels).
 REVIEWHUB_TRAFFIC_BATCH_MAX = env.int("REVIEWHUB_TRAFFIC_BATCH_MAX", default=5000)

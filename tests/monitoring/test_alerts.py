@@ -16,9 +16,14 @@ from django.core import mail
 
 from monitoring import alerts, celery_tasks, notify
 from monitoring.models import Alert, AlertEvent, Deployment, Window
-from monitoring.services import traffic_ingest, traffic_labels_record, window_compute
+from monitoring.services import (
+    deployment_create,
+    traffic_ingest,
+    traffic_labels_record,
+    window_compute,
+)
 from monitoring.window.params import WindowParams
-from reviewhub.errors import Conflict
+from reviewhub.errors import Conflict, ValidationFailed
 
 pytestmark = pytest.mark.django_db
 
@@ -130,7 +135,9 @@ def hook_url() -> Iterator[str]:
         server.server_close()
 
 
-def test_notifications_go_to_the_webhook_and_by_mail(watched: Deployment, hook_url: str) -> None:
+def test_notifications_go_to_the_webhook_and_by_mail(watched: Deployment, hook_url: str,
+                                                     settings: Any) -> None:
+    settings.REVIEWHUB_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True  # the test's hook is on loopback
     watched.alerting = {**watched.alerting, "webhook_url": hook_url}
     watched.save()
     for h in range(2):
@@ -150,7 +157,8 @@ def test_notifications_go_to_the_webhook_and_by_mail(watched: Deployment, hook_u
     assert AlertEvent.objects.filter(alert=due[0], event="notified").exists()
 
 
-def test_a_dead_webhook_is_recorded_not_raised(watched: Deployment) -> None:
+def test_a_dead_webhook_is_recorded_not_raised(watched: Deployment, settings: Any) -> None:
+    settings.REVIEWHUB_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
     watched.alerting = {**watched.alerting, "webhook_url": "http://127.0.0.1:9/nothing"}
     watched.save()
     _hour(watched, 0, n=300, pass_share=0.3, error_share=0.0)
@@ -181,3 +189,41 @@ def test_one_failing_deployment_does_not_stop_the_tick(watched: Deployment,
     monkeypatch.setattr(celery_tasks, "deployment_tick", tick)
     assert celery_tasks.monitoring_tick() == {"deployments": 0, "failed": 1}
     assert calls == [watched.pk]
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:8000/hook", "http://localhost/hook", "http://169.254.169.254/latest",
+    "http://10.1.2.3/hook", "http://[::1]/hook", "http://2130706433/hook",
+])
+def test_a_webhook_inside_the_network_is_refused_when_saved(watched: Deployment,
+                                                           url: str) -> None:
+    assert "alerting.webhook_url" in _refused_paths(watched, url)
+
+
+def test_a_webhook_turned_private_after_saving_is_not_called(watched: Deployment, hook_url: str,
+                                                             settings: Any) -> None:
+    # Saved while the operator allowed private networks, then the permission was withdrawn:
+    # the delivery is checked again and refused, with nothing sent.
+    watched.alerting = {**watched.alerting, "webhook_url": hook_url}
+    watched.save()
+    settings.REVIEWHUB_WEBHOOK_ALLOW_PRIVATE_NETWORKS = False
+    _hour(watched, 0, n=300, pass_share=0.3, error_share=0.0)
+    alert = alerts.alerts_evaluate(deployment=watched, now=T0 + dt.timedelta(hours=1))[0]
+    outcome = notify.alert_notify(alert)
+    assert str(outcome["webhook"]).startswith("refused: points at a loopback")
+    assert _Hook.received == []
+
+
+def test_a_public_webhook_is_accepted_when_saved(watched: Deployment) -> None:
+    # An address literal needs no resolver: a public one passes the check.
+    assert "alerting.webhook_url" not in _refused_paths(watched, "https://93.184.216.34/hooks/x")
+
+
+def _refused_paths(watched: Deployment, url: str) -> set[str]:
+    try:
+        deployment_create(study=watched.study, name="second", candidate=watched.candidate.name,
+                          plan_version=watched.plan.version,
+                          alerting={**watched.alerting, "webhook_url": url})
+    except ValidationFailed as exc:
+        return {e["path"] for e in exc.details["errors"]}
+    return set()
