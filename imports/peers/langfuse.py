@@ -1,5 +1,6 @@
 """Langfuse traces with their observations (the trace JSON its API and UI serve: `{"trace",
-"observations"}`, a list of them, or `{"data": [...]}`), and scores (inside each trace's
+"observations"}`, a list of them, or `{"data": [...]}`; or the observations table's CSV export
+with the traces table's CSV export as the `traces` option), and scores (inside each trace's
 `scores[]`, and/or a scores export, CSV or JSON, as the `scores` option).
 
 trace -> item (the trace input); the GENERATION observation -> the output of the candidate
@@ -118,6 +119,139 @@ def _measured(gen: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The traces and observations tables' CSV exports, as Langfuse's batch export writes them,
+# confirmed from the source of langfuse/langfuse (path @ commit):
+# - worker/src/features/database-read-stream/observation-stream.ts
+#   @ f16e02975ad6c4a251d0b9485a7c8618fe6fcc26: a row is `convertObservation` (below) of the
+#   observation, then traceName, traceTags, traceTimestamp, userId, modelId, inputPrice,
+#   outputPrice, totalPrice, comments, and one column per score name;
+# - packages/shared/src/server/repositories/observations_converters.ts
+#   @ f8c6c7982b92ecd97005a6e6a3c2418e2b2c558a (`convertObservation`): id, traceId, projectId,
+#   type, environment, parentObservationId, startTime, endTime, name, metadata, level,
+#   statusMessage, version, input, output (both parsed from their JSON text), modelParameters,
+#   completionStartTime, promptId, createdAt, updatedAt, usageDetails, costDetails,
+#   providedCostDetails, model, internalModelId, promptName, promptVersion, latency,
+#   timeToFirstToken, inputCost, outputCost, totalCost, inputUsage, outputUsage, totalUsage;
+# - worker/src/features/database-read-stream/trace-stream.ts
+#   @ 6454d0a55b40a1545ade077482b97e1b3a181e16: id, timestamp, name, userId, sessionId,
+#   release, version, environment, tags, bookmarked, public, input, output, metadata (as
+#   ClickHouse holds them), comments, and one column per score name;
+# - packages/shared/src/server/utils/transforms/transformStreamToCsv.ts
+#   @ 0248e054c61fe16de4639144c1907e9973146bb0 with `stringifyForCsv` of stringify.ts beside
+#   it: the header is the first row's keys, every cell quoted ("" for a quote); a string is
+#   written as it is, anything else as JSON (objects, arrays, numbers; a date as a quoted ISO
+#   string), null as an empty cell.
+# `latency` there is end minus start in milliseconds (the trace JSON's is in seconds), and
+# `totalCost` is `costDetails.total` or 0 when there is none, so the cost is read from
+# `costDetails`. The score columns are averages per score name with no source or author: scores
+# come from the scores export.
+OBSERVATION_CSV_NEEDS = ("id", "traceId", "type", "model", "output")
+TRACES_CSV_NEEDS = ("id", "input")
+_JSON_CELLS = ("startTime", "endTime", "usageDetails", "costDetails", "latency")
+_OBSERVATION_COLUMNS = frozenset((
+    "id", "traceId", "projectId", "type", "environment", "parentObservationId", "startTime",
+    "endTime", "name", "metadata", "level", "statusMessage", "version", "input", "output",
+    "modelParameters", "completionStartTime", "promptId", "createdAt", "updatedAt",
+    "usageDetails", "costDetails", "providedCostDetails", "model", "internalModelId",
+    "promptName", "promptVersion", "latency", "timeToFirstToken", "inputCost", "outputCost",
+    "totalCost", "inputUsage", "outputUsage", "totalUsage", "traceName", "traceTags",
+    "traceTimestamp", "userId", "modelId", "inputPrice", "outputPrice", "totalPrice", "comments",
+))
+_TRACE_COLUMNS = frozenset((
+    "id", "timestamp", "name", "userId", "sessionId", "release", "version", "environment", "tags",
+    "bookmarked", "public", "input", "output", "metadata", "comments",
+))
+
+
+def _csv_table(data: bytes, where: str, what: str) -> tuple[list[str], list[dict[str, str]]]:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ExportError(where, f"{what} is not UTF-8 text ({exc.reason})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        rows = list(reader)
+    except csv.Error as exc:
+        raise ExportError(where,
+                          f"{what} is not valid CSV (line {reader.line_num}: {exc})") from None
+    return list(reader.fieldnames or []), rows
+
+
+def _json_cell(text: str | None) -> Any:
+    """A non-string value written as JSON into its cell, decoded; an empty cell is null."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _score_columns_note(tr: Translation, header: list[str], known: frozenset[str],
+                        what: str) -> None:
+    extra = [c for c in header if c not in known]
+    if extra:
+        tr.notes.append(
+            f"the {what} CSV's columns {', '.join(extra)} are not read (the table export "
+            "writes one column per score name, averaged, with no source or author: scores "
+            "are read from the scores export)")
+
+
+def _traces_csv(data: bytes, raw_traces: Any,
+                tr: Translation) -> list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]:
+    """The observations table's CSV (`data`) with the traces table's CSV (`raw_traces`), as the
+    {trace, observations} pairs the trace JSON gives."""
+    header, rows = _csv_table(data, "(file)", "the Langfuse export")
+    if "traceId" not in header and set(TRACES_CSV_NEEDS) <= set(header):
+        raise ExportError("(file)", "this is the traces table's CSV export: the file is the "
+                          "observations table's CSV export, the traces CSV goes as traces")
+    missing = [c for c in OBSERVATION_CSV_NEEDS if c not in header]
+    if missing:
+        raise ExportError("(file)", "a Langfuse export is trace JSON or the observations "
+                          f"table's CSV export; this CSV lacks the columns {', '.join(missing)}")
+    if not isinstance(raw_traces, bytes) or not raw_traces.strip():
+        raise ExportError("traces", "the observations CSV holds no trace input: give the "
+                          "traces table's CSV export (same time range) as traces")
+    t_header, t_rows = _csv_table(raw_traces, "traces", "the traces export")
+    t_missing = [c for c in TRACES_CSV_NEEDS if c not in t_header]
+    if t_missing:
+        raise ExportError("traces", f"the traces CSV needs the columns {', '.join(t_missing)}")
+    _score_columns_note(tr, header, _OBSERVATION_COLUMNS, "observations")
+    _score_columns_note(tr, t_header, _TRACE_COLUMNS, "traces")
+    by_trace: dict[str, list[Mapping[str, Any]]] = {}
+    for k, row in enumerate(t_rows, start=1):
+        tid = row.get("id") or ""
+        if not tid:
+            raise ExportError(f"traces row {k}", "a trace needs its id")
+        # The trace input is written as ClickHouse holds it (a string, as it is): the same
+        # value the trace JSON serves, decoded once by the same code below.
+        by_trace.setdefault(tid, [])
+    traces = [{"id": row["id"], "input": row.get("input") if row.get("input") != "" else None}
+              for row in t_rows]
+    for k, row in enumerate(rows, start=1):
+        tid = row.get("traceId") or ""
+        if not row.get("id"):
+            raise ExportError(f"row {k}", "an observation needs its id")
+        if tid not in by_trace:
+            tr.drop("observations of traces not in the traces export")
+            continue
+        cells = {c: _json_cell(row.get(c)) for c in _JSON_CELLS}
+        latency_ms = number_or_none(cells["latency"])
+        total = obj(cells["costDetails"]).get("total")
+        by_trace[tid].append({
+            "id": row["id"], "traceId": tid, "type": row.get("type") or "",
+            "model": row.get("model") or None,
+            "startTime": cells["startTime"], "endTime": cells["endTime"],
+            # Written as JSON text (the export parses it once, then stringifies it): decoded
+            # once below, as the trace JSON's JSON-encoded string is.
+            "output": row.get("output") or None,
+            "usageDetails": obj(cells["usageDetails"]),
+            "latency": latency_ms / 1000.0 if latency_ms is not None else None,
+            "totalCost": total,
+        })
+    return [(t, by_trace[str(t["id"])]) for t in traces]
+
+
 def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Translation:
     tr = Translation()
     pick = options.get("generation") or "only"
@@ -127,7 +261,10 @@ def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Transla
     if api not in API_SCORES:
         raise ExportError("api_scores", f"one of {', '.join(API_SCORES)}, got {api!r}")
     fixed_candidate = options.get("candidate") or ""
-    traces = _traces(load_json(data, what="the Langfuse export"))
+    if data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"[", b"{"):
+        traces = _traces(load_json(data, what="the Langfuse export"))
+    else:
+        traces = _traces_csv(data, options.get("traces"), tr)
     extra_scores = _scores_file(options.get("scores"))
     base_of: dict[str, dict[str, Any]] = {}
     gen_of: dict[str, str] = {}
