@@ -92,7 +92,7 @@ def _parse_common(request: Request, problems: Problems) -> tuple[
 
 # The second file a tool's import takes beside its export, as the command's option of the same
 # name (a multipart form's part).
-TOOL_PARTS = {"langfuse": ("scores",)}
+TOOL_PARTS = {"langfuse": ("scores", "traces")}
 
 
 def _form_limit(length: int | None) -> None:
@@ -132,8 +132,9 @@ class PeerImportView(APIView):
         description=(
             "The body is the tool's export file (Label Studio JSON, CSV or TSV, Langfuse trace "
             "JSON, promptfoo results JSON or CSV, Inspect .eval or .json log; a CSV needs "
-            "file_format). A Langfuse scores export goes beside the traces as a multipart "
-            "form (parts `file` and `scores`). Options the export cannot "
+            "file_format). A Langfuse scores export (and, with an observations CSV as `file`, "
+            "the traces CSV) goes beside it as a multipart form (parts `file`, `scores`, "
+            "`traces`). Options the export cannot "
             "state are query parameters (docs/import-ratings.md); `dry_run=1` validates and "
             "answers what an import would do without writing. All or nothing; re-importing "
             "changes nothing. Needs the lead role and a read-write token."

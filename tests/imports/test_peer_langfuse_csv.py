@@ -240,3 +240,39 @@ def test_what_the_csv_import_asks_for(exports: dict[str, bytes]) -> None:
                    {"generation": "last", "traces": gemini_only, "scores": exports["scores"]})
     assert {c for _, c in tr.measurements} == {"gemini-2.5-flash"}
     assert tr.dropped["observations of traces not in the traces export"] > 0
+
+
+def test_the_csv_exports_through_the_command_and_the_rest_endpoint(
+    client_for: Any, lead: Any, exports: dict[str, bytes], tmp_path: Path
+) -> None:
+    """The observations CSV as the file, the traces CSV as `--traces` (the `traces` part of a
+    multipart form) and the scores export as `--scores`: the same import either way."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from studies.models import Membership
+
+    from .cli import run_peer
+
+    paths = {}
+    for name in ("observations", "traces", "scores"):
+        paths[name] = tmp_path / f"{name}.csv"
+        paths[name].write_bytes(exports[name])
+    scales = [a for k in ("hallucination", "toxicity", "correctness")
+              for a in ("--scale", f"{k}=interval:0-1")]
+    summary, _ = run_peer("langfuse", paths["observations"], "--study", "lf-cli", "--owner",
+                          "lead", "--option", "generation=last", "--traces",
+                          str(paths["traces"]), "--scores", str(paths["scores"]), *scales)
+    assert summary["created"]["verdict"] == 9 and summary["created"]["item"] == 4
+
+    study = study_for_import("lf-rest", owner="lead", name=None)
+    Membership.objects.get_or_create(study=study, user=lead, defaults={"role": "lead"})
+    query = "generation=last&" + "&".join(
+        f"scale={k}=interval:0-1" for k in ("hallucination", "toxicity", "correctness"))
+    resp = client_for(lead).post(
+        f"/api/studies/{study.slug}/imports/langfuse?{query}",
+        data={name if name != "observations" else "file":
+              SimpleUploadedFile(f"{name}.csv", exports[name])
+              for name in ("observations", "traces", "scores")},
+        format="multipart")
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["created"] == summary["created"]

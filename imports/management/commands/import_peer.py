@@ -43,6 +43,8 @@ class Command(BaseCommand):
             "anonymous_annotators, predictions; langfuse generation, api_scores, candidate; "
             "promptfoo values; inspect candidate, partial_as, noanswer_as")
         parser.add_argument("--scores", help="langfuse: a scores export (CSV or JSON)")
+        parser.add_argument("--traces", help="langfuse: the traces export (CSV) beside an "
+                            "observations CSV export given as FILE")
         parser.add_argument("--scale", action="append", default=[], metavar="KEY=SCALE",
                             help="scale of a new criterion, as for import_ratings (repeatable)")
         parser.add_argument("--pass-threshold", action="append", default=[], metavar="KEY=N",
@@ -67,8 +69,9 @@ class Command(BaseCommand):
             except ValueError:
                 raise CommandError(f"--pass-threshold {key}={text}: N must be an integer") from None
         try:
-            if opts.get("scores"):
-                options["scores"] = Path(opts["scores"]).read_bytes()
+            for part in ("scores", "traces"):
+                if opts.get(part):
+                    options[part] = Path(opts[part]).read_bytes()
             data = Path(opts["file"]).read_bytes()
             with transaction.atomic():
                 study = study_for_import(opts["study"], owner=opts.get("owner"), name=None)
