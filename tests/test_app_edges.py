@@ -86,12 +86,6 @@ PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("reports/agreement/", "reports.agreement."):
         "the agreement kind's steps share blocks and helpers under underscores; its reshaping "
         "into the common report-kind modules will name them",
-    ("reports/calibration_charts.py", "reports.charts"):
-        "the calibration charts draw with the agreement charts' SVG helper until the charts "
-        "have one shared module",
-    ("reports/selection/load.py", "calibration.frames"):
-        "selection reads the values frame of the evidence read model; frames should offer it "
-        "as a public reader",
     ("reports/selection/results.py", "reports.results"):
         "the selection result reuses the hand-written result codec's internals; one typed "
         "codec for every kind replaces both",
