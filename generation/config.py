@@ -13,7 +13,6 @@ again, so braces inside item text are sent literally (item text is data, not tem
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -28,6 +27,9 @@ from judges.config import (
     base_url_validate,
     canonical_json,
     config_hash,
+    fields_known,
+    integer_in_range,
+    number_in_range,
     prices_validate,
     refuse_secrets,
 )
@@ -54,34 +56,6 @@ def _fail(field: str, message: str, **context: Any) -> ValidationFailed:
     return ValidationFailed.at(field, message, **context)
 
 
-def _unknown(section: str, value: Mapping[str, Any], allowed: Iterable[str]) -> None:
-    extra = sorted(set(value) - set(allowed))
-    if extra:
-        where = f"{section}." if section else ""
-        raise _fail(f"{where}{extra[0]}", f"unknown field(s) {', '.join(where + e for e in extra)};"
-                    f" allowed: {', '.join(sorted(allowed))}.", unknown=extra)
-
-
-def _number(field: str, value: Any, *, lo: float, hi: float) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _fail(field, f"{field} must be a number.")
-    if not lo <= value <= hi:
-        raise _fail(field, f"{field} must be between {lo} and {hi}.")
-    return float(value)
-
-
-def _integer(field: str, value: Any, *, lo: int, hi: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(field, f"{field} must be an integer.")
-    if not lo <= value <= hi:
-        raise _fail(field, f"{field} must be between {lo} and {hi}.")
-    return int(value)
-
-
 def generation_config_validate(
     config: Any, *, allowed_base_urls: Iterable[str],
     allowed_key_env: Iterable[str] = DEFAULT_KEY_ENV_ALLOWED,
@@ -91,7 +65,7 @@ def generation_config_validate(
     """The canonical config (every default explicit), or ValidationFailed naming the field."""
     if not isinstance(config, Mapping):
         raise _fail("config", "config must be an object.")
-    _unknown("", config, CONFIG_FIELDS)
+    fields_known("", config, CONFIG_FIELDS)
     provider = config.get("provider")
     if provider not in PROVIDERS:
         raise _fail("provider", f"provider must be one of {', '.join(PROVIDERS)} "
@@ -108,20 +82,21 @@ def generation_config_validate(
     params = config.get("parameters") or {}
     if not isinstance(params, Mapping):
         raise _fail("parameters", "parameters must be an object.")
-    _unknown("parameters", params, PARAMETER_FIELDS)
-    max_tokens = _integer("parameters.max_tokens", params.get("max_tokens"), lo=1, hi=200_000)
+    fields_known("parameters", params, PARAMETER_FIELDS)
+    max_tokens = integer_in_range("parameters.max_tokens", params.get("max_tokens"),
+                                  lo=1, hi=200_000)
     if provider == "anthropic" and max_tokens is None:
         max_tokens = 1024  # required by the messages API; explicit so the hash says so
     parameters = {
-        "temperature": _number("parameters.temperature", params.get("temperature"), lo=0.0,
+        "temperature": number_in_range("parameters.temperature", params.get("temperature"), lo=0.0,
                                hi=2.0),
         "max_tokens": max_tokens,
-        "seed": _integer("parameters.seed", params.get("seed"), lo=-(2**63), hi=2**63 - 1),
-        "top_p": _number("parameters.top_p", params.get("top_p"), lo=0.0, hi=1.0),
+        "seed": integer_in_range("parameters.seed", params.get("seed"), lo=-(2**63), hi=2**63 - 1),
+        "top_p": number_in_range("parameters.top_p", params.get("top_p"), lo=0.0, hi=1.0),
     }
     if provider == "anthropic" and parameters["seed"] is not None:
         raise _fail("parameters.seed", "Anthropic's messages API has no seed; remove it.")
-    timeout_s = _number("timeout_s", config.get("timeout_s", 60.0), lo=1.0,
+    timeout_s = number_in_range("timeout_s", config.get("timeout_s", 60.0), lo=1.0,
                         hi=MAX_TIMEOUT_S) or 60.0
     extra = config.get("extra_body") or {}
     if not isinstance(extra, Mapping):
@@ -189,7 +164,7 @@ def template_validate(
     """
     if not isinstance(template, Mapping):
         raise _fail("template", "template must be an object with system and user messages.")
-    _unknown("", template, TEMPLATE_FIELDS)
+    fields_known("", template, TEMPLATE_FIELDS)
     out: dict[str, Any] = {}
     keys = set(metadata_keys) if metadata_keys is not None else None
     for name in ("system", "user"):

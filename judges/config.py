@@ -209,7 +209,8 @@ def api_key_env_validate(
 # --- pieces ------------------------------------------------------------------------------
 
 
-def _number(field: str, value: Any, *, lo: float, hi: float) -> float | None:
+def number_in_range(field: str, value: Any, *, lo: float, hi: float) -> float | None:
+    """`value` as a float in [lo, hi] (None stays None), or a 400 naming `field`."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -219,7 +220,8 @@ def _number(field: str, value: Any, *, lo: float, hi: float) -> float | None:
     return float(value)
 
 
-def _integer(field: str, value: Any, *, lo: int, hi: int) -> int | None:
+def integer_in_range(field: str, value: Any, *, lo: int, hi: int) -> int | None:
+    """`value` as an int in [lo, hi] (None stays None), or a 400 naming `field`."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -229,7 +231,8 @@ def _integer(field: str, value: Any, *, lo: int, hi: int) -> int | None:
     return int(value)
 
 
-def _unknown(section: str, value: Mapping[str, Any], allowed: Iterable[str]) -> None:
+def fields_known(section: str, value: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    """A 400 naming the first field of `value` (under `section`) that is not `allowed`."""
     extra = sorted(set(value) - set(allowed))
     if extra:
         where = f"{section}." if section else ""
@@ -245,7 +248,7 @@ def parser_validate(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise _fail("parser", "parser must be an object like "
                               '{"name": "json_verdict", "version": 1, "fallback": "final_line"}.')
-    _unknown("parser", value, ("name", "version", "fallback"))
+    fields_known("parser", value, ("name", "version", "fallback"))
     name = value.get("name", DEFAULT_PARSER["name"])
     if name not in PARSERS:
         raise _fail("parser.name", f"unknown parser {name!r}; available: {', '.join(PARSERS)}.")
@@ -266,12 +269,12 @@ def prices_validate(value: Any) -> dict[str, float] | None:
         return None
     if not isinstance(value, Mapping):
         raise _fail("prices", 'prices must be {"input_per_mtok": USD, "output_per_mtok": USD}.')
-    _unknown("prices", value, ("input_per_mtok", "output_per_mtok"))
+    fields_known("prices", value, ("input_per_mtok", "output_per_mtok"))
     out: dict[str, float] = {}
     for key in ("input_per_mtok", "output_per_mtok"):
         if key not in value:
             raise _fail(f"prices.{key}", f"prices.{key} is required (USD per million tokens).")
-        number = _number(f"prices.{key}", value[key], lo=0.0, hi=1e6)
+        number = number_in_range(f"prices.{key}", value[key], lo=0.0, hi=1e6)
         assert number is not None
         out[key] = number
     return out
@@ -294,7 +297,7 @@ def _prompt_map(field: str, value: Any, defaults: Mapping[str, str]) -> dict[str
     if not isinstance(value, Mapping):
         raise _fail(field, f"{field} must be a string or an object keyed by scale "
                            f"({', '.join(SCALES)}).")
-    _unknown(field, value, SCALES)
+    fields_known(field, value, SCALES)
     for scale, text in value.items():
         if not isinstance(text, str) or not text.strip():
             raise _fail(f"{field}.{scale}", f"{field}.{scale} must be a non-empty string.")
@@ -345,17 +348,18 @@ def _parameters_validate(provider: str, raw: Any) -> dict[str, Any]:
     params = raw or {}
     if not isinstance(params, Mapping):
         raise _fail("parameters", "parameters must be an object.")
-    _unknown("parameters", params, PARAMETER_FIELDS)
-    max_tokens = _integer("parameters.max_tokens", params.get("max_tokens"), lo=1, hi=200_000)
+    fields_known("parameters", params, PARAMETER_FIELDS)
+    max_tokens = integer_in_range("parameters.max_tokens", params.get("max_tokens"),
+                                  lo=1, hi=200_000)
     if provider == "anthropic" and max_tokens is None:
         # The messages API requires it; making the default explicit keeps the hash honest.
         max_tokens = 1024
     parameters = {
-        "temperature": _number("parameters.temperature", params.get("temperature"), lo=0.0,
+        "temperature": number_in_range("parameters.temperature", params.get("temperature"), lo=0.0,
                                hi=2.0),
         "max_tokens": max_tokens,
-        "seed": _integer("parameters.seed", params.get("seed"), lo=-(2**63), hi=2**63 - 1),
-        "top_p": _number("parameters.top_p", params.get("top_p"), lo=0.0, hi=1.0),
+        "seed": integer_in_range("parameters.seed", params.get("seed"), lo=-(2**63), hi=2**63 - 1),
+        "top_p": number_in_range("parameters.top_p", params.get("top_p"), lo=0.0, hi=1.0),
     }
     if provider == "anthropic" and parameters["seed"] is not None:
         raise _fail("parameters.seed", "Anthropic's messages API has no seed; remove it.")
@@ -370,7 +374,7 @@ def _logprobs_validate(config: Mapping[str, Any], provider: str) -> tuple[bool, 
     if logprobs and provider == "anthropic":
         raise _fail("logprobs", "Anthropic's messages API does not return logprobs; set "
                                 "logprobs to false (use samples > 1 for a probability).")
-    top_logprobs = _integer("top_logprobs", config.get("top_logprobs"), lo=1,
+    top_logprobs = integer_in_range("top_logprobs", config.get("top_logprobs"), lo=1,
                             hi=MAX_TOP_LOGPROBS)
     if logprobs and top_logprobs is None:
         top_logprobs = 5
@@ -404,7 +408,7 @@ def llm_config_validate(
     The allow-lists are the operator's (`JudgeNetworkPolicy.from_settings`); `resolve` looks
     host names up when a private-network endpoint is admitted by `allow_private_base_urls`.
     """
-    _unknown("", config, LLM_FIELDS)
+    fields_known("", config, LLM_FIELDS)
     provider = config.get("provider")
     if provider not in PROVIDERS:
         raise _fail("provider", f"provider must be one of {', '.join(PROVIDERS)} "
@@ -426,9 +430,9 @@ def llm_config_validate(
         raise _fail("response_format", f"response_format must be one of {RESPONSE_FORMATS} "
                                        "(json_schema: structured output / a forced tool call; "
                                        "text: plain text read by the strict parser).")
-    samples = _integer("samples", config.get("samples", 1), lo=1, hi=MAX_SAMPLES) or 1
+    samples = integer_in_range("samples", config.get("samples", 1), lo=1, hi=MAX_SAMPLES) or 1
     logprobs, top_logprobs = _logprobs_validate(config, provider)
-    timeout_s = _number("timeout_s", config.get("timeout_s", 60.0), lo=1.0,
+    timeout_s = number_in_range("timeout_s", config.get("timeout_s", 60.0), lo=1.0,
                         hi=MAX_TIMEOUT_S) or 60.0
     extra = _extra_body_validate(config.get("extra_body"))
     system = _prompt_map("system_prompt", config.get("system_prompt"), DEFAULT_SYSTEM_PROMPTS)
@@ -492,7 +496,7 @@ def programmatic_config_validate(config: Mapping[str, Any]) -> dict[str, Any]:
         raise _fail("check", f"check must be one of {', '.join(PROGRAMMATIC_CHECKS)}.")
     out: dict[str, Any] = {"check": check}
     if check == "json_schema":
-        _unknown("", config, ("check", "schema"))
+        fields_known("", config, ("check", "schema"))
         schema = config.get("schema")
         if schema is None:
             out["schema"] = None  # the study's output schema
@@ -508,7 +512,7 @@ def programmatic_config_validate(config: Mapping[str, Any]) -> dict[str, Any]:
                 raise _fail("schema", f"schema is not a valid JSON schema: {exc.message}") from None
             out["schema"] = dict(schema)
     elif check == "regex":
-        _unknown("", config, ("check", "must_match", "must_not_match", "ignore_case"))
+        fields_known("", config, ("check", "must_match", "must_not_match", "ignore_case"))
         out["must_match"] = _regex_list("must_match", config.get("must_match"))
         out["must_not_match"] = _regex_list("must_not_match", config.get("must_not_match"))
         if not out["must_match"] and not out["must_not_match"]:
@@ -518,25 +522,25 @@ def programmatic_config_validate(config: Mapping[str, Any]) -> dict[str, Any]:
             raise _fail("ignore_case", "ignore_case must be true or false.")
         out["ignore_case"] = ignore_case
     elif check == "match":
-        _unknown("", config, ("check", "mode"))
+        fields_known("", config, ("check", "mode"))
         mode = config.get("mode", "normalised")
         if mode not in ("exact", "normalised"):
             raise _fail("mode", "mode must be 'exact' or 'normalised'.")
         out["mode"] = mode
     elif check == "length":
-        _unknown("", config, ("check", "unit", "min", "max"))
+        fields_known("", config, ("check", "unit", "min", "max"))
         unit = config.get("unit", "chars")
         if unit not in ("chars", "words"):
             raise _fail("unit", "unit must be 'chars' or 'words'.")
-        lo = _integer("min", config.get("min"), lo=0, hi=10**9)
-        hi = _integer("max", config.get("max"), lo=0, hi=10**9)
+        lo = integer_in_range("min", config.get("min"), lo=0, hi=10**9)
+        hi = integer_in_range("max", config.get("max"), lo=0, hi=10**9)
         if lo is None and hi is None:
             raise _fail("min", "a length check needs min and/or max.")
         if lo is not None and hi is not None and lo > hi:
             raise _fail("min", "min must not exceed max.")
         out.update({"unit": unit, "min": lo, "max": hi})
     else:
-        _unknown("", config, ("check",))
+        fields_known("", config, ("check",))
     refuse_secrets(out)
     _json_safe(out)
     return out
@@ -544,7 +548,7 @@ def programmatic_config_validate(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def imported_config_validate(config: Mapping[str, Any]) -> dict[str, Any]:
     """Imported judges run nothing; their config only describes where ratings came from."""
-    _unknown("", config, ("source", "description", "model", "model_family"))
+    fields_known("", config, ("source", "description", "model", "model_family"))
     out = {k: config[k] for k in sorted(config)}
     for key, value in out.items():
         if not isinstance(value, str) or len(value) > 2000:
