@@ -11,7 +11,8 @@ the database's:
 * **Totals** (`CellTotals` per stratum and for all traffic: counts of rows, errors, refusals,
   injection matches and escalations, mean output length and cost, latency p50/p95 with
   ``percentile_cont``, the schema-valid rate) are one GROUP BY GROUPING SETS query on
-  PostgreSQL. On SQLite (no ``percentile_cont``, no grouping sets) the same totals come from
+  PostgreSQL, in the same single pass over the window's rows as the two row-level reads below
+  (`_WINDOW_SQL`). On SQLite (no ``percentile_cont``, no grouping sets) the same totals come from
   the rows in Python (`compute.cell_totals`); both give the same counts and rates, and means
   and percentiles equal up to floating-point rounding (tests/monitoring/test_window_sql.py).
 * **Pass rates** read only the rows drawn for the judges or humans (about the judge rate of
@@ -31,6 +32,7 @@ the database's:
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -43,7 +45,7 @@ from studies.models import Output
 from studies.spec import plan_selection
 
 from .. import signals
-from ..models import Deployment, TrafficRow
+from ..models import Deployment, TrafficLabel, TrafficRow
 from .compute import CellTotals, WindowInput, cell_totals
 from .params import WindowParams
 
@@ -71,37 +73,76 @@ def _reference(deployment: Deployment) -> tuple[np.ndarray, np.ndarray, tuple[in
     return chars, latency, (refusals, len(rows))
 
 
-def _cells_sql(deployment: Deployment, params: WindowParams
-               ) -> tuple[dict[str, CellTotals], CellTotals]:
-    """`CellTotals` per stratum and for all traffic, by PostgreSQL (one pass, GROUPING SETS)."""
-    table = TrafficRow._meta.db_table
-    sql = f"""
-        SELECT stratum, GROUPING(stratum) AS is_all, count(*),
-               count(*) FILTER (WHERE error <> ''),
-               count(*) FILTER (WHERE refusal),
-               count(*) FILTER (WHERE injection_rules <> '[]'::jsonb),
-               count(*) FILTER (WHERE escalated AND NOT to_human),
-               avg(output_chars)::float8, avg(cost),
-               percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms),
-               percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms),
-               avg(schema_valid::int)::float8
-        FROM {table}
-        WHERE deployment_id = %s AND occurred_at >= %s AND occurred_at < %s
-        GROUP BY GROUPING SETS ((stratum), ())
-    """  # the table name is the model's; every value is a parameter
+# One pass over the window's rows (PostgreSQL): the narrow columns every part needs are read
+# once (an index or bitmap scan of the window) into a materialised CTE; the totals, the signal
+# subsample and the sampled rows with their labels are computed from it and returned as three
+# JSON documents.
+_WINDOW_SQL = """
+WITH w AS MATERIALIZED (
+    SELECT id, stratum, error <> '' AS is_error, refusal,
+           injection_rules <> '[]'::jsonb AS is_injection, escalated AND NOT to_human AS esc,
+           output_chars, cost, latency_ms, schema_valid::int AS valid, sample_u,
+           to_judge, judge_pi, to_human, human_pi
+    FROM {rows}
+    WHERE deployment_id = %(deployment)s AND occurred_at >= %(start)s AND occurred_at < %(end)s
+), cells AS (
+    SELECT stratum, GROUPING(stratum) AS is_all, count(*) AS n,
+           count(*) FILTER (WHERE is_error) AS errors,
+           count(*) FILTER (WHERE refusal) AS refusals,
+           count(*) FILTER (WHERE is_injection) AS injections,
+           count(*) FILTER (WHERE esc) AS escalated,
+           avg(output_chars)::float8 AS chars, avg(cost) AS cost,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms) AS p95,
+           avg(valid)::float8 AS valid
+    FROM w GROUP BY GROUPING SETS ((stratum), ())
+), signal AS (
+    SELECT output_chars, latency_ms FROM w ORDER BY sample_u, id LIMIT %(signal)s
+), sampled AS (
+    SELECT w.id, w.stratum, w.to_judge, w.judge_pi, w.to_human, w.human_pi,
+           avg(l.value) FILTER (WHERE l.source = 'judge') AS judge_value,
+           avg(l.value) FILTER (WHERE l.source = 'human') AS human_value
+    FROM w LEFT JOIN {labels} l ON l.row_id = w.id
+    WHERE w.to_judge OR w.to_human
+    GROUP BY w.id, w.stratum, w.to_judge, w.judge_pi, w.to_human, w.human_pi
+)
+SELECT
+    (SELECT coalesce(json_agg(json_build_array(stratum, is_all, n, errors, refusals,
+                                               injections, escalated, chars, cost, p50, p95,
+                                               valid)), '[]') FROM cells),
+    (SELECT coalesce(json_agg(json_build_array(output_chars, latency_ms)), '[]') FROM signal),
+    (SELECT coalesce(json_agg(json_build_array(stratum, to_judge, judge_pi, judge_value,
+                                               to_human, human_pi, human_value) ORDER BY id),
+                     '[]') FROM sampled)
+"""
+
+
+def _load_sql(deployment: Deployment, params: WindowParams
+              ) -> tuple[dict[str, CellTotals], CellTotals, list[Any], list[Any]]:
+    """Totals per stratum and for all traffic, the signal subsample and the sampled rows, by
+    PostgreSQL in one statement."""
+    sql = _WINDOW_SQL.format(rows=TrafficRow._meta.db_table,
+                             labels=TrafficLabel._meta.db_table)
     cells: dict[str, CellTotals] = {}
     totals = CellTotals(0, 0, 0, 0, 0, None, None, None, None, None)
     with connection.cursor() as cur:
-        cur.execute(sql, [deployment.pk, params.start, params.end])
-        for stratum, is_all, *rest in cur.fetchall():
-            ints = [int(v) for v in rest[:5]]
-            floats = [None if v is None else float(v) for v in rest[5:]]
-            cell = CellTotals(*ints, *floats)
-            if is_all:
-                totals = cell
-            else:
-                cells[str(stratum)] = cell
-    return cells, totals
+        cur.execute(sql, {"deployment": deployment.pk, "start": params.start,
+                          "end": params.end, "signal": SIGNAL_SAMPLE})
+        cell_rows, signal, sampled = cur.fetchone()
+    for stratum, is_all, *rest in _json(cell_rows):
+        ints = [int(v) for v in rest[:5]]
+        floats = [None if v is None else float(v) for v in rest[5:]]
+        cell = CellTotals(*ints, *floats)
+        if is_all:
+            totals = cell
+        else:
+            cells[str(stratum)] = cell
+    return cells, totals, _json(signal), _json(sampled)
+
+
+def _json(value: Any) -> Any:
+    # psycopg decodes json itself; a driver that hands back text is decoded here.
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _cells_python(in_window: Any) -> tuple[dict[str, CellTotals], CellTotals]:
@@ -138,20 +179,24 @@ def window_input_load(*, deployment: Deployment, params: WindowParams,
                                           occurred_at__lt=params.end)
     if in_database is None:
         in_database = connection.vendor == "postgresql"
-    cells, totals = (_cells_sql(deployment, params) if in_database
-                     else _cells_python(in_window))
-    rows = list(
-        in_window.filter(Q(to_judge=True) | Q(to_human=True))
-        .annotate(judge_value=Avg("labels__value", filter=Q(labels__source="judge")),
-                  human_value=Avg("labels__value", filter=Q(labels__source="human")))
-        .order_by("id")
-        .values_list("stratum", "to_judge", "judge_pi", "judge_value", "to_human", "human_pi",
-                     "human_value")
-    )
+    rows: list[Any]
+    signal: list[Any]
+    if in_database:
+        cells, totals, signal, rows = _load_sql(deployment, params)
+    else:
+        cells, totals = _cells_python(in_window)
+        rows = list(
+            in_window.filter(Q(to_judge=True) | Q(to_human=True))
+            .annotate(judge_value=Avg("labels__value", filter=Q(labels__source="judge")),
+                      human_value=Avg("labels__value", filter=Q(labels__source="human")))
+            .order_by("id")
+            .values_list("stratum", "to_judge", "judge_pi", "judge_value", "to_human",
+                         "human_pi", "human_value")
+        )
+        signal = list(in_window.order_by("sample_u", "id")
+                      .values_list("output_chars", "latency_ms")[:SIGNAL_SAMPLE])
     cols: list[tuple[Any, ...]] = (list(zip(*rows, strict=True)) if rows
                                    else [() for _ in range(7)])
-    signal = list(in_window.order_by("sample_u", "id")
-                  .values_list("output_chars", "latency_ms")[:SIGNAL_SAMPLE])
     rules: Counter[str] = Counter()
     if totals.n_injections:
         # Only the flagged rows' lists are decoded, for the per-rule counts.
