@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Max
 from django.db.models.functions import Length
 from django.utils import timezone
@@ -170,11 +171,76 @@ def _assigners(deployment: Deployment) -> list[DimensionAssigner]:
     return [DimensionAssigner(d) for d in deployment.strata_scheme]
 
 
+# The columns a traffic row is written with, and their SQL types for json_to_recordset.
+_INSERT_COLUMNS = (
+    ("request_id", "text"), ("occurred_at", "timestamptz"), ("input", "text"),
+    ("output", "text"), ("metadata", "jsonb"), ("strata", "jsonb"), ("stratum", "text"),
+    ("latency_ms", "float8"), ("tokens_in", "integer"), ("tokens_out", "integer"),
+    ("cost", "float8"), ("error", "text"), ("finish_reason", "text"),
+    ("schema_valid", "boolean"), ("request", "jsonb"), ("output_chars", "integer"),
+    ("refusal", "boolean"), ("injection_rules", "jsonb"), ("sample_u", "float8"),
+    ("judge_pi", "float8"), ("human_pi", "float8"), ("to_judge", "boolean"),
+    ("to_human", "boolean"),
+)
+
+
+def _traffic_row_values(deployment: Deployment, r: Mapping[str, Any],
+                        assigners: list[DimensionAssigner]) -> dict[str, Any]:
+    """A validated row with its strata, sampling decision and label-free signals."""
+    lengths = {"input_length": len(r["input"]), "context_length": len(r["context"]),
+               "reference_length": None}
+    strata = assign_strata(assigners, metadata=r["metadata"], lengths=lengths)
+    stratum = strata.get(deployment.watch_dimension, "") if deployment.watch_dimension else ""
+    d = sampling.draw(deployment_id=deployment.pk, request_id=r["request_id"],
+                      stratum=stratum, sampling=deployment.sampling)
+    return {
+        "request_id": r["request_id"], "occurred_at": r["occurred_at"], "input": r["input"],
+        "output": r["output"], "metadata": r["metadata"], "strata": strata,
+        "stratum": stratum, "latency_ms": r["latency_ms"], "tokens_in": r["tokens_in"],
+        "tokens_out": r["tokens_out"], "cost": r["cost"], "error": r["error"],
+        "finish_reason": r["finish_reason"], "schema_valid": r["schema_valid"],
+        "request": r["request"], "output_chars": len(r["output"]),
+        "refusal": signals.is_refusal(r["output"]),
+        "injection_rules": signals.injection_rules(r["input"]),
+        "sample_u": d.u, "judge_pi": d.judge_pi, "human_pi": d.human_pi,
+        "to_judge": d.to_judge, "to_human": d.to_human,
+    }
+
+
+def _traffic_insert_sql(deployment: Deployment, values: list[dict[str, Any]],
+                        now: dt.datetime) -> int:
+    """Insert the rows in one statement (PostgreSQL): the batch goes as one JSON parameter,
+    unpacked by json_to_recordset; a request id already recorded (before, or by a concurrent
+    retry) is skipped by ON CONFLICT and not returned. Django's bulk_create of the same rows
+    cost two thirds of a 50-row batch (building the multi-row INSERT and its parameters)."""
+    table = TrafficRow._meta.db_table
+    names = ", ".join(name for name, _ in _INSERT_COLUMNS)
+    record = ", ".join(f"{name} {kind}" for name, kind in _INSERT_COLUMNS)
+    sql = (
+        f"INSERT INTO {table} (deployment_id, received_at, escalated, {names}) "
+        f"SELECT %s, %s, false, {names} FROM json_to_recordset(%s::json) AS r({record}) "
+        "ON CONFLICT (deployment_id, request_id) DO NOTHING RETURNING request_id"
+    )  # the table and column names are the model's; every value is a parameter
+    payload = json.dumps(
+        [{**v, "occurred_at": v["occurred_at"].isoformat()} for v in values],
+        separators=(",", ":"))
+    with connection.cursor() as cur:
+        cur.execute(sql, [deployment.pk, now, payload])
+        return len(cur.fetchall())
+
+
+def _insert_in_sql() -> bool:
+    return connection.vendor == "postgresql"
+
+
 def traffic_ingest(*, deployment: Deployment, rows: Any) -> dict[str, int]:
     """Record a batch of live traffic: validated whole (400 naming the row and field, nothing
     written), strata assigned by the deployment's frozen scheme, sampled (Poisson, permanent
     random numbers), inserted in one transaction. Idempotent on the request id: a row already
-    recorded is left as it was and counted as unchanged."""
+    recorded is left as it was and counted as unchanged.
+
+    On PostgreSQL the batch is one INSERT ... SELECT FROM json_to_recordset ... ON CONFLICT DO
+    NOTHING RETURNING (`_traffic_insert_sql`); elsewhere (SQLite) Django's bulk_create."""
     if deployment.status != Deployment.Status.ACTIVE:
         raise Conflict(f"Deployment {deployment.pk} is {deployment.status}; it takes no traffic.")
     now = timezone.now()
@@ -182,31 +248,16 @@ def traffic_ingest(*, deployment: Deployment, rows: Any) -> dict[str, int]:
         rows, now=now, max_rows=_batch_max(),
         max_chars=int(getattr(settings, "REVIEWHUB_MAX_FIELD_CHARS", 1_000_000)))
     assigners = _assigners(deployment)
+    if _insert_in_sql():
+        values = [_traffic_row_values(deployment, r, assigners) for r in valid]
+        with transaction.atomic():
+            created = _traffic_insert_sql(deployment, values, now)
+        return {"created": created, "unchanged": len(valid) - created}
     existing = set(TrafficRow.objects.filter(
         deployment=deployment, request_id__in=[r["request_id"] for r in valid],
     ).values_list("request_id", flat=True))
-    objs = []
-    for r in valid:
-        if r["request_id"] in existing:
-            continue
-        lengths = {"input_length": len(r["input"]), "context_length": len(r["context"]),
-                   "reference_length": None}
-        strata = assign_strata(assigners, metadata=r["metadata"], lengths=lengths)
-        stratum = strata.get(deployment.watch_dimension, "") if deployment.watch_dimension else ""
-        d = sampling.draw(deployment_id=deployment.pk, request_id=r["request_id"],
-                          stratum=stratum, sampling=deployment.sampling)
-        objs.append(TrafficRow(
-            deployment=deployment, request_id=r["request_id"], occurred_at=r["occurred_at"],
-            input=r["input"], output=r["output"], metadata=r["metadata"], strata=strata,
-            stratum=stratum, latency_ms=r["latency_ms"], tokens_in=r["tokens_in"],
-            tokens_out=r["tokens_out"], cost=r["cost"], error=r["error"],
-            finish_reason=r["finish_reason"], schema_valid=r["schema_valid"],
-            request=r["request"], output_chars=len(r["output"]),
-            refusal=signals.is_refusal(r["output"]),
-            injection_rules=signals.injection_rules(r["input"]),
-            sample_u=d.u, judge_pi=d.judge_pi, human_pi=d.human_pi,
-            to_judge=d.to_judge, to_human=d.to_human,
-        ))
+    objs = [TrafficRow(deployment=deployment, **_traffic_row_values(deployment, r, assigners))
+            for r in valid if r["request_id"] not in existing]
     with transaction.atomic():
         # ignore_conflicts: a concurrent retry of the same request id is a no-op, not a 500.
         TrafficRow.objects.bulk_create(objs, batch_size=1000, ignore_conflicts=True)

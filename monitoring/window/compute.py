@@ -1,6 +1,11 @@
 """The computation of a monitoring window: pure, named steps over arrays (no Django).
 
 Input: one `WindowInput` (built by `monitoring.window.load`); output: one `WindowResult`.
+The input is not every row of the window: the totals of each stratum (counts, rates, means,
+latency percentiles: `CellTotals`) come already aggregated (by PostgreSQL's GROUP BY, or by
+`cell_totals` over the rows on SQLite), the rows themselves only where a row-level estimate
+needs them: the rows drawn for the judges or humans (the pass rates), and a fixed-size random
+subsample for the two-sample rank tests of the label-free signals (see `window.load`).
 Steps: `stratum_window` (counts, pass rates, gate measures per stratum and for all traffic),
 `mix_result`, `gate_rows`, `signal_rows`.
 
@@ -64,31 +69,73 @@ GATE_DIRECTIONS = {
 
 
 @dataclass(frozen=True)
-class WindowInput:
-    """A window's rows as arrays (one entry per traffic row) and what they are compared with.
+class CellTotals:
+    """The totals of one stratum of a window, or of all its traffic, over every row in it.
 
-    ``judge_value`` / ``human_value``: the row's mean judge / human label (NaN: none yet);
-    ``latency_ms``, ``cost``, ``schema_valid`` (1/0): NaN where not reported.
+    Means and percentiles skip rows that did not report the value (None: no row did); the
+    percentiles interpolate linearly between order statistics (numpy's default, PostgreSQL's
+    ``percentile_cont``)."""
+
+    n_rows: int
+    n_errors: int
+    n_refusals: int
+    n_injections: int
+    # Sent to humans by the judge policy, not drawn at random.
+    n_escalated: int
+    mean_output_chars: float | None
+    mean_cost: float | None
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    schema_valid_rate: float | None
+
+
+def cell_totals(*, error: BoolArray, refusal: BoolArray, injection: BoolArray,
+                escalated_only: BoolArray, output_chars: FloatArray, cost: FloatArray,
+                latency_ms: FloatArray, schema_valid: FloatArray) -> CellTotals:
+    """`CellTotals` from one cell's rows as arrays (NaN: not reported) — what the database
+    computes with GROUP BY, for a database that cannot (SQLite)."""
+    latency = _finite(latency_ms)
+    return CellTotals(
+        n_rows=int(error.size),
+        n_errors=int(error.sum()),
+        n_refusals=int(refusal.sum()),
+        n_injections=int(injection.sum()),
+        n_escalated=int(escalated_only.sum()),
+        mean_output_chars=_mean_or_none(output_chars),
+        mean_cost=_mean_or_none(cost),
+        latency_p50_ms=float(np.percentile(latency, 50)) if latency.size else None,
+        latency_p95_ms=float(np.percentile(latency, 95)) if latency.size else None,
+        schema_valid_rate=_mean_or_none(schema_valid),
+    )
+
+
+@dataclass(frozen=True)
+class WindowInput:
+    """A window's totals per stratum, its sampled rows as arrays, and what they are compared
+    with.
+
+    ``cells``: `CellTotals` per stratum label; ``totals``: the same over all traffic.
+    ``stratum`` .. ``human_value``: one entry per row drawn for the judges or for humans (the
+    only rows a pass-rate estimate reads); ``judge_value`` / ``human_value``: the row's mean
+    judge / human label (NaN: none yet).
+    ``signal_output_chars`` / ``signal_latency_ms``: the random subsample of the window's rows
+    the rank tests run on (NaN: not reported).
     """
 
     granularity: str
     start: str
     end: str
+    cells: Mapping[str, CellTotals]
+    totals: CellTotals
     stratum: npt.NDArray[np.object_]
-    error: BoolArray
-    latency_ms: FloatArray
-    cost: FloatArray
-    schema_valid: FloatArray
-    output_chars: FloatArray
-    refusal: BoolArray
-    injection: BoolArray
     to_judge: BoolArray
     judge_pi: FloatArray
     judge_value: FloatArray
     to_human: BoolArray
     human_pi: FloatArray
     human_value: FloatArray
-    escalated: BoolArray
+    signal_output_chars: FloatArray = field(default_factory=lambda: np.zeros(0))
+    signal_latency_ms: FloatArray = field(default_factory=lambda: np.zeros(0))
     injection_rules: Mapping[str, int] = field(default_factory=dict)
     mix_dimension: str = ""
     plan_mix: Mapping[str, float] = field(default_factory=dict)
@@ -99,8 +146,8 @@ class WindowInput:
     reference_refusals: tuple[int, int] = (0, 0)
 
 
-def _rate(mask: BoolArray) -> float | None:
-    return float(mask.mean()) if mask.size else None
+def _share(k: int, n: int) -> float | None:
+    return k / n if n else None
 
 
 def _finite(values: FloatArray) -> FloatArray:
@@ -110,11 +157,6 @@ def _finite(values: FloatArray) -> FloatArray:
 def _mean_or_none(values: FloatArray) -> float | None:
     v = _finite(values)
     return float(v.mean()) if v.size else None
-
-
-def _p95(values: FloatArray) -> float | None:
-    v = _finite(values)
-    return float(np.percentile(v, 95)) if v.size else None
 
 
 def _judged(inp: WindowInput) -> BoolArray:
@@ -151,10 +193,11 @@ def _pass_rates(inp: WindowInput, mask: BoolArray
     return judge_est, human_est, ppi_est, warnings
 
 
-def stratum_window(inp: WindowInput, mask: BoolArray, *, stratum: str, n_total: int,
-                   plan_share: float | None) -> StratumWindow:
-    """Counts, pass rates and gate measures of the rows in `mask`."""
-    n = int(mask.sum())
+def stratum_window(inp: WindowInput, mask: BoolArray, *, totals: CellTotals, stratum: str,
+                   n_total: int, plan_share: float | None) -> StratumWindow:
+    """Counts and gate measures from the cell's `totals`, pass rates from its sampled rows
+    (`mask`)."""
+    n = totals.n_rows
     judge_est, human_est, ppi_est, warnings = _pass_rates(inp, mask)
     human = mask & _human_random(inp)
     both = human & np.isfinite(inp.judge_value)
@@ -167,18 +210,18 @@ def stratum_window(inp: WindowInput, mask: BoolArray, *, stratum: str, n_total: 
         plan_share=plan_share,
         n_judged=int((mask & _judged(inp)).sum()),
         n_human=int(human.sum()),
-        n_escalated=int((mask & inp.escalated & ~inp.to_human).sum()),
+        n_escalated=totals.n_escalated,
         human_pass_sum=float(inp.human_value[human].sum()),
-        n_errors=int((mask & inp.error).sum()),
+        n_errors=totals.n_errors,
         pass_judge=judge_est,
         pass_human=human_est,
         pass_ppi=ppi_est,
-        error_rate=_rate(inp.error[mask]),
-        latency_p95_ms=_p95(inp.latency_ms[mask]),
-        cost_per_1000=None if (m := _mean_or_none(inp.cost[mask])) is None else 1000.0 * m,
-        refusal_rate=_rate(inp.refusal[mask]),
-        injection_rate=_rate(inp.injection[mask]),
-        mean_output_chars=_mean_or_none(inp.output_chars[mask]),
+        error_rate=_share(totals.n_errors, n),
+        latency_p95_ms=totals.latency_p95_ms,
+        cost_per_1000=None if totals.mean_cost is None else 1000.0 * totals.mean_cost,
+        refusal_rate=_share(totals.n_refusals, n),
+        injection_rate=_share(totals.n_injections, n),
+        mean_output_chars=totals.mean_output_chars,
         judge_agreement=agreement,
         warnings=tuple(warnings),
     )
@@ -239,12 +282,11 @@ def mix_result(inp: WindowInput, labels: list[str], counts: list[int]) -> MixRes
 def gate_rows(inp: WindowInput, overall: StratumWindow) -> tuple[GateRow, ...]:
     """The plan's gates against the window's measures (the point values of this window; the
     sequential check of the error rate is the alerts')."""
-    valid = _finite(inp.schema_valid)
-    latency = _finite(inp.latency_ms)
+    totals = inp.totals
     measured: dict[str, float | None] = {
         "error_rate": overall.error_rate,
-        "schema_valid_rate": float(valid.mean()) if valid.size else None,
-        "latency_p50_ms": float(np.percentile(latency, 50)) if latency.size else None,
+        "schema_valid_rate": totals.schema_valid_rate,
+        "latency_p50_ms": totals.latency_p50_ms,
         "latency_p95_ms": overall.latency_p95_ms,
         "cost_per_1000": overall.cost_per_1000,
     }
@@ -262,11 +304,12 @@ def gate_rows(inp: WindowInput, overall: StratumWindow) -> tuple[GateRow, ...]:
 
 
 def signal_rows(inp: WindowInput) -> tuple[SignalRow, ...]:
-    """Output length, latency and refusal rate against the reference sample."""
+    """Output length, latency and refusal rate against the reference sample (the rank tests
+    on the window's random subsample, the refusal rate on all its rows)."""
     rows = []
     for name, window, reference in (
-        ("output_chars", _finite(inp.output_chars), _finite(inp.reference_output_chars)),
-        ("latency_ms", _finite(inp.latency_ms), _finite(inp.reference_latency_ms)),
+        ("output_chars", _finite(inp.signal_output_chars), _finite(inp.reference_output_chars)),
+        ("latency_ms", _finite(inp.signal_latency_ms), _finite(inp.reference_latency_ms)),
     ):
         test = rank_sum_test(window, reference)
         rows.append(SignalRow(
@@ -279,7 +322,7 @@ def signal_rows(inp: WindowInput) -> tuple[SignalRow, ...]:
             test=test.method,
         ))
     k_ref, n_ref = inp.reference_refusals
-    k_win, n_win = int(inp.refusal.sum()), int(inp.refusal.size)
+    k_win, n_win = inp.totals.n_refusals, inp.totals.n_rows
     prop = two_proportion_test(k_win, n_win, k_ref, n_ref)
     rows.append(SignalRow(
         signal="refusal_rate",
@@ -294,17 +337,18 @@ def signal_rows(inp: WindowInput) -> tuple[SignalRow, ...]:
 
 def window_compute(inp: WindowInput) -> WindowResult:
     """The window's result (see the module docstring for each step)."""
-    labels = sorted({str(x) for x in inp.stratum})
+    labels = sorted(inp.cells)
     strata_arr = inp.stratum.astype(str) if inp.stratum.size else np.zeros(0, dtype=str)
-    counts = [int((strata_arr == label).sum()) for label in labels]
-    n_total = int(inp.stratum.size)
+    counts = [inp.cells[label].n_rows for label in labels]
+    n_total = inp.totals.n_rows
     plan = {str(k): float(v) for k, v in inp.plan_mix.items()}
     strata = tuple(
-        stratum_window(inp, strata_arr == label, stratum=label, n_total=n_total,
-                       plan_share=plan.get(label))
+        stratum_window(inp, strata_arr == label, totals=inp.cells[label], stratum=label,
+                       n_total=n_total, plan_share=plan.get(label))
         for label in labels
     )
-    overall = stratum_window(inp, np.ones(n_total, dtype=bool), stratum="",
+    overall = stratum_window(inp, np.ones(strata_arr.size, dtype=bool), totals=inp.totals,
+                             stratum="",
                              n_total=n_total, plan_share=None)
     if len(labels) > 1:
         # All traffic: strata combined with their traffic shares, not one pooled PPI.
