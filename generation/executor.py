@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import random
 import time
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -71,6 +71,47 @@ RETRY_CLAIM_S = 0.1
 CLAIM_AHEAD_MIN = 32
 # How often a drain's claim also fails jobs whose lease lapsed on their last attempt.
 LAPSED_CHECK_S = 5.0
+
+
+def arrival_seed(*, run_id: int, config_id: int, drain_index: int) -> int:
+    """The seed of one drain's arrival process: fixed by (run, candidate, drain), so the gaps
+    a drain drew can be drawn again from what the candidate's load record says."""
+    digest = hashlib.sha256(f"arrivals:{run_id}:{config_id}:{drain_index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+class PoissonArrivals:
+    """Open-loop arrival times at `rate` per second: a Poisson process (independent
+    exponential gaps), as requests from many independent users arrive in production. Evenly
+    spaced starts would understate queueing: bursts are what push a server's tail latency."""
+
+    def __init__(self, *, rate: float, seed: int) -> None:
+        self.rate = rate
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self.next_at: float | None = None
+
+    def take(self, now: float) -> float:
+        """The start time of the next request (the first one starts at `now`)."""
+        if self.next_at is None:
+            self.next_at = now
+        at = self.next_at
+        self.next_at += self._rng.expovariate(self.rate)
+        return at
+
+
+def submit_at(session: Any, items: list[PreparedCall], times: list[float]) -> None:
+    """Hand each request to the session at its own start time, on the event loop's clock
+    (`time.monotonic`, asyncio's default): timers on the loop start requests on time even
+    while this task thread waits on the database, where pacing from the thread would send the
+    requests that fell due meanwhile in one burst."""
+    loop = session.caller.loop
+
+    def schedule() -> None:
+        for item, at in zip(items, times, strict=True):
+            loop.call_at(at, session.submit, [item])
+
+    loop.call_soon_threadsafe(schedule)
 
 
 def error_kind_for(exc: ProviderError) -> str:
@@ -288,6 +329,7 @@ class DrainReport:
     recorded: int = 0
     discarded: int = 0
     max_in_flight: int = 0
+    arrivals: int = 0  # open loop: requests started by the arrival process
     busy_s: float = 0.0
     window_s: float = 0.0
     errors: list[str] = field(default_factory=list)
@@ -322,10 +364,11 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     refill = max(1, ahead // 2)
     session = (caller or async_caller()).session(c)
     rate = float(run.rate or 0.0)
-    paced: deque[PreparedCall] | None = deque() if rate > 0 else None
-    pace_start: float | None = None
-    paced_sent = 0
-    take_wait = min(TAKE_WAIT_S, 0.5 / rate) if rate > 0 else TAKE_WAIT_S
+    arrivals: PoissonArrivals | None = None
+    if rate > 0:
+        drain_index = runs.drains_so_far(run_id=run_id, config_id=config_id)
+        arrivals = PoissonArrivals(rate=rate, seed=arrival_seed(
+            run_id=run_id, config_id=config_id, drain_index=drain_index))
     jobs: dict[int, tuple[runs.ClaimedJob, str]] = {}
     pending: list[runs.JobOutcome] = []
     pending_since = 0.0
@@ -339,19 +382,8 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     last_end: float | None = None
     try:
         while True:
-            if paced:
-                # Open loop: every request due by now at the run's rate is started now,
-                # whatever is still in flight (up to the C coroutines).
-                now_p = time.monotonic()
-                if pace_start is None:
-                    pace_start = now_p
-                due = int((now_p - pace_start) * rate) + 1 - paced_sent
-                if due > 0:
-                    batch = [paced.popleft() for _ in range(min(due, len(paced)))]
-                    paced_sent += len(batch)
-                    session.submit(batch)
             if outstanding:
-                for prepared, call in session.take(min_n=1, timeout_s=take_wait):
+                for prepared, call in session.take(min_n=1, timeout_s=TAKE_WAIT_S):
                     outstanding -= 1
                     job, request_hash = jobs[prepared.job_id]
                     report.busy_s += call.ended_at - call.started_at
@@ -379,10 +411,12 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
                     report.claimed += len(claim.jobs)
                     batch = _dispatch(ctx, claim.jobs, token, jobs, pending)
                     outstanding += len(batch)
-                    if paced is None:
+                    if arrivals is None:
                         session.submit(batch)
-                    else:
-                        paced.extend(batch)
+                    elif batch:
+                        now_a = time.monotonic()
+                        submit_at(session, batch, [arrivals.take(now_a) for _ in batch])
+                        report.arrivals += len(batch)
                     report.max_in_flight = max(report.max_in_flight, min(outstanding, c))
                 elif outstanding == 0 and not pending:
                     report.state = "idle"
@@ -416,7 +450,10 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
             report.window_s = last_end - first_start
         runs.drain_slot_release(run_id=run_id, config_id=config_id, token=token, load={
             "busy_s": report.busy_s, "window_s": report.window_s, "calls": report.recorded,
-            "max_in_flight": report.max_in_flight})
+            "max_in_flight": report.max_in_flight},
+            arrivals=None if arrivals is None else {
+                "process": "poisson", "rate": rate, "seed": arrivals.seed,
+                "started": report.arrivals})
     runs.run_finish_if_complete(run_id=run_id)
     return report
 
