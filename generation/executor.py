@@ -197,7 +197,7 @@ class DrainContext:
         if job.sample_index and request.seed is not None:
             # Identical seeds would make every sample the same answer.
             request = dataclasses.replace(request, seed=request.seed + job.sample_index)
-        call = provider_prepare(request)
+        call = self._streamed(provider_prepare(request))
         body = serialize_body(call.body)
         chars = sum(len(m.content) for m in messages)
         prepared = PreparedCall(job_id=job.id, request=request, limit=self._limit,
@@ -206,6 +206,17 @@ class DrainContext:
                                 wire=(call, body))
         return prepared, hashlib.sha256(body).hexdigest()
 
+
+    def _streamed(self, call: WirePreparedCall) -> WirePreparedCall:
+        """The call as a streamed one when the config says `stream`: the provider's
+        server-sent events (with usage in the last OpenAI chunk), read piece by piece for the
+        time to first token (judges/providers/streaming.py)."""
+        if not self.config.get("stream"):
+            return call
+        body = {**call.body, "stream": True}
+        if self.config.get("provider") != "anthropic":
+            body["stream_options"] = {"include_usage": True}
+        return dataclasses.replace(call, body=body)
 
     def _prepare_replay(self, job: runs.ClaimedJob, base: ProviderRequest
                         ) -> tuple[PreparedCall, str]:
@@ -220,8 +231,8 @@ class DrainContext:
         # The URL and headers (key included) of this provider, from the config's request.
         http = provider_prepare(dataclasses.replace(
             base, messages=(ChatMessage(role="user", content="-"),)))
-        call = WirePreparedCall(method=http.method, url=http.url, headers=http.headers,
-                                body=body)
+        call = self._streamed(WirePreparedCall(method=http.method, url=http.url,
+                                               headers=http.headers, body=body))
         content = serialize_body(body)
         prepared = PreparedCall(job_id=job.id, request=base, limit=self._limit,
                                 est_tokens=estimate_tokens(prompt_chars=prompt_chars(recorded),
@@ -257,6 +268,7 @@ def _output_for(ctx: DrainContext, job: runs.ClaimedJob, values: Mapping[str, An
                   "config_hash": ctx.config_row.content_hash, "run": ctx.run.pk,
                   "request_hash": values.get("request_hash", ""), "error_kind": kind,
                   "overhead_ms": values.get("overhead_ms"),
+                  "ttft_ms": (values.get("details") or {}).get("ttft_ms"),
                   "schema_violation": values.get("schema_violation", ""),
                   "concurrency": ctx.run.concurrency,
                   "measured_at": timezone.now().isoformat()})
@@ -308,6 +320,9 @@ def outcome_for_call(ctx: DrainContext, job: runs.ClaimedJob, token: str, call: 
         "request_hash": request_hash, "error_kind": "", "error": "",
         "details": dict(job.details or {}),
     }
+    if result.ttft_ms is not None:
+        # No column of its own (no migration): the job's details and the output's metadata.
+        values["details"]["ttft_ms"] = result.ttft_ms
     finish = (result.finish_reason or "").lower()
     if finish in _REFUSAL_FINISH:
         values.update(error_kind=GenerationJob.ErrorKind.REFUSED,

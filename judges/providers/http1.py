@@ -217,6 +217,8 @@ class LeanStream:
         if conn is not None:
             if not self._done.done():
                 conn._fail(httpx.ReadError("stream closed by the client"))
+            if self._done.done() and not self._done.cancelled():
+                self._done.exception()  # retrieved: nobody awaits a stream let go of
             self._pool._drop(conn)
 
 
