@@ -105,7 +105,8 @@ class StreamServer(ProviderServer):
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_streamed_outputs_record_time_to_first_token_text_tokens_and_finish(
-        study: Any, monkeypatch: pytest.MonkeyPatch, provider: str) -> None:
+        study: Any, monkeypatch: pytest.MonkeyPatch, provider: str, client: Any,
+        lead: Any) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-test-not-a-real-key")
     n, first_s, gap_s = 12, 0.25, 0.02
     data = build(study, n_items=n)
@@ -141,6 +142,17 @@ def test_streamed_outputs_record_time_to_first_token_text_tokens_and_finish(
     progress = generation_run_progress(run=run)["candidates"][0]
     assert progress["ttft_ms"]["n"] == n
     assert first_s * 1000 <= progress["ttft_ms"]["p50"] <= first_s * 1000 * 1.05 + 5
+    # The run page's per-candidate table shows the p50 / p95.
+    from studies.models import Membership
+
+    Membership.objects.get_or_create(study=study, user=lead,
+                                     defaults={"role": Membership.Role.LEAD})
+    client.force_login(lead)
+    page = client.get(f"/studies/{study.slug}/generation/runs/{run.pk}/").content.decode()
+    cell = page.split('<td class="ttft">', 1)[1].split("</td>", 1)[0]
+    p50, p95 = (float(v) for v in cell.split(" / "))
+    assert p50 == pytest.approx(progress["ttft_ms"]["p50"], abs=0.06)
+    assert p95 == pytest.approx(progress["ttft_ms"]["p95"], abs=0.06)
 
 
 def test_a_stream_cut_mid_way_is_recorded_with_its_error_kind(
