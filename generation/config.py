@@ -36,7 +36,7 @@ from judges.config import (
 from reviewhub.errors import ValidationFailed
 
 CONFIG_FIELDS = ("provider", "base_url", "model", "api_key_env", "parameters", "prices",
-                 "timeout_s", "extra_body")
+                 "timeout_s", "extra_body", "stream")
 PARAMETER_FIELDS = ("temperature", "max_tokens", "seed", "top_p")
 TEMPLATE_FIELDS = ("system", "user", "output_schema", "structured_output")
 ITEM_FIELDS = ("input", "context", "reference", "external_id")
@@ -116,6 +116,12 @@ def generation_config_validate(
         "timeout_s": timeout_s,
         "extra_body": dict(extra),
     }
+    stream = config.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _fail("stream", "stream must be true or false.")
+    if stream:
+        # Only when set: configs saved before streaming existed keep their content hash.
+        canonical["stream"] = True
     refuse_secrets({k: v for k, v in canonical.items() if k != "api_key_env"})
     try:
         canonical_json(canonical)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import random
 import time
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -71,6 +71,47 @@ RETRY_CLAIM_S = 0.1
 CLAIM_AHEAD_MIN = 32
 # How often a drain's claim also fails jobs whose lease lapsed on their last attempt.
 LAPSED_CHECK_S = 5.0
+
+
+def arrival_seed(*, run_id: int, config_id: int, drain_index: int) -> int:
+    """The seed of one drain's arrival process: fixed by (run, candidate, drain), so the gaps
+    a drain drew can be drawn again from what the candidate's load record says."""
+    digest = hashlib.sha256(f"arrivals:{run_id}:{config_id}:{drain_index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+class PoissonArrivals:
+    """Open-loop arrival times at `rate` per second: a Poisson process (independent
+    exponential gaps), as requests from many independent users arrive in production. Evenly
+    spaced starts would understate queueing: bursts are what push a server's tail latency."""
+
+    def __init__(self, *, rate: float, seed: int) -> None:
+        self.rate = rate
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self.next_at: float | None = None
+
+    def take(self, now: float) -> float:
+        """The start time of the next request (the first one starts at `now`)."""
+        if self.next_at is None:
+            self.next_at = now
+        at = self.next_at
+        self.next_at += self._rng.expovariate(self.rate)
+        return at
+
+
+def submit_at(session: Any, items: list[PreparedCall], times: list[float]) -> None:
+    """Hand each request to the session at its own start time, on the event loop's clock
+    (`time.monotonic`, asyncio's default): timers on the loop start requests on time even
+    while this task thread waits on the database, where pacing from the thread would send the
+    requests that fell due meanwhile in one burst."""
+    loop = session.caller.loop
+
+    def schedule() -> None:
+        for item, at in zip(items, times, strict=True):
+            loop.call_at(at, session.submit, [item])
+
+    loop.call_soon_threadsafe(schedule)
 
 
 def error_kind_for(exc: ProviderError) -> str:
@@ -156,7 +197,7 @@ class DrainContext:
         if job.sample_index and request.seed is not None:
             # Identical seeds would make every sample the same answer.
             request = dataclasses.replace(request, seed=request.seed + job.sample_index)
-        call = provider_prepare(request)
+        call = self._streamed(provider_prepare(request))
         body = serialize_body(call.body)
         chars = sum(len(m.content) for m in messages)
         prepared = PreparedCall(job_id=job.id, request=request, limit=self._limit,
@@ -165,6 +206,17 @@ class DrainContext:
                                 wire=(call, body))
         return prepared, hashlib.sha256(body).hexdigest()
 
+
+    def _streamed(self, call: WirePreparedCall) -> WirePreparedCall:
+        """The call as a streamed one when the config says `stream`: the provider's
+        server-sent events (with usage in the last OpenAI chunk), read piece by piece for the
+        time to first token (judges/providers/streaming.py)."""
+        if not self.config.get("stream"):
+            return call
+        body = {**call.body, "stream": True}
+        if self.config.get("provider") != "anthropic":
+            body["stream_options"] = {"include_usage": True}
+        return dataclasses.replace(call, body=body)
 
     def _prepare_replay(self, job: runs.ClaimedJob, base: ProviderRequest
                         ) -> tuple[PreparedCall, str]:
@@ -179,8 +231,8 @@ class DrainContext:
         # The URL and headers (key included) of this provider, from the config's request.
         http = provider_prepare(dataclasses.replace(
             base, messages=(ChatMessage(role="user", content="-"),)))
-        call = WirePreparedCall(method=http.method, url=http.url, headers=http.headers,
-                                body=body)
+        call = self._streamed(WirePreparedCall(method=http.method, url=http.url,
+                                               headers=http.headers, body=body))
         content = serialize_body(body)
         prepared = PreparedCall(job_id=job.id, request=base, limit=self._limit,
                                 est_tokens=estimate_tokens(prompt_chars=prompt_chars(recorded),
@@ -216,6 +268,7 @@ def _output_for(ctx: DrainContext, job: runs.ClaimedJob, values: Mapping[str, An
                   "config_hash": ctx.config_row.content_hash, "run": ctx.run.pk,
                   "request_hash": values.get("request_hash", ""), "error_kind": kind,
                   "overhead_ms": values.get("overhead_ms"),
+                  "ttft_ms": (values.get("details") or {}).get("ttft_ms"),
                   "schema_violation": values.get("schema_violation", ""),
                   "concurrency": ctx.run.concurrency,
                   "measured_at": timezone.now().isoformat()})
@@ -267,6 +320,9 @@ def outcome_for_call(ctx: DrainContext, job: runs.ClaimedJob, token: str, call: 
         "request_hash": request_hash, "error_kind": "", "error": "",
         "details": dict(job.details or {}),
     }
+    if result.ttft_ms is not None:
+        # No column of its own (no migration): the job's details and the output's metadata.
+        values["details"]["ttft_ms"] = result.ttft_ms
     finish = (result.finish_reason or "").lower()
     if finish in _REFUSAL_FINISH:
         values.update(error_kind=GenerationJob.ErrorKind.REFUSED,
@@ -288,6 +344,7 @@ class DrainReport:
     recorded: int = 0
     discarded: int = 0
     max_in_flight: int = 0
+    arrivals: int = 0  # open loop: requests started by the arrival process
     busy_s: float = 0.0
     window_s: float = 0.0
     errors: list[str] = field(default_factory=list)
@@ -322,10 +379,11 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     refill = max(1, ahead // 2)
     session = (caller or async_caller()).session(c)
     rate = float(run.rate or 0.0)
-    paced: deque[PreparedCall] | None = deque() if rate > 0 else None
-    pace_start: float | None = None
-    paced_sent = 0
-    take_wait = min(TAKE_WAIT_S, 0.5 / rate) if rate > 0 else TAKE_WAIT_S
+    arrivals: PoissonArrivals | None = None
+    if rate > 0:
+        drain_index = runs.drains_so_far(run_id=run_id, config_id=config_id)
+        arrivals = PoissonArrivals(rate=rate, seed=arrival_seed(
+            run_id=run_id, config_id=config_id, drain_index=drain_index))
     jobs: dict[int, tuple[runs.ClaimedJob, str]] = {}
     pending: list[runs.JobOutcome] = []
     pending_since = 0.0
@@ -339,19 +397,8 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     last_end: float | None = None
     try:
         while True:
-            if paced:
-                # Open loop: every request due by now at the run's rate is started now,
-                # whatever is still in flight (up to the C coroutines).
-                now_p = time.monotonic()
-                if pace_start is None:
-                    pace_start = now_p
-                due = int((now_p - pace_start) * rate) + 1 - paced_sent
-                if due > 0:
-                    batch = [paced.popleft() for _ in range(min(due, len(paced)))]
-                    paced_sent += len(batch)
-                    session.submit(batch)
             if outstanding:
-                for prepared, call in session.take(min_n=1, timeout_s=take_wait):
+                for prepared, call in session.take(min_n=1, timeout_s=TAKE_WAIT_S):
                     outstanding -= 1
                     job, request_hash = jobs[prepared.job_id]
                     report.busy_s += call.ended_at - call.started_at
@@ -379,10 +426,12 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
                     report.claimed += len(claim.jobs)
                     batch = _dispatch(ctx, claim.jobs, token, jobs, pending)
                     outstanding += len(batch)
-                    if paced is None:
+                    if arrivals is None:
                         session.submit(batch)
-                    else:
-                        paced.extend(batch)
+                    elif batch:
+                        now_a = time.monotonic()
+                        submit_at(session, batch, [arrivals.take(now_a) for _ in batch])
+                        report.arrivals += len(batch)
                     report.max_in_flight = max(report.max_in_flight, min(outstanding, c))
                 elif outstanding == 0 and not pending:
                     report.state = "idle"
@@ -416,7 +465,10 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
             report.window_s = last_end - first_start
         runs.drain_slot_release(run_id=run_id, config_id=config_id, token=token, load={
             "busy_s": report.busy_s, "window_s": report.window_s, "calls": report.recorded,
-            "max_in_flight": report.max_in_flight})
+            "max_in_flight": report.max_in_flight},
+            arrivals=None if arrivals is None else {
+                "process": "poisson", "rate": rate, "seed": arrivals.seed,
+                "started": report.arrivals})
     runs.run_finish_if_complete(run_id=run_id)
     return report
 

@@ -304,9 +304,20 @@ def drain_slot_take(*, run_id: int, config_id: int, token: str, lease_s: float) 
     ).update(drain_token=token, drain_expires_at=now + timedelta(seconds=lease_s)))
 
 
+def drains_so_far(*, run_id: int, config_id: int) -> int:
+    """How many drains of this candidate have ended (the index of the next one's arrival
+    seed)."""
+    load = (RunCandidate.objects.filter(run_id=run_id, config_id=config_id)
+            .values_list("load", flat=True).first()) or {}
+    return int(load.get("drains", 0))
+
+
 def drain_slot_release(*, run_id: int, config_id: int, token: str,
-                       load: Mapping[str, float] | None = None) -> None:
-    """Give the slot back and add this drain's measured load to the candidate's."""
+                       load: Mapping[str, float] | None = None,
+                       arrivals: Mapping[str, Any] | None = None) -> None:
+    """Give the slot back and add this drain's measured load to the candidate's; an open-loop
+    drain's arrival process (kind, rate, seed, requests started) is appended to the
+    candidate's `load["arrivals"]`, so every gap drawn can be drawn again."""
     with transaction.atomic():
         rc = (RunCandidate.objects.select_for_update()
               .filter(run_id=run_id, config_id=config_id).first())
@@ -318,6 +329,9 @@ def drain_slot_release(*, run_id: int, config_id: int, token: str,
                 merged[key] = float(merged.get(key, 0.0)) + float(load.get(key, 0.0))
             merged["max_in_flight"] = max(float(merged.get("max_in_flight", 0)),
                                           float(load.get("max_in_flight", 0)))
+            merged["drains"] = int(merged.get("drains", 0)) + 1
+            if arrivals is not None:
+                merged["arrivals"] = [*list(merged.get("arrivals", []))[-99:], dict(arrivals)]
             rc.load = merged
         if rc.drain_token == token:
             rc.drain_token = ""

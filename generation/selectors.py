@@ -62,6 +62,10 @@ def generation_run_progress(*, run: GenerationRun) -> dict[str, Any]:
             .values_list("latency_ms", flat=True) if v is not None)
         overheads = sorted(float(v) for v in mine.filter(overhead_ms__isnull=False)
                            .values_list("overhead_ms", flat=True) if v is not None)
+        # Streamed calls only (a config with `stream`): time to the first text piece.
+        ttfts = sorted(float(v) for v in mine.filter(
+            status=GenerationJob.Status.DONE, details__has_key="ttft_ms")
+            .values_list("details__ttft_ms", flat=True) if isinstance(v, int | float))
         finished = agg["done"] + agg["failed"]
         load = rc.load or {}
         window = float(load.get("window_s") or 0.0)
@@ -75,6 +79,8 @@ def generation_run_progress(*, run: GenerationRun) -> dict[str, Any]:
             if agg["schema_checked"] else None,
             "latency_ms": {"p50": _quantile(latencies, 0.5), "p95": _quantile(latencies, 0.95),
                            "n": len(latencies)},
+            "ttft_ms": {"p50": _quantile(ttfts, 0.5), "p95": _quantile(ttfts, 0.95),
+                        "n": len(ttfts)} if ttfts else None,
             "overhead_ms": {"p50": _quantile(overheads, 0.5), "p95": _quantile(overheads, 0.95)},
             "cost": float(agg["cost"] or 0.0),
             "cost_per_1000": (float(agg["cost"] or 0.0) / finished * 1000) if finished else None,

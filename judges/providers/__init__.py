@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from . import anthropic, openai
+from . import anthropic, openai, streaming
 from .base import (
     PROVIDERS,
     ChatMessage,
@@ -310,6 +310,8 @@ async def provider_call_async(
         content = serialize_body(call.body)
     else:
         call, content = wire
+    if call.body.get("stream") is True:
+        return await _provider_stream_async(client, request, call, content)
     start = time.perf_counter()
     try:
         response = await client.request(
@@ -320,3 +322,47 @@ async def provider_call_async(
         raise _transport_error(exc) from exc
     latency_ms = (time.perf_counter() - start) * 1000.0
     return _interpret(request, response, latency_ms)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReadResponse:
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+
+
+async def _provider_stream_async(client: AsyncRequester, request: ProviderRequest,
+                                 call: PreparedCall, content: bytes) -> ProviderResult:
+    """A call whose body asks for a streamed answer (`"stream": true`): read through the lean
+    pool piece by piece (`judges.providers.streaming`), with the time to the first text piece
+    (`ttft_ms`) beside the time to the last byte (`latency_ms`). An answer that is not 2xx is
+    read whole and interpreted as an unstreamed one (its error)."""
+    lean = getattr(client, "_lean", None)
+    if not isinstance(lean, LeanAsyncTransport):
+        raise PermanentProviderError("streaming needs the direct HTTP/1.1 pool (not through "
+                                     "a proxy)")
+    url = httpx.URL(call.url)
+    start = time.perf_counter()
+    try:
+        stream = await lean.stream(call.method, url, dict(call.headers), content,
+                                   _timeout(request.timeout_s))
+        try:
+            if not 200 <= stream.status_code <= 299:
+                body = await stream.read()
+                latency_ms = (time.perf_counter() - start) * 1000.0
+                return _interpret(request, _ReadResponse(stream.status_code, stream.headers,
+                                                         body), latency_ms)
+            answer = await streaming.assemble(request.provider, stream.pieces())
+        finally:
+            await stream.aclose()
+    except httpx.HTTPError as exc:
+        raise _transport_error(exc) from exc
+    end = time.perf_counter()
+    return ProviderResult(
+        text=answer.text, finish_reason=answer.finish_reason, http_status=stream.status_code,
+        request_id=stream.headers.get("x-request-id") or answer.request_id,
+        tokens_in=answer.tokens_in, tokens_out=answer.tokens_out,
+        latency_ms=(end - start) * 1000.0, logprobs=None,
+        raw={"streamed": True, "events": answer.events},
+        ttft_ms=None if answer.first_token_at is None
+        else (answer.first_token_at - start) * 1000.0)

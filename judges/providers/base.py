@@ -75,6 +75,8 @@ class ProviderResult:
     latency_ms: float
     logprobs: tuple[TokenLogprob, ...] | None  # generated tokens with their top alternatives
     raw: Mapping[str, Any]  # the parsed JSON body (for the record)
+    # Streamed calls: time from sending the request to the first text piece.
+    ttft_ms: float | None = None
 
 
 @dataclass(frozen=True)

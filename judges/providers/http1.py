@@ -24,7 +24,10 @@ exactly that and nothing else:
 
 What it does not do: proxies (`http_client_async` returns a stock `httpx.AsyncClient` when the
 environment names one), HTTP/2, redirects (never followed for a judge), cookies, auth flows,
-Expect: 100-continue, streaming bodies. Which base URLs may be called at all is decided before
+Expect: 100-continue, content-encoded streamed bodies. `LeanAsyncTransport.stream` reads a
+body incrementally (server-sent events): each piece is handed over as the event loop reads
+it (a chunk of a chunked body, or whatever bytes arrived of a sized or read-until-close one),
+under the same read timeout between pieces. Which base URLs may be called at all is decided before
 a request is built (`judges.config`), not here.
 """
 
@@ -36,7 +39,7 @@ import json
 import ssl
 import zlib
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -170,6 +173,55 @@ class LeanResponse:
         return f"<LeanResponse [{self.status_code}]>"
 
 
+class LeanStream:
+    """An answer being read: `status_code`, `headers` and `http_version` at once, the body
+    from `pieces()` as it arrives. The connection goes back to the pool when the body has
+    been read to its end, and is closed by `aclose()` before that (a stream left half-read
+    cannot be reused)."""
+
+    def __init__(self, pool: LeanAsyncTransport, conn: _Connection,
+                 done: asyncio.Future[tuple[int, list[tuple[bytes, bytes]], bytes, bool, str]],
+                 queue: asyncio.Queue[bytes | None], status_code: int,
+                 headers: ResponseHeaders, http_version: str) -> None:
+        self._pool = pool
+        self._conn: _Connection | None = conn
+        self._done = done
+        self._queue = queue
+        self.status_code = status_code
+        self.headers = headers
+        self.http_version = http_version
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive; raises httpx's errors (`ReadTimeout` after a
+        silence longer than the read timeout, `RemoteProtocolError` when the server closes
+        the connection before the body's end)."""
+        while True:
+            piece = await self._queue.get()
+            if piece is None:
+                break
+            yield piece
+        try:
+            keep_alive = self._done.result()[3]
+        except BaseException:
+            await self.aclose()
+            raise
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._pool._release(conn, keep_alive)
+
+    async def read(self) -> bytes:
+        return b"".join([p async for p in self.pieces()])
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            if not self._done.done():
+                conn._fail(httpx.ReadError("stream closed by the client"))
+            if self._done.done() and not self._done.cancelled():
+                self._done.exception()  # retrieved: nobody awaits a stream let go of
+            self._pool._drop(conn)
+
+
 def _decode_body(content: bytes, encoding_header: str) -> bytes:
     """Undo the Content-Encoding (gzip, deflate; applied in the order listed)."""
     for coding in reversed([c.strip().lower() for c in encoding_header.split(",")]):
@@ -219,6 +271,9 @@ class _Connection(asyncio.Protocol):
         self._last_read = 0.0
         self._write_paused = False
         self._drain: asyncio.Future[None] | None = None
+        # Streaming: the head's future and where body pieces go as they are parsed.
+        self._head_waiter: asyncio.Future[None] | None = None
+        self._on_piece: Callable[[bytes], None] | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -246,6 +301,9 @@ class _Connection(asyncio.Protocol):
             body = bytes(self._buf)
             self._buf.clear()
             self._keep_alive = False
+            if self._on_piece is not None:
+                self._piece(body)
+                body = b""
             self._complete(body)
         self._lose_quietly()
         return False  # let the transport close itself
@@ -256,6 +314,9 @@ class _Connection(asyncio.Protocol):
                 body = bytes(self._buf)
                 self._buf.clear()
                 self._keep_alive = False
+                if self._on_piece is not None:
+                    self._piece(body)
+                    body = b""
                 self._complete(body)
             elif exc is not None:
                 self._fail(httpx.ReadError(str(exc) or type(exc).__name__))
@@ -282,11 +343,24 @@ class _Connection(asyncio.Protocol):
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool, str]:
         """Send `data` (a whole request) and return (status, headers, body, keep-alive,
         HTTP version) once the answer is complete."""
+        waiter = await self.begin(data, head_only=head_only, read_timeout=read_timeout,
+                                  write_timeout=write_timeout)
+        return await waiter
+
+    async def begin(
+        self, data: bytes, *, head_only: bool, read_timeout: float | None,
+        write_timeout: float | None, on_piece: Callable[[bytes], None] | None = None,
+    ) -> asyncio.Future[tuple[int, list[tuple[bytes, bytes]], bytes, bool, str]]:
+        """Send `data` and return the future of the complete answer. With `on_piece`, the
+        body is handed to it piece by piece as it is parsed (the answer's body is then
+        empty) and `head_waiter` resolves once the status and headers are in."""
         transport = self.transport
         if self.lost or transport is None or transport.is_closing():
             raise httpx.WriteError("connection closed")
         waiter = self.loop.create_future()
         self._waiter = waiter
+        self._on_piece = on_piece
+        self._head_waiter = self.loop.create_future() if on_piece is not None else None
         self._state = _HEAD
         self._head_only = head_only
         self._got_bytes = False
@@ -299,7 +373,7 @@ class _Connection(asyncio.Protocol):
         if read_timeout is not None:
             self._last_read = self.loop.time()
             self._timer = self.loop.call_later(read_timeout, self._check_read_timeout)
-        return await waiter
+        return waiter
 
     async def _drained(self, write_timeout: float | None) -> None:
         self._drain = self.loop.create_future()
@@ -322,7 +396,22 @@ class _Connection(asyncio.Protocol):
         self._fail(httpx.ReadTimeout("timed out"))
         self._lose()
 
+    def _head_done(self, exc: Exception | None = None) -> None:
+        head = self._head_waiter
+        self._head_waiter = None
+        if head is not None and not head.done():
+            if exc is None:
+                head.set_result(None)
+            else:
+                head.set_exception(exc)
+
+    def _piece(self, data: bytes) -> None:
+        if data and self._on_piece is not None:
+            self._on_piece(data)
+
     def _complete(self, body: bytes) -> None:
+        self._head_done()
+        self._on_piece = None
         waiter = self._waiter
         self._waiter = None
         self._state = _DONE
@@ -336,6 +425,8 @@ class _Connection(asyncio.Protocol):
                                self._version))
 
     def _fail(self, exc: Exception) -> None:
+        self._head_done(exc)
+        self._on_piece = None
         waiter = self._waiter
         self._waiter = None
         self._state = _DONE
@@ -376,6 +467,15 @@ class _Connection(asyncio.Protocol):
                 head = bytes(buf[:end])
                 del buf[: end + 4]
                 self._start_body(head)
+            elif state == _LENGTH and self._on_piece is not None:
+                take = min(len(buf), self._remaining)
+                piece = bytes(buf[:take])
+                del buf[:take]
+                self._remaining -= take
+                self._piece(piece)
+                if self._remaining:
+                    return
+                self._complete(b"")
             elif state == _LENGTH:
                 if len(buf) < self._remaining:
                     return
@@ -406,8 +506,12 @@ class _Connection(asyncio.Protocol):
                     return
                 if buf[self._remaining: self._remaining + 2] != b"\r\n":
                     raise _ProtocolViolation("chunk not followed by CRLF")
-                self._chunks.append(bytes(buf[: self._remaining]))
+                data = bytes(buf[: self._remaining])
                 del buf[: self._remaining + 2]
+                if self._on_piece is not None:
+                    self._piece(data)
+                else:
+                    self._chunks.append(data)
                 self._state = _CHUNK_SIZE
             elif state == _TRAILERS:
                 end = buf.find(b"\r\n")
@@ -419,6 +523,10 @@ class _Connection(asyncio.Protocol):
                 if end == 0:  # the empty line that ends the trailers
                     self._complete(b"".join(self._chunks))
             else:  # _UNTIL_CLOSE: the body ends when the server closes the connection
+                if self._on_piece is not None and buf:
+                    piece = bytes(buf)
+                    buf.clear()
+                    self._piece(piece)
                 return
 
     def _start_body(self, head: bytes) -> None:
@@ -472,6 +580,7 @@ class _Connection(asyncio.Protocol):
         self._headers = headers
         self._version = parts[0].decode("ascii")
         self._keep_alive = not close
+        self._head_done()
         if self._head_only or status in (204, 304):
             self._complete(b"")
         elif transfer_coded:
@@ -737,6 +846,34 @@ class LeanAsyncTransport(httpx.AsyncBaseTransport):
         if coding:
             body = _decode_body(body, coding)
         return LeanResponse(status, response_headers, body, version, method, url)
+
+    async def stream(self, method: str, url: httpx.URL, headers: Mapping[str, str],
+                     content: bytes, timeout: httpx.Timeout) -> LeanStream:
+        """One request whose answer is read incrementally: returns once the status and
+        headers are in; the body comes from `LeanStream.pieces()`. Raises httpx's errors."""
+        route = self._route(url)
+        data = b"".join((self._head_bytes(route, method, headers), b"Content-Length: ",
+                         str(len(content)).encode("ascii"), b"\r\n\r\n", content))
+        conn = await self._acquire(route.origin, timeout.connect, timeout.pool)
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        try:
+            waiter = await conn.begin(data, head_only=False, read_timeout=timeout.read,
+                                      write_timeout=timeout.write, on_piece=queue.put_nowait)
+            waiter.add_done_callback(lambda _f: queue.put_nowait(None))
+            head = conn._head_waiter
+            if head is not None:
+                await head
+            elif waiter.done():  # answered in full already (no body, or an error)
+                waiter.result()
+        except BaseException:
+            self._drop(conn)
+            raise
+        response_headers = ResponseHeaders(conn._headers)
+        if response_headers.get("content-encoding", "identity").lower() != "identity":
+            self._drop(conn)
+            raise httpx.DecodingError("a streamed body must not be content-encoded")
+        return LeanStream(self, conn, waiter, queue, conn._status, response_headers,
+                          conn._version)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         content = await request.aread()

@@ -1,0 +1,171 @@
+"""Streamed answers (server-sent events) of both wire formats, for a candidate's time to first
+token.
+
+OpenAI chat completions with `"stream": true` send `data: {chunk}` events, each with a
+`choices[0].delta.content` piece, the last choice chunk with its `finish_reason`, then (with
+`stream_options.include_usage`) a chunk of `usage` and no choices, and `data: [DONE]`.
+Anthropic messages with `"stream": true` send named events: `message_start` (the message id
+and input tokens), `content_block_delta` (`text_delta` pieces), `message_delta` (stop reason
+and output tokens), `message_stop`; an `error` event is the provider's error.
+
+`assemble` folds the events into the text, finish reason, tokens and request id of the answer
+and notes when the first text arrived; an answer whose terminal event never came is an error
+(a stream cut between events that the server framed completely).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .base import PermanentProviderError, TransientProviderError
+
+# An event longer than this is refused (a provider's chunks are a few hundred bytes).
+MAX_EVENT_BYTES = 1024 * 1024
+
+
+@dataclass
+class StreamedAnswer:
+    parts: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    request_id: str | None = None
+    first_token_at: float | None = None  # time.perf_counter() of the first text piece
+    complete: bool = False
+    events: int = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+async def sse_events(pieces: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, str]]:
+    """(event name, data) of each event as its blank line arrives ("message" when unnamed;
+    several data lines joined by newlines; comments and ids skipped)."""
+    buf = b""
+    async for piece in pieces:
+        buf += piece.replace(b"\r\n", b"\n")
+        while True:
+            end = buf.find(b"\n\n")
+            if end < 0:
+                if len(buf) > MAX_EVENT_BYTES:
+                    raise PermanentProviderError("streamed event too long")
+                break
+            block, buf = buf[:end], buf[end + 2:]
+            name, data = "message", []
+            for line in block.decode("utf-8", "replace").split("\n"):
+                key, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if key == "event":
+                    name = value
+                elif key == "data":
+                    data.append(value)
+            if data:
+                yield name, "\n".join(data)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _obj(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _json(data: str) -> Mapping[str, Any]:
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        raise PermanentProviderError(f"streamed event is not JSON: {data[:80]!r}") from None
+    if not isinstance(parsed, dict):
+        raise PermanentProviderError("streamed event is not a JSON object")
+    return parsed
+
+
+def _text(answer: StreamedAnswer, piece: Any) -> None:
+    if isinstance(piece, str) and piece:
+        if answer.first_token_at is None:
+            answer.first_token_at = time.perf_counter()
+        answer.parts.append(piece)
+
+
+def _openai(answer: StreamedAnswer, data: str) -> None:
+    if data.strip() == "[DONE]":
+        answer.complete = True
+        return
+    chunk = _json(data)
+    if isinstance(chunk.get("error"), dict):
+        raise PermanentProviderError(
+            f"error event: {str(_obj(chunk['error']).get('message', ''))[:200]}")
+    if answer.request_id is None and isinstance(chunk.get("id"), str):
+        answer.request_id = chunk["id"]
+    choices = chunk.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        choice = choices[0]
+        delta = _obj(choice.get("delta"))
+        _text(answer, delta.get("content"))
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            raise PermanentProviderError(f"model refused: {refusal[:200]}")
+        if isinstance(choice.get("finish_reason"), str):
+            answer.finish_reason = choice["finish_reason"]
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
+        answer.tokens_in = _int(usage.get("prompt_tokens"))
+        answer.tokens_out = _int(usage.get("completion_tokens"))
+
+
+def _anthropic(answer: StreamedAnswer, name: str, data: str) -> None:
+    event = _json(data)
+    kind = event.get("type", name)
+    if kind == "message_start":
+        message = _obj(event.get("message"))
+        if isinstance(message.get("id"), str):
+            answer.request_id = message["id"]
+        usage = _obj(message.get("usage"))
+        answer.tokens_in = _int(usage.get("input_tokens"))
+        answer.tokens_out = _int(usage.get("output_tokens"))
+    elif kind == "content_block_delta":
+        delta = _obj(event.get("delta"))
+        if delta.get("type") == "text_delta":
+            _text(answer, delta.get("text"))
+    elif kind == "message_delta":
+        delta = _obj(event.get("delta"))
+        if isinstance(delta.get("stop_reason"), str):
+            answer.finish_reason = delta["stop_reason"]
+        usage = _obj(event.get("usage"))
+        if _int(usage.get("output_tokens")) is not None:
+            answer.tokens_out = _int(usage.get("output_tokens"))
+    elif kind == "message_stop":
+        answer.complete = True
+    elif kind == "error":
+        err = _obj(event.get("error"))
+        reason = str(err.get("message", ""))[:200]
+        if err.get("type") in ("overloaded_error", "api_error"):
+            raise TransientProviderError(f"error event ({err.get('type')}): {reason}")
+        raise PermanentProviderError(f"error event ({err.get('type')}): {reason}")
+
+
+async def assemble(provider: str, pieces: AsyncIterator[bytes]) -> StreamedAnswer:
+    """The answer a stream of `provider`'s wire format carries; TransientProviderError
+    ("connection error (truncated stream)") when it ends before its terminal event."""
+    answer = StreamedAnswer()
+    # Read to the body's end (the terminal event is the last one), so that the connection
+    # goes back to the pool instead of being closed half-read.
+    async for name, data in sse_events(pieces):
+        if answer.complete:
+            continue
+        answer.events += 1
+        if provider == "anthropic":
+            _anthropic(answer, name, data)
+        else:
+            _openai(answer, data)
+    if not answer.complete:
+        raise TransientProviderError(
+            f"connection error (truncated stream): ended after {answer.events} events "
+            f"and {len(answer.text)} characters, before its terminal event")
+    return answer
