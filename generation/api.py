@@ -175,6 +175,10 @@ class GenerationRunListCreate(APIView):
 
 
 class GenerationRunEstimate(APIView):
+    # A POST only for its JSON body: it computes an estimate and stores nothing, so a read-only
+    # token may call it (tests/studies/test_access.py).
+    read_only_methods = ("post",)
+
     @extend_schema(operation_id="generation_runs_estimate",
                    summary="Estimate a candidate run's requests and cost before starting it",
                    request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)

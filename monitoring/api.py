@@ -211,7 +211,8 @@ class WindowExport(APIView):
         summary="Export a deployment's windows per stratum as CSV or JSON",
         parameters=[GRANULARITY, OpenApiParameter("format", OpenApiTypes.STR,
                                                   enum=["csv", "json"])],
-        responses={200: OpenApiTypes.BINARY, **ERRORS})
+        responses={(200, "text/csv"): OpenApiTypes.STR,
+                   (200, "application/json"): OpenApiTypes.OBJECT, **ERRORS})
     def get(self, request: Request, deployment_id: int) -> Any:
         deployment = _deployment(request, deployment_id)
         fmt = request.query_params.get("format") or "csv"
