@@ -24,18 +24,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from reviewhub.errors import NotFound, ValidationFailed
-from studies.access import study_get_for_actor
+from studies.access import api_study
 from studies.models import Candidate, Membership, Study
 
 from . import runs, selectors, services
 from .estimate import run_estimate
 from .models import GenerationConfig, GenerationRun, PromptTemplate
 
-
-def _study(request: Request, slug: str, *, write: bool = False) -> Study:
-    study, _ = study_get_for_actor(user=request.user, slug=slug, token=request.auth,
-                                   write=write, min_role=Membership.Role.LEAD)
-    return study
+LEAD = Membership.Role.LEAD  # every candidate-run endpoint is the lead's
 
 
 def _body(request: Request) -> Mapping[str, Any]:
@@ -110,7 +106,7 @@ class GenerationConfigListCreate(APIView):
                    summary="List the candidates' generation config versions",
                    responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, min_role=LEAD).study
         return Response({"results": [config_data(c) for c in
                                      selectors.generation_configs_list(study=study)]})
 
@@ -118,7 +114,7 @@ class GenerationConfigListCreate(APIView):
                    summary="Create (or find) a candidate's generation config version",
                    request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, min_role=LEAD, write=True).study
         body = _body(request)
         name = body.get("candidate")
         candidate = Candidate.objects.filter(study=study, name=name).first() if isinstance(
@@ -136,7 +132,7 @@ class PromptTemplateListCreate(APIView):
                    summary="List the study's production prompt template versions",
                    responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, min_role=LEAD).study
         return Response({"results": [template_data(t) for t in
                                      selectors.prompt_templates_list(study=study)]})
 
@@ -144,7 +140,7 @@ class PromptTemplateListCreate(APIView):
                    summary="Create (or find) a production prompt template version",
                    request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, min_role=LEAD, write=True).study
         row, created = services.prompt_template_create(study=study, template=_body(request),
                                                        created_by=request.user)
         return Response(template_data(row),
@@ -155,7 +151,7 @@ class GenerationRunListCreate(APIView):
     @extend_schema(operation_id="generation_runs_list",
                    summary="List the study's candidate runs", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, min_role=LEAD).study
         return Response({"results": [run_data(r, progress=False) for r in
                                      selectors.generation_runs_list(study=study)[:200]]})
 
@@ -163,7 +159,7 @@ class GenerationRunListCreate(APIView):
                    summary="Start a candidate run (closed loop at C requests per candidate)",
                    request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, min_role=LEAD, write=True).study
         body = _body(request)
         spec = _Spec(study, body)
         run = runs.generation_run_start(
@@ -183,7 +179,7 @@ class GenerationRunEstimate(APIView):
                    summary="Estimate a candidate run's requests and cost before starting it",
                    request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, min_role=LEAD).study
         body = _body(request)
         spec = _Spec(study, body)
         _, item_ids = runs.selection_items(study=study, selection=spec.selection)
@@ -204,7 +200,7 @@ class GenerationRunDetail(APIView):
                    summary="A candidate run with progress, errors by kind and measured figures",
                    responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str, generation_run_id: int) -> Response:
-        study = _study(request, slug)
+        study = api_study(request, slug, min_role=LEAD).study
         return Response(run_data(_run_get(study, generation_run_id)))
 
 
@@ -212,6 +208,6 @@ class GenerationRunCancel(APIView):
     @extend_schema(operation_id="generation_runs_cancel", summary="Cancel a candidate run",
                    request=None, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str, generation_run_id: int) -> Response:
-        study = _study(request, slug, write=True)
+        study = api_study(request, slug, min_role=LEAD, write=True).study
         runs.generation_run_cancel(run=_run_get(study, generation_run_id))
         return Response(run_data(_run_get(study, generation_run_id)))
