@@ -155,6 +155,47 @@ def hammer(transport: str, *, seconds: float, producers: int = 3, consumers: int
         }
 
 
+def consume_during_a_write(var_dir: Path | None = None) -> dict[str, Any]:
+    """The same race without luck: the producer is held between its create and its write (where
+    the scheduler stops it by chance under load) while a consumer fetches from the queue.
+
+    The real `_put` and `_get` run; only the moment is chosen, by wrapping the transport's
+    `lock`, which `_put` calls between `open(..., "wb")` and `write`. The hammer above shows
+    the race happens on its own; this shows deterministically what a consumer then reads.
+    """
+    from kombu import Connection
+    from kombu.transport import filesystem
+
+    seen: dict[str, Any] = {"consumer_ran": False, "error": None}
+    with tempfile.TemporaryDirectory(prefix="broker-race-") as tmp:
+        url, options = broker_for("filesystem", var_dir or Path(tmp))
+        with Connection(url, transport_options=options) as producer, \
+                Connection(url, transport_options=options) as consumer:
+            outbox, inbox = producer.SimpleQueue(QUEUE), consumer.SimpleQueue(QUEUE)
+            real_lock = filesystem.lock
+
+            def lock_then_consume(file: Any, flags: int) -> None:
+                # Only the message file of our queue, only once: the exchange tables take
+                # the same lock and are not what this shows.
+                if str(getattr(file, "name", "")).endswith(f".{QUEUE}.msg") \
+                        and not seen["consumer_ran"]:
+                    seen["consumer_ran"] = True
+                    try:
+                        inbox.get(block=False).ack()
+                    except Exception as exc:  # what the consumer meets is the result
+                        seen["error"] = repr(exc)
+                real_lock(file, flags)
+
+            filesystem.lock = lock_then_consume
+            try:
+                outbox.put({"n": 0, "pad": "x" * PAD})
+            finally:
+                filesystem.lock = real_lock
+            outbox.close()
+            inbox.close()
+    return {"transport": "filesystem", **seen}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--transport", choices=["filesystem", "embedded"], default="embedded")
