@@ -14,7 +14,9 @@ window).
   error rate), two-sided.
 
 Both return a frozen :class:`ChangeTest`. They are fixed-sample tests: one look per window
-pair. The alerts that look continuously use :mod:`evalstats.sequential` instead.
+pair. Repeated every window at a fixed level they raise false alarms at almost every
+deployment in the end; :func:`change_monitor` spends the level over the looks instead, so the
+tests may be repeated forever with P(any false alarm, ever) <= alpha.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ import numpy.typing as npt
 from scipy.special import ndtr
 from scipy.stats import rankdata
 
-__all__ = ["ChangeTest", "rank_sum_test", "two_proportion_test"]
+from .sequential import restart_alpha
+
+__all__ = ["ChangeMonitor", "ChangeTest", "change_monitor", "rank_sum_test",
+           "two_proportion_test"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +100,53 @@ def two_proportion_test(k1: int, n1: int, k2: int, n2: int) -> ChangeTest:
     z = (p1 - p2) / math.sqrt(var)
     p = float(min(1.0, 2.0 * ndtr(-abs(z))))
     return ChangeTest(p1 - p2, z, p, n1, n2, p1 - p2, method)
+
+
+@dataclass(frozen=True)
+class ChangeMonitor:
+    """Fixed-sample tests repeated at every look, with the level spent over the looks (see
+    :func:`change_monitor`). ``alarm[k]``: some signal's p-value at look ``k`` is below its
+    level ``level[k]``; ``first_alarm``: the first such look (None: none)."""
+
+    alarm: npt.NDArray[np.bool_]
+    first_alarm: int | None
+    level: npt.NDArray[np.float64]
+    alpha: float
+
+
+def change_monitor(p_values: npt.ArrayLike, *, alpha: float = 0.05) -> ChangeMonitor:
+    """Alarm on "the distribution changed" with false alarms held at ``alpha`` over an
+    unbounded horizon of looks.
+
+    ``p_values[k, j]``: the p-value of signal ``j`` at look ``k`` (a 1-D array is one signal;
+    NaN: no test at that look, never an alarm). Look ``k`` (0-based, counted from the start of
+    the deployment) tests each of the ``m`` signals at ``restart_alpha(alpha / m, k) =
+    (alpha / m) / ((k + 1)(k + 2))``; these levels sum to exactly ``alpha`` over all looks and
+    signals.
+
+    Guarantee (the union bound, Bonferroni over looks): if nothing changed, so that each
+    p-value is valid (``P(p <= x) <= x``), then ``P(any alarm, ever) <= alpha``, however the
+    tests depend on each other (every window compared with the same reference sample). The
+    price is a level that shrinks like ``1 / k^2``: a change at look ``k`` must reach
+    ``p < alpha / (m k^2)``, which a window of thousands of rows does for any change worth
+    flagging, and a small window may not (the delays are measured in bench/monitoring_drift.py).
+    The levels restart only with the deployment's monitor.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError("alpha must be in (0, 1)")
+    p = np.asarray(p_values, dtype=float)
+    if p.ndim == 1:
+        p = p[:, None]
+    if p.ndim != 2:
+        raise ValueError("p_values must be 1-D (one signal) or 2-D (looks x signals)")
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError("p-values must lie in [0, 1] (NaN: no test)")
+    looks, signals = p.shape
+    level = np.array([restart_alpha(alpha / max(signals, 1), k) for k in range(looks)],
+                     dtype=float)
+    with np.errstate(invalid="ignore"):
+        hit = p < level[:, None]
+    alarm = np.asarray(hit.any(axis=1), dtype=bool)
+    hits = np.flatnonzero(alarm)
+    return ChangeMonitor(alarm=alarm, first_alarm=int(hits[0]) if hits.size else None,
+                         level=level, alpha=alpha)
