@@ -198,13 +198,13 @@ def ingest_bench(args: argparse.Namespace, env: dict[str, str], dep_id: int,
         server.wait(timeout=30)
 
 
-def window_bench(args: argparse.Namespace, dep_id: int) -> None:
-    from monitoring.models import Deployment, TrafficRow
-    from monitoring.services import window_compute
-    from monitoring.window.params import WindowParams
+def window_seed(args: argparse.Namespace, dep_id: int) -> dt.datetime:
+    """Seed `--window-days` days of `--window-rows` rows with COPY (not timed), then ANALYZE."""
+    from django.db import connection
+
+    from monitoring.models import TrafficRow
     from reviewhub.bulkcopy import bulk_insert
 
-    deployment = Deployment.objects.get(pk=dep_id)
     rng = np.random.default_rng(2)
     day0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     t = time.perf_counter()
@@ -227,18 +227,104 @@ def window_bench(args: argparse.Namespace, dep_id: int) -> None:
         } for i in range(n)])
     # What autovacuum does after a bulk load: without statistics the planner takes a day's
     # 100k rows for 1 and reads them by 100k single-row index probes instead of a bitmap scan.
-    from django.db import connection
-
     with connection.cursor() as cur:
         cur.execute(f"ANALYZE {TrafficRow._meta.db_table}")
     say(f"windows: seeded {args.window_days} days x {args.window_rows:,} rows with COPY and "
         f"ANALYZE in {time.perf_counter() - t:.1f} s (not timed below)")
+    return day0
+
+
+def baseline_load(path: str) -> Any:
+    """An earlier `monitoring/window/load.py` (e.g. `git show <commit>:monitoring/window/
+    load.py > /tmp/load_old.py`), imported as a sibling of the current one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("monitoring.window._baseline_load", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "monitoring.window"
+    spec.loader.exec_module(module)
+    return module
+
+
+def same_input(a: Any, b: Any) -> bool:
+    """Two loads of one window read the same totals, sampled rows and signal subsample."""
+    arrays = ("to_judge", "judge_pi", "judge_value", "to_human", "human_pi", "human_value",
+              "signal_output_chars", "signal_latency_ms")
+    return (a.cells.keys() == b.cells.keys()
+            and all(_close(a.cells[k], b.cells[k]) for k in a.cells)
+            and _close(a.totals, b.totals) and list(a.stratum) == list(b.stratum)
+            and all(np.allclose(getattr(a, f), getattr(b, f), equal_nan=True)
+                    for f in arrays))
+
+
+def _close(x: Any, y: Any) -> bool:
+    return all(v == w or (v is not None and w is not None and abs(v - w) <= 1e-9 * abs(v))
+               for v, w in zip(vars(x).values(), vars(y).values(), strict=True))
+
+
+def backend_cpu() -> float:
+    """CPU seconds of this process's PostgreSQL backend so far (NaN when the server is not on
+    this machine or /proc is not readable): the database's share of a window's work."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def window_bench(args: argparse.Namespace, dep_id: int) -> None:
+    """Each day's window through `monitoring.services.window_compute` (load, compute, store),
+    then again with nothing changed; with `--baseline-load`, first the old and the new load
+    side by side, alternating window by window (each forced, so both load, compute and
+    store), checking that both read the same input."""
+    day0 = window_seed(args, dep_id)
+    window_measure(args, dep_id, day0)
+
+
+def window_measure(args: argparse.Namespace, dep_id: int, day0: dt.datetime) -> None:
+    from monitoring import services
+    from monitoring.models import Deployment
+    from monitoring.window import load as current
+    from monitoring.window.params import WindowParams
+
+    deployment = Deployment.objects.get(pk=dep_id)
+    days = [WindowParams("day", day0 + dt.timedelta(days=d)) for d in range(args.window_days)]
+    if args.baseline_load:
+        old = baseline_load(args.baseline_load)
+        spent = {"baseline": np.zeros(3), "current": np.zeros(3)}
+        for params in days:
+            for name, module in (("baseline", old), ("current", current)):
+                services.window_load = module  # type: ignore[attr-defined]
+                start = np.array([time.perf_counter(), time.process_time(), backend_cpu()])
+                services.window_compute(deployment=deployment, params=params, force=True)
+                spent[name] += np.array([time.perf_counter(), time.process_time(),
+                                         backend_cpu()]) - start
+            if not same_input(old.window_input_load(deployment=deployment, params=params),
+                              current.window_input_load(deployment=deployment, params=params)):
+                raise SystemExit(f"the two loads read different inputs for {params.start}")
+        services.window_load = current  # type: ignore[attr-defined]
+        for name, (wall, cpu, db_cpu) in spent.items():
+            say(f"  {name} load ({args.baseline_load if name == 'baseline' else 'working tree'})"
+                f": {len(days)} daily windows in {wall:.2f} s, {wall / len(days) * 1000:.0f} ms "
+                f"a window (CPU a window: Python {cpu / len(days) * 1000:.0f} ms, PostgreSQL "
+                f"backend {db_cpu / len(days) * 1000:.0f} ms)")
+        ratio = spent["current"] / spent["baseline"]
+        say(f"  current / baseline: wall {ratio[0]:.2f}, Python CPU {ratio[1]:.2f}, PostgreSQL "
+            f"CPU {ratio[2]:.2f}; the same input for every window")
     for label in ("first pass", "second pass (nothing changed)"):
-        t = time.perf_counter()
-        for d in range(args.window_days):
-            window_compute(deployment=deployment,
-                           params=WindowParams("day", day0 + dt.timedelta(days=d)))
-        say(f"  {label}: {args.window_days} daily windows in {time.perf_counter() - t:.2f} s")
+        wall, cpu, db_cpu = time.perf_counter(), time.process_time(), backend_cpu()
+        for params in days:
+            services.window_compute(deployment=deployment, params=params,
+                                    force=label == "first pass")
+        say(f"  {label}: {len(days)} daily windows in {time.perf_counter() - wall:.2f} s "
+            f"(CPU: Python {time.process_time() - cpu:.2f} s, PostgreSQL backend "
+            f"{backend_cpu() - db_cpu:.2f} s)")
 
 
 def main() -> None:
@@ -251,6 +337,8 @@ def main() -> None:
     parser.add_argument("--window-days", "--windows", type=int, default=3,
                         help="daily windows to seed and compute (issue 28 asks for 30)")
     parser.add_argument("--window-rows", type=int, default=100_000)
+    parser.add_argument("--baseline-load", default="",
+                        help="an earlier monitoring/window/load.py to time side by side")
     args = parser.parse_args()
     base = os.environ.get("DATABASE_URL", "")
     if not base.startswith(("postgres://", "postgresql://")):

@@ -37,7 +37,7 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Avg, Q, TextField
 from django.db.models.functions import Cast, Length, Substr
 
@@ -53,6 +53,14 @@ from .params import WindowParams
 REFERENCE_LIMIT = 20_000
 # Rows of a window the rank tests of the label-free signals run on (module docstring).
 SIGNAL_SAMPLE = 20_000
+# How many more rows than SIGNAL_SAMPLE the cut-off on u is expected to let through: 1,000 is
+# seven standard deviations of the count at 20,000 (`_WINDOW_SQL`).
+SIGNAL_SLACK = 1_000
+# For the window statement only (SET LOCAL, the end of its transaction): no JIT (compiling
+# its expressions cost more than running them: ~30 ms of server CPU a 100k-row day, far more
+# wall time on a loaded machine) and room to keep the window's rows and sorts in memory
+# (the default 4 MB spilled the materialised rows and the totals' sort to temporary files).
+_STATEMENT_SETTINGS = ("SET LOCAL jit = off", "SET LOCAL work_mem = '32MB'")
 # An empty JSON list as PostgreSQL's jsonb and SQLite's JSON text both print it.
 EMPTY_LIST = "[]"
 
@@ -76,7 +84,12 @@ def _reference(deployment: Deployment) -> tuple[np.ndarray, np.ndarray, tuple[in
 # One pass over the window's rows (PostgreSQL): the narrow columns every part needs are read
 # once (an index or bitmap scan of the window) into a materialised CTE; the totals, the signal
 # subsample and the sampled rows with their labels are computed from it and returned as three
-# JSON documents.
+# JSON documents. p50 and p95 come from one ordered-set aggregate (one sort of each cell's
+# latencies). The signal subsample sorts only the rows whose u lies below a cut-off that
+# SIGNAL_SLACK rows more than SIGNAL_SAMPLE are expected to pass (u is uniform; the slack is
+# several standard deviations), instead of keeping a top-N heap over every row of the window;
+# in the rare window where fewer pass, `_signal_rows` reads the sample again without the cut,
+# so the rows are always exactly the SIGNAL_SAMPLE smallest.
 _WINDOW_SQL = """
 WITH w AS MATERIALIZED (
     SELECT id, stratum, error <> '' AS is_error, refusal,
@@ -92,12 +105,14 @@ WITH w AS MATERIALIZED (
            count(*) FILTER (WHERE is_injection) AS injections,
            count(*) FILTER (WHERE esc) AS escalated,
            avg(output_chars)::float8 AS chars, avg(cost) AS cost,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms) AS p50,
-           percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms) AS p95,
+           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY latency_ms) AS p,
            avg(valid)::float8 AS valid
     FROM w GROUP BY GROUPING SETS ((stratum), ())
 ), signal AS (
-    SELECT output_chars, latency_ms FROM w ORDER BY sample_u, id LIMIT %(signal)s
+    SELECT output_chars, latency_ms FROM w
+    WHERE sample_u <= (SELECT (%(signal)s + %(slack)s)::float8 / greatest(n, 1)
+                       FROM cells WHERE is_all = 1)
+    ORDER BY sample_u, id LIMIT %(signal)s
 ), sampled AS (
     SELECT w.id, w.stratum, w.to_judge, w.judge_pi, w.to_human, w.human_pi,
            avg(l.value) FILTER (WHERE l.source = 'judge') AS judge_value,
@@ -108,8 +123,8 @@ WITH w AS MATERIALIZED (
 )
 SELECT
     (SELECT coalesce(json_agg(json_build_array(stratum, is_all, n, errors, refusals,
-                                               injections, escalated, chars, cost, p50, p95,
-                                               valid)), '[]') FROM cells),
+                                               injections, escalated, chars, cost, p[1],
+                                               p[2], valid)), '[]') FROM cells),
     (SELECT coalesce(json_agg(json_build_array(output_chars, latency_ms)), '[]') FROM signal),
     (SELECT coalesce(json_agg(json_build_array(stratum, to_judge, judge_pi, judge_value,
                                                to_human, human_pi, human_value) ORDER BY id),
@@ -125,9 +140,11 @@ def _load_sql(deployment: Deployment, params: WindowParams
                              labels=TrafficLabel._meta.db_table)
     cells: dict[str, CellTotals] = {}
     totals = CellTotals(0, 0, 0, 0, 0, None, None, None, None, None)
-    with connection.cursor() as cur:
+    with transaction.atomic(), connection.cursor() as cur:
+        for setting in _STATEMENT_SETTINGS:
+            cur.execute(setting)
         cur.execute(sql, {"deployment": deployment.pk, "start": params.start,
-                          "end": params.end, "signal": SIGNAL_SAMPLE})
+                          "end": params.end, "signal": SIGNAL_SAMPLE, "slack": SIGNAL_SLACK})
         cell_rows, signal, sampled = cur.fetchone()
     for stratum, is_all, *rest in _json(cell_rows):
         ints = [int(v) for v in rest[:5]]
@@ -137,7 +154,18 @@ def _load_sql(deployment: Deployment, params: WindowParams
             totals = cell
         else:
             cells[str(stratum)] = cell
-    return cells, totals, _json(signal), _json(sampled)
+    signal = _json(signal)
+    if len(signal) < min(SIGNAL_SAMPLE, totals.n_rows):
+        signal = _signal_rows(deployment, params)  # the cut-off let too few through
+    return cells, totals, signal, _json(sampled)
+
+
+def _signal_rows(deployment: Deployment, params: WindowParams) -> list[Any]:
+    """The rows with the SIGNAL_SAMPLE smallest u, without a cut-off."""
+    return list(TrafficRow.objects.filter(deployment=deployment, occurred_at__gte=params.start,
+                                          occurred_at__lt=params.end)
+                .order_by("sample_u", "id").values_list("output_chars", "latency_ms")
+                [:SIGNAL_SAMPLE])
 
 
 def _json(value: Any) -> Any:
@@ -193,8 +221,7 @@ def window_input_load(*, deployment: Deployment, params: WindowParams,
             .values_list("stratum", "to_judge", "judge_pi", "judge_value", "to_human",
                          "human_pi", "human_value")
         )
-        signal = list(in_window.order_by("sample_u", "id")
-                      .values_list("output_chars", "latency_ms")[:SIGNAL_SAMPLE])
+        signal = _signal_rows(deployment, params)
     cols: list[tuple[Any, ...]] = (list(zip(*rows, strict=True)) if rows
                                    else [() for _ in range(7)])
     rules: Counter[str] = Counter()

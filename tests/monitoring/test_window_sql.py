@@ -119,3 +119,26 @@ def test_the_rank_tests_run_on_the_smallest_permanent_random_numbers(
     assert sig["output_chars"].p_value == pytest.approx(p)
     # The refusal rate still counts every row of the window.
     assert sig["refusal_rate"].n_window == 400
+
+
+@pytest.mark.parametrize("slack", [40, -50])
+def test_the_cut_off_on_u_keeps_the_sample_exact(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, slack: int,
+) -> None:
+    # slack 40: about 100 of the 400 rows pass the cut-off and the statement's own sort picks
+    # the 60 smallest; slack -50: about 10 pass, too few, and the sample is read again.
+    _traffic(deployment)
+    monkeypatch.setattr(load, "SIGNAL_SAMPLE", 60)
+    monkeypatch.setattr(load, "SIGNAL_SLACK", slack)
+    refetched: list[int] = []
+    original = load._signal_rows
+    monkeypatch.setattr(load, "_signal_rows",
+                        lambda *a: refetched.append(1) or original(*a))  # type: ignore[func-returns-value]
+    inp = load.window_input_load(deployment=deployment, params=HOUR)
+    rows = sorted(TrafficRow.objects.filter(deployment=deployment)
+                  .values_list("sample_u", "id", "output_chars", "latency_ms"))[:60]
+    assert np.array_equal(inp.signal_output_chars, np.array([r[2] for r in rows], dtype=float))
+    assert np.array_equal(inp.signal_latency_ms,
+                          np.array([np.nan if r[3] is None else r[3] for r in rows]),
+                          equal_nan=True)
+    assert bool(refetched) == (slack < 0)
