@@ -167,7 +167,8 @@ class LabelRun:
 
     def per_hour(self, values: npt.NDArray[np.bool_]) -> tuple[IntArray, FloatArray]:
         n = np.bincount(self.hour, minlength=HOURS).astype(np.int64)
-        return n, np.bincount(self.hour, weights=values.astype(float), minlength=HOURS)
+        return n, np.bincount(self.hour, weights=values.astype(float),
+                              minlength=HOURS).astype(float)
 
 
 def label_run(world: JudgeWorld, rng: np.random.Generator) -> LabelRun:
@@ -180,7 +181,8 @@ def label_run(world: JudgeWorld, rng: np.random.Generator) -> LabelRun:
     judge = rng.random(hour.size) < np.where(human, tpr[hour], fpr[hour])
     n_u = np.maximum(rng.poisson(JUDGED_PER_HOUR, HOURS) - n_h, 0)
     q = p * tpr + (1 - p) * fpr  # the judge's pass rate on the unlabelled rows
-    return LabelRun(hour, human, judge, n_u.astype(np.int64), rng.binomial(n_u, q))
+    return LabelRun(hour, human, judge, n_u.astype(np.int64),
+                    rng.binomial(n_u, q).astype(np.int64))
 
 
 def ppi_daily(run: LabelRun, days: range) -> list[tuple[float, float, float, float]]:
@@ -199,7 +201,8 @@ def ppi_daily(run: LabelRun, days: range) -> list[tuple[float, float, float, flo
         est = ppi_mean(y, f, unl, w=np.full(y.size, 100.0), w_unlabelled=np.full(n_u, 10.0),
                        level=FIXED_LEVEL)
         judge_only = (f.sum() + k_u) / max(f.size + n_u, 1)
-        out.append((float(est.value), float(est.ci_low), float(est.ci_high), judge_only))
+        out.append((float(est.value), float(est.ci_low or np.nan),
+                    float(est.ci_high or np.nan), float(judge_only)))
     return out
 
 

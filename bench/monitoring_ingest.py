@@ -300,7 +300,7 @@ def window_measure(args: argparse.Namespace, dep_id: int, day0: dt.datetime) -> 
         spent = {"baseline": np.zeros(3), "current": np.zeros(3)}
         for params in days:
             for name, module in (("baseline", old), ("current", current)):
-                services.window_load = module  # type: ignore[attr-defined]
+                services.window_load = module
                 start = np.array([time.perf_counter(), time.process_time(), backend_cpu()])
                 services.window_compute(deployment=deployment, params=params, force=True)
                 spent[name] += np.array([time.perf_counter(), time.process_time(),
@@ -308,7 +308,7 @@ def window_measure(args: argparse.Namespace, dep_id: int, day0: dt.datetime) -> 
             if not same_input(old.window_input_load(deployment=deployment, params=params),
                               current.window_input_load(deployment=deployment, params=params)):
                 raise SystemExit(f"the two loads read different inputs for {params.start}")
-        services.window_load = current  # type: ignore[attr-defined]
+        services.window_load = current
         for name, (wall, cpu, db_cpu) in spent.items():
             say(f"  {name} load ({args.baseline_load if name == 'baseline' else 'working tree'})"
                 f": {len(days)} daily windows in {wall:.2f} s, {wall / len(days) * 1000:.0f} ms "
@@ -318,13 +318,13 @@ def window_measure(args: argparse.Namespace, dep_id: int, day0: dt.datetime) -> 
         say(f"  current / baseline: wall {ratio[0]:.2f}, Python CPU {ratio[1]:.2f}, PostgreSQL "
             f"CPU {ratio[2]:.2f}; the same input for every window")
     for label in ("first pass", "second pass (nothing changed)"):
-        wall, cpu, db_cpu = time.perf_counter(), time.process_time(), backend_cpu()
+        t_wall, t_cpu, t_db = time.perf_counter(), time.process_time(), backend_cpu()
         for params in days:
             services.window_compute(deployment=deployment, params=params,
                                     force=label == "first pass")
-        say(f"  {label}: {len(days)} daily windows in {time.perf_counter() - wall:.2f} s "
-            f"(CPU: Python {time.process_time() - cpu:.2f} s, PostgreSQL backend "
-            f"{backend_cpu() - db_cpu:.2f} s)")
+        say(f"  {label}: {len(days)} daily windows in {time.perf_counter() - t_wall:.2f} s "
+            f"(CPU: Python {time.process_time() - t_cpu:.2f} s, PostgreSQL backend "
+            f"{backend_cpu() - t_db:.2f} s)")
 
 
 def main() -> None:

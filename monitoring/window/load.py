@@ -125,7 +125,8 @@ SELECT
     (SELECT coalesce(json_agg(json_build_array(stratum, is_all, n, errors, refusals,
                                                injections, escalated, chars, cost, p[1],
                                                p[2], valid)), '[]') FROM cells),
-    (SELECT coalesce(json_agg(json_build_array(output_chars, latency_ms)), '[]') FROM signal),
+    (SELECT array_to_string(array_agg(output_chars), ',') || ';'
+            || array_to_string(array_agg(latency_ms), ',', 'NaN') FROM signal),
     (SELECT coalesce(json_agg(json_build_array(stratum, to_judge, judge_pi, judge_value,
                                                to_human, human_pi, human_value) ORDER BY id),
                      '[]') FROM sampled)
@@ -133,7 +134,8 @@ SELECT
 
 
 def _load_sql(deployment: Deployment, params: WindowParams
-              ) -> tuple[dict[str, CellTotals], CellTotals, list[Any], list[Any]]:
+              ) -> tuple[dict[str, CellTotals], CellTotals, tuple[np.ndarray, np.ndarray],
+                         list[Any]]:
     """Totals per stratum and for all traffic, the signal subsample and the sampled rows, by
     PostgreSQL in one statement."""
     sql = _WINDOW_SQL.format(rows=TrafficRow._meta.db_table,
@@ -154,18 +156,25 @@ def _load_sql(deployment: Deployment, params: WindowParams
             totals = cell
         else:
             cells[str(stratum)] = cell
-    signal = _json(signal)
-    if len(signal) < min(SIGNAL_SAMPLE, totals.n_rows):
-        signal = _signal_rows(deployment, params)  # the cut-off let too few through
-    return cells, totals, signal, _json(sampled)
+    # The subsample comes as two comma-separated lists ("chars;latencies", NaN for a missing
+    # latency): parsed by numpy, a third of the client CPU of 20,000 JSON pairs.
+    chars, latency = np.zeros(0), np.zeros(0)
+    if signal:  # NULL: no row
+        text_chars, text_latency = signal.split(";")
+        chars = np.fromstring(text_chars, sep=",")
+        latency = np.fromstring(text_latency, sep=",")
+    if chars.size < min(SIGNAL_SAMPLE, totals.n_rows):
+        chars, latency = _signal_rows(deployment, params)  # the cut-off let too few through
+    return cells, totals, (chars, latency), _json(sampled)
 
 
-def _signal_rows(deployment: Deployment, params: WindowParams) -> list[Any]:
-    """The rows with the SIGNAL_SAMPLE smallest u, without a cut-off."""
-    return list(TrafficRow.objects.filter(deployment=deployment, occurred_at__gte=params.start,
+def _signal_rows(deployment: Deployment, params: WindowParams) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with the SIGNAL_SAMPLE smallest u, without a cut-off: output chars, latency."""
+    rows = list(TrafficRow.objects.filter(deployment=deployment, occurred_at__gte=params.start,
                                           occurred_at__lt=params.end)
                 .order_by("sample_u", "id").values_list("output_chars", "latency_ms")
                 [:SIGNAL_SAMPLE])
+    return _floats([r[0] for r in rows]), _floats([r[1] for r in rows])
 
 
 def _json(value: Any) -> Any:
@@ -208,7 +217,7 @@ def window_input_load(*, deployment: Deployment, params: WindowParams,
     if in_database is None:
         in_database = connection.vendor == "postgresql"
     rows: list[Any]
-    signal: list[Any]
+    signal: tuple[np.ndarray, np.ndarray]
     if in_database:
         cells, totals, signal, rows = _load_sql(deployment, params)
     else:
@@ -247,8 +256,8 @@ def window_input_load(*, deployment: Deployment, params: WindowParams,
         to_human=np.array(list(cols[4]), dtype=bool),
         human_pi=_floats(list(cols[5])),
         human_value=_floats(list(cols[6])),
-        signal_output_chars=_floats([r[0] for r in signal]),
-        signal_latency_ms=_floats([r[1] for r in signal]),
+        signal_output_chars=signal[0],
+        signal_latency_ms=signal[1],
         injection_rules=dict(sorted(rules.items())),
         mix_dimension=deployment.watch_dimension,
         plan_mix=mix_shares,
