@@ -20,7 +20,13 @@ locked plan and a deployment (judge rate 0.1, human rate 0.01), and measures:
 2. Windows: `--window-days` daily windows of `--window-rows` rows each, seeded with COPY (not
    timed; then ANALYZE, as autovacuum would), then each day's window computed through
    `monitoring.services.window_compute` (load, compute, store): the total wall time, and the
-   time of a second pass (nothing changed: each window is left as it is).
+   time of a second pass (nothing changed: each window is left as it is). With
+   `--baseline-load FILE` (an earlier `monitoring/window/load.py`, e.g. `git show
+   2eaa488:monitoring/window/load.py > /tmp/load_old.py`), first the old and the current load
+   side by side, alternating window by window, each window forced through the whole
+   compute; reported with the CPU of this process and of its PostgreSQL backend (read from
+   /proc: the machine is shared, so CPU per window is the steadier figure), and checked to
+   read the same input.
 """
 
 from __future__ import annotations
