@@ -38,9 +38,10 @@ before the drift, with its 95 % Clopper-Pearson interval, beside the guarantee a
 of runs that detect the drift within the horizon and the median / p90 delay from the drift to
 the first alarm.
 
-Agreement, mix and behaviour-signal alerts: `monitoring.alerts` alerts on the pass rate and the
-error rate only (today); for the others the simulation runs the statistic such an alert would
-run (the same monitors, on the window's agreement counts, stratum counts and test p-values).
+The agreement stream is the monitor of an agreement alert (`drift_monitor` below the floor over
+the random human draws with a judge verdict, 1 when judge and human agree); the mix and the
+behaviour signals are not alerted on, and the simulation runs the statistic such an alert would
+use (the same monitors, on the window's stratum counts and test p-values).
 """
 
 from __future__ import annotations

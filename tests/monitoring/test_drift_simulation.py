@@ -1,14 +1,14 @@
 """Monitoring by SIMULATION with drift injected at a known time (issue 28 §5): the scenarios of
 bench/monitoring_drift.py (pass-rate drop, judge degradation, mix shift, model swap, and no
-drift with every stream at its limit), run with fewer seeded runs than the benchmark's 1,000 to
-fit in about a minute; docs/monitoring.md ("Simulations") quotes the 1,000-run figures.
+drift with every stream at its limit), run with fewer seeded runs than the benchmark's 1,000
+(about 30 s of CPU); docs/monitoring.md ("Simulations") quotes the 1,000-run figures.
 
 What must hold: with no drift, the guaranteed rules' false-alarm rate over the whole horizon is
 within alpha (<= alpha + 3 standard errors of a binomial proportion at this many runs), and the
 fixed-level test looking as often exceeds that bound; after a drift, the guaranteed rule
 detects it in (almost) every run, later than the fixed-window test. The agreement, mix and
-behaviour-signal streams run the statistic their alert would run (monitoring.alerts alerts on
-the pass rate and the error rate today).
+behaviour-signal streams run the statistic an alert on them runs or would run (the mix and the
+behaviour signals are not alerted on).
 """
 
 from __future__ import annotations
