@@ -202,8 +202,9 @@ def ppi_daily(run: LabelRun, days: range) -> list[tuple[float, float, float, flo
         est = ppi_mean(y, f, unl, w=np.full(y.size, 100.0), w_unlabelled=np.full(n_u, 10.0),
                        level=FIXED_LEVEL)
         judge_only = (f.sum() + k_u) / max(f.size + n_u, 1)
-        out.append((float(est.value), float(est.ci_low or np.nan),
-                    float(est.ci_high or np.nan), float(judge_only)))
+        lo = np.nan if est.ci_low is None else float(est.ci_low)
+        hi = np.nan if est.ci_high is None else float(est.ci_high)
+        out.append((float(est.value), lo, hi, float(judge_only)))
     return out
 
 
