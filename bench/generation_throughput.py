@@ -264,6 +264,33 @@ def promptfoo_generate(exe: Path, url: str, *, calls: int, concurrency: int,
             "note": f"promptfoo {r['version']}, {calls} tests"}
 
 
+def profile_drain(*, calls: int, concurrency: int, url: str, top: int = 30) -> None:
+    """One drain of `calls` items at C run in this process (no Celery: the run's tasks are
+    not sent) under yappi's CPU clock, all threads; prints the `top` functions by own time. The
+    profiler inflates functions made of many small calls: read shares as upper bounds."""
+    import yappi  # not a project dependency: `pip install yappi` where it is wanted
+
+    from generation.executor import run_drain
+    from generation.runs import generation_run_start
+
+    study, config, template = seed(calls, url)
+    run = generation_run_start(study=study, template=template, configs=[config],
+                               concurrency=concurrency, enqueue=lambda run_id, config_id: None)
+    jt.server_reset(url)
+    yappi.set_clock_type("cpu")
+    yappi.start()
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    report = run_drain(run_id=run.pk, config_id=config.pk, slice_s=600)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    yappi.stop()
+    measured = jt.server_measure(url, expected=calls, what="profiled drain")
+    print(f"drain {report.state}, {report.recorded} recorded, {measured['calls_per_s']:.0f} "
+          f"calls/s, wall {wall:.1f} s, CPU {cpu * 1000 / calls:.2f} ms/call (profiled)")
+    print(f"{'calls':>9}{'own s':>9}{'total s':>9}  function (by own CPU time)")
+    for stat in list(yappi.get_func_stats().sort("tsub"))[:top]:
+        print(f"{stat.ncall:>9}{stat.tsub:>9.3f}{stat.ttot:>9.3f}  {stat.full_name}")
+
+
 # --- the table --------------------------------------------------------------------------------
 
 def bare_stock(**kwargs: Any) -> dict[str, Any]:
@@ -331,6 +358,9 @@ def main() -> int:
     parser.add_argument("--no-promptfoo", action="store_true")
     parser.add_argument("--peer-calls", type=int, default=0,
                         help="items for the peers (default: --calls); they are slow here")
+    parser.add_argument("--profile-drain", action="store_true",
+                        help="instead: profile one drain at the first C in this process "
+                             "(needs yappi)")
     parser.add_argument("--no-lean-loop", action="store_true",
                         help="skip the bare loop on ReviewHub's own HTTP client")
     args = parser.parse_args()
@@ -342,6 +372,9 @@ def main() -> int:
     provider, url = jt.start_provider(args.latency_ms)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-generation-"))
     try:
+        if args.profile_drain:
+            profile_drain(calls=args.calls, concurrency=args.concurrency[0], url=url)
+            return 0
         study, config, template = seed(args.calls, url)
         items = item_messages(study, template)
         items_path = log_dir / "items.json"
