@@ -10,6 +10,7 @@ request to the last answer on the server's clock).
     .venv/bin/python bench/generation_throughput.py [--calls 3000] [--concurrency 64 256]
         [--latency-ms 100] [--rounds 1] [--inspect /tmp/inspect-venv/bin/python]
         [--promptfoo /tmp/promptfoo-bench | --no-promptfoo] [--no-lean-loop]
+        [--peer-calls N] [--profile-drain]
 
 Every setup sends the same messages for the same items (the study's template rendered by
 ReviewHub: a system and a user message, temperature 0, max_tokens 64), one completion per item:
