@@ -426,21 +426,26 @@ INSPECT_SCRIPT = textwrap.dedent("""
 
 
 def inspect_run(python: str, url: str, *, calls: int, concurrency: int,
-                model: str = INSPECT_MODEL) -> dict[str, Any]:
+                model: str = INSPECT_MODEL, script: str = INSPECT_SCRIPT,
+                work: str = "scored", extra_args: tuple[str, ...] = ()) -> dict[str, Any]:
     """Inspect AI's `model_graded_qa` on `calls` samples; refused unless the eval succeeded,
-    every sample was scored without error, and the server answered one call per sample."""
+    every sample was scored without error, and the server answered one call per sample.
+
+    `script` (run in the Inspect venv with `calls concurrency url model log_dir
+    *extra_args`) may be another task, e.g. generation in bench/generation_throughput.py;
+    `work` names the count in its JSON line that must equal `calls`."""
     server_reset(url)
     with tempfile.TemporaryDirectory(prefix="inspect-bench-logs-") as log_dir:
         proc = subprocess.run(
-            [python, "-c", INSPECT_SCRIPT, str(calls), str(concurrency), url, model, log_dir],
-            capture_output=True, text=True, timeout=1800)
+            [python, "-c", script, str(calls), str(concurrency), url, model, log_dir,
+             *extra_args], capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise NotMeasured(f"inspect-ai exited {proc.returncode}: "
                           f"{(proc.stderr or proc.stdout)[-400:]!r}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    if out["status"] != "success" or out["completed"] != calls or out["scored"] != calls:
+    if out["status"] != "success" or out["completed"] != calls or out[work] != calls:
         raise NotMeasured(f"inspect-ai {out['version']}: eval status {out['status']}, "
-                          f"{out['completed']} samples completed and {out['scored']} scored "
+                          f"{out['completed']} samples completed and {out[work]} {work} "
                           f"of {calls} ({out['error'] or 'no error message'})")
     measured = server_measure(url, expected=calls, what="inspect-ai")
     return {**measured, "e2e_s": out["e2e_s"], "version": out["version"]}
@@ -486,12 +491,14 @@ def promptfoo_config(url: str, calls: int) -> dict[str, Any]:
     }
 
 
-def promptfoo_run(exe: Path, url: str, *, calls: int, concurrency: int) -> dict[str, Any]:
+def promptfoo_run(exe: Path, url: str, *, calls: int, concurrency: int,
+                  config_data: dict[str, Any] | None = None) -> dict[str, Any]:
     """promptfoo eval, no cache, `--max-concurrency`; refused unless it reports one result per
-    test and no error, and the server answered one call per test."""
+    test and no error, and the server answered one call per test. `config_data` replaces the
+    grading config (`promptfoo_config`), e.g. generation in bench/generation_throughput.py."""
     with tempfile.TemporaryDirectory(prefix="promptfoo-bench-run-") as tmp:
         config = Path(tmp) / "promptfooconfig.json"
-        config.write_text(json.dumps(promptfoo_config(url, calls)))
+        config.write_text(json.dumps(config_data or promptfoo_config(url, calls)))
         out_file = Path(tmp) / "results.json"
         env = {**os.environ, "PROMPTFOO_CONFIG_DIR": str(Path(tmp) / "home"),
                "PROMPTFOO_CACHE_ENABLED": "false", "PROMPTFOO_DISABLE_TELEMETRY": "1",
