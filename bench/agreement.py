@@ -202,7 +202,7 @@ def naive(data: Any, n_cells: int, n_resamples: int) -> tuple[float, int]:
     from scipy import stats
     from sklearn.metrics import cohen_kappa_score
 
-    from reports.agreement import _human_block, params_validate
+    from reports.agreement import human_block, params_validate
 
     p = params_validate({})
     rng = np.random.default_rng(0)
@@ -211,7 +211,7 @@ def naive(data: Any, n_cells: int, n_resamples: int) -> tuple[float, int]:
     per_criterion = max(1, n_cells // len(data.criteria))
     for crit in list(data.criteria.values()):
         # The same number of strata from every criterion, so the sample mixes the scales.
-        block = _human_block(data, crit, p)
+        block = human_block(data, crit, p)
         r = data.ratings
         jr = r[(r["is_judge"]) & (r["criterion"] == crit.id) & (r["rater"] == 1)]
         j = (

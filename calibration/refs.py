@@ -1,6 +1,6 @@
 """What a statistic knows of a criterion and of a judge version: the evidence read model's
 descriptors (`calibration.frames.RatingData.criteria` / `.judges`) and, unchanged, what a report
-stores of them (`reports.results`), so the two cannot drift apart.
+stores of them (`reports.agreement.results`), so the two cannot drift apart.
 
 Pure module: no Django, no numpy (reports/results.py, which imports it, imports without
 settings).

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from django.http import HttpResponse
 from django.urls import reverse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
-    OpenApiParameter,
     OpenApiResponse,
     extend_schema,
     extend_schema_field,
@@ -23,15 +20,13 @@ from rest_framework.views import APIView
 
 from reviewhub.api.pagination import PAGE_PARAMETERS, DefaultCursorPagination, paginated
 from reviewhub.capabilities import Capability
-from reviewhub.errors import NotFound, Problems, ValidationFailed
+from reviewhub.errors import NotFound, Problems
 from studies.access import judge_data_need, study_access_get
 from studies.models import AnalysisPlan, Study
 from studies.serializers import ErrorSerializer
 
 from . import selectors, services
-from .export import TABLES, table_csv
 from .models import ReportSnapshot
-from .results import AgreementResult
 from .selection.results import SelectionResult
 
 
@@ -302,45 +297,3 @@ class SelectionNextLabelsView(APIView):
                 "drawn_per_stratum": made.drawn_per_stratum,
                 "entries": int(summary.get("entries", 0)), "note": made.note}
         return Response(body, status=status.HTTP_201_CREATED)
-
-
-class ReportExportView(APIView):
-    """CSV of one table: ?table=cells|confusion|bias|ceiling|system|votes|correlation_levels|
-    orders|rater_groups|by_candidate (`reports.export.TABLES`)."""
-
-    @extend_schema(
-        operation_id="agreement_reports_export",
-        summary="Download one table of a report as CSV",
-        parameters=[OpenApiParameter("table", OpenApiTypes.STR, enum=list(TABLES))],
-        responses={
-            (200, "text/csv"): OpenApiTypes.STR,
-            (409, "application/json"): OpenApiResponse(
-                ErrorSerializer, description="The report is not finished (pending, running "
-                                             "or failed)."),
-        },
-    )
-    def get(self, request: Request, slug: str, report_id: int) -> Any:
-        study = study_for_reports(request, slug)
-        table = request.query_params.get("table", "cells")
-        if table not in TABLES:
-            raise ValidationFailed(
-                f"table must be one of {', '.join(TABLES)}",
-                details={"errors": [{"path": "table", "message": "unknown table"}]},
-            )
-        report = selectors.report_get(study=study, report_id=report_id)
-        if report is None:
-            raise NotFound(f"Agreement report {report_id} not found.")
-        if report.status != ReportSnapshot.Status.DONE or not report.result:
-            from reviewhub.errors import Conflict
-
-            raise Conflict(
-                f"Report {report_id} is {report.status}; exports need a finished report."
-            )
-        response = HttpResponse(
-            table_csv(AgreementResult.from_json(report.result), table),
-            content_type="text/csv; charset=utf-8",
-        )
-        response["Content-Disposition"] = (
-            f'attachment; filename="{study.slug}-report-{report.pk}-{table}.csv"'
-        )
-        return response

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from . import api
+from .agreement import api as agreement_api
 
 urlpatterns = [
     path(
@@ -15,7 +16,7 @@ urlpatterns = [
     ),
     path(
         "studies/<slug:slug>/reports/agreement/<int:report_id>/export.csv",
-        api.ReportExportView.as_view(),
+        agreement_api.ReportExportView.as_view(),
         name="reports-api-export",
     ),
     path(

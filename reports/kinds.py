@@ -57,49 +57,6 @@ class ReportKind:
     check: Callable[[Study, Mapping[str, Any], AnalysisPlan | None], None] | None = None
 
 
-def _agreement_plan_defaults(params: dict[str, Any], plan: AnalysisPlan | None) -> dict[str, Any]:
-    """Parameters the caller left out are taken from the analysis plan where it says them."""
-    if plan is None:
-        return params
-    spec = plan.spec or {}
-    out = dict(params)
-    if "strata" not in out and isinstance(spec.get("strata"), list) and spec["strata"]:
-        out["strata"] = [str(s) for s in spec["strata"]]
-    min_labels = spec.get("min_human_labels_per_stratum")
-    if "min_items" not in out and isinstance(min_labels, int) and min_labels >= 2:
-        out["min_items"] = min_labels
-    return out
-
-
-def _agreement_load(study: Study, params: Mapping[str, Any]) -> Any:
-    from calibration.frames import rating_data_load, stored_labels_load
-
-    data = rating_data_load(
-        study=study,
-        criterion_keys=params.get("criteria"),
-        judge_version_ids=params.get("judges"),
-        candidate_names=params.get("candidates"),
-        # The report reads only the six agreement columns; the evidence ones would double
-        # the load of a million-rating study.
-        columns="agreement",
-    )
-    # The gold labels and adjudications the one human-label rule puts first (two queries).
-    data.stored_labels = stored_labels_load(list(data.criteria))
-    return data
-
-
-def _agreement_compute(
-    data: Any, params: Mapping[str, Any], plan_version: int | None, fingerprint: str
-) -> SnapshotResult:
-    from .agreement import compute_report
-    from .results import AgreementResult, json_safe
-
-    raw = compute_report(data, params)
-    raw["plan_version"] = plan_version
-    raw["fingerprint"] = fingerprint
-    return AgreementResult.from_json(json_safe(raw))
-
-
 def judge_versions_check(study: Study, params: Mapping[str, Any],
                           plan: AnalysisPlan | None) -> None:
     """Every judge version id in `judges` belongs to this study (a 400 naming each id that
@@ -122,20 +79,9 @@ def judge_versions_check(study: Study, params: Mapping[str, Any],
 
 
 def _agreement_kind() -> ReportKind:
-    from .agreement import input_fingerprint, params_validate
-    from .results import AGREEMENT_RESULT_VERSION, AgreementResult
+    from .agreement.kind import agreement_kind
 
-    return ReportKind(
-        key="agreement",
-        result_version=AGREEMENT_RESULT_VERSION,
-        params_validate=params_validate,
-        plan_defaults=_agreement_plan_defaults,
-        load=_agreement_load,
-        fingerprint=input_fingerprint,
-        compute=_agreement_compute,
-        result_from_json=AgreementResult.from_json,
-        check=judge_versions_check,
-    )
+    return agreement_kind()
 
 
 def _calibration_kind() -> ReportKind:

@@ -1,25 +1,27 @@
 from django.urls import path
 
 from . import views
+from .agreement import views as agreement_views
 from .calibration import views as calibration_views
 from .selection import views as selection_views
 
 urlpatterns = [
     path("studies/<slug:slug>/reports/", views.reports_list, name="reports-list"),
-    path("studies/<slug:slug>/reports/<int:report_id>/", views.report_audit, name="reports-audit"),
+    path("studies/<slug:slug>/reports/<int:report_id>/", agreement_views.report_audit,
+         name="reports-audit"),
     path(
         "studies/<slug:slug>/reports/<int:report_id>/heatmap.svg",
-        views.report_heatmap,
+        agreement_views.report_heatmap,
         name="reports-heatmap",
     ),
     path(
         "studies/<slug:slug>/reports/<int:report_id>/bias.svg",
-        views.report_bias,
+        agreement_views.report_bias,
         name="reports-bias",
     ),
     path(
         "studies/<slug:slug>/reports/<int:report_id>/disagreements/",
-        views.report_disagreements,
+        agreement_views.report_disagreements,
         name="reports-disagreements",
     ),
     path("studies/<slug:slug>/calibration", calibration_views.calibration_page,

@@ -83,12 +83,6 @@ PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("judges/runs/", "judges.runs."):
         "the run lifecycle, claim, sweep and record modules share lease and storage helpers "
         "under underscores",
-    ("reports/agreement/", "reports.agreement."):
-        "the agreement kind's steps share blocks and helpers under underscores; its reshaping "
-        "into the common report-kind modules will name them",
-    ("reports/selection/results.py", "reports.results"):
-        "the selection result reuses the hand-written result codec's internals; one typed "
-        "codec for every kind replaces both",
 }
 # Not an exception: reviewhub/urls.py mounts every app's URLs by dotted string (`include(...)`),
 # which is no import, so the URL root needs no entry here.

@@ -422,7 +422,7 @@ def test_bias_svg_of_a_report_without_bias_audits(world: dict[str, Any], client:
     assert report is not None
     # A finished report whose judges had no pairwise or tied outputs: no bias rows at all.
     # (Results are read typed: an empty one supplies every field the report has not computed.)
-    from reports.results import AGREEMENT_RESULT_VERSION, AgreementResult
+    from reports.agreement.results import AGREEMENT_RESULT_VERSION, AgreementResult
 
     empty = AgreementResult(
         version=AGREEMENT_RESULT_VERSION, rule="", params={}, plan_version=None, fingerprint="",

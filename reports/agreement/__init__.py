@@ -1,4 +1,6 @@
-"""The agreement report computation: frames in, a JSON-ready result out (no ORM access).
+"""The agreement report kind: does a judge agree with the humans well enough to stand in for
+them? Its parameters, its computation (frames in, a JSON-ready result out, no ORM access), its
+typed result, how it is shown, and its pages.
 
 For every judge version x criterion x stratum ("overall", each dimension's labels, and the
 crosses asked for) the cell holds the coefficients suited to the scale with item-clustered
@@ -22,7 +24,10 @@ Modules, by concern:
   presentation orders;
 - `groups`: agreement by rater group (judge vs a group's consensus and each of its votes, group
   vs group, within a group); `candidates`: every cell metric per candidate (`by_candidate`);
-- `compute`: the inputs' fingerprint and the report itself (`compute_report`).
+- `load`: the ratings through the evidence read model, and their fingerprint;
+- `compute`: the report itself (`compute_report`), in named steps;
+- `results`: the typed, versioned result; `present`: how it is shown (summary, page, tables,
+  charts, CSV); `views` and `api`: its pages and CSV endpoint; `kind`: its registration.
 """
 
 from __future__ import annotations
@@ -41,10 +46,10 @@ if TYPE_CHECKING:
         RESULT_VERSION,
         cells_for,
         compute_report,
-        input_fingerprint,
         lookup,
     )
-    from .humans import _human_block as _human_block
+    from .humans import human_block
+    from .load import input_fingerprint
 
 # The parameters and the verdict rule import without Django (the report parameters are checked
 # before any database work, and tests/test_pure_imports.py imports them in a bare interpreter);
@@ -55,11 +60,11 @@ _LAZY = {
     "FloatArray": "common",
     "MAX_LISTED_PAIRS": "ceiling",
     "RESULT_VERSION": "compute",
-    "_human_block": "humans",
+    "human_block": "humans",
     "cells_for": "compute",
     "compute_report": "compute",
     "est_dict": "common",
-    "input_fingerprint": "compute",
+    "input_fingerprint": "load",
     "lookup": "compute",
 }
 
@@ -86,6 +91,7 @@ __all__ = [
     "cells_for",
     "compute_report",
     "est_dict",
+    "human_block",
     "input_fingerprint",
     "lookup",
     "params_validate",

@@ -19,19 +19,19 @@ import numpy.typing as npt
 from calibration.frames import CriterionRef, JudgeRef, RatingData
 
 from .coefficients import (
-    _interval_metrics,
-    _nominal_metrics,
-    _ordinal_metrics,
-    _primary_metric,
-    _vote_metrics,
+    interval_metrics,
+    nominal_metrics,
+    ordinal_metrics,
+    primary_metric_for,
+    vote_metrics,
 )
-from .common import FloatArray, _cell_rng
-from .humans import _HumanBlock, _Stratum
+from .common import FloatArray, cell_rng
+from .humans import HumanBlock, Stratum
 
 
 def _cell_metrics(
     crit: CriterionRef,
-    block: _HumanBlock,
+    block: HumanBlock,
     idx: npt.NDArray[np.int64],
     idx_v: npt.NDArray[np.int64],
     j_all: FloatArray,
@@ -44,16 +44,16 @@ def _cell_metrics(
     j = j_all[idx]
     items = block.items[idx]
     if crit.scale == "interval":
-        metrics, _ = _interval_metrics(crit, j, block.consensus[idx], items, p, rng)
+        metrics, _ = interval_metrics(crit, j, block.consensus[idx], items, p, rng)
         return metrics
     if crit.scale == "ordinal":
-        return _ordinal_metrics(
+        return ordinal_metrics(
             crit, j, block.consensus[idx], block.rounded[idx], items, continuous, p, rng
         )
-    metrics, _ = _nominal_metrics(crit, j, block.consensus[idx], items, p, rng)
+    metrics, _ = nominal_metrics(crit, j, block.consensus[idx], items, p, rng)
     if idx_v.size:
         metrics.update(
-            _vote_metrics(
+            vote_metrics(
                 crit, j_all[idx_v], block.matrix[:, idx_v], block.items[idx_v], p, rng
             )
         )
@@ -64,8 +64,8 @@ def candidate_rows(
     data: RatingData,
     crit: CriterionRef,
     jv: JudgeRef,
-    block: _HumanBlock,
-    st: _Stratum,
+    block: HumanBlock,
+    st: Stratum,
     idx: npt.NDArray[np.int64],
     idx_v: npt.NDArray[np.int64],
     j_all: FloatArray,
@@ -82,14 +82,14 @@ def candidate_rows(
         (data.candidates[int(c)][0], int(c)) for c in present if int(c) in data.candidates
     )
     rows = []
-    primary = _primary_metric(crit, continuous)
+    primary = primary_metric_for(crit, continuous)
     for name, cid in names:
         of = (first == cid) | (second == cid)
         cidx = idx[of[idx]]
         cidx_v = idx_v[of[idx_v]]
         if cidx.size == 0:
             continue
-        rng = _cell_rng(p["seed"], "candidate", jv.id, crit.id, st.dimension, st.label, name)
+        rng = cell_rng(p["seed"], "candidate", jv.id, crit.id, st.dimension, st.label, name)
         rows.append(
             {
                 "judge_version": jv.id,

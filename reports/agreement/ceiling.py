@@ -16,19 +16,26 @@ import evalstats as es
 from calibration.frames import CriterionRef
 from evalstats.votes import pooled_pair_agreement
 
-from .common import _categories, _cell_rng, _num, _options, est_dict
-from .humans import _HumanBlock, _Stratum
+from .common import (
+    FloatArray,
+    bootstrap_options,
+    cell_rng,
+    est_dict,
+    finite_or_none,
+    scale_categories,
+)
+from .humans import HumanBlock, Stratum
 
 # Per-pair human kappas are listed in the ceiling when there are at most this many pairs.
 MAX_LISTED_PAIRS = 45
 
 
-def _ceiling(
+def human_ceiling(
     crit: CriterionRef,
-    block: _HumanBlock,
+    block: HumanBlock,
     idx: npt.NDArray[np.int64],
     p: Mapping[str, Any],
-    stratum: _Stratum,
+    stratum: Stratum,
     cache: dict[bytes, dict[str, Any]],
 ) -> dict[str, Any]:
     """Human-human agreement on the given subjects: alpha (clustered CI) and mean pairwise kappa.
@@ -38,14 +45,14 @@ def _ceiling(
     """
     key = hashlib.sha256(idx.tobytes()).digest() + stratum.label.encode()
     if key not in cache:
-        rng = _cell_rng(p["seed"], "ceiling", crit.id, stratum.dimension, stratum.label)
+        rng = cell_rng(p["seed"], "ceiling", crit.id, stratum.dimension, stratum.label)
         cache[key] = _ceiling_compute(crit, block, idx, p, rng)
     return cache[key]
 
 
 def _ceiling_compute(
     crit: CriterionRef,
-    block: _HumanBlock,
+    block: HumanBlock,
     idx: npt.NDArray[np.int64],
     p: Mapping[str, Any],
     rng: np.random.Generator,
@@ -54,7 +61,7 @@ def _ceiling_compute(
     active = (~np.isnan(sub)).any(axis=1)
     sub = sub[active]
     items = block.items[idx]
-    cats = _categories(crit)
+    cats = scale_categories(crit)
     level: Literal["ordinal", "nominal", "interval"] = (
         crit.scale if crit.scale in ("ordinal", "interval") else "nominal"  # type: ignore[assignment]
     )
@@ -82,7 +89,7 @@ def _ceiling_compute(
         level_of_measurement=level,
         value_domain=domain,
         rng=rng,
-        options=_options(p),
+        options=bootstrap_options(p),
     )
     out["alpha"] = est_dict(es.with_interval(point, interval))
     if crit.scale == "interval":
@@ -93,15 +100,35 @@ def _ceiling_compute(
         return out
     if crit.scale != "ordinal":
         # Drawn after alpha's interval, so alpha's numbers are those of earlier versions.
-        out["pooled_agreement"] = est_dict(
-            pooled_pair_agreement(sub, items, ties="keep", rng=rng, options=_options(p))
-        )
-        if crit.scale == "pairwise":
-            out["pooled_agreement_without_ties"] = est_dict(
-                pooled_pair_agreement(
-                    sub, items, ties="drop", tie_category=0.0, rng=rng, options=_options(p)
-                )
+        out.update(_pooled(crit, sub, items, p, rng))
+    out.update(_pairwise_kappa(crit, sub, block.humans[active], cats, p))
+    out["point"] = (out["pairwise_kappa"] if out["pairwise_kappa"] is not None
+                    else out["alpha"]["value"])
+    out["point_metric"] = ("mean pairwise kappa" if out["pairwise_kappa"] is not None
+                           else "krippendorff alpha")
+    return out
+
+
+def _pooled(crit: CriterionRef, sub: FloatArray, items: npt.NDArray[Any],
+            p: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    """Nominal scales: the share of agreeing pairs of distinct humans on the same subject,
+    pooled over pairs, with ties and (pairwise scales) without."""
+    out = {"pooled_agreement": est_dict(
+        pooled_pair_agreement(sub, items, ties="keep", rng=rng, options=bootstrap_options(p))
+    )}
+    if crit.scale == "pairwise":
+        out["pooled_agreement_without_ties"] = est_dict(
+            pooled_pair_agreement(
+                sub, items, ties="drop", tie_category=0.0, rng=rng, options=bootstrap_options(p)
             )
+        )
+    return out
+
+
+def _pairwise_kappa(crit: CriterionRef, sub: FloatArray, humans: npt.NDArray[Any],
+                    cats: list[float], p: Mapping[str, Any]) -> dict[str, Any]:
+    """The mean pairwise kappa of the humans ``humans`` (the rows of ``sub``), quadratic
+    weights on ordinal scales, with each pair listed when there are few."""
     codes = (
         sub
         if crit.scale != "ordinal"
@@ -115,16 +142,21 @@ def _ceiling_compute(
         weights="quadratic" if crit.scale == "ordinal" else None,
         min_shared=p["min_pair_items"],
     )
+    out: dict[str, Any] = {}
     if len(pk.pairs) <= MAX_LISTED_PAIRS:
-        ids = block.humans[active]
         out["pairs"] = [
-            {"a": int(ids[q.a]), "b": int(ids[q.b]), "kappa": _num(q.kappa), "n": q.n_shared}
+            {
+                "a": int(humans[q.a]),
+                "b": int(humans[q.b]),
+                "kappa": finite_or_none(q.kappa),
+                "n": q.n_shared,
+            }
             for q in pk.pairs
         ]
-    kappa = _num(pk.value)
-    out["pairwise_kappa"] = kappa
+    out["pairwise_kappa"] = finite_or_none(pk.value)
     out["pairwise_kappa_weights"] = "quadratic" if crit.scale == "ordinal" else "none"
     out["n_pairs"] = pk.n_pairs
-    out["point"] = kappa if kappa is not None else out["alpha"]["value"]
-    out["point_metric"] = "mean pairwise kappa" if kappa is not None else "krippendorff alpha"
     return out
+
+
+__all__ = ["MAX_LISTED_PAIRS", "human_ceiling"]

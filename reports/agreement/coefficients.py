@@ -18,10 +18,17 @@ import evalstats as es
 from calibration.frames import CriterionRef
 from evalstats.votes import vote_agreement
 
-from .common import FloatArray, _categories, _labels, _num, _options, est_dict
+from .common import (
+    FloatArray,
+    bootstrap_options,
+    est_dict,
+    finite_or_none,
+    scale_categories,
+    scale_labels,
+)
 
 
-def _nominal_metrics(
+def nominal_metrics(
     crit: CriterionRef,
     j: FloatArray,
     h: FloatArray,
@@ -34,10 +41,10 @@ def _nominal_metrics(
         j,
         h,
         items,
-        n_categories=len(_categories(crit)),
+        n_categories=len(scale_categories(crit)),
         tie_category=0 if crit.scale == "pairwise" else None,
         rng=rng,
-        options=_options(p),
+        options=bootstrap_options(p),
     )
     m: dict[str, Any] = {
         "accuracy": est_dict(res.accuracy),
@@ -52,14 +59,14 @@ def _nominal_metrics(
         m["agreement_with_ties"] = m["accuracy"]
     report = res.classification
     confusion = {
-        "labels": _labels(crit),
+        "labels": scale_labels(crit),
         "matrix": report.confusion.matrix.astype(int).tolist(),
         "rows": "human majority",
         "columns": "judge",
         "per_class": [
             {"label": lab, "precision": pr, "recall": rc, "f1": f, "support": s}
             for lab, pr, rc, f, s in zip(
-                _labels(crit),
+                scale_labels(crit),
                 report.precision,
                 report.recall,
                 report.f1,
@@ -71,7 +78,7 @@ def _nominal_metrics(
     return m, confusion
 
 
-def _vote_metrics(
+def vote_metrics(
     crit: CriterionRef,
     j: FloatArray,
     votes: FloatArray,
@@ -83,19 +90,25 @@ def _vote_metrics(
     accuracy: with ties and, for pairwise scales, without (MT-Bench's two setups)."""
     m = {
         "agreement_per_vote": est_dict(
-            vote_agreement(j, votes, items, ties="keep", rng=rng, options=_options(p))
+            vote_agreement(j, votes, items, ties="keep", rng=rng, options=bootstrap_options(p))
         )
     }
     if crit.scale == "pairwise":
         m["agreement_per_vote_without_ties"] = est_dict(
             vote_agreement(
-                j, votes, items, ties="drop", tie_category=0.0, rng=rng, options=_options(p)
+                j,
+                votes,
+                items,
+                ties="drop",
+                tie_category=0.0,
+                rng=rng,
+                options=bootstrap_options(p),
             )
         )
     return m
 
 
-def _ordinal_metrics(
+def ordinal_metrics(
     crit: CriterionRef,
     j: FloatArray,
     h_mean: FloatArray,
@@ -111,10 +124,10 @@ def _ordinal_metrics(
         h_mean,
         h_round,
         items,
-        categories=_categories(crit),
+        categories=scale_categories(crit),
         judge_continuous=continuous,
         rng=rng,
-        options=_options(p),
+        options=bootstrap_options(p),
     )
     m: dict[str, Any] = {}
     if res.qwk is not None:
@@ -126,7 +139,7 @@ def _ordinal_metrics(
     return m
 
 
-def _interval_metrics(
+def interval_metrics(
     crit: CriterionRef,
     j: FloatArray,
     h_mean: FloatArray,
@@ -145,7 +158,7 @@ def _interval_metrics(
     """
     res = es.ordinal_agreement(
         j, h_mean, h_mean, items, categories=[], judge_continuous=True, rng=rng,
-        options=_options(p),
+        options=bootstrap_options(p),
     )
     pair = np.vstack([j, h_mean])
     # A cell where every score is the same makes alpha 0/0: the NaN is the answer.
@@ -154,7 +167,7 @@ def _interval_metrics(
     interval = (
         es.alpha_clustered(
             pair, items, level_of_measurement="interval", value_domain=None, rng=rng,
-            options=_options(p),
+            options=bootstrap_options(p),
         )
         if j.size >= 2
         else None
@@ -167,7 +180,8 @@ def _interval_metrics(
     t = float(crit.pass_threshold)
     jb = (j >= t).astype(np.float64)
     hb = (h_mean >= t).astype(np.float64)
-    nominal = es.nominal_agreement(jb, hb, items, n_categories=2, rng=rng, options=_options(p))
+    nominal = es.nominal_agreement(jb, hb, items, n_categories=2, rng=rng,
+                                   options=bootstrap_options(p))
     m["pass_accuracy"] = est_dict(nominal.accuracy)
     m["pass_kappa"] = est_dict(nominal.kappa)
     report = nominal.classification
@@ -187,7 +201,7 @@ def _interval_metrics(
     return m, confusion
 
 
-def _primary_metric(crit: CriterionRef, continuous: bool) -> str:
+def primary_metric_for(crit: CriterionRef, continuous: bool) -> str:
     if continuous:
         return "spearman"
     if crit.scale == "interval":
@@ -195,7 +209,7 @@ def _primary_metric(crit: CriterionRef, continuous: bool) -> str:
     return "qwk" if crit.scale == "ordinal" else "kappa"
 
 
-def _alt_test(
+def alt_test_figures(
     crit: CriterionRef, j: FloatArray, sub: FloatArray, p: Mapping[str, Any]
 ) -> dict[str, Any]:
     active = (~np.isnan(sub)).any(axis=1)
@@ -209,9 +223,9 @@ def _alt_test(
         min_annotators=p["min_alt_annotators"],
     )
     return {
-        "winning_rate": _num(res.value),
+        "winning_rate": finite_or_none(res.value),
         "passed": bool(res.passed),
-        "advantage_probability": _num(res.advantage_probability),
+        "advantage_probability": finite_or_none(res.advantage_probability),
         "epsilon": res.epsilon,
         "q": res.q,
         "alignment": res.alignment,
@@ -221,13 +235,23 @@ def _alt_test(
         "warnings": list(res.warnings),
         "annotators": [
             {
-                "rho_judge": _num(a.rho_judge),
-                "rho_human": _num(a.rho_human),
+                "rho_judge": finite_or_none(a.rho_judge),
+                "rho_human": finite_or_none(a.rho_human),
                 "n_items": a.n_items,
-                "p_value": _num(a.p_value),
-                "p_adjusted": _num(a.p_adjusted),
+                "p_value": finite_or_none(a.p_value),
+                "p_adjusted": finite_or_none(a.p_adjusted),
                 "rejected": a.rejected,
             }
             for a in res.annotators
         ],
     }
+
+
+__all__ = [
+    "alt_test_figures",
+    "interval_metrics",
+    "nominal_metrics",
+    "ordinal_metrics",
+    "primary_metric_for",
+    "vote_metrics",
+]

@@ -22,7 +22,7 @@ from calibration.frames import CriterionRef
 FloatArray = npt.NDArray[np.float64]
 
 
-def _num(x: Any) -> float | None:
+def finite_or_none(x: Any) -> float | None:
     if x is None:
         return None
     try:
@@ -44,33 +44,33 @@ def est_dict(e: Any) -> dict[str, Any]:
             "warnings": [],
         }
     out = {
-        "value": _num(e.value),
-        "ci_low": _num(getattr(e, "ci_low", None)),
-        "ci_high": _num(getattr(e, "ci_high", None)),
+        "value": finite_or_none(e.value),
+        "ci_low": finite_or_none(getattr(e, "ci_low", None)),
+        "ci_high": finite_or_none(getattr(e, "ci_high", None)),
         "n": int(getattr(e, "n_items", 0) or 0),
         "method": str(getattr(e, "method", "")),
         "warnings": list(getattr(e, "warnings", ()) or ()),
     }
     p = getattr(e, "p_value", None)
     if p is not None:
-        out["p_value"] = _num(p)
+        out["p_value"] = finite_or_none(p)
     return out
 
 
-def _options(p: Mapping[str, Any]) -> es.BootstrapOptions:
+def bootstrap_options(p: Mapping[str, Any]) -> es.BootstrapOptions:
     """The bootstrap settings of validated report parameters."""
     return es.BootstrapOptions(
         n_resamples=p["n_resamples"], ci=p["ci"], level=p["level"], min_items=p["min_items"]
     )
 
 
-def _cell_rng(seed: int, *parts: object) -> np.random.Generator:
+def cell_rng(seed: int, *parts: object) -> np.random.Generator:
     """A generator per cell, so one cell's numbers do not depend on which other cells exist."""
     material = [seed] + [zlib.crc32(str(p).encode()) for p in parts]
     return np.random.default_rng(material)
 
 
-def _categories(crit: CriterionRef) -> list[float]:
+def scale_categories(crit: CriterionRef) -> list[float]:
     if crit.scale == "pairwise":
         return [0.0, 1.0, 2.0]
     if crit.scale == "binary":
@@ -82,7 +82,7 @@ def _categories(crit: CriterionRef) -> list[float]:
     return [float(i) for i in range(len(crit.values))]
 
 
-def _labels(crit: CriterionRef) -> list[str]:
+def scale_labels(crit: CriterionRef) -> list[str]:
     if crit.scale == "pairwise":
         return ["tie", "A", "B"]
     if crit.scale in ("binary", "interval"):  # interval: its pass/fail reading
@@ -90,7 +90,7 @@ def _labels(crit: CriterionRef) -> list[str]:
     return list(crit.values)
 
 
-def _numeric_reading(crit: CriterionRef, codes: FloatArray) -> FloatArray | None:
+def numeric_reading(crit: CriterionRef, codes: FloatArray) -> FloatArray | None:
     """value_num of codes (pairwise A 1 / tie .5 / B 0; binary; ordinal; interval) or None
     (categorical)."""
     if crit.scale == "pairwise":
@@ -100,4 +100,13 @@ def _numeric_reading(crit: CriterionRef, codes: FloatArray) -> FloatArray | None
     return None
 
 
-__all__ = ["FloatArray", "est_dict"]
+__all__ = [
+    "FloatArray",
+    "bootstrap_options",
+    "cell_rng",
+    "est_dict",
+    "finite_or_none",
+    "numeric_reading",
+    "scale_categories",
+    "scale_labels",
+]

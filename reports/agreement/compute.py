@@ -4,7 +4,6 @@ threads and merged in report order.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -12,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 try:  # optional: see _one_blas_thread
@@ -19,72 +19,35 @@ try:  # optional: see _one_blas_thread
 except ImportError:  # pragma: no cover - exercised only where threadpoolctl is missing
     threadpool_limits = None
 
-from calibration.frames import CriterionRef, RatingData, value_text
+from calibration.frames import CriterionRef, JudgeRef, RatingData
 
-from .bias import _bias
+from .bias import bias_rows
 from .candidates import candidate_rows
-from .ceiling import _ceiling
+from .ceiling import human_ceiling
 from .coefficients import (
-    _alt_test,
-    _interval_metrics,
-    _nominal_metrics,
-    _ordinal_metrics,
-    _primary_metric,
-    _vote_metrics,
+    alt_test_figures,
+    interval_metrics,
+    nominal_metrics,
+    ordinal_metrics,
+    primary_metric_for,
+    vote_metrics,
 )
-from .common import _cell_rng
-from .examples import _examples
+from .common import FloatArray, cell_rng
+from .examples import disagreement_examples
 from .groups import rater_group_rows
-from .humans import _human_block, _HumanBlock
-from .levels import _correlation_levels
-from .orders import _order_rows
-from .system import _system_level
-from .verdict import _verdict, rule_text
+from .humans import HumanBlock, Stratum, human_block
+from .levels import correlation_level_rows
+from .orders import order_rows
+from .system import system_level_rows
+from .verdict import cell_verdict, rule_text
 
-# The version of the result's shape (reports.results.AGREEMENT_RESULT_VERSION).
+# The version of the result's shape (reports.agreement.results.AGREEMENT_RESULT_VERSION).
 RESULT_VERSION = 4
+IntArray = npt.NDArray[np.int64]
 # Threads computing criteria and judge versions side by side (see compute_report); 1 computes
 # them in turn, in the calling thread. Without threadpoolctl, BLAS keeps its own threads and a
 # second report thread only competes with them for the cores (see _one_blas_thread).
 DEFAULT_WORKERS = 2 if threadpool_limits is not None else 1
-
-
-def input_fingerprint(data: RatingData) -> str:
-    """sha256 over the sorted (subject, criterion, rater, value) rows the report reads."""
-    r = data.ratings
-    if r.empty:
-        return hashlib.sha256(b"").hexdigest()
-    # np.lexsort is stable like the mergesort of sort_values: the same order, ties included.
-    subj_all = r["subject"].to_numpy(dtype=np.int64)
-    crit_all = r["criterion"].to_numpy(dtype=np.int64)
-    judge_all = r["is_judge"].to_numpy(dtype=bool)
-    order = np.lexsort((r["rater"].to_numpy(dtype=np.int64), judge_all, crit_all, subj_all))
-    h = hashlib.sha256()
-    subj = subj_all[order]
-    crit = crit_all[order]
-    rater = r["rater"].to_numpy(dtype=np.int64)[order] * 2 + judge_all[order].astype(np.int64)
-    h.update(np.ascontiguousarray(np.column_stack([subj, crit, rater])).tobytes())
-    nums = r["num"].to_numpy(dtype=np.float64)[order]
-    cont = r["continuous"].to_numpy(dtype=bool)[order]
-    # value_text once per distinct (criterion, code, continuous), not once per rating.
-    texts = np.empty(nums.size, dtype=object)
-    for cid in np.unique(crit):
-        c = data.criteria[int(cid)]
-        for is_cont in (False, True):
-            rows = np.flatnonzero((crit == cid) & (cont == is_cont))
-            if rows.size == 0:
-                continue
-            # Distinct bit patterns, so that -0.0 and 0.0 keep their own repr.
-            bits, inverse = np.unique(nums[rows].view(np.int64), return_inverse=True)
-            codes = bits.view(np.float64)
-            labels = [value_text(c.scale, c.values, float(x), is_cont) for x in codes]
-            texts[rows] = np.asarray(labels, dtype=object)[inverse]
-    h.update("\x1f".join(texts.tolist()).encode())
-    if data.stored_labels:
-        # The gold labels and adjudications the human label follows (absent: the digest of
-        # the ratings alone, as before there were any).
-        h.update(repr(sorted(data.stored_labels.items())).encode())
-    return h.hexdigest()
 
 
 @dataclass
@@ -111,7 +74,7 @@ class _CriterionBase:
     """A criterion's human block and ceilings, shared by the judge parts of the criterion."""
 
     crit: CriterionRef
-    block: _HumanBlock | None
+    block: HumanBlock | None
     ceiling_cache: dict[bytes, dict[str, Any]]
     part: _Part
     judges: list[tuple[int, pd.DataFrame]]
@@ -121,7 +84,7 @@ def _criterion_base(
     data: RatingData, crit: CriterionRef, crit_judges: pd.DataFrame, p: Mapping[str, Any]
 ) -> _CriterionBase:
     """Human block, strata and ceilings of a criterion, and its judge versions' rows."""
-    block = _human_block(data, crit, p)
+    block = human_block(data, crit, p)
     out = _Part()
     base = _CriterionBase(crit=crit, block=block, ceiling_cache={}, part=out, judges=[])
     if block is None:
@@ -139,7 +102,7 @@ def _criterion_base(
     for st in block.strata:
         out.strata.append((st.dimension, st.label))
         idx = np.nonzero(st.mask)[0]
-        ceil = _ceiling(crit, block, idx, p, st, base.ceiling_cache)
+        ceil = human_ceiling(crit, block, idx, p, st, base.ceiling_cache)
         out.ceiling.append({"criterion": crit.id, "judge_version": None, **st.as_dict(), **ceil})
     raters = crit_judges["rater"].to_numpy()
     base.judges = [
@@ -148,11 +111,115 @@ def _criterion_base(
     return base
 
 
+def _stratum_metrics(
+    data: RatingData, base: _CriterionBase, jv: JudgeRef, st: Stratum, idx: IntArray,
+    idx_v: IntArray, j_all: FloatArray, p: Mapping[str, Any], out: _Part,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The coefficients of one judge x stratum cell suited to the scale, and its confusion
+    matrix (None on ordinal scales); correlation levels are added to ``out``."""
+    crit, block = base.crit, base.block
+    assert block is not None
+    rng = cell_rng(p["seed"], jv.id, crit.id, st.dimension, st.label)
+    j = j_all[idx]
+    items = block.items[idx]
+    continuous = jv.value_type == "continuous"
+    if crit.scale == "interval":
+        metrics, confusion = interval_metrics(crit, j, block.consensus[idx], items, p, rng)
+    elif crit.scale == "ordinal":
+        metrics = ordinal_metrics(
+            crit, j, block.consensus[idx], block.rounded[idx], items, continuous, p, rng
+        )
+        confusion = None
+    else:
+        metrics, confusion = nominal_metrics(crit, j, block.consensus[idx], items, p, rng)
+        # Drawn after the majority coefficients, so theirs are those of earlier versions.
+        metrics.update(vote_metrics(crit, j_all[idx_v], block.matrix[:, idx_v],
+                                    block.items[idx_v], p, rng))
+        return metrics, confusion
+    if p["correlation_levels"]:
+        out.correlation_levels.append(
+            correlation_level_rows(data, crit, jv, block, st, idx, j, metrics, p)
+        )
+    return metrics, confusion
+
+
+def _stratum_cell(
+    data: RatingData, base: _CriterionBase, jv: JudgeRef, st: Stratum, idx: IntArray,
+    idx_v: IntArray, j_all: FloatArray, p: Mapping[str, Any], out: _Part,
+) -> None:
+    """One judge x stratum cell: coefficients, ceiling, alternative test and verdict (and its
+    confusion matrix and per-candidate rows), added to ``out``."""
+    crit, block, ceiling_cache = base.crit, base.block, base.ceiling_cache
+    assert block is not None
+    continuous = jv.value_type == "continuous"
+    primary_name = primary_metric_for(crit, continuous)
+    metrics, confusion = _stratum_metrics(data, base, jv, st, idx, idx_v, j_all, p, out)
+    sub = block.matrix[:, idx_v]
+    # Another judge part may fill the cache at the same time: a ceiling is a pure function
+    # of its subjects (own generator), so either copy is the same.
+    ceil = human_ceiling(crit, block, idx_v, p, st, ceiling_cache)
+    multi = int(((~np.isnan(sub)).sum(axis=0) >= 2).sum())
+    alt = alt_test_figures(crit, j_all[idx_v], sub, p) \
+        if multi >= 2 and idx_v.size >= p["min_items"] else None
+    verdict, basis, reason = cell_verdict(
+        int(idx.size), metrics.get(primary_name, {}), ceil, alt, continuous, p
+    )
+    out.cells.append(
+        {
+            "judge_version": jv.id,
+            "criterion": crit.id,
+            **st.as_dict(),
+            "n_subjects": int(idx.size),
+            "n_items": int(np.unique(block.items[idx]).size),
+            "n_humans": int((~np.isnan(sub)).any(axis=1).sum()),
+            "primary_metric": primary_name,
+            "metrics": metrics,
+            "ceiling": ceil,
+            "alt_test": alt,
+            "verdict": verdict,
+            "verdict_basis": basis,
+            "verdict_reason": reason,
+        }
+    )
+    if p.get("by_candidate"):
+        out.by_candidate.extend(
+            candidate_rows(data, crit, jv, block, st, idx, idx_v, j_all, continuous, p)
+        )
+    if confusion is not None:
+        out.confusion.append(
+            {"judge_version": jv.id, "criterion": crit.id, **st.as_dict(), **confusion}
+        )
+
+
+def _judge_audits(
+    data: RatingData, base: _CriterionBase, jv: JudgeRef, both: npt.NDArray[np.bool_],
+    j_all: FloatArray, p: Mapping[str, Any], out: _Part,
+) -> None:
+    """What is read over every labelled subject of the judge: the bias audits, the system
+    level (if asked for) and the disagreeing examples, added to ``out``."""
+    crit, block = base.crit, base.block
+    assert block is not None
+    idx = np.nonzero(both)[0]
+    if idx.size == 0:
+        return
+    rng = cell_rng(p["seed"], "bias", jv.id, crit.id)
+    out.bias.extend(bias_rows(data, crit, jv, block, idx, j_all[idx], p, rng))
+    if p["system_level"]:
+        rng = cell_rng(p["seed"], "system", jv.id, crit.id)
+        sysl = system_level_rows(data, crit, jv, block, idx, j_all[idx], p, rng)
+        if sysl is not None:
+            per_subject = next((c for c in out.cells if c["dimension"] == ""), None)
+            if per_subject is not None:
+                sysl["per_subject_kendall"] = per_subject["metrics"].get("kendall")
+            out.system.append(sysl)
+    out.disagreements.append(disagreement_examples(data, crit, jv, block, idx, j_all[idx], p))
+
+
 def _judge_part(
     data: RatingData, base: _CriterionBase, jv_id: int, jr: pd.DataFrame, p: Mapping[str, Any]
 ) -> _Part:
     """Cells, confusion matrices, bias audits, system level and examples of one judge version."""
-    crit, block, ceiling_cache = base.crit, base.block, base.ceiling_cache
+    crit, block = base.crit, base.block
     assert block is not None  # only criteria with human labels have judge parts
     out = _Part()
     jv = data.judges[jv_id]
@@ -163,84 +230,16 @@ def _judge_part(
     # vote, the human-human ceiling and the alternative test read the annotators' own votes
     # on every judged subject, a label or not (an exact tie of the votes is no label).
     both = judged & ~np.isnan(block.consensus)
-    continuous = jv.value_type == "continuous"
-    if continuous and crit.scale != "ordinal":
+    if jv.value_type == "continuous" and crit.scale != "ordinal":
         return out
-    primary_name = _primary_metric(crit, continuous)
     for st in block.strata:
         idx = np.nonzero(both & st.mask)[0]
         if idx.size == 0:
             continue
-        rng = _cell_rng(p["seed"], jv.id, crit.id, st.dimension, st.label)
-        j = j_all[idx]
-        items = block.items[idx]
         idx_v = np.nonzero(judged & st.mask)[0]
-        sub = block.matrix[:, idx_v]
-        if crit.scale in ("ordinal", "interval"):
-            if crit.scale == "interval":
-                metrics, confusion = _interval_metrics(crit, j, block.consensus[idx], items, p, rng)
-            else:
-                metrics = _ordinal_metrics(
-                    crit, j, block.consensus[idx], block.rounded[idx], items, continuous, p, rng
-                )
-                confusion = None
-            if p["correlation_levels"]:
-                out.correlation_levels.append(
-                    _correlation_levels(data, crit, jv, block, st, idx, j, metrics, p)
-                )
-        else:
-            metrics, confusion = _nominal_metrics(crit, j, block.consensus[idx], items, p, rng)
-            # Drawn after the majority coefficients, so theirs are those of earlier versions.
-            metrics.update(_vote_metrics(crit, j_all[idx_v], sub, block.items[idx_v], p, rng))
-        # Another judge part may fill the cache at the same time: a ceiling is a pure function
-        # of its subjects (own generator), so either copy is the same.
-        ceil = _ceiling(crit, block, idx_v, p, st, ceiling_cache)
-        multi = int(((~np.isnan(sub)).sum(axis=0) >= 2).sum())
-        alt = _alt_test(crit, j_all[idx_v], sub, p) \
-            if multi >= 2 and idx_v.size >= p["min_items"] else None
-        verdict, basis, reason = _verdict(
-            int(idx.size), metrics.get(primary_name, {}), ceil, alt, continuous, p
-        )
-        out.cells.append(
-            {
-                "judge_version": jv.id,
-                "criterion": crit.id,
-                **st.as_dict(),
-                "n_subjects": int(idx.size),
-                "n_items": int(np.unique(items).size),
-                "n_humans": int((~np.isnan(sub)).any(axis=1).sum()),
-                "primary_metric": primary_name,
-                "metrics": metrics,
-                "ceiling": ceil,
-                "alt_test": alt,
-                "verdict": verdict,
-                "verdict_basis": basis,
-                "verdict_reason": reason,
-            }
-        )
-        if p.get("by_candidate"):
-            out.by_candidate.extend(
-                candidate_rows(data, crit, jv, block, st, idx, idx_v, j_all, continuous, p)
-            )
-        if confusion is not None:
-            out.confusion.append(
-                {"judge_version": jv.id, "criterion": crit.id, **st.as_dict(), **confusion}
-            )
-    out.orders.extend(_order_rows(data, crit, jv, block, p))
-    idx = np.nonzero(both)[0]
-    if idx.size == 0:
-        return out
-    rng = _cell_rng(p["seed"], "bias", jv.id, crit.id)
-    out.bias.extend(_bias(data, crit, jv, block, idx, j_all[idx], p, rng))
-    if p["system_level"]:
-        rng = _cell_rng(p["seed"], "system", jv.id, crit.id)
-        sysl = _system_level(data, crit, jv, block, idx, j_all[idx], p, rng)
-        if sysl is not None:
-            per_subject = next((c for c in out.cells if c["dimension"] == ""), None)
-            if per_subject is not None:
-                sysl["per_subject_kendall"] = per_subject["metrics"].get("kendall")
-            out.system.append(sysl)
-    out.disagreements.append(_examples(data, crit, jv, block, idx, j_all[idx], p))
+        _stratum_cell(data, base, jv, st, idx, idx_v, j_all, p, out)
+    out.orders.extend(order_rows(data, crit, jv, block, p))
+    _judge_audits(data, base, jv, both, j_all, p, out)
     return out
 
 
@@ -264,16 +263,15 @@ def _one_blas_thread() -> Iterator[None]:
         yield
 
 
-def compute_report(
-    data: RatingData, params: Mapping[str, Any], *, workers: int = DEFAULT_WORKERS
-) -> dict[str, Any]:
-    """The full agreement report for loaded rating data (see the module docstring).
+# The tables every result has (the last two since result version 2).
+_TABLES = ("cells", "confusion", "bias", "ceiling", "system", "disagreements",
+           "correlation_levels", "orders")
 
-    ``workers`` threads compute criteria, then judge versions, side by side; the result does
-    not depend on it.
-    """
-    p = dict(params)
-    result: dict[str, Any] = {
+
+def _result_head(data: RatingData, p: dict[str, Any]) -> dict[str, Any]:
+    """The result before its tables are filled: the rule, the parameters, the criteria and the
+    judge versions it covers."""
+    return {
         "version": RESULT_VERSION,
         "rule": rule_text(p),
         "params": p,
@@ -307,16 +305,55 @@ def compute_report(
             for j in data.judges.values()
         ],
         "strata": [],
-        "cells": [],
-        "confusion": [],
-        "bias": [],
-        "ceiling": [],
-        "system": [],
-        "disagreements": [],
+        **{name: [] for name in _TABLES},
         "warnings": [],
-        "correlation_levels": [],
-        "orders": [],
     }
+
+
+def _groups_part(data: RatingData, b: _CriterionBase, p: Mapping[str, Any]) -> _Part:
+    out = _Part()
+    if b.block is not None:
+        members, rows = rater_group_rows(data, b.crit, b.block, b.judges, p)
+        out.rater_group_members.append(members)
+        out.rater_groups.extend(rows)
+    return out
+
+
+def _merge(result: dict[str, Any], bases: list[_CriterionBase], judge_parts: list[_Part],
+           group_parts: list[_Part], p: Mapping[str, Any]) -> None:
+    """The parts into the result, in report order: each criterion's own part, then its judge
+    versions' in turn."""
+    parts = iter(judge_parts)
+    seen_strata: dict[tuple[str, str], None] = {}
+    by_candidate: list[dict[str, Any]] = []
+    for b in bases:
+        for pt in [b.part] + [next(parts) for _ in b.judges]:
+            for key in pt.strata:
+                seen_strata.setdefault(key, None)
+            for name in _TABLES:
+                result[name].extend(getattr(pt, name))
+            by_candidate.extend(pt.by_candidate)
+            result["warnings"].extend(pt.warnings)
+    result["strata"] = [{"dimension": d, "label": lab} for d, lab in seen_strata]
+    if p.get("rater_groups") is not None:
+        # Only a report that asks for groups has the tables (result version 3).
+        result["rater_group_members"] = [m for g in group_parts for m in g.rater_group_members]
+        result["rater_groups"] = [r for g in group_parts for r in g.rater_groups]
+    if p.get("by_candidate"):
+        # Only a report that asks for it has the table (result version 4).
+        result["by_candidate"] = by_candidate
+
+
+def compute_report(
+    data: RatingData, params: Mapping[str, Any], *, workers: int = DEFAULT_WORKERS
+) -> dict[str, Any]:
+    """The full agreement report for loaded rating data (see the module docstring).
+
+    ``workers`` threads compute criteria, then judge versions, side by side; the result does
+    not depend on it.
+    """
+    p = dict(params)
+    result = _result_head(data, p)
     r = data.ratings
     judge_rows = r[r["is_judge"].to_numpy()]
     crits = list(data.criteria.values())
@@ -333,12 +370,7 @@ def compute_report(
         return _judge_part(data, unit[0], unit[1], unit[2], p)
 
     def groups(b: _CriterionBase) -> _Part:
-        out = _Part()
-        if b.block is not None:
-            members, rows = rater_group_rows(data, b.crit, b.block, b.judges, p)
-            out.rater_group_members.append(members)
-            out.rater_groups.extend(rows)
-        return out
+        return _groups_part(data, b, p)
 
     # Every cell, ceiling and audit has its own generator, seeded by what it is, so criteria
     # and judge versions are independent: threads change nothing but the wall time, and the
@@ -348,35 +380,9 @@ def compute_report(
         run = map if workers <= 1 else pool.map
         bases = list(run(base, crits))
         units = [(b, jv_id, jr) for b in bases for jv_id, jr in b.judges]
-        judge_parts = iter(list(run(judge, units)))
+        judge_parts = list(run(judge, units))
         group_parts = list(run(groups, bases)) if p.get("rater_groups") is not None else []
-    seen_strata: dict[tuple[str, str], None] = {}
-    by_candidate: list[dict[str, Any]] = []
-    for b in bases:
-        for pt in [b.part] + [next(judge_parts) for _ in b.judges]:
-            for key in pt.strata:
-                seen_strata.setdefault(key, None)
-            for name in (
-                "cells",
-                "confusion",
-                "bias",
-                "ceiling",
-                "system",
-                "disagreements",
-                "correlation_levels",
-                "orders",
-            ):
-                result[name].extend(getattr(pt, name))
-            by_candidate.extend(pt.by_candidate)
-            result["warnings"].extend(pt.warnings)
-    result["strata"] = [{"dimension": d, "label": lab} for d, lab in seen_strata]
-    if p.get("rater_groups") is not None:
-        # Only a report that asks for groups has the tables (result version 3).
-        result["rater_group_members"] = [m for g in group_parts for m in g.rater_group_members]
-        result["rater_groups"] = [r for g in group_parts for r in g.rater_groups]
-    if p.get("by_candidate"):
-        # Only a report that asks for it has the table (result version 4).
-        result["by_candidate"] = by_candidate
+    _merge(result, bases, judge_parts, group_parts, p)
     return result
 
 
@@ -402,6 +408,5 @@ __all__ = [
     "RESULT_VERSION",
     "cells_for",
     "compute_report",
-    "input_fingerprint",
     "lookup",
 ]

@@ -11,14 +11,14 @@ import numpy.typing as npt
 from calibration.frames import CriterionRef, JudgeRef, RatingData, value_text
 
 from .common import FloatArray
-from .humans import _HumanBlock
+from .humans import HumanBlock
 
 
-def _examples(
+def disagreement_examples(
     data: RatingData,
     crit: CriterionRef,
     jv: JudgeRef,
-    block: _HumanBlock,
+    block: HumanBlock,
     idx: npt.NDArray[np.int64],
     j: FloatArray,
     p: Mapping[str, Any],
@@ -64,3 +64,6 @@ def _examples(
         ),
         "examples": rows,
     }
+
+
+__all__ = ["disagreement_examples"]

@@ -35,9 +35,9 @@ import evalstats as es
 from calibration.frames import CriterionRef, RatingData
 from evalstats.votes import pooled_pair_agreement
 
-from .coefficients import _nominal_metrics, _ordinal_metrics, _primary_metric, _vote_metrics
-from .common import FloatArray, _categories, _cell_rng, _options, est_dict
-from .humans import _HumanBlock, _Stratum
+from .coefficients import nominal_metrics, ordinal_metrics, primary_metric_for, vote_metrics
+from .common import FloatArray, bootstrap_options, cell_rng, est_dict, scale_categories
+from .humans import HumanBlock, Stratum
 
 
 @dataclass
@@ -49,13 +49,13 @@ class _Group:
 
 
 def _groups(
-    crit: CriterionRef, block: _HumanBlock, attrs: Mapping[int, Mapping[str, str]], key: str
+    crit: CriterionRef, block: HumanBlock, attrs: Mapping[int, Mapping[str, str]], key: str
 ) -> tuple[list[_Group], int]:
     """The groups of the criterion's human raters by attribute `key`, and how many raters have
     no value for it."""
     of = np.array([attrs.get(int(h), {}).get(key) for h in block.humans], dtype=object)
     names = sorted({str(g) for g in of if g is not None})
-    cats = _categories(crit)
+    cats = scale_categories(crit)
     out = []
     for name in names:
         rows = of == name
@@ -75,7 +75,7 @@ def _groups(
 
 def _row(
     crit: CriterionRef,
-    st: _Stratum,
+    st: Stratum,
     kind: str,
     *,
     group: str,
@@ -121,21 +121,21 @@ def _against(
     """The main table's coefficients of `j` against group g's consensus on subjects `idx`;
     with `votes` (nominal scales), also `j` against each of the votes (humans x subjects)."""
     if crit.scale == "ordinal":
-        return _ordinal_metrics(
+        return ordinal_metrics(
             crit, j, g.consensus[idx], g.rounded[idx], items, continuous, p, rng
         )
-    metrics, _ = _nominal_metrics(crit, j, g.consensus[idx], items, p, rng)
+    metrics, _ = nominal_metrics(crit, j, g.consensus[idx], items, p, rng)
     if votes is not None:
         # Drawn after the majority coefficients, so theirs are those of earlier versions.
-        metrics.update(_vote_metrics(crit, j, votes, items, p, rng))
+        metrics.update(vote_metrics(crit, j, votes, items, p, rng))
     return metrics
 
 
 def _within(
     crit: CriterionRef,
-    block: _HumanBlock,
+    block: HumanBlock,
     g: _Group,
-    st: _Stratum,
+    st: Stratum,
     p: Mapping[str, Any],
 ) -> dict[str, Any] | None:
     """Alpha and pooled pair agreement among g's raters in the stratum (None: g rated none of
@@ -156,15 +156,20 @@ def _within(
     }
     if n < p["min_items"]:
         return _row(crit, st, "within_group", metrics=None, n_pairs=0, **common)
-    rng = _cell_rng(p["seed"], "group", "within", crit.id, st.dimension, st.label, g.name)
-    cats = _categories(crit)
+    rng = cell_rng(p["seed"], "group", "within", crit.id, st.dimension, st.label, g.name)
+    cats = scale_categories(crit)
     level: Literal["ordinal", "nominal"] = "ordinal" if crit.scale == "ordinal" else "nominal"
     with np.errstate(divide="ignore", invalid="ignore"):
         point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=cats)
     interval = es.alpha_clustered(
-        sub, items, level_of_measurement=level, value_domain=cats, rng=rng, options=_options(p)
+        sub,
+        items,
+        level_of_measurement=level,
+        value_domain=cats,
+        rng=rng,
+        options=bootstrap_options(p),
     )
-    pooled = pooled_pair_agreement(sub, items, ties="keep", rng=rng, options=_options(p))
+    pooled = pooled_pair_agreement(sub, items, ties="keep", rng=rng, options=bootstrap_options(p))
     metrics = {
         "krippendorff_alpha": est_dict(es.with_interval(point, interval)),
         "pooled_agreement": est_dict(pooled),
@@ -172,7 +177,7 @@ def _within(
     if crit.scale == "pairwise":
         metrics["pooled_agreement_without_ties"] = est_dict(
             pooled_pair_agreement(
-                sub, items, ties="drop", tie_category=0.0, rng=rng, options=_options(p)
+                sub, items, ties="drop", tie_category=0.0, rng=rng, options=bootstrap_options(p)
             )
         )
     return _row(
@@ -183,7 +188,7 @@ def _within(
 def rater_group_rows(
     data: RatingData,
     crit: CriterionRef,
-    block: _HumanBlock,
+    block: HumanBlock,
     judges: Sequence[tuple[int, pd.DataFrame]],
     p: Mapping[str, Any],
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -210,57 +215,72 @@ def rater_group_rows(
     rows: list[dict[str, Any]] = []
     for st in block.strata:
         for jv_id, continuous, j_all in judge_codes:
-            for g in groups:
-                idx = np.nonzero(~np.isnan(j_all) & ~np.isnan(g.consensus) & st.mask)[0]
-                if idx.size == 0:
-                    continue
-                items = block.items[idx]
-                metrics = None
-                if idx.size >= p["min_items"]:
-                    rng = _cell_rng(
-                        p["seed"], "group", jv_id, crit.id, st.dimension, st.label, g.name
-                    )
-                    # The group's own votes on the same subjects: every vote of the group
-                    # counts once (the group's consensus exists wherever one of them voted).
-                    votes = block.matrix[g.rows][:, idx] if crit.scale != "ordinal" else None
-                    metrics = _against(
-                        crit, j_all[idx], g, idx, items, continuous, p, rng, votes
-                    )
-                rows.append(
-                    _row(
-                        crit, st, "judge_vs_group", judge_version=jv_id, group=g.name,
-                        n_subjects=int(idx.size), n_items=int(np.unique(items).size),
-                        n_raters=int((~np.isnan(block.matrix[g.rows][:, idx])).any(axis=1).sum()),
-                        primary=_primary_metric(crit, continuous), metrics=metrics,
-                    )
-                )
-        for a, g in enumerate(groups):
-            for h in groups[a + 1 :]:
-                idx = np.nonzero(~np.isnan(g.consensus) & ~np.isnan(h.consensus) & st.mask)[0]
-                if idx.size == 0:
-                    continue
-                items = block.items[idx]
-                metrics = None
-                if idx.size >= p["min_items"]:
-                    rng = _cell_rng(
-                        p["seed"], "group", "pair", crit.id, st.dimension, st.label, g.name,
-                        h.name,
-                    )
-                    metrics = _against(crit, g.rounded[idx], h, idx, items, False, p, rng)
-                both = g.rows | h.rows
-                rows.append(
-                    _row(
-                        crit, st, "group_vs_group", group=g.name, other_group=h.name,
-                        n_subjects=int(idx.size), n_items=int(np.unique(items).size),
-                        n_raters=int((~np.isnan(block.matrix[both][:, idx])).any(axis=1).sum()),
-                        primary=_primary_metric(crit, False), metrics=metrics,
-                    )
-                )
+            rows.extend(_judge_vs_groups(crit, block, groups, st, jv_id, continuous, j_all, p))
+        rows.extend(_group_pairs(crit, block, groups, st, p))
         for g in groups:
             within = _within(crit, block, g, st, p)
             if within is not None:
                 rows.append(within)
     return members, rows
+
+
+def _judge_vs_groups(
+    crit: CriterionRef, block: HumanBlock, groups: list[_Group], st: Stratum, jv_id: int,
+    continuous: bool, j_all: FloatArray, p: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """A judge version against each group's consensus (and its votes) in a stratum."""
+    rows = []
+    for g in groups:
+        idx = np.nonzero(~np.isnan(j_all) & ~np.isnan(g.consensus) & st.mask)[0]
+        if idx.size == 0:
+            continue
+        items = block.items[idx]
+        metrics = None
+        if idx.size >= p["min_items"]:
+            rng = cell_rng(p["seed"], "group", jv_id, crit.id, st.dimension, st.label, g.name)
+            # The group's own votes on the same subjects: every vote of the group
+            # counts once (the group's consensus exists wherever one of them voted).
+            votes = block.matrix[g.rows][:, idx] if crit.scale != "ordinal" else None
+            metrics = _against(crit, j_all[idx], g, idx, items, continuous, p, rng, votes)
+        rows.append(
+            _row(
+                crit, st, "judge_vs_group", judge_version=jv_id, group=g.name,
+                n_subjects=int(idx.size), n_items=int(np.unique(items).size),
+                n_raters=int((~np.isnan(block.matrix[g.rows][:, idx])).any(axis=1).sum()),
+                primary=primary_metric_for(crit, continuous), metrics=metrics,
+            )
+        )
+    return rows
+
+
+def _group_pairs(
+    crit: CriterionRef, block: HumanBlock, groups: list[_Group], st: Stratum,
+    p: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """Each pair of groups' consensuses against each other in a stratum."""
+    rows = []
+    for a, g in enumerate(groups):
+        for h in groups[a + 1 :]:
+            idx = np.nonzero(~np.isnan(g.consensus) & ~np.isnan(h.consensus) & st.mask)[0]
+            if idx.size == 0:
+                continue
+            items = block.items[idx]
+            metrics = None
+            if idx.size >= p["min_items"]:
+                rng = cell_rng(
+                    p["seed"], "group", "pair", crit.id, st.dimension, st.label, g.name, h.name,
+                )
+                metrics = _against(crit, g.rounded[idx], h, idx, items, False, p, rng)
+            both = g.rows | h.rows
+            rows.append(
+                _row(
+                    crit, st, "group_vs_group", group=g.name, other_group=h.name,
+                    n_subjects=int(idx.size), n_items=int(np.unique(items).size),
+                    n_raters=int((~np.isnan(block.matrix[both][:, idx])).any(axis=1).sum()),
+                    primary=primary_metric_for(crit, False), metrics=metrics,
+                )
+            )
+    return rows
 
 
 __all__ = ["rater_group_rows"]

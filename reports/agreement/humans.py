@@ -16,11 +16,11 @@ import evalstats as es
 from calibration.frames import CriterionRef, RatingData, human_labels, label_reading
 from studies.strata import cross_label
 
-from .common import FloatArray, _categories, _numeric_reading
+from .common import FloatArray, numeric_reading, scale_categories
 
 
 @dataclass
-class _Stratum:
+class Stratum:
     dimension: str
     label: str
     mask: npt.NDArray[np.bool_]
@@ -30,7 +30,7 @@ class _Stratum:
 
 
 @dataclass
-class _HumanBlock:
+class HumanBlock:
     subjects: npt.NDArray[np.int64]
     humans: npt.NDArray[np.int64]
     matrix: FloatArray  # humans x subjects (codes, NaN missing)
@@ -38,14 +38,14 @@ class _HumanBlock:
     rounded: FloatArray  # ordinal: mean rounded half up; nominal and interval: = consensus
     human_num_mean: FloatArray  # mean of value_num readings (length / self-preference audits)
     items: npt.NDArray[np.int64]
-    strata: list[_Stratum]
+    strata: list[Stratum]
 
 
 def _strata_for(
     data: RatingData, items: npt.NDArray[np.int64], p: Mapping[str, Any]
-) -> list[_Stratum]:
+) -> list[Stratum]:
     n = items.size
-    out = [_Stratum("", "overall", np.ones(n, dtype=bool))]
+    out = [Stratum("", "overall", np.ones(n, dtype=bool))]
     dims = [d for d in data.dimensions if p["strata"] is None or d in p["strata"]]
     labels: dict[str, npt.NDArray[np.object_]] = {}
     frame = data.items.reindex(items)
@@ -55,7 +55,7 @@ def _strata_for(
     for d in dims:
         arr = labels[d]
         for lab in sorted(pd.unique(arr)):
-            out.append(_Stratum(d, str(lab), arr == lab))
+            out.append(Stratum(d, str(lab), arr == lab))
     for a, b in p["crosses"]:
         if a not in labels or b not in labels:
             continue
@@ -63,7 +63,7 @@ def _strata_for(
             [cross_label(x, y) for x, y in zip(labels[a], labels[b], strict=True)], dtype=object
         )
         for lab in sorted(pd.unique(crossed)):
-            out.append(_Stratum(cross_label(a, b), str(lab), crossed == lab))
+            out.append(Stratum(cross_label(a, b), str(lab), crossed == lab))
     return out
 
 
@@ -91,7 +91,7 @@ def _rule_consensus(
                       dtype=np.float64)
 
 
-def _human_block(data: RatingData, crit: CriterionRef, p: Mapping[str, Any]) -> _HumanBlock | None:
+def human_block(data: RatingData, crit: CriterionRef, p: Mapping[str, Any]) -> HumanBlock | None:
     r = data.ratings
     h = r[(~r["is_judge"].to_numpy()) & (r["criterion"].to_numpy() == crit.id)]
     if h.empty:
@@ -103,7 +103,7 @@ def _human_block(data: RatingData, crit: CriterionRef, p: Mapping[str, Any]) -> 
         np.searchsorted(humans, h["rater"].to_numpy()),
         np.searchsorted(subjects, h["subject"].to_numpy()),
     ] = h["num"].to_numpy()
-    cats = _categories(crit)
+    cats = scale_categories(crit)
     if crit.scale == "ordinal":
         consensus = np.asarray(es.mean_consensus(matrix).labels, dtype=np.float64)
         rounded = np.floor(consensus + 0.5)
@@ -123,14 +123,14 @@ def _human_block(data: RatingData, crit: CriterionRef, p: Mapping[str, Any]) -> 
             es.majority_vote(matrix, tie_break="first", categories=cats).labels, dtype=np.float64
         )
         rounded = consensus
-    num = _numeric_reading(crit, matrix)
+    num = numeric_reading(crit, matrix)
     if num is not None:
         with np.errstate(invalid="ignore"):
             human_num_mean = np.asarray(es.mean_consensus(num).labels, dtype=np.float64)
     else:
         human_num_mean = np.full(subjects.size, np.nan)
     items = data.subjects.loc[subjects, "item"].to_numpy(dtype=np.int64)
-    return _HumanBlock(
+    return HumanBlock(
         subjects=subjects,
         humans=humans,
         matrix=matrix,
@@ -140,3 +140,6 @@ def _human_block(data: RatingData, crit: CriterionRef, p: Mapping[str, Any]) -> 
         items=items,
         strata=_strata_for(data, items, p),
     )
+
+
+__all__ = ["HumanBlock", "Stratum", "human_block"]

@@ -18,20 +18,20 @@ import numpy.typing as npt
 from calibration.frames import CriterionRef, JudgeRef, RatingData
 from evalstats.levels import sample_level_correlation
 
-from .common import FloatArray, _cell_rng, _options, est_dict
-from .humans import _HumanBlock, _Stratum
-from .system import _system_correlations
+from .common import FloatArray, bootstrap_options, cell_rng, est_dict
+from .humans import HumanBlock, Stratum
+from .system import system_correlations
 
 Method = Literal["spearman", "pearson", "kendall"]
 METHODS: tuple[Method, ...] = ("spearman", "pearson", "kendall")
 
 
-def _correlation_levels(
+def correlation_level_rows(
     data: RatingData,
     crit: CriterionRef,
     jv: JudgeRef,
-    block: _HumanBlock,
-    stratum: _Stratum,
+    block: HumanBlock,
+    stratum: Stratum,
     idx: npt.NDArray[np.int64],
     j: FloatArray,
     metrics: Mapping[str, Any],
@@ -41,9 +41,9 @@ def _correlation_levels(
     on them, ``metrics`` the cell's coefficients (the dataset level)."""
     h = block.consensus[idx]
     items = block.items[idx]
-    options = _options(p)
+    options = bootstrap_options(p)
     # Own generators: adding this table leaves every other figure's draws unchanged.
-    rng = _cell_rng(p["seed"], "sample", jv.id, crit.id, stratum.dimension, stratum.label)
+    rng = cell_rng(p["seed"], "sample", jv.id, crit.id, stratum.dimension, stratum.label)
     sample: dict[str, Any] = {}
     counts: dict[str, int] = {}
     for method in METHODS:
@@ -65,7 +65,7 @@ def _correlation_levels(
     parts: tuple[object, ...] = ("system", jv.id, crit.id)
     if stratum.dimension:
         parts += (stratum.dimension, stratum.label)
-    got = _system_correlations(data, crit, jv, block, idx, j, p, _cell_rng(p["seed"], *parts))
+    got = system_correlations(data, crit, jv, block, idx, j, p, cell_rng(p["seed"], *parts))
     system: dict[str, Any] | None = None
     if got is not None:
         corr = got[0]
@@ -78,3 +78,6 @@ def _correlation_levels(
         "dataset": dataset,
         "system": system,
     }
+
+
+__all__ = ["Method", "correlation_level_rows"]

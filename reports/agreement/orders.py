@@ -17,8 +17,8 @@ import pandas as pd
 from calibration.frames import CriterionRef, JudgeRef, RatingData
 from evalstats.orders import OrderAccuracy, order_accuracy
 
-from .common import _cell_rng, _options, est_dict
-from .humans import _HumanBlock
+from .common import bootstrap_options, cell_rng, est_dict
+from .humans import HumanBlock
 
 FIGURES = (
     "accuracy_ab",
@@ -33,11 +33,11 @@ def _figures(res: OrderAccuracy) -> dict[str, Any]:
     return {name: est_dict(getattr(res, name)) for name in FIGURES}
 
 
-def _order_rows(
+def order_rows(
     data: RatingData,
     crit: CriterionRef,
     jv: JudgeRef,
-    block: _HumanBlock,
+    block: HumanBlock,
     p: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
     """One row per stratum where the judge version has verdicts in both orders."""
@@ -61,12 +61,12 @@ def _order_rows(
         if not keep.any():
             continue
         items = block.items[at[keep]]
-        rng = _cell_rng(p["seed"], "orders", jv.id, crit.id, st.dimension, st.label)
+        rng = cell_rng(p["seed"], "orders", jv.id, crit.id, st.dimension, st.label)
         args = (ab[keep], ba[keep], majority[keep], items)
         counted = order_accuracy(
-            *args, unparseable=p["unparseable_as"], rng=rng, options=_options(p)
+            *args, unparseable=p["unparseable_as"], rng=rng, options=bootstrap_options(p)
         )
-        parseable = order_accuracy(*args, unparseable="drop", rng=rng, options=_options(p))
+        parseable = order_accuracy(*args, unparseable="drop", rng=rng, options=bootstrap_options(p))
         rows.append(
             {
                 "judge_version": jv.id,
@@ -81,3 +81,6 @@ def _order_rows(
             }
         )
     return rows
+
+
+__all__ = ["FIGURES", "order_rows"]

@@ -7,10 +7,13 @@ parameters can be checked before any database work.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from reviewhub.errors import Problems
+
+if TYPE_CHECKING:
+    from studies.models import AnalysisPlan
 
 # Calderon, Reichart & Dror (2025), as documented in evalstats.alt_test.
 EPSILON_BY_ANNOTATOR_TYPE = {"expert": 0.2, "skilled": 0.15, "crowd": 0.1}
@@ -48,67 +51,69 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 
 
-def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Fill defaults and check types; raise ValidationFailed naming each bad parameter."""
-    raw = dict(raw or {})
-    problems = Problems()
-    unknown = sorted(set(raw) - set(DEFAULT_PARAMS))
-    for key in unknown:
-        problems.add(f"params.{key}", "unknown parameter")
-    p = {**DEFAULT_PARAMS, **{k: v for k, v in raw.items() if k in DEFAULT_PARAMS}}
+Need = Callable[[bool, str, str], None]
 
-    def need(cond: bool, key: str, message: str) -> None:
-        if not cond:
-            problems.add(f"params.{key}", message)
 
-    def is_int(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
-    def is_num(v: Any) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
-    need(is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_bootstrap(p: Mapping[str, Any], need: Need) -> None:
+    """The generator's seed and the bootstrap's settings."""
+    need(_is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
     need(
-        is_int(p["n_resamples"]) and 100 <= p["n_resamples"] <= 20000,
+        _is_int(p["n_resamples"]) and 100 <= p["n_resamples"] <= 20000,
         "n_resamples",
         "an integer from 100 to 20000",
     )
     need(p["ci"] in ("bca", "percentile"), "ci", "'bca' or 'percentile'")
-    need(is_num(p["level"]) and 0.5 <= p["level"] < 1, "level", "a number in [0.5, 1)")
-    need(is_int(p["min_items"]) and 2 <= p["min_items"] <= 100000, "min_items", "an integer >= 2")
+    need(_is_num(p["level"]) and 0.5 <= p["level"] < 1, "level", "a number in [0.5, 1)")
+    need(_is_int(p["min_items"]) and 2 <= p["min_items"] <= 100000, "min_items", "an integer >= 2")
+
+
+def _check_rule(p: Mapping[str, Any], need: Need) -> None:
+    """The verdict rule's settings: the alternative annotator test and the ceiling margin."""
     need(
         p["annotator_type"] in EPSILON_BY_ANNOTATOR_TYPE,
         "annotator_type",
         "one of " + ", ".join(EPSILON_BY_ANNOTATOR_TYPE),
     )
     need(
-        p["epsilon"] is None or (is_num(p["epsilon"]) and 0 <= p["epsilon"] < 1),
+        p["epsilon"] is None or (_is_num(p["epsilon"]) and 0 <= p["epsilon"] < 1),
         "epsilon",
         "null or a number in [0, 1)",
     )
-    need(is_num(p["q"]) and 0 < p["q"] < 1, "q", "a number in (0, 1)")
-    need(is_num(p["margin"]) and 0 <= p["margin"] <= 1, "margin", "a number in [0, 1]")
+    need(_is_num(p["q"]) and 0 < p["q"] < 1, "q", "a number in (0, 1)")
+    need(_is_num(p["margin"]) and 0 <= p["margin"] <= 1, "margin", "a number in [0, 1]")
     need(
-        is_int(p["min_alt_annotators"]) and p["min_alt_annotators"] >= 2,
+        _is_int(p["min_alt_annotators"]) and p["min_alt_annotators"] >= 2,
         "min_alt_annotators",
         "an integer >= 2",
     )
     need(
-        is_int(p["min_pair_items"]) and p["min_pair_items"] >= 2,
+        _is_int(p["min_pair_items"]) and p["min_pair_items"] >= 2,
         "min_pair_items",
         "an integer >= 2",
     )
+
+
+def _check_tables(p: Mapping[str, Any], need: Need) -> None:
+    """The optional tables and what they read."""
     need(isinstance(p["system_level"], bool), "system_level", "true or false")
     need(isinstance(p["correlation_levels"], bool), "correlation_levels", "true or false")
     need(isinstance(p["by_candidate"], bool), "by_candidate", "true or false")
     need(p["unparseable_as"] in ("miss", "tie"), "unparseable_as", "'miss' or 'tie'")
     need(
-        is_num(p["disagreement_gap"]) and p["disagreement_gap"] > 0,
+        _is_num(p["disagreement_gap"]) and p["disagreement_gap"] > 0,
         "disagreement_gap",
         "a positive number",
     )
     need(
-        is_int(p["max_examples"]) and 0 <= p["max_examples"] <= 10000,
+        _is_int(p["max_examples"]) and 0 <= p["max_examples"] <= 10000,
         "max_examples",
         "an integer from 0 to 10000",
     )
@@ -120,6 +125,10 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         "null or a rater attribute key (a non-empty string of at most 100 characters, e.g. "
         "\"group\")",
     )
+
+
+def _check_selections(p: Mapping[str, Any], need: Need) -> None:
+    """The strata crossed and the criteria, candidates and judge versions kept."""
     crosses = p["crosses"]
     ok_crosses = isinstance(crosses, list) and all(
         isinstance(c, (list, tuple))
@@ -138,10 +147,28 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         )
     v = p["judges"]
     need(
-        v is None or (isinstance(v, list) and all(is_int(x) for x in v)),
+        v is None or (isinstance(v, list) and all(_is_int(x) for x in v)),
         "judges",
         "null or a list of judge version ids",
     )
+
+
+def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Fill defaults and check types; raise ValidationFailed naming each bad parameter."""
+    raw = dict(raw or {})
+    problems = Problems()
+    unknown = sorted(set(raw) - set(DEFAULT_PARAMS))
+    for key in unknown:
+        problems.add(f"params.{key}", "unknown parameter")
+    p = {**DEFAULT_PARAMS, **{k: v for k, v in raw.items() if k in DEFAULT_PARAMS}}
+
+    def need(cond: bool, key: str, message: str) -> None:
+        if not cond:
+            problems.add(f"params.{key}", message)
+
+    # In this order: the 400's details list the problems in it.
+    for check in (_check_bootstrap, _check_rule, _check_tables, _check_selections):
+        check(p, need)
     problems.raise_if_any("The report parameters")
     p["crosses"] = [list(c) for c in p["crosses"]]
     if p["epsilon"] is None:
@@ -150,4 +177,18 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     return p
 
 
-__all__ = ["DEFAULT_PARAMS", "EPSILON_BY_ANNOTATOR_TYPE", "params_validate"]
+def plan_defaults(params: dict[str, Any], plan: AnalysisPlan | None) -> dict[str, Any]:
+    """Parameters the caller left out are taken from the analysis plan where it says them."""
+    if plan is None:
+        return params
+    spec = plan.spec or {}
+    out = dict(params)
+    if "strata" not in out and isinstance(spec.get("strata"), list) and spec["strata"]:
+        out["strata"] = [str(s) for s in spec["strata"]]
+    min_labels = spec.get("min_human_labels_per_stratum")
+    if "min_items" not in out and isinstance(min_labels, int) and min_labels >= 2:
+        out["min_items"] = min_labels
+    return out
+
+
+__all__ = ["DEFAULT_PARAMS", "EPSILON_BY_ANNOTATOR_TYPE", "params_validate", "plan_defaults"]

@@ -12,15 +12,15 @@ import evalstats as es
 from calibration.frames import CriterionRef, JudgeRef, RatingData
 from evalstats.clustered import finite_percentile_interval, rank_corr_rows
 
-from .common import FloatArray, _num, _numeric_reading, est_dict
-from .humans import _HumanBlock
+from .common import FloatArray, est_dict, finite_or_none, numeric_reading
+from .humans import HumanBlock
 
 
-def _system_correlations(
+def system_correlations(
     data: RatingData,
     crit: CriterionRef,
     jv: JudgeRef,
-    block: _HumanBlock,
+    block: HumanBlock,
     idx: npt.NDArray[np.int64],
     j: FloatArray,
     p: Mapping[str, Any],
@@ -29,7 +29,7 @@ def _system_correlations(
     """Counts and the three correlations of candidate means on the subjects ``idx`` (judge
     scores ``j``), and the candidates' means; None below three candidates."""
     h = block.consensus[idx] if crit.scale == "ordinal" else block.human_num_mean[idx]
-    jn = j if jv.value_type == "continuous" else _numeric_reading(crit, j)
+    jn = j if jv.value_type == "continuous" else numeric_reading(crit, j)
     if jn is None or crit.scale == "pairwise":
         return None
     cands = data.subjects.loc[block.subjects[idx], "candidate"].to_numpy(dtype=np.int64)
@@ -67,24 +67,28 @@ def _system_correlations(
             f"bootstrap (B={p['n_resamples']}, items resampled)",
         }
     candidates = [
-        {"name": data.candidates[int(c)][0], "judge_mean": _num(a), "human_mean": _num(b)}
+        {
+            "name": data.candidates[int(c)][0],
+            "judge_mean": finite_or_none(a),
+            "human_mean": finite_or_none(b),
+        }
         for c, a, b in zip(ucand, mj, mh, strict=True)
     ]
     return out, candidates
 
 
-def _system_level(
+def system_level_rows(
     data: RatingData,
     crit: CriterionRef,
     jv: JudgeRef,
-    block: _HumanBlock,
+    block: HumanBlock,
     idx: npt.NDArray[np.int64],
     j: FloatArray,
     p: Mapping[str, Any],
     rng: np.random.Generator,
 ) -> dict[str, Any] | None:
     """Correlation of candidate means (judge vs human mean), items resampled for the interval."""
-    got = _system_correlations(data, crit, jv, block, idx, j, p, rng)
+    got = system_correlations(data, crit, jv, block, idx, j, p, rng)
     if got is None:
         return None
     corr, candidates = got
@@ -99,3 +103,6 @@ def _system_level(
         "spearman": corr["spearman"],
         "pearson": corr["pearson"],
     }
+
+
+__all__ = ["system_correlations", "system_level_rows"]

@@ -68,7 +68,7 @@ def rule_items(p: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _verdict(
+def cell_verdict(
     n: int,
     primary: dict[str, Any],
     ceiling: dict[str, Any],
@@ -119,4 +119,4 @@ def _verdict(
     )
 
 
-__all__ = ["NOT_TRUSTWORTHY", "TOO_FEW", "TRUSTWORTHY", "rule_items", "rule_text"]
+__all__ = ["NOT_TRUSTWORTHY", "TOO_FEW", "TRUSTWORTHY", "cell_verdict", "rule_items", "rule_text"]

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reports.results import ResultFormatError, _decode_dataclass, _encode, _schema
+from reports.results import ResultFormatError, decode_dataclass, encode, json_schema_of
 
 SELECTION_RESULT_VERSION = 2
 # Version 1 results (before the decision table and the stated rubric rule) are still read:
@@ -329,17 +329,17 @@ class SelectionResult:
             raise ResultFormatError(
                 "version", f"selection result version {version!r} is not "
                 f"{SELECTION_RESULT_VERSION}, the version this code reads")
-        return _decode_dataclass(cls, dict(data), "")
+        return decode_dataclass(cls, dict(data), "")
 
     def to_json(self) -> dict[str, Any]:
         """The stored (and served) JSON form: from_json(to_json()) == self."""
-        out: dict[str, Any] = _encode(self)
+        out: dict[str, Any] = encode(self)
         return out
 
     @classmethod
     def json_schema(cls) -> dict[str, Any]:
         """JSON Schema (draft 2020-12) of `to_json()`, derived from the dataclasses."""
-        schema = _schema(cls)
+        schema = json_schema_of(cls)
         schema["properties"]["version"] = {"const": SELECTION_RESULT_VERSION}
         schema["properties"]["kind"] = {"const": "selection"}
         return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

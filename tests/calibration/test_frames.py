@@ -398,9 +398,9 @@ def test_unknown_column_set_is_refused() -> None:
 
 @pytest.mark.django_db
 def test_agreement_report_loads_the_agreement_columns() -> None:
-    from reports.kinds import _agreement_load
+    from reports.agreement.load import agreement_load
 
     f = _build()
-    data = _agreement_load(f["study"], {})
+    data = agreement_load(f["study"], {})
     assert tuple(data.ratings.columns) == AGREEMENT_COLUMNS
     assert len(data.ratings) == 5

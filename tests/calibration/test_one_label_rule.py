@@ -191,8 +191,8 @@ def test_every_consumer_gives_the_same_label() -> None:
 
     from calibration.frames import pairwise_a_wins
     from calibration.models import CalibratedScore
-    from reports.agreement.humans import _human_block
-    from reports.kinds import _agreement_load
+    from reports.agreement.humans import human_block
+    from reports.agreement.load import agreement_load
     from reports.services import report_compute, report_snapshot_create
     from studies.models import Comparison
     from studies.subjects import comparison_codes
@@ -272,9 +272,9 @@ def test_every_consumer_gives_the_same_label() -> None:
     by_cmp = sel.comparisons.set_index("comparison")["y"]
     assert same([float(by_cmp[c.pk]) for c in cmps], pairwise_a_wins(want_pair).tolist())
     # Agreement: the human label the judge is compared with (every draw counts there).
-    data = _agreement_load(study, {})
+    data = agreement_load(study, {})
     for cr, sub, want in ((crit, codes, label_bin), (pref, pcodes, label_pair)):
-        block = _human_block(data, data.criteria[cr.pk], {"strata": None, "crosses": []})
+        block = human_block(data, data.criteria[cr.pk], {"strata": None, "crosses": []})
         assert block is not None
         at = {int(s): k for k, s in enumerate(block.subjects.tolist())}
         got = [float(block.consensus[at[c]]) if c in at else NAN for c in sub]

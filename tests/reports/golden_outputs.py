@@ -1,11 +1,14 @@
-"""What the calibration and selection reports show, rendered as files to compare byte for byte.
+"""What the agreement, calibration and selection reports show, rendered as files to compare
+byte for byte.
 
-`artefacts(study)` builds one calibration and one selection snapshot of a study through the
-snapshot lifecycle (reports.services) and fetches, through the URLs a user or a client calls,
-every output a reader sees: the stored result JSON, the selection CSV tables, the calibrated
-scores CSV export, the SVG charts, the PDF's text, and the pages (selection list and detail,
-calibration). Each is returned as text with only what changes from run to run replaced (CSRF
-tokens, dates, matplotlib's random ids), keyed by a file name under tests/golden/<case>/.
+`artefacts(study)` builds one calibration, one selection and then one agreement snapshot of a
+study through the snapshot lifecycle (reports.services) and fetches, through the URLs a user or
+a client calls, every output a reader sees: the stored result JSON, the CSV tables (selection,
+agreement export), the calibrated scores CSV export, the SVG charts, the PDF's text, and the
+pages (selection list and detail, calibration, agreement audit and disagreements, the list of
+every kind's reports). Each is returned as text with only what changes from run to run
+replaced (CSRF tokens, dates, matplotlib's random ids), keyed by a file name under
+tests/golden/<case>/.
 
 The studies (`CASES`) are the SIMULATED demo (`manage.py demo_seed`, fixed seeds) and the
 visible real data the other tests import from $REVIEWHUB_DATA_DIR: PandaLM, HANNA (with the
@@ -33,6 +36,8 @@ from studies.models import Study
 # Small bootstrap counts: the figures need only be the same run to run, not precise.
 CALIBRATION_PARAMS: dict[str, Any] = {"n_resamples": 20, "curve_resamples": 20, "seed": 5}
 SELECTION_PARAMS: dict[str, Any] = {"n_resamples": 100, "seed": 1}
+AGREEMENT_PARAMS: dict[str, Any] = {"n_resamples": 100, "seed": 3, "system_level": True,
+                                    "by_candidate": True}
 
 # Texts that differ between two runs of the same code on the same data, and what replaces them.
 _VOLATILE: list[tuple[re.Pattern[str], str]] = [
@@ -118,7 +123,8 @@ def _get(client: Client, url: str) -> tuple[int, str]:
 
 
 def artefacts(study: Study) -> dict[str, str]:
-    """Every output of a calibration and a selection snapshot of `study`, by file name."""
+    """Every output of a calibration, a selection and an agreement snapshot of `study`, by file
+    name."""
     from tests.factories import api_token_create
 
     out: dict[str, str] = {}
@@ -174,6 +180,46 @@ def artefacts(study: Study) -> dict[str, str]:
     status, text = _get(api, reverse("calibration-api-export", kwargs={"slug": slug})
                         + f"?format=csv&snapshot={calibration.pk}")
     out["calibrated-scores.csv"] = f"status {status}\n" + normalise(text)
+    # The agreement snapshot comes last, so that the ids and pages above are those recorded
+    # before it was added to the comparison.
+    out.update(agreement_artefacts(study, client, api))
+    return out
+
+
+def agreement_artefacts(study: Study, client: Client, api: Client) -> dict[str, str]:
+    """Every output of an agreement snapshot of `study`: the result JSON, the audit page, its
+    heat maps and bias chart, the first disagreements page, every CSV table of the export, and
+    the list of the study's reports of every kind."""
+    from reports.agreement.present.export import TABLES
+
+    snap = snapshot_compute(study, "agreement", dict(AGREEMENT_PARAMS))
+    out = {"agreement.json": json.dumps(
+        {"status": snap.status, "error": snap.error, "params": snap.params,
+         "result_version": snap.result_version, "input_fingerprint": snap.input_fingerprint,
+         "result": snap.result}, indent=1, sort_keys=True) + "\n"}
+    slug, ids = study.slug, {"slug": study.slug, "report_id": snap.pk}
+    pages: dict[str, str] = {
+        "reports-list.html": reverse("reports-list", kwargs={"slug": slug}),
+        "agreement-audit.html": reverse("reports-audit", kwargs=ids),
+    }
+    svgs = {"agreement-bias.svg": reverse("reports-bias", kwargs=ids)}
+    result = snap.result if isinstance(snap.result, dict) else {}
+    for crit in result.get("criteria") or []:
+        svgs[f"agreement-heatmap-{crit['id']}.svg"] = (reverse("reports-heatmap", kwargs=ids)
+                                                       + f"?criterion={crit['id']}")
+    for entry in (result.get("disagreements") or [])[:1]:
+        pages["agreement-disagreements.html"] = (
+            reverse("reports-disagreements", kwargs=ids)
+            + f"?judge={entry['judge_version']}&criterion={entry['criterion']}")
+    for table in TABLES:
+        pages[f"agreement-{table}.csv"] = (reverse("reports-api-export", kwargs=ids)
+                                           + f"?table={table}")
+    for name, url in pages.items():
+        status, text = _get(api if name.endswith(".csv") else client, url)
+        out[name] = f"status {status}\n" + normalise(text)
+    for name, url in svgs.items():
+        status, text = _get(client, url)
+        out[name] = f"status {status}\n" + svg_normalise(text)
     return out
 
 

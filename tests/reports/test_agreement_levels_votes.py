@@ -18,7 +18,7 @@ from scipy import stats
 
 from calibration.frames import CriterionRef, JudgeRef, RatingData
 from reports.agreement import compute_report, input_fingerprint, params_validate
-from reports.results import AgreementResult, CorrelationLevelsRow, json_safe
+from reports.agreement.results import AgreementResult, CorrelationLevelsRow, json_safe
 
 N_ITEMS = 60
 N_CAND = 4

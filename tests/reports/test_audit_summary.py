@@ -18,8 +18,8 @@ from scipy import stats
 
 from imports.generic import ratings_import, ratings_read
 from reports.agreement import NOT_TRUSTWORTHY, TOO_FEW, TRUSTWORTHY, params_validate
-from reports.agreement.verdict import rule_items, rule_text
-from reports.audit_summary import (
+from reports.agreement.present.charts import VERDICT_FILL
+from reports.agreement.present.summary import (
     EMPTY,
     SENTENCE_MAX_STRATA,
     SYSTEM_MIN_CANDIDATES,
@@ -35,9 +35,7 @@ from reports.audit_summary import (
     system_warning,
     verdict_class,
 )
-from reports.charts import VERDICT_FILL
-from reports.models import ReportSnapshot
-from reports.results import (
+from reports.agreement.results import (
     AgreementCell,
     AgreementResult,
     CriterionRef,
@@ -45,6 +43,8 @@ from reports.results import (
     HumanCeiling,
     JudgeRef,
 )
+from reports.agreement.verdict import rule_items, rule_text
+from reports.models import ReportSnapshot
 from studies.models import Criterion, Membership, Study
 from tests.browser.harness import *  # noqa: F403 - fixtures (chromium, new_session, ...)
 from tests.factories import MembershipFactory, StudyFactory, UserFactory

@@ -24,9 +24,9 @@ from django.urls import reverse
 from scipy import stats
 
 from imports.generic import ratings_import, ratings_read
-from reports import audit_tables
-from reports.export import TABLES, table_csv
-from reports.results import AgreementResult
+from reports.agreement.present import tables as audit_tables
+from reports.agreement.present.export import TABLES, table_csv
+from reports.agreement.results import AgreementResult
 from studies.models import Study
 
 from .conftest import computed_report

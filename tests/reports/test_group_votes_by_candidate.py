@@ -26,8 +26,8 @@ from django.core.management import call_command
 from scipy import stats
 from sklearn.metrics import accuracy_score, cohen_kappa_score
 
-from reports.export import table_csv
-from reports.results import AgreementResult
+from reports.agreement.present.export import table_csv
+from reports.agreement.results import AgreementResult
 
 pytestmark = pytest.mark.django_db
 

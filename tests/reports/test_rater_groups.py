@@ -27,9 +27,9 @@ from rest_framework.test import APIClient
 from scipy import stats
 from sklearn.metrics import accuracy_score, cohen_kappa_score
 
-from reports.export import table_csv
+from reports.agreement.present.export import table_csv
+from reports.agreement.results import AgreementResult
 from reports.models import ReportSnapshot
-from reports.results import AgreementResult
 from studies.models import Study
 from tests.factories import api_token_create
 

@@ -17,15 +17,15 @@ from django.utils import timezone
 
 from imports.generic import ratings_import
 from reports import kinds
-from reports.celery_tasks import agreement_report_compute, report_compute_task
-from reports.export import TABLES, table_csv
-from reports.models import ReportSnapshot
-from reports.results import (
+from reports.agreement.present.export import TABLES, table_csv
+from reports.agreement.results import (
     AGREEMENT_RESULT_VERSION,
     AgreementResult,
     Estimate,
     ResultFormatError,
 )
+from reports.celery_tasks import agreement_report_compute, report_compute_task
+from reports.models import ReportSnapshot
 from reports.services import report_build, report_compute, report_retry
 from reviewhub.api.errors import ValidationFailed
 from studies.models import Study
@@ -171,16 +171,16 @@ def test_schema_and_reader_refuse_what_does_not_fit(imported: Study) -> None:
 
 
 def test_an_estimate_keeps_p_value_only_where_given() -> None:
-    from reports.results import _decode, _encode
+    from reports.results import decode_dataclass, encode
 
     plain = {"value": 0.5, "ci_low": 0.4, "ci_high": None, "n": 3, "method": "bca",
              "warnings": []}
-    assert _encode(_decode(Estimate, plain, "m")) == plain
+    assert encode(decode_dataclass(Estimate, plain, "m")) == plain
     tested = {**plain, "p_value": 0.03}
-    assert _decode(Estimate, tested, "m").p_value == 0.03
-    assert _encode(_decode(Estimate, tested, "m")) == tested
+    assert decode_dataclass(Estimate, tested, "m").p_value == 0.03
+    assert encode(decode_dataclass(Estimate, tested, "m")) == tested
     with pytest.raises(ResultFormatError, match=r"m\.n: must be an integer"):
-        _decode(Estimate, {**plain, "n": 1.5}, "m")
+        decode_dataclass(Estimate, {**plain, "n": 1.5}, "m")
 
 
 def test_agreement_module_writes_the_version_the_reader_reads() -> None:
@@ -194,7 +194,8 @@ def test_results_module_needs_no_django() -> None:
     import subprocess
     import sys
 
-    code = "import sys, reports.results; assert 'django' not in sys.modules, 'django imported'"
+    code = ("import sys, reports.results, reports.agreement.results; "
+            "assert 'django' not in sys.modules, 'django imported'")
     root = Path(__file__).resolve().parents[2]
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
 

@@ -21,9 +21,8 @@ import pytest
 
 from calibration.frames import CriterionRef, JudgeRef, RatingData, rating_data_load
 from reports.agreement import compute_report, input_fingerprint, params_validate
-from reports.export import TABLES, table_csv
-from reports.models import ReportSnapshot
-from reports.results import (
+from reports.agreement.present.export import TABLES, table_csv
+from reports.agreement.results import (
     AgreementResult,
     AltTest,
     AltTestAnnotator,
@@ -40,6 +39,7 @@ from reports.results import (
     SystemRow,
     json_safe,
 )
+from reports.models import ReportSnapshot
 from studies.models import Study
 
 from .conftest import computed_report, module_study

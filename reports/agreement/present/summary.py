@@ -21,8 +21,8 @@ from typing import Any
 
 from studies.strata import CROSS_SEPARATOR
 
-from .agreement.verdict import NOT_TRUSTWORTHY, TOO_FEW, TRUSTWORTHY
-from .results import AgreementCell, AgreementResult, CriterionRef, Estimate, JudgeRef
+from ..results import AgreementCell, AgreementResult, CriterionRef, Estimate, JudgeRef
+from ..verdict import NOT_TRUSTWORTHY, TOO_FEW, TRUSTWORTHY
 
 # Below this many candidates a system-level rank correlation is shown with a warning: with m
 # candidates a judge that ranks them at random reaches Kendall tau = 1 with probability 1 / m!

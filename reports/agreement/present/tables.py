@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from . import audit_summary
-from .results import AgreementResult, CriterionRef, Estimate, OrderFigures
+from ..results import AgreementResult, CriterionRef, Estimate, OrderFigures
+from . import summary
 
 # Rows per table on the page; the CSV export has them all.
 MAX_ROWS = 40
@@ -35,10 +35,10 @@ ORDER_FIGURES = (
 def _est(est: Estimate | None) -> dict[str, str]:
     """A figure as two strings (the interval shown smaller under the value)."""
     if est is None:
-        return {"value": audit_summary.EMPTY, "interval": ""}
+        return {"value": summary.EMPTY, "interval": ""}
     return {
-        "value": audit_summary.number_text(est.value),
-        "interval": audit_summary.interval_text(est.ci_low, est.ci_high),
+        "value": summary.number_text(est.value),
+        "interval": summary.interval_text(est.ci_low, est.ci_high),
     }
 
 
@@ -50,7 +50,7 @@ def _row_head(result: AgreementResult, jid: int, dimension: str, label: str) -> 
     judges = result.judges_by_id()
     return {
         "judge": judges[jid].display.split() if jid in judges else ["?"],
-        "stratum": audit_summary.stratum_words(dimension, label).split(),
+        "stratum": summary.stratum_words(dimension, label).split(),
     }
 
 
@@ -179,8 +179,8 @@ def groups_table(result: AgreementResult, criterion: int) -> dict[str, Any] | No
             {
                 "title": r.title(judge).split(),
                 "kind": GROUP_KINDS.get(r.kind, r.kind),
-                "stratum": audit_summary.stratum_words(r.dimension, r.label).split(),
-                "metric": audit_summary.metric_name(r.primary_metric),
+                "stratum": summary.stratum_words(r.dimension, r.label).split(),
+                "metric": summary.metric_name(r.primary_metric),
                 "too_few": r.too_few,
                 "figure": _est(primary),
                 "pooled": _est(r.metrics.get("pooled_agreement"))
@@ -218,7 +218,7 @@ def criterion_tables(result: AgreementResult, criterion: CriterionRef) -> dict[s
 
 
 def attach(result: AgreementResult, sections: Iterable[dict[str, Any]]) -> None:
-    """Add each section's tables under ``"v2"`` (sections as `reports.views` builds them)."""
+    """Add each section's tables under ``"v2"`` (sections as `page.audit_sections` builds them)."""
     for s in sections:
         s["v2"] = criterion_tables(result, s["criterion"])
 
