@@ -27,6 +27,7 @@ from typing import Any
 
 from django.db import connection
 from django.utils import timezone
+from psycopg.pq import TransactionStatus
 
 from reviewhub.bulkcopy import BATCH, bulk_insert
 from reviewhub.errors import Conflict
@@ -169,6 +170,62 @@ def _qn(name: str) -> str:
     return str(connection.ops.quote_name(name))
 
 
+def _fk_by_statement() -> bool:
+    """Whether the merge checks its inserted rows' foreign keys itself, with PostgreSQL's own
+    per-row checks off for that one statement.
+
+    Each foreign key of the verdict table (judge version, criterion, output, comparison) is
+    checked by PostgreSQL with one query per inserted row, queued until commit: three per new
+    verdict, about 60 % of the server's time for a batch of new verdicts (docs/benchmarks.md).
+    The merge does the same work once per batch instead: it locks every row its new verdicts
+    refer to (FOR KEY SHARE, the lock the per-row check takes, so that none can be deleted
+    before this transaction ends) and counts them, and the writer refuses the batch (Conflict,
+    nothing kept) when one is missing. The per-row checks are switched off by
+    `session_replication_role = replica` for the length of the merge only, which needs a
+    superuser or, from PostgreSQL 15, a role granted SET on that parameter
+    (`GRANT SET ON PARAMETER session_replication_role TO ...`); without it the merge leaves
+    the checks to PostgreSQL, as before. The verdict table has no trigger other than its
+    foreign keys' (tests/judges/test_verdict_write.py holds that)."""
+    if getattr(connection, "pg_version", 0) < 150000:
+        sql = "SELECT current_setting('is_superuser') = 'on'"
+    else:
+        sql = "SELECT has_parameter_privilege('session_replication_role', 'SET')"
+    with connection.cursor() as cur:
+        cur.execute(sql)
+        return bool(cur.fetchone()[0])
+
+
+def _fk_locked(f: Any, column: str) -> str:
+    """True when every row that the merge's new verdicts refer to by foreign key `f` exists,
+    each locked as PostgreSQL's own foreign-key check locks it (one index probe per distinct
+    id: LATERAL keeps the planner from scanning the referenced table)."""
+    target = f"{_qn(f.related_model._meta.db_table)}"
+    key = _qn(f.target_field.column)
+    return (f"(SELECT count(*) = count(r.k) FROM (SELECT DISTINCT s.{column} AS k FROM src s "
+            f"WHERE s.rh_id IS NULL AND s.{column} IS NOT NULL) u "
+            f"LEFT JOIN LATERAL (SELECT 1 AS k FROM {target} x WHERE x.{key} = u.k "
+            f"FOR KEY SHARE OF x) r ON true)")
+
+
+@contextmanager
+def _fk_triggers_off(cur: Any, off: bool) -> Iterator[None]:
+    """PostgreSQL's per-row foreign-key checks off for the statements inside (`off`), as they
+    were after, also when one fails (set_config(..., true) ends with the transaction at the
+    latest, so a failed statement cannot leave them off for another transaction)."""
+    if not off:
+        yield
+        return
+    cur.execute("SELECT current_setting('session_replication_role'), "
+                "set_config('session_replication_role', 'replica', true)")
+    was = cur.fetchone()[0]
+    try:
+        yield
+    finally:
+        # A failed statement leaves the transaction aborted: its rollback puts it back.
+        if connection.connection.info.transaction_status != TransactionStatus.INERROR:
+            cur.execute("SELECT set_config('session_replication_role', %s, true)", [was])
+
+
 # The (order:index) samples a stored verdict was combined from, as text (see `sent` above).
 _STORED_SAMPLES = """
     CASE WHEN jsonb_typeof(o.rh_details -> 'samples') = 'array'
@@ -240,6 +297,10 @@ def _upsert_copy(rows: Mapping[VerdictKey, Mapping[str, Any]], rationale: str,
                 if is_output in kinds]
     held = "false" if sent is None else (
         f"(o.rh_id IS NOT NULL AND NOT ({_STORED_SAMPLES} <@ string_to_array(t.rh_sent, ',')))")
+    by_statement = _fk_by_statement()
+    # The foreign keys of the inserted rows, checked by this statement (see _fk_by_statement).
+    fk_ok = " AND ".join(_fk_locked(f, col[f.attname]) for f in meta.concrete_fields
+                         if f.is_relation and f.attname in _TMP_COLUMNS) if by_statement else "true"
     merge_sql = f"""
         WITH src AS (
             SELECT t.*, o.rh_id,
@@ -268,7 +329,8 @@ def _upsert_copy(rows: Mapping[VerdictKey, Mapping[str, Any]], rationale: str,
                count(*) FILTER (WHERE rh_id IS NOT NULL AND NOT rh_same AND NOT rh_held),
                count(*) FILTER (WHERE rh_same AND NOT rh_held),
                (SELECT count(*) FROM ins), (SELECT count(*) FROM upd),
-               array_agg(rh_id) FILTER (WHERE rh_held)
+               array_agg(rh_id) FILTER (WHERE rh_held),
+               {fk_ok}
         FROM src
     """
     staged = [col[a] for a in _TMP_COLUMNS] + ([] if sent is None else ["rh_sent"])
@@ -288,9 +350,14 @@ def _upsert_copy(rows: Mapping[VerdictKey, Mapping[str, Any]], rationale: str,
                 if sent is not None:
                     row = (*row, ",".join(f"{o}:{i}" for o, i in sent[key]))
                 write_row(row)
-        cur.execute(merge_sql, [now, *params])
-        created, updated, unchanged, inserted, written, held_ids = cur.fetchone()
+        with _fk_triggers_off(cur, by_statement):
+            cur.execute(merge_sql, [now, *params])
+            created, updated, unchanged, inserted, written, held_ids, refs_ok = cur.fetchone()
         cur.execute(f"DROP TABLE {tmp}")
+    if not refs_ok:
+        # What the foreign keys' own check would have refused at commit (a 500 there).
+        raise Conflict("A judge version, criterion or subject of these verdicts was deleted "
+                       "while this import ran; nothing was written. Try again.")
     if inserted != created or written != updated:
         # Another transaction wrote the same verdicts between the lookup and the write.
         raise Conflict("Verdicts were changed by another import while this one ran; nothing "
