@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from judges import verdict_write
 from judges.models import JudgeVersion, Verdict
 from judges.services import (
     VerdictImport,
@@ -19,7 +20,6 @@ from judges.services import (
     verdicts_import_bulk,
     verdicts_push_bulk,
 )
-from judges import verdict_write
 from judges.verdict_write import verdict_rows_upsert
 from reviewhub.errors import ValidationFailed
 from studies.models import Comparison, Study
@@ -331,7 +331,7 @@ def test_the_merge_locks_the_rows_its_new_verdicts_refer_to(study: Study, data: 
     # transaction (a lock, the row is not changed), so a concurrent delete waits for it.
     from studies.models import Output
 
-    version, rows = _missing_output_rows(study, data)
+    _, rows = _missing_output_rows(study, data)
     kept = {k: v for k, v in rows.items() if Output.objects.filter(pk=k[3]).exists()}
     out_id = next(iter(kept))[3]
     with connection.cursor() as cur:
