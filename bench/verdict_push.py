@@ -8,7 +8,7 @@ confidences and trust or escalate").
 Creates a throwaway database next to DATABASE_URL's (dropped at the end) and measures:
 
 1. Import: 1,000,000 binary verdicts of a simulated external judge, each with a
-   probability, pushed through `judges.services.verdicts_push_bulk` (what
+   probability, pushed through `judges.push.verdicts_push_bulk` (what
    `POST /api/studies/<slug>/verdicts/bulk` calls) in batches of 10,000 on a study of
    1,000,000 outputs (seeded with COPY beforehand, not timed), side by side through both
    writers (`use_copy=True`: COPY and one merge statement, PostgreSQL's default;
@@ -134,12 +134,18 @@ def main() -> None:
     parser.add_argument("--orm-verdicts", type=int, default=None,
                         help="push only the first N verdicts through the ORM writer too "
                              "(default: all)")
+    parser.add_argument("--rowfk-verdicts", type=int, default=None,
+                        help="push only the first N verdicts through the COPY writer with "
+                             "PostgreSQL's per-row foreign-key checks (the writer before "
+                             "they were checked by the merge; default: all)")
     parser.add_argument("--import-verdicts", type=int, default=0,
                         help="also time verdicts_import_bulk (a ratings file's write step) "
                              "with N verdicts through both writers")
     args = parser.parse_args()
     if args.orm_verdicts is None:
         args.orm_verdicts = args.verdicts
+    if args.rowfk_verdicts is None:
+        args.rowfk_verdicts = args.verdicts
     base = os.environ.get("DATABASE_URL", "")
     if not base.startswith(("postgres://", "postgresql://")):
         raise SystemExit("Set DATABASE_URL to a PostgreSQL URL.")
@@ -170,7 +176,7 @@ def main() -> None:
         django.setup()
         from django.contrib.auth import get_user_model
 
-        from judges.services import verdicts_push_bulk
+        from judges.push import verdicts_push_bulk
         from reviewhub.bulkcopy import bulk_insert
         from studies.models import Candidate, Criterion, Item, Output, RubricVersion, Study
 
@@ -192,7 +198,15 @@ def main() -> None:
             "(not timed below)")
         rng = np.random.default_rng(3)
         probs = np.round(rng.random(n), 4)
-        paths = {"copy": True, "orm": False}
+        from judges import verdict_write
+
+        # writer -> (use_copy, the merge checks the foreign keys itself), and how many rows
+        paths = {"copy": (True, True), "copy-rowfk": (True, False), "orm": (False, False)}
+        limit = {"copy": n, "copy-rowfk": args.rowfk_verdicts, "orm": args.orm_verdicts}
+        checks_here = verdict_write._fk_by_statement
+        if not checks_here():
+            say("this database role may not set session_replication_role: the copy writer "
+                "leaves the foreign-key checks to PostgreSQL (as copy-rowfk)")
         judges = {name: {"name": f"external-{name}", "config_hash": "bench", "external": True}
                   for name in paths}
 
@@ -214,8 +228,11 @@ def main() -> None:
             for b, lo in enumerate(range(0, n, args.batch)):
                 order = list(paths) if b % 2 == 0 else list(reversed(paths))
                 for name in order:
-                    if name == "orm" and lo >= args.orm_verdicts:
+                    if lo >= limit[name]:
                         continue
+                    use_copy, by_statement = paths[name]
+                    verdict_write._fk_by_statement = (  # type: ignore[method-assign]
+                        checks_here if by_statement else lambda: False)
                     rows: list[dict[str, Any]] = [
                         {"criterion": "ok", "item": f"i{i}", "candidate": "m",
                          "value": "pass" if probs[i] >= 0.5 else "fail",
@@ -224,7 +241,7 @@ def main() -> None:
                     ]
                     b0, c0, s0 = time.perf_counter(), time.process_time(), backend_cpu_s(backend)
                     out = verdicts_push_bulk(study=study, judge=judges[name], verdicts=rows,
-                                             use_copy=paths[name])
+                                             use_copy=use_copy)
                     took = time.perf_counter() - b0
                     client_cpu[name] += time.process_time() - c0
                     server_cpu[name] += backend_cpu_s(backend) - s0
@@ -244,10 +261,14 @@ def main() -> None:
                     f"{totals[name]}; CPU per row: client {1e6 * client_cpu[name] / done:.1f} "
                     f"us + server {1e6 * server_cpu[name] / done:.1f} us "
                     f"(= {1e6 / cpu_us:,.0f} rows/s of CPU)")
-            if wall["orm"]:
-                n_orm = sum(totals["orm"].values())
-                ratio = (n / wall["copy"]) / (n_orm / wall["orm"])
-                say(f"{label}: COPY writer / ORM writer rows/s = {ratio:.1f}x")
+            for other in ("copy-rowfk", "orm"):
+                if wall[other]:
+                    n_other = sum(totals[other].values())
+                    ratio = (n / wall["copy"]) / (n_other / wall[other])
+                    cpu = ((client_cpu[other] + server_cpu[other]) / n_other) / (
+                        (client_cpu["copy"] + server_cpu["copy"]) / n)
+                    say(f"{label}: copy / {other} rows/s = {ratio:.2f}x, "
+                        f"CPU per row {other} / copy = {cpu:.2f}x")
             say(f"{label}: RSS MiB after each 100,000: " + ", ".join(f"{r:.0f}" for r in rss))
 
         say(f"push {n:,} verdicts with probabilities in batches of {args.batch:,} "

@@ -14,11 +14,11 @@ from django.db import connection
 
 from judges import verdict_write
 from judges.models import JudgeVersion, Verdict
+from judges.push import verdicts_push_bulk
 from judges.services import (
     VerdictImport,
     judge_imported_version_get_or_create,
     verdicts_import_bulk,
-    verdicts_push_bulk,
 )
 from judges.verdict_write import verdict_rows_upsert
 from reviewhub.errors import ValidationFailed
