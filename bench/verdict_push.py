@@ -127,6 +127,73 @@ def import_bench(study: Any, n: int, probs: np.ndarray, backend: int) -> None:
             del specs
 
 
+def push_parallel(study: Any, n: int, batch: int, clients: int, probs: np.ndarray,
+                  label: str) -> None:
+    """n new verdicts of one more external judge pushed by `clients` threads at once, each
+    with its own database connection (as that many API clients, each request its own
+    transaction): batch b goes to thread b % clients. While one thread's batch is merged by
+    its PostgreSQL backend the others build and check theirs, so both cores work. CPU per
+    row: the threads' own CPU around each push (`time.thread_time`) and their backends'."""
+    import threading
+
+    from django.db import connection
+
+    from judges.push import verdicts_push_bulk
+
+    judge = {"name": f"external-{clients}-clients", "config_hash": "bench", "external": True}
+
+    def rows_of(lo: int) -> list[dict[str, Any]]:
+        return [{"criterion": "ok", "item": f"i{i}", "candidate": "m",
+                 "value": "pass" if probs[i] >= 0.5 else "fail",
+                 "probability": float(probs[i])} for i in range(lo, min(n, lo + batch))]
+
+    # The first batch alone: it creates the judge version that the others then find.
+    verdicts_push_bulk(study=study, judge=judge, verdicts=rows_of(0))
+    starts = list(range(batch, n, batch))
+    start = threading.Barrier(clients + 1)
+    client_cpu = [0.0] * clients
+    server_cpu = [0.0] * clients
+    created = [0] * clients
+    failed: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_backend_pid()")
+                pid = int(cur.fetchone()[0])
+            start.wait()
+            s0 = backend_cpu_s(pid)
+            for lo in starts[k::clients]:
+                rows = rows_of(lo)
+                c0 = time.thread_time()
+                out = verdicts_push_bulk(study=study, judge=judge, verdicts=rows)
+                client_cpu[k] += time.thread_time() - c0
+                created[k] += out.counts.created
+            server_cpu[k] = backend_cpu_s(pid) - s0
+        except BaseException as exc:  # reported below; the bench must not hang on it
+            failed.append(exc)
+            with contextlib.suppress(threading.BrokenBarrierError):
+                start.abort()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if failed:
+        raise failed[0]
+    done = sum(created)
+    client, server = sum(client_cpu), sum(server_cpu)
+    say(f"{label} [copy, {clients} clients at once]: {done:,} new verdicts in {wall:.1f} s, "
+        f"{done / wall:,.0f} rows/s; CPU per row: client {1e6 * client / done:.1f} us + server "
+        f"{1e6 * server / done:.1f} us; RSS {rss_mib():.0f} MiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--verdicts", type=int, default=1_000_000)
@@ -134,18 +201,22 @@ def main() -> None:
     parser.add_argument("--orm-verdicts", type=int, default=None,
                         help="push only the first N verdicts through the ORM writer too "
                              "(default: all)")
-    parser.add_argument("--rowfk-verdicts", type=int, default=None,
-                        help="push only the first N verdicts through the COPY writer with "
-                             "PostgreSQL's per-row foreign-key checks (the writer before "
-                             "they were checked by the merge; default: all)")
+    parser.add_argument("--rowfk-every", type=int, default=1,
+                        help="push every K-th batch also through the COPY writer with "
+                             "PostgreSQL's per-row foreign-key checks (the writer before the "
+                             "merge checked them; 0: not), so that it sees the same table "
+                             "sizes with fewer rows")
+    parser.add_argument("--clients", type=int, default=2,
+                        help="then push --clients-verdicts new verdicts (to another judge) "
+                             "from this many threads at once (0: not)")
+    parser.add_argument("--clients-verdicts", type=int, default=None,
+                        help="how many verdicts the clients push (default: --verdicts)")
     parser.add_argument("--import-verdicts", type=int, default=0,
                         help="also time verdicts_import_bulk (a ratings file's write step) "
                              "with N verdicts through both writers")
     args = parser.parse_args()
     if args.orm_verdicts is None:
         args.orm_verdicts = args.verdicts
-    if args.rowfk_verdicts is None:
-        args.rowfk_verdicts = args.verdicts
     base = os.environ.get("DATABASE_URL", "")
     if not base.startswith(("postgres://", "postgresql://")):
         raise SystemExit("Set DATABASE_URL to a PostgreSQL URL.")
@@ -202,7 +273,8 @@ def main() -> None:
 
         # writer -> (use_copy, the merge checks the foreign keys itself), and how many rows
         paths = {"copy": (True, True), "copy-rowfk": (True, False), "orm": (False, False)}
-        limit = {"copy": n, "copy-rowfk": args.rowfk_verdicts, "orm": args.orm_verdicts}
+        limit = {"copy": n, "copy-rowfk": n if args.rowfk_every else 0,
+                 "orm": args.orm_verdicts}
         checks_here = verdict_write._fk_by_statement
         if not checks_here():
             say("this database role may not set session_replication_role: the copy writer "
@@ -228,7 +300,7 @@ def main() -> None:
             for b, lo in enumerate(range(0, n, args.batch)):
                 order = list(paths) if b % 2 == 0 else list(reversed(paths))
                 for name in order:
-                    if lo >= limit[name]:
+                    if lo >= limit[name] or (name == "copy-rowfk" and b % args.rowfk_every):
                         continue
                     use_copy, by_statement = paths[name]
                     verdict_write._fk_by_statement = (  # type: ignore[method-assign]
@@ -275,6 +347,9 @@ def main() -> None:
             f"(load average before: {os.getloadavg()[0]:.1f})")
         push_all("push (new)")
         push_all("re-push (unchanged)")
+        if args.clients:
+            push_parallel(study, min(n, args.clients_verdicts or n), args.batch, args.clients,
+                          probs, "push (new)")
         if args.import_verdicts:
             import_bench(study, min(n, args.import_verdicts), probs, backend)
         say(f"load average after: {os.getloadavg()[0]:.1f}")

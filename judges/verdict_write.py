@@ -242,18 +242,10 @@ _STORED_SAMPLES = """
 """
 
 
-def _upsert_copy(rows: Mapping[VerdictKey, Mapping[str, Any]], rationale: str,
-                 sent: Mapping[VerdictKey, Iterable[tuple[str, int]]] | None) -> WriteCounts:
-    meta: Any = Verdict._meta
-    by_attname = {f.attname: f for f in meta.concrete_fields}
-    tmp = _qn(f"rh_verdicts_{uuid.uuid4().hex[:16]}")
-    # rationale NULL in the staged rows: "not given" (see _FIELDS above).
-    cols = ", ".join(f"{_qn(by_attname[a].column)} {by_attname[a].db_type(connection)}"
-                     for a in _TMP_COLUMNS)
-    if sent is not None:
-        cols += ", rh_sent text"
-    table = _qn(meta.db_table)
-    now = timezone.now()
+def _inserted_columns(meta: Any, rationale: str, now: Any
+                      ) -> tuple[list[str], list[str], list[Any]]:
+    """The columns a new verdict is inserted with, what each is selected as from the staged
+    row `s`, and the parameters of those selections."""
     insert_cols: list[str] = []
     select: list[str] = []
     params: list[Any] = []
@@ -278,23 +270,62 @@ def _upsert_copy(rows: Mapping[VerdictKey, Mapping[str, Any]], rationale: str,
             # listing every column keeps this right when fields are added.
             select.append("%s")
             params.append(f.get_db_prep_save(f.get_default(), connection))
-    col = {a: _qn(by_attname[a].column) for a in (*_TMP_COLUMNS, "id", "updated_at")}
-    updates = [f"{col[a]} = s.{col[a]}" for a in _FIELDS]
-    updates.append(f"{col['rationale']} = COALESCE(s.{col['rationale']}, w.{col['rationale']})")
-    updates.append(f"{col['updated_at']} = %s")
+    return insert_cols, select, params
+
+
+def _copy_staged(cur: Any, copy_sql: str, rows: Mapping[VerdictKey, Mapping[str, Any]],
+                 sent: Mapping[VerdictKey, Iterable[tuple[str, int]]] | None) -> None:
+    """The combined verdicts COPYed into the staging table, in `_TMP_COLUMNS` order (and the
+    sent samples as "order:index,..." text when `sent`)."""
+    dumps = json.dumps
+    with cur.cursor.copy(copy_sql) as copy:
+        write_row = copy.write_row
+        for key, f in rows.items():
+            version, crit, kind, sid = key
+            is_output = kind == "output"
+            row: tuple[Any, ...] = (
+                version, crit, sid if is_output else None, None if is_output else sid,
+                f["is_scored"], f["value"], f["value_num"], f["probability"],
+                dumps(f["details"]), f["n_samples"], f.get("rationale"))
+            if sent is not None:
+                row = (*row, ",".join(f"{o}:{i}" for o, i in sent[key]))
+            write_row(row)
+
+
+def _lookup_branches(table: str, col: Mapping[str, str], kinds: set[bool]) -> list[str]:
+    """The stored verdict of staged row `t`, one UNION branch per kind of subject in the
+    batch (`kinds`: True for outputs). One index probe per staged row (each branch matches
+    only when its subject column is set; a batch of outputs only has the outputs' branch): a
+    join would let the planner, whose statistics lag behind a bulk load, scan the judge's
+    verdicts for every batch."""
     lookup = (f"w.{col['judge_version_id']} = t.{col['judge_version_id']} AND "
               f"w.{col['criterion_id']} = t.{col['criterion_id']}")
     compared = ", ".join(f"w.{col[a]}" for a in ("id", "value", "details", "is_scored",
                                                  "probability"))
-    # One index probe per staged row (each branch of the UNION matches only when its subject
-    # column is set; a batch of outputs only has the outputs' branch): a join would let the
-    # planner, whose statistics lag behind a bulk load, scan the judge's verdicts for every
-    # batch.
-    kinds = {k[2] == "output" for k in rows}
-    branches = [f"SELECT {compared} FROM {table} w WHERE {lookup} "
-                f"AND w.{col[column]} = t.{col[column]}"
-                for column, is_output in (("output_id", True), ("comparison_id", False))
-                if is_output in kinds]
+    return [f"SELECT {compared} FROM {table} w WHERE {lookup} "
+            f"AND w.{col[column]} = t.{col[column]}"
+            for column, is_output in (("output_id", True), ("comparison_id", False))
+            if is_output in kinds]
+
+
+def _upsert_copy(rows: Mapping[VerdictKey, Mapping[str, Any]], rationale: str,
+                 sent: Mapping[VerdictKey, Iterable[tuple[str, int]]] | None) -> WriteCounts:
+    meta: Any = Verdict._meta
+    by_attname = {f.attname: f for f in meta.concrete_fields}
+    tmp = _qn(f"rh_verdicts_{uuid.uuid4().hex[:16]}")
+    # rationale NULL in the staged rows: "not given" (see _FIELDS above).
+    cols = ", ".join(f"{_qn(by_attname[a].column)} {by_attname[a].db_type(connection)}"
+                     for a in _TMP_COLUMNS)
+    if sent is not None:
+        cols += ", rh_sent text"
+    table = _qn(meta.db_table)
+    now = timezone.now()
+    insert_cols, select, params = _inserted_columns(meta, rationale, now)
+    col = {a: _qn(by_attname[a].column) for a in (*_TMP_COLUMNS, "id", "updated_at")}
+    updates = [f"{col[a]} = s.{col[a]}" for a in _FIELDS]
+    updates.append(f"{col['rationale']} = COALESCE(s.{col['rationale']}, w.{col['rationale']})")
+    updates.append(f"{col['updated_at']} = %s")
+    branches = _lookup_branches(table, col, {k[2] == "output" for k in rows})
     held = "false" if sent is None else (
         f"(o.rh_id IS NOT NULL AND NOT ({_STORED_SAMPLES} <@ string_to_array(t.rh_sent, ',')))")
     by_statement = _fk_by_statement()
@@ -335,21 +366,9 @@ def _upsert_copy(rows: Mapping[VerdictKey, Mapping[str, Any]], rationale: str,
     """
     staged = [col[a] for a in _TMP_COLUMNS] + ([] if sent is None else ["rh_sent"])
     copy_sql = f"COPY {tmp} ({', '.join(staged)}) FROM STDIN"
-    dumps = json.dumps
     with connection.cursor() as cur:
         cur.execute(f"CREATE TEMPORARY TABLE {tmp} ({cols}) ON COMMIT DROP")
-        with cur.cursor.copy(copy_sql) as copy:
-            write_row = copy.write_row
-            for key, f in rows.items():
-                version, crit, kind, sid = key
-                is_output = kind == "output"
-                row: tuple[Any, ...] = (
-                    version, crit, sid if is_output else None, None if is_output else sid,
-                    f["is_scored"], f["value"], f["value_num"], f["probability"],
-                    dumps(f["details"]), f["n_samples"], f.get("rationale"))
-                if sent is not None:
-                    row = (*row, ",".join(f"{o}:{i}" for o, i in sent[key]))
-                write_row(row)
+        _copy_staged(cur, copy_sql, rows, sent)
         with _fk_triggers_off(cur, by_statement):
             cur.execute(merge_sql, [now, *params])
             created, updated, unchanged, inserted, written, held_ids, refs_ok = cur.fetchone()
