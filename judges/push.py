@@ -228,12 +228,15 @@ def _push_subjects(study_id: int, names: list[str]
         return items, outs
     items_t = connection.ops.quote_name(Item._meta.db_table)
     outs_t = connection.ops.quote_name(Output._meta.db_table)
+    # OFFSET 0 keeps each LATERAL a probe per row: without it the planner flattens them into
+    # joins and, once the study's outputs are analysed, hashes all of them (a sequential scan
+    # of 1,000,000 outputs for every batch of 10,000: 1.6 s against 0.3 s, EXPLAIN ANALYZE).
     sql = (f"SELECT u.k, i.id, o.id, o.candidate_id "
            f"FROM jsonb_array_elements_text(%s::jsonb) AS u(k) "
            f"CROSS JOIN LATERAL (SELECT t.id FROM {items_t} t "
-           f"WHERE t.study_id = %s AND t.external_id = u.k) AS i "
+           f"WHERE t.study_id = %s AND t.external_id = u.k OFFSET 0) AS i "
            f"LEFT JOIN LATERAL (SELECT p.id, p.candidate_id FROM {outs_t} p "
-           f"WHERE p.item_id = i.id) AS o ON true")
+           f"WHERE p.item_id = i.id OFFSET 0) AS o ON true")
     items, outs = {}, {}
     with connection.cursor() as cur:
         cur.execute(sql, [json.dumps(names), study_id])
