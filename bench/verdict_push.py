@@ -10,12 +10,17 @@ Creates a throwaway database next to DATABASE_URL's (dropped at the end) and mea
 1. Import: 1,000,000 binary verdicts of a simulated external judge, each with a
    probability, pushed through `judges.push.verdicts_push_bulk` (what
    `POST /api/studies/<slug>/verdicts/bulk` calls) in batches of 10,000 on a study of
-   1,000,000 outputs (seeded with COPY beforehand, not timed), side by side through both
-   writers (`use_copy=True`: COPY and one merge statement, PostgreSQL's default;
-   `use_copy=False`: the ORM writer, SQLite's), each batch through both in turn to two
-   judges: rows/s of each, their ratio, the slowest batch, and the process's RSS after every
-   100,000 rows (flat memory: each batch is read, checked and written on its own). Then the
-   same 1,000,000 sent again (all unchanged). `--orm-verdicts N` limits the ORM side.
+   1,000,000 outputs (seeded with COPY beforehand, not timed), side by side through the
+   writers, each batch through each in turn (alternating the order) to a judge of its own:
+   `copy` (COPY and one merge statement that also checks the new verdicts' foreign keys,
+   PostgreSQL's default), `copy-rowfk` (the same with PostgreSQL's per-row foreign-key
+   checks at commit, as before the merge checked them; every `--rowfk-every`-th batch) and
+   `orm` (SQLite's writer; the first `--orm-verdicts`): rows/s of each, CPU per row in this
+   process and in its PostgreSQL backend, their ratios, the slowest batch, and the process's
+   RSS after every 100,000 rows (flat memory: each batch is read, checked and written on its
+   own). Then the same verdicts sent again (all unchanged). Then `--clients-verdicts` new
+   verdicts of another judge pushed by `--clients` threads at once, each with its own
+   connection (as that many API clients).
 2. Policy: the guaranteed-agreement decisions over 1,000,000 verdicts x 3 simulated judges
    (pure evalstats, as calibration/compute.py runs them): each judge's threshold from 10,000
    human-labelled rows on the plan's default grid (0.001 steps) and minimum count, the
@@ -303,7 +308,7 @@ def main() -> None:
                     if lo >= limit[name] or (name == "copy-rowfk" and b % args.rowfk_every):
                         continue
                     use_copy, by_statement = paths[name]
-                    verdict_write._fk_by_statement = (  # type: ignore[method-assign]
+                    verdict_write._fk_by_statement = (
                         checks_here if by_statement else lambda: False)
                     rows: list[dict[str, Any]] = [
                         {"criterion": "ok", "item": f"i{i}", "candidate": "m",
