@@ -23,13 +23,13 @@ from .services import (
     ImportedSample,
     VerdictBulkCounts,
     VerdictImport,
-    _of_subjects,
-    _one_call,
-    _one_call_fields,
-    _samples_combined,
+    is_one_call,
     judge_imported_version_get_or_create,
+    one_call_fields,
+    samples_combined,
     verdict_probability_problem,
     verdicts_import_bulk,
+    verdicts_of_subjects,
 )
 from .verdict_write import gc_paused, use_copy_default, verdict_rows_upsert
 
@@ -192,7 +192,7 @@ def _verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any, created_by: 
         if use_copy:
             counts = _push_write_copy(calls, crit_of)
         else:
-            prior = _of_subjects(
+            prior = verdicts_of_subjects(
                 [version.pk], {k[1] for k in calls},
                 [k[3] for k in calls if k[2] == "output"],
                 [k[3] for k in calls if k[2] == "comparison"],
@@ -262,10 +262,10 @@ def _push_write_copy(
         for k in keys:
             smps, crit = calls[k], crit_of[k]
             one = next(iter(smps.values())) if len(smps) == 1 else None
-            if one is not None and _one_call(crit, one):  # as _samples_combined, sooner
-                out[k] = _one_call_fields(crit, one, value_nums)
+            if one is not None and is_one_call(crit, one):  # as samples_combined, sooner
+                out[k] = one_call_fields(crit, one, value_nums)
             else:
-                out[k] = _samples_combined(
+                out[k] = samples_combined(
                     VerdictImport(criterion=crit, samples=tuple(smps.values())), value_nums)
         return out
 

@@ -264,15 +264,15 @@ def _pass_probability(crit: Criterion, value: str, p: float | None) -> float | N
     return p if value in labels else 1.0 - p
 
 
-def _one_call(crit: Criterion, one: ImportedSample) -> bool:
+def is_one_call(crit: Criterion, one: ImportedSample) -> bool:
     """One call on one output with a value (the common case of a push): its fields are the
-    call's value and probability as given (`_one_call_fields`)."""
+    call's value and probability as given (`one_call_fields`)."""
     return not one.order and one.value != "" and crit.scale != Criterion.Scale.CATEGORICAL
 
 
-def _one_call_fields(crit: Criterion, one: ImportedSample,
+def one_call_fields(crit: Criterion, one: ImportedSample,
                      value_nums: dict[tuple[int, str], float | None] | None) -> dict[str, Any]:
-    """The fields `_samples_combined` gives a verdict of one call on one output; the same
+    """The fields `samples_combined` gives a verdict of one call on one output; the same
     fields its general path gives one sample."""
     memo_key = (crit.id, one.value)
     if value_nums is not None and memo_key in value_nums:
@@ -300,7 +300,7 @@ def _one_call_fields(crit: Criterion, one: ImportedSample,
     return fields
 
 
-def _samples_combined(spec: VerdictImport,
+def samples_combined(spec: VerdictImport,
                       value_nums: dict[tuple[int, str], float | None] | None = None
                       ) -> dict[str, Any]:
     """value, value_num, probability, details, n_samples of a verdict given as samples.
@@ -308,8 +308,8 @@ def _samples_combined(spec: VerdictImport,
     `value_nums`: a memo of `verdict_import_fields`' value_num per (criterion id, value) for
     one batch, so that a million one-call verdicts check each distinct value once."""
     crit = spec.criterion
-    if len(spec.samples) == 1 and not spec.continuous and _one_call(crit, spec.samples[0]):
-        return _one_call_fields(crit, spec.samples[0], value_nums)
+    if len(spec.samples) == 1 and not spec.continuous and is_one_call(crit, spec.samples[0]):
+        return one_call_fields(crit, spec.samples[0], value_nums)
     samples = sorted(spec.samples, key=lambda s: (s.order, s.sample))
     orders = _orders_voted(samples)
     simple = len(samples) == len(orders) and all(
@@ -500,7 +500,7 @@ def _finite(raw: str) -> float | None:
     return num if math.isfinite(num) else None
 
 
-def _of_subjects(versions: Any, crits: Any, outs: list[int], comps: list[int]) -> Any:
+def verdicts_of_subjects(versions: Any, crits: Any, outs: list[int], comps: list[int]) -> Any:
     """The verdicts of judge versions `versions` on criteria `crits` for the given outputs and
     comparisons (model instances). On PostgreSQL, for one kind of subject, the query is driven
     from the ids (a LATERAL lookup per id in the (judge version, criterion, subject) index),
@@ -543,7 +543,7 @@ def verdicts_import_bulk(
         value_nums: dict[tuple[int, str], float | None] = {}
         for key, spec in verdicts.items():
             if spec.samples:
-                rows[key] = _samples_combined(spec, value_nums)
+                rows[key] = samples_combined(spec, value_nums)
             else:
                 rows[key] = {**verdict_import_fields(spec), "probability": None,
                              "rationale": rationale}
@@ -562,7 +562,7 @@ def _stored_of(keys: Mapping[tuple[int, int, str, int], Any]) -> Any:
     if len(keys) <= SUBJECT_FILTER_MAX:
         # A batch (the push endpoint): read only its subjects' verdicts, so that the cost of a
         # batch does not grow with everything the judge version has already.
-        return _of_subjects(versions, crits, [k[3] for k in keys if k[2] == "output"],
+        return verdicts_of_subjects(versions, crits, [k[3] for k in keys if k[2] == "output"],
                             [k[3] for k in keys if k[2] != "output"])
     return Verdict.objects.filter(judge_version_id__in=versions, criterion_id__in=crits)
 

@@ -38,7 +38,7 @@ from .models import Verdict
 # (judge version id, criterion id, "output" | "comparison", subject id)
 VerdictKey = tuple[int, int, str, int]
 
-# The combined fields of one verdict, as `judges.services._samples_combined` and
+# The combined fields of one verdict, as `judges.services.samples_combined` and
 # `verdict_import_fields` give them. "rationale" may be missing: a new verdict then gets the
 # writer's default rationale and a stored one keeps its own (what the ORM writer has always
 # done: it sets only the fields it was given).
