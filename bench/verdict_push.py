@@ -8,14 +8,19 @@ confidences and trust or escalate").
 Creates a throwaway database next to DATABASE_URL's (dropped at the end) and measures:
 
 1. Import: 1,000,000 binary verdicts of a simulated external judge, each with a
-   probability, pushed through `judges.services.verdicts_push_bulk` (what
+   probability, pushed through `judges.push.verdicts_push_bulk` (what
    `POST /api/studies/<slug>/verdicts/bulk` calls) in batches of 10,000 on a study of
-   1,000,000 outputs (seeded with COPY beforehand, not timed), side by side through both
-   writers (`use_copy=True`: COPY and one merge statement, PostgreSQL's default;
-   `use_copy=False`: the ORM writer, SQLite's), each batch through both in turn to two
-   judges: rows/s of each, their ratio, the slowest batch, and the process's RSS after every
-   100,000 rows (flat memory: each batch is read, checked and written on its own). Then the
-   same 1,000,000 sent again (all unchanged). `--orm-verdicts N` limits the ORM side.
+   1,000,000 outputs (seeded with COPY beforehand, not timed), side by side through the
+   writers, each batch through each in turn (alternating the order) to a judge of its own:
+   `copy` (COPY and one merge statement that also checks the new verdicts' foreign keys,
+   PostgreSQL's default), `copy-rowfk` (the same with PostgreSQL's per-row foreign-key
+   checks at commit, as before the merge checked them; every `--rowfk-every`-th batch) and
+   `orm` (SQLite's writer; the first `--orm-verdicts`): rows/s of each, CPU per row in this
+   process and in its PostgreSQL backend, their ratios, the slowest batch, and the process's
+   RSS after every 100,000 rows (flat memory: each batch is read, checked and written on its
+   own). Then the same verdicts sent again (all unchanged). Then `--clients-verdicts` new
+   verdicts of another judge pushed by `--clients` threads at once, each with its own
+   connection (as that many API clients).
 2. Policy: the guaranteed-agreement decisions over 1,000,000 verdicts x 3 simulated judges
    (pure evalstats, as calibration/compute.py runs them): each judge's threshold from 10,000
    human-labelled rows on the plan's default grid (0.001 steps) and minimum count, the
@@ -127,6 +132,73 @@ def import_bench(study: Any, n: int, probs: np.ndarray, backend: int) -> None:
             del specs
 
 
+def push_parallel(study: Any, n: int, batch: int, clients: int, probs: np.ndarray,
+                  label: str) -> None:
+    """n new verdicts of one more external judge pushed by `clients` threads at once, each
+    with its own database connection (as that many API clients, each request its own
+    transaction): batch b goes to thread b % clients. While one thread's batch is merged by
+    its PostgreSQL backend the others build and check theirs, so both cores work. CPU per
+    row: the threads' own CPU around each push (`time.thread_time`) and their backends'."""
+    import threading
+
+    from django.db import connection
+
+    from judges.push import verdicts_push_bulk
+
+    judge = {"name": f"external-{clients}-clients", "config_hash": "bench", "external": True}
+
+    def rows_of(lo: int) -> list[dict[str, Any]]:
+        return [{"criterion": "ok", "item": f"i{i}", "candidate": "m",
+                 "value": "pass" if probs[i] >= 0.5 else "fail",
+                 "probability": float(probs[i])} for i in range(lo, min(n, lo + batch))]
+
+    # The first batch alone: it creates the judge version that the others then find.
+    verdicts_push_bulk(study=study, judge=judge, verdicts=rows_of(0))
+    starts = list(range(batch, n, batch))
+    start = threading.Barrier(clients + 1)
+    client_cpu = [0.0] * clients
+    server_cpu = [0.0] * clients
+    created = [0] * clients
+    failed: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_backend_pid()")
+                pid = int(cur.fetchone()[0])
+            start.wait()
+            s0 = backend_cpu_s(pid)
+            for lo in starts[k::clients]:
+                rows = rows_of(lo)
+                c0 = time.thread_time()
+                out = verdicts_push_bulk(study=study, judge=judge, verdicts=rows)
+                client_cpu[k] += time.thread_time() - c0
+                created[k] += out.counts.created
+            server_cpu[k] = backend_cpu_s(pid) - s0
+        except BaseException as exc:  # reported below; the bench must not hang on it
+            failed.append(exc)
+            with contextlib.suppress(threading.BrokenBarrierError):
+                start.abort()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if failed:
+        raise failed[0]
+    done = sum(created)
+    client, server = sum(client_cpu), sum(server_cpu)
+    say(f"{label} [copy, {clients} clients at once]: {done:,} new verdicts in {wall:.1f} s, "
+        f"{done / wall:,.0f} rows/s; CPU per row: client {1e6 * client / done:.1f} us + server "
+        f"{1e6 * server / done:.1f} us; RSS {rss_mib():.0f} MiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--verdicts", type=int, default=1_000_000)
@@ -134,6 +206,16 @@ def main() -> None:
     parser.add_argument("--orm-verdicts", type=int, default=None,
                         help="push only the first N verdicts through the ORM writer too "
                              "(default: all)")
+    parser.add_argument("--rowfk-every", type=int, default=1,
+                        help="push every K-th batch also through the COPY writer with "
+                             "PostgreSQL's per-row foreign-key checks (the writer before the "
+                             "merge checked them; 0: not), so that it sees the same table "
+                             "sizes with fewer rows")
+    parser.add_argument("--clients", type=int, default=2,
+                        help="then push --clients-verdicts new verdicts (to another judge) "
+                             "from this many threads at once (0: not)")
+    parser.add_argument("--clients-verdicts", type=int, default=None,
+                        help="how many verdicts the clients push (default: --verdicts)")
     parser.add_argument("--import-verdicts", type=int, default=0,
                         help="also time verdicts_import_bulk (a ratings file's write step) "
                              "with N verdicts through both writers")
@@ -170,7 +252,7 @@ def main() -> None:
         django.setup()
         from django.contrib.auth import get_user_model
 
-        from judges.services import verdicts_push_bulk
+        from judges.push import verdicts_push_bulk
         from reviewhub.bulkcopy import bulk_insert
         from studies.models import Candidate, Criterion, Item, Output, RubricVersion, Study
 
@@ -192,7 +274,16 @@ def main() -> None:
             "(not timed below)")
         rng = np.random.default_rng(3)
         probs = np.round(rng.random(n), 4)
-        paths = {"copy": True, "orm": False}
+        from judges import verdict_write
+
+        # writer -> (use_copy, the merge checks the foreign keys itself), and how many rows
+        paths = {"copy": (True, True), "copy-rowfk": (True, False), "orm": (False, False)}
+        limit = {"copy": n, "copy-rowfk": n if args.rowfk_every else 0,
+                 "orm": args.orm_verdicts}
+        checks_here = verdict_write._fk_by_statement
+        if not checks_here():
+            say("this database role may not set session_replication_role: the copy writer "
+                "leaves the foreign-key checks to PostgreSQL (as copy-rowfk)")
         judges = {name: {"name": f"external-{name}", "config_hash": "bench", "external": True}
                   for name in paths}
 
@@ -214,8 +305,11 @@ def main() -> None:
             for b, lo in enumerate(range(0, n, args.batch)):
                 order = list(paths) if b % 2 == 0 else list(reversed(paths))
                 for name in order:
-                    if name == "orm" and lo >= args.orm_verdicts:
+                    if lo >= limit[name] or (name == "copy-rowfk" and b % args.rowfk_every):
                         continue
+                    use_copy, by_statement = paths[name]
+                    verdict_write._fk_by_statement = (
+                        checks_here if by_statement else lambda: False)
                     rows: list[dict[str, Any]] = [
                         {"criterion": "ok", "item": f"i{i}", "candidate": "m",
                          "value": "pass" if probs[i] >= 0.5 else "fail",
@@ -224,7 +318,7 @@ def main() -> None:
                     ]
                     b0, c0, s0 = time.perf_counter(), time.process_time(), backend_cpu_s(backend)
                     out = verdicts_push_bulk(study=study, judge=judges[name], verdicts=rows,
-                                             use_copy=paths[name])
+                                             use_copy=use_copy)
                     took = time.perf_counter() - b0
                     client_cpu[name] += time.process_time() - c0
                     server_cpu[name] += backend_cpu_s(backend) - s0
@@ -244,16 +338,23 @@ def main() -> None:
                     f"{totals[name]}; CPU per row: client {1e6 * client_cpu[name] / done:.1f} "
                     f"us + server {1e6 * server_cpu[name] / done:.1f} us "
                     f"(= {1e6 / cpu_us:,.0f} rows/s of CPU)")
-            if wall["orm"]:
-                n_orm = sum(totals["orm"].values())
-                ratio = (n / wall["copy"]) / (n_orm / wall["orm"])
-                say(f"{label}: COPY writer / ORM writer rows/s = {ratio:.1f}x")
+            for other in ("copy-rowfk", "orm"):
+                if wall[other]:
+                    n_other = sum(totals[other].values())
+                    ratio = (n / wall["copy"]) / (n_other / wall[other])
+                    cpu = ((client_cpu[other] + server_cpu[other]) / n_other) / (
+                        (client_cpu["copy"] + server_cpu["copy"]) / n)
+                    say(f"{label}: copy / {other} rows/s = {ratio:.2f}x, "
+                        f"CPU per row {other} / copy = {cpu:.2f}x")
             say(f"{label}: RSS MiB after each 100,000: " + ", ".join(f"{r:.0f}" for r in rss))
 
         say(f"push {n:,} verdicts with probabilities in batches of {args.batch:,} "
             f"(load average before: {os.getloadavg()[0]:.1f})")
         push_all("push (new)")
         push_all("re-push (unchanged)")
+        if args.clients:
+            push_parallel(study, min(n, args.clients_verdicts or n), args.batch, args.clients,
+                          probs, "push (new)")
         if args.import_verdicts:
             import_bench(study, min(n, args.import_verdicts), probs, backend)
         say(f"load average after: {os.getloadavg()[0]:.1f}")

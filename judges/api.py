@@ -23,7 +23,7 @@ from studies.access import api_study, study_get_for_actor
 from studies.models import Comparison, Membership
 from studies.serializers import ErrorSerializer
 
-from . import selectors, services
+from . import push, selectors, services
 from .connection_test import judge_connection_test
 from .models import Judge, JudgeVersion
 from .preview import judge_version_preview
@@ -200,7 +200,7 @@ class JudgeConnectionTest(APIView):
 
 class VerdictPushSerializer(serializers.Serializer):
     """The body of `POST /api/studies/<slug>/verdicts/bulk` (docs/api.md, "Verdicts from judges
-    run elsewhere"); the rows are checked by `services.verdicts_push_bulk`."""
+    run elsewhere"); the rows are checked by `push.verdicts_push_bulk`."""
 
     judge = serializers.DictField(help_text="{name, config_hash, external?, model_family?, "
                                             "config?}: the judge version by name and config "
@@ -238,7 +238,7 @@ class VerdictBulkPush(APIView):
         unknown = sorted(set(body) - {"judge", "verdicts"})
         if unknown:
             raise ValidationFailed.at(unknown[0], "unknown field")
-        outcome = services.verdicts_push_bulk(
+        outcome = push.verdicts_push_bulk(
             study=study, judge=body.get("judge"), verdicts=body.get("verdicts"),
             created_by=request.user,
         )

@@ -214,11 +214,14 @@ class Verdict(models.Model):
         JudgeVersion, on_delete=models.PROTECT, related_name="verdicts"
     )
     criterion = models.ForeignKey(Criterion, on_delete=models.PROTECT, related_name="verdicts")
+    # The subject and run indexes are partial (see Meta.indexes): db_index off here.
     output = models.ForeignKey(
-        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="verdicts"
+        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="verdicts",
+        db_index=False,
     )
     comparison = models.ForeignKey(
-        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="verdicts"
+        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="verdicts",
+        db_index=False,
     )
     is_scored = models.BooleanField(default=True)
     value = models.CharField(max_length=200, blank=True)
@@ -231,13 +234,27 @@ class Verdict(models.Model):
     n_samples = models.PositiveIntegerField(default=1)
     source = models.CharField(max_length=6, choices=Source.choices, default=Source.RUN)
     run = models.ForeignKey(
-        JudgeRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="verdicts"
+        JudgeRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="verdicts",
+        db_index=False,
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["id"]
+        # Partial: an index of a nullable foreign key otherwise holds an entry for every row
+        # where it is NULL (the comparison of every output's verdict, the run of every
+        # imported one), which no query reads (`= id` and `IN (...)` lookups, the cascades
+        # and the foreign keys' own checks among them, imply NOT NULL) and every insert
+        # writes: two of a new output verdict's eight index entries (docs/benchmarks.md,
+        # "Verdict push").
+        indexes = [
+            models.Index(fields=["output"], condition=Q(output__isnull=False),
+                         name="verdict_output"),
+            models.Index(fields=["comparison"], condition=Q(comparison__isnull=False),
+                         name="verdict_comparison"),
+            models.Index(fields=["run"], condition=Q(run__isnull=False), name="verdict_run"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["judge_version", "criterion", "output"],

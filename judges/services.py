@@ -15,7 +15,6 @@ from django.db.models import Q
 from reviewhub.errors import Conflict, Problems, ValidationFailed
 from studies.criteria import criterion_value_num
 from studies.models import Criterion, Study
-from studies.subjects import SubjectRef
 
 from .config import (
     JudgeNetworkPolicy,
@@ -265,15 +264,15 @@ def _pass_probability(crit: Criterion, value: str, p: float | None) -> float | N
     return p if value in labels else 1.0 - p
 
 
-def _one_call(crit: Criterion, one: ImportedSample) -> bool:
+def is_one_call(crit: Criterion, one: ImportedSample) -> bool:
     """One call on one output with a value (the common case of a push): its fields are the
-    call's value and probability as given (`_one_call_fields`)."""
+    call's value and probability as given (`one_call_fields`)."""
     return not one.order and one.value != "" and crit.scale != Criterion.Scale.CATEGORICAL
 
 
-def _one_call_fields(crit: Criterion, one: ImportedSample,
+def one_call_fields(crit: Criterion, one: ImportedSample,
                      value_nums: dict[tuple[int, str], float | None] | None) -> dict[str, Any]:
-    """The fields `_samples_combined` gives a verdict of one call on one output; the same
+    """The fields `samples_combined` gives a verdict of one call on one output; the same
     fields its general path gives one sample."""
     memo_key = (crit.id, one.value)
     if value_nums is not None and memo_key in value_nums:
@@ -301,35 +300,19 @@ def _one_call_fields(crit: Criterion, one: ImportedSample,
     return fields
 
 
-def _samples_combined(spec: VerdictImport,
+def samples_combined(spec: VerdictImport,
                       value_nums: dict[tuple[int, str], float | None] | None = None
                       ) -> dict[str, Any]:
     """value, value_num, probability, details, n_samples of a verdict given as samples.
 
     `value_nums`: a memo of `verdict_import_fields`' value_num per (criterion id, value) for
     one batch, so that a million one-call verdicts check each distinct value once."""
-    from .aggregation import CallView, combine_single
-
     crit = spec.criterion
-    if len(spec.samples) == 1 and not spec.continuous and _one_call(crit, spec.samples[0]):
-        return _one_call_fields(crit, spec.samples[0], value_nums)
+    if len(spec.samples) == 1 and not spec.continuous and is_one_call(crit, spec.samples[0]):
+        return one_call_fields(crit, spec.samples[0], value_nums)
     samples = sorted(spec.samples, key=lambda s: (s.order, s.sample))
-    by_order: dict[str, list[ImportedSample]] = {}
-    for s in samples:
-        by_order.setdefault(s.order, []).append(s)
-    orders: dict[str, str] = {}
-    for order, group in by_order.items():
-        scored = [s.value for s in group if s.value != ""]
-        if not scored:
-            orders[order] = ""
-            continue
-        counts: dict[str, int] = {}
-        for v in scored:
-            counts[v] = counts.get(v, 0) + 1
-        top = max(counts.values())
-        # Ties: the lowest sample index, as the judge-run rules break them.
-        orders[order] = next(v for v in scored if counts[v] == top)
-    simple = len(samples) == len(by_order) and all(
+    orders = _orders_voted(samples)
+    simple = len(samples) == len(orders) and all(
         s.probability is None and not s.rationale and s.sample == 0 for s in samples)
     fields = verdict_import_fields(VerdictImport(
         criterion=crit, orders=orders, continuous=spec.continuous,
@@ -349,6 +332,47 @@ def _samples_combined(spec: VerdictImport,
             rec["rationale"] = s.rationale
         records.append(rec)
     details["samples"] = records
+    prob, source = _samples_probability(spec, samples, fields, details)
+    if crit.scale == Criterion.Scale.CATEGORICAL and any(s.probability is not None
+                                                         for s in samples):
+        details["probability_meaning"] = "label probability -> P(pass)"
+    if source:
+        details["probability_source"] = source
+    fields["probability"] = prob
+    fields["details"] = details
+    fields["n_samples"] = len(samples)
+    fields["rationale"] = next((s.rationale for s in samples if s.rationale), "")
+    return fields
+
+
+def _orders_voted(samples: list[ImportedSample]) -> dict[str, str]:
+    """Each presentation order's value by majority of its scored samples ("" when none
+    parsed); ties go to the lowest sample index, as the judge-run rules break them.
+    `samples` sorted by (order, sample)."""
+    orders: dict[str, str] = {}
+    for s in samples:
+        orders.setdefault(s.order, "")
+    for order in orders:
+        scored = [s.value for s in samples if s.order == order and s.value != ""]
+        if not scored:
+            continue
+        counts: dict[str, int] = {}
+        for v in scored:
+            counts[v] = counts.get(v, 0) + 1
+        top = max(counts.values())
+        orders[order] = next(v for v in scored if counts[v] == top)
+    return orders
+
+
+def _samples_probability(spec: VerdictImport, samples: list[ImportedSample],
+                         fields: dict[str, Any], details: dict[str, Any]
+                         ) -> tuple[float | None, str]:
+    """The probability of a verdict combined from several samples and where it comes from
+    ("imported", "sample_share", or "" for none), by scale; sets the combined value of a
+    continuous or multi-sample verdict in `fields` and its details in `details`."""
+    from .aggregation import CallView, combine_single
+
+    crit = spec.criterion
     scored_s = [s for s in samples if s.value != ""]
     n_scored = len(scored_s)
     prob: float | None = None
@@ -401,16 +425,7 @@ def _samples_combined(spec: VerdictImport,
             source = "imported"
         if source == "sample_share" and n_scored < 2:
             prob, source = None, ""  # one answer is not a share
-    if crit.scale == Criterion.Scale.CATEGORICAL and any(s.probability is not None
-                                                         for s in samples):
-        details["probability_meaning"] = "label probability -> P(pass)"
-    if source:
-        details["probability_source"] = source
-    fields["probability"] = prob
-    fields["details"] = details
-    fields["n_samples"] = len(samples)
-    fields["rationale"] = next((s.rationale for s in samples if s.rationale), "")
-    return fields
+    return prob, source
 
 
 def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
@@ -485,7 +500,7 @@ def _finite(raw: str) -> float | None:
     return num if math.isfinite(num) else None
 
 
-def _of_subjects(versions: Any, crits: Any, outs: list[int], comps: list[int]) -> Any:
+def verdicts_of_subjects(versions: Any, crits: Any, outs: list[int], comps: list[int]) -> Any:
     """The verdicts of judge versions `versions` on criteria `crits` for the given outputs and
     comparisons (model instances). On PostgreSQL, for one kind of subject, the query is driven
     from the ids (a LATERAL lookup per id in the (judge version, criterion, subject) index),
@@ -528,7 +543,7 @@ def verdicts_import_bulk(
         value_nums: dict[tuple[int, str], float | None] = {}
         for key, spec in verdicts.items():
             if spec.samples:
-                rows[key] = _samples_combined(spec, value_nums)
+                rows[key] = samples_combined(spec, value_nums)
             else:
                 rows[key] = {**verdict_import_fields(spec), "probability": None,
                              "rationale": rationale}
@@ -547,16 +562,9 @@ def _stored_of(keys: Mapping[tuple[int, int, str, int], Any]) -> Any:
     if len(keys) <= SUBJECT_FILTER_MAX:
         # A batch (the push endpoint): read only its subjects' verdicts, so that the cost of a
         # batch does not grow with everything the judge version has already.
-        return _of_subjects(versions, crits, [k[3] for k in keys if k[2] == "output"],
+        return verdicts_of_subjects(versions, crits, [k[3] for k in keys if k[2] == "output"],
                             [k[3] for k in keys if k[2] != "output"])
     return Verdict.objects.filter(judge_version_id__in=versions, criterion_id__in=crits)
-
-
-# --- Verdicts pushed by judges run elsewhere (POST /api/studies/<slug>/verdicts/bulk) ---------
-
-MAX_PUSH_VERDICTS = 10_000
-_PUSH_FIELDS = frozenset({"criterion", "item", "candidate", "candidate_a", "candidate_b",
-                          "value", "probability", "sample", "order", "rationale"})
 
 
 def verdict_probability_problem(
@@ -594,375 +602,3 @@ def verdict_probability_problem(
     if not passed and p > 0.5:
         return f"{p:g} is P(pass) but the value {value!r} fails"
     return None
-
-
-@dataclass(frozen=True)
-class PushOutcome:
-    version: JudgeVersion
-    version_created: bool
-    counts: VerdictBulkCounts
-
-
-def _stored_samples(v: Verdict) -> list[ImportedSample]:
-    """The calls a stored verdict was combined from (in canonical terms)."""
-    recs = v.details.get("samples") if isinstance(v.details, dict) else None
-    if isinstance(recs, list) and recs and all("sample" in r for r in recs):
-        return [ImportedSample(order=str(r.get("order") or ""), sample=int(r["sample"]),
-                               value=str(r.get("value") or ""),
-                               probability=r.get("probability"),
-                               rationale=str(r.get("rationale") or ""))
-                for r in recs]
-    orders = v.details.get("orders") if isinstance(v.details, dict) else None
-    if isinstance(orders, dict) and orders:
-        return [ImportedSample(order=o, sample=0, value=str(val or ""))
-                for o, val in orders.items()]
-    return [ImportedSample(order="", sample=0, value=v.value, probability=v.probability,
-                           rationale=v.rationale)]
-
-
-def _push_judge_version(*, study: Study, judge_ref: Any, problems: Problems,
-                        created_by: Any) -> tuple[JudgeVersion | None, bool]:
-    if not isinstance(judge_ref, Mapping):
-        problems.add("judge", "required: an object {name, config_hash, external}")
-        return None, False
-    unknown = sorted(set(judge_ref) - {"name", "config_hash", "external", "model_family",
-                                       "config"})
-    for k in unknown:
-        problems.add(f"judge.{k}", "unknown field")
-    name = judge_ref.get("name")
-    digest = judge_ref.get("config_hash")
-    external = judge_ref.get("external", False)
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
-        problems.add("judge.name", f"a non-empty string of at most {MAX_NAME_CHARS} characters")
-    if not isinstance(digest, str) or not digest.strip() or len(digest) > 64:
-        problems.add("judge.config_hash", "a non-empty string of at most 64 characters (the "
-                                          "hash of the judge's configuration)")
-    if not isinstance(external, bool):
-        problems.add("judge.external", "true or false")
-    config = judge_ref.get("config", {})
-    if not isinstance(config, Mapping):
-        problems.add("judge.config", "a JSON object (the judge's configuration, kept as given)")
-    family = judge_ref.get("model_family", "")
-    if not isinstance(family, str) or len(family) > 100:
-        problems.add("judge.model_family", "a string of at most 100 characters")
-    if problems:
-        return None, False
-    judge = Judge.objects.filter(study=study, name=name).first()
-    version = (JudgeVersion.objects.filter(judge=judge, content_hash=digest).first()
-               if judge is not None else None)
-    if version is not None:
-        return version, False
-    if not external:
-        where = "judge" if judge is None else "version of judge"
-        problems.add("judge.config_hash",
-                     f"no {where} '{name}' with this config hash in study '{study.slug}': send "
-                     "\"external\": true to create it on first use")
-        return None, False
-    if judge is not None and judge.kind != Judge.Kind.IMPORTED:
-        problems.add("judge.name", f"'{name}' is an existing {judge.kind} judge whose versions "
-                                   "ReviewHub runs; name the external judge differently")
-        return None, False
-    return None, True
-
-
-def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
-                       created_by: Any = None, use_copy: bool | None = None) -> PushOutcome:
-    """Verdicts of a judge run elsewhere, upserted by (judge version, criterion, subject, sample).
-
-    `judge`: ``{"name", "config_hash", "external"?, "model_family"?, "config"?}`` names the
-    version by judge name and config hash; an unknown one is created on first use when
-    ``external`` is true (kind imported, config ``{"external": true, "config_hash", ...}``).
-    Each verdict names its criterion, its subject (``item`` and ``candidate``, or ``item``,
-    ``candidate_a`` and ``candidate_b`` for a comparison, the outputs ingested first), its
-    ``value`` and optionally ``probability`` (meaning per scale:
-    `verdict_probability_problem`), ``sample`` (index, default 0), ``order`` ("ab"/"ba",
-    comparisons) and ``rationale``. A sample sent again replaces that sample; the samples of
-    a subject combine by the judge-run rules. Every row is checked before anything is
-    written (ValidationFailed with ``verdicts[i].field`` paths); one transaction.
-    `use_copy` (default: on PostgreSQL) writes with COPY and one merge statement
-    (`judges.verdict_write`); False reads and writes through the ORM (SQLite).
-    """
-    if use_copy is None:
-        use_copy = use_copy_default()
-    with gc_paused():
-        return _verdicts_push_bulk(study=study, judge=judge, verdicts=verdicts,
-                                   created_by=created_by, use_copy=use_copy)
-
-
-def _verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any, created_by: Any,
-                        use_copy: bool) -> PushOutcome:
-    from studies.imports_service import comparisons_import_bulk
-    from studies.models import Candidate, RubricVersion
-
-    problems = Problems()
-    version, create = _push_judge_version(study=study, judge_ref=judge, problems=problems,
-                                          created_by=created_by)
-    if not isinstance(verdicts, list) or not verdicts:
-        problems.add("verdicts", "a non-empty list of verdicts")
-        problems.raise_if_any("The verdicts")
-    assert isinstance(verdicts, list)
-    if len(verdicts) > MAX_PUSH_VERDICTS:
-        problems.add("verdicts", f"at most {MAX_PUSH_VERDICTS} verdicts per request, got "
-                                 f"{len(verdicts)}: send them in batches")
-        problems.raise_if_any("The verdicts")
-    rubric = RubricVersion.objects.filter(study=study).order_by("-version").first()
-    crits = {c.key: c for c in Criterion.objects.filter(rubric=rubric)} if rubric else {}
-    # Only the items this request names: a batch costs the same in a study of any size.
-    named = list({str(r.get("item")) for r in verdicts if isinstance(r, Mapping)})
-    items, outs = _push_subjects(study.pk, named)
-    cands = {n: i for n, i in Candidate.objects.filter(study=study).values_list("name", "id")}
-    parsed = _push_rows_checked(verdicts, problems, crits=crits, items=items, cands=cands,
-                                outs=outs)
-    problems.raise_if_any("The verdicts")
-    with transaction.atomic():
-        if create:
-            outcome = judge_imported_version_get_or_create(
-                study=study, name=judge["name"], label=judge["config_hash"],
-                value_type="label", model_family=judge.get("model_family", ""),
-                created_by=created_by, description="Verdicts pushed by a judge run elsewhere",
-            )
-            version = outcome.version
-            version.content_hash = judge["config_hash"]
-            version.config = {"external": True, "config_hash": judge["config_hash"],
-                              "config": dict(judge.get("config") or {})}
-            version.save(update_fields=["content_hash", "config"])
-        assert version is not None
-        pairs = sorted({(s[0], s[1], s[2]) for _, _, _, s, _ in parsed if len(s) == 3})
-        stored, _ = comparisons_import_bulk(study=study, pairs=pairs) if pairs else ({}, None)
-        calls: dict[tuple[int, int, str, int], dict[tuple[str, int], ImportedSample]] = {}
-        crit_of: dict[tuple[int, int, str, int], Criterion] = {}
-        for _, crit, order, subject, smp in parsed:
-            if len(subject) == 3:
-                cid, reversed_ = stored[(subject[1], subject[2])]
-                key = (version.pk, crit.id, "comparison", cid)
-                if reversed_:
-                    swap = {"A": "B", "B": "A"}
-                    smp = ImportedSample(
-                        order="ba" if order == "ab" else "ab", sample=smp.sample,
-                        value=swap.get(smp.value, smp.value),
-                        probability=None if smp.probability is None else 1 - smp.probability,
-                        rationale=smp.rationale)
-            else:
-                key = (version.pk, crit.id, "output", subject[0])
-            calls.setdefault(key, {})[(smp.order, smp.sample)] = smp
-            crit_of[key] = crit
-        # Samples sent earlier stay unless this request sends the same (order, sample).
-        if use_copy:
-            counts = _push_write_copy(calls, crit_of)
-        else:
-            prior = _of_subjects(
-                [version.pk], {k[1] for k in calls},
-                [k[3] for k in calls if k[2] == "output"],
-                [k[3] for k in calls if k[2] == "comparison"],
-            )
-            for v in prior:
-                k = (version.pk, v.criterion_id,
-                     *SubjectRef.of(v.output_id, v.comparison_id).pair)
-                if k in calls:
-                    for old in _stored_samples(v):
-                        calls[k].setdefault((old.order, old.sample), old)
-            counts = verdicts_import_bulk(verdicts={
-                k: VerdictImport(criterion=crit_of[k], samples=tuple(smps.values()))
-                for k, smps in calls.items()
-            }, use_copy=False)
-    return PushOutcome(version=version, version_created=create, counts=counts)
-
-
-def _push_subjects(study_id: int, names: list[str]
-                   ) -> tuple[dict[str, int], dict[tuple[int, int], int]]:
-    """The items of `study_id` named `names` (external id -> id) and their outputs ((item id,
-    candidate id) -> output id). On PostgreSQL one statement driven from the names (an index
-    probe per name, then per item), the names sent as one JSON text: psycopg builds a
-    10,000-element array parameter element by element, JSON is encoded in C."""
-    from studies.models import Item, Output
-
-    items: dict[str, int]
-    outs: dict[tuple[int, int], int]
-    if connection.vendor != "postgresql":
-        items = dict(Item.objects.filter(study_id=study_id, external_id__in=names)
-                     .values_list("external_id", "id"))
-        outs = {(it, ca): o for o, it, ca in Output.objects.filter(
-            item_id__in=list(items.values())).values_list("id", "item_id", "candidate_id")}
-        return items, outs
-    items_t = connection.ops.quote_name(Item._meta.db_table)
-    outs_t = connection.ops.quote_name(Output._meta.db_table)
-    sql = (f"SELECT u.k, i.id, o.id, o.candidate_id "
-           f"FROM jsonb_array_elements_text(%s::jsonb) AS u(k) "
-           f"CROSS JOIN LATERAL (SELECT t.id FROM {items_t} t "
-           f"WHERE t.study_id = %s AND t.external_id = u.k) AS i "
-           f"LEFT JOIN LATERAL (SELECT p.id, p.candidate_id FROM {outs_t} p "
-           f"WHERE p.item_id = i.id) AS o ON true")
-    items, outs = {}, {}
-    with connection.cursor() as cur:
-        cur.execute(sql, [json.dumps(names), study_id])
-        for name, item_id, out_id, cand_id in cur.fetchall():
-            items[name] = item_id
-            if out_id is not None:
-                outs[(item_id, cand_id)] = out_id
-    return items, outs
-
-
-def _push_write_copy(
-    calls: dict[tuple[int, int, str, int], dict[tuple[str, int], ImportedSample]],
-    crit_of: Mapping[tuple[int, int, str, int], Criterion],
-) -> VerdictBulkCounts:
-    """The push's write on PostgreSQL: each subject's sent samples combined and merged in one
-    statement; the few stored verdicts holding samples this request does not send again are
-    held back by the merge, read, combined with the sent samples and written in a second
-    merge (what the ORM path does for every verdict, read first)."""
-    value_nums: dict[tuple[int, str], float | None] = {}
-
-    def combined(keys: Any) -> dict[tuple[int, int, str, int], dict[str, Any]]:
-        out: dict[tuple[int, int, str, int], dict[str, Any]] = {}
-        for k in keys:
-            smps, crit = calls[k], crit_of[k]
-            one = next(iter(smps.values())) if len(smps) == 1 else None
-            if one is not None and _one_call(crit, one):  # as _samples_combined, sooner
-                out[k] = _one_call_fields(crit, one, value_nums)
-            else:
-                out[k] = _samples_combined(
-                    VerdictImport(criterion=crit, samples=tuple(smps.values())), value_nums)
-        return out
-
-    first = verdict_rows_upsert(combined(calls), use_copy=True, sent=calls)
-    counts = VerdictBulkCounts(first.created, first.updated, first.unchanged)
-    if first.held:
-        held = []
-        for v in Verdict.objects.filter(pk__in=first.held):
-            k = (v.judge_version_id, v.criterion_id,
-                 *SubjectRef.of(v.output_id, v.comparison_id).pair)
-            for old in _stored_samples(v):
-                calls[k].setdefault((old.order, old.sample), old)
-            held.append(k)
-        again = verdict_rows_upsert(combined(held), use_copy=True)
-        counts.created += again.created
-        counts.updated += again.updated
-        counts.unchanged += again.unchanged
-    return counts
-
-
-def _push_rows_checked(
-    verdicts: list[Any], problems: Problems, *, crits: Mapping[str, Criterion],
-    items: Mapping[str, int], cands: Mapping[str, int], outs: Mapping[tuple[int, int], int],
-) -> list[tuple[int, Criterion, str, tuple[int, ...], ImportedSample]]:
-    """Each pushed row checked against the batch's pre-resolved criteria, items, candidates
-    and outputs; problems added under ``verdicts[i].field``. Returns (row index, criterion,
-    order, subject, sample) of the rows that passed: (output id,) or (item id, output a id,
-    output b id) for a comparison, order "ab" by default.
-
-    The common row (known fields, a float probability, an int sample) passes each check with
-    one comparison; the messages are built only for a row that fails one. Each distinct
-    (criterion, value) is checked once per batch."""
-    parsed: list[tuple[int, Criterion, str, tuple[int, ...], ImportedSample]] = []
-    seen: dict[tuple[Any, ...], int] = {}
-    value_problem: dict[tuple[int, str], str | None] = {}
-    known_fields = _PUSH_FIELDS.issuperset
-    pairwise_scale = Criterion.Scale.PAIRWISE
-    for i, row in enumerate(verdicts):
-        if not isinstance(row, Mapping):
-            problems.add(f"verdicts[{i}]", "must be an object")
-            continue
-        start = problems.count
-        if not known_fields(row):
-            for k in sorted(set(row) - _PUSH_FIELDS):
-                problems.add(f"verdicts[{i}].{k}", "unknown field")
-        crit_key = row.get("criterion")
-        crit = crits.get(crit_key) if isinstance(crit_key, str) else None
-        if crit is None:
-            problems.add(f"verdicts[{i}].criterion",
-                         f"unknown criterion {row.get('criterion')!r} (the rubric has: "
-                         f"{', '.join(sorted(crits)) or 'none'})")
-        item_name = row.get("item")
-        item = items.get(item_name) if isinstance(item_name, str) else None
-        if item is None:
-            problems.add(f"verdicts[{i}].item", f"unknown item {item_name!r}: ingest the items "
-                                                "and outputs first")
-        value = row.get("value")
-        if not isinstance(value, str):
-            problems.add(f"verdicts[{i}].value",
-                         "a string (empty: the judge's answer was unparseable)")
-            value = ""
-        prob = row.get("probability")
-        if prob is not None and not (type(prob) is float and 0.0 <= prob <= 1.0) and (
-                isinstance(prob, bool) or not isinstance(prob, (int, float))
-                or not math.isfinite(float(prob)) or not 0 <= prob <= 1):
-            problems.add(f"verdicts[{i}].probability", f"a number in [0, 1], got {prob!r}")
-            prob = None
-        sample = row.get("sample", 0)
-        if not (type(sample) is int and 0 <= sample <= 1_000_000):
-            problems.add(f"verdicts[{i}].sample",
-                         f"an integer >= 0 (the sample index), got {sample!r}")
-            sample = 0
-        rationale = row.get("rationale", "")
-        if not isinstance(rationale, str):
-            problems.add(f"verdicts[{i}].rationale", "a string")
-            rationale = ""
-        order = row.get("order", "")
-        if crit is None or item is None or problems.count > start:
-            continue
-        subject: tuple[int, ...]
-        if crit.scale == pairwise_scale:
-            at = f"verdicts[{i}]"
-            ca, cb = row.get("candidate_a"), row.get("candidate_b")
-            ids = []
-            for name, cand in (("candidate_a", ca), ("candidate_b", cb)):
-                out = outs.get((item, cands.get(cand, -1))) if isinstance(cand, str) else None
-                if out is None:
-                    problems.add(f"{at}.{name}", f"no output of candidate {cand!r} for item "
-                                                 f"{item_name!r}: ingest it first")
-                ids.append(out)
-            if order not in ("", "ab", "ba"):
-                problems.add(f"{at}.order", f"'ab' or 'ba' (which output the judge saw "
-                                            f"first), got {order!r}")
-            if "candidate" in row:
-                problems.add(f"{at}.candidate", "a comparison names candidate_a and candidate_b")
-            if ids[0] is not None and ids[0] == ids[1]:
-                problems.add(f"{at}.candidate_b", "a comparison needs two different outputs")
-            if problems.count > start:
-                continue
-            subject = (item, int(ids[0] or 0), int(ids[1] or 0))
-            order = order or "ab"
-        else:
-            cand = row.get("candidate")
-            out = outs.get((item, cands.get(cand, -1))) if isinstance(cand, str) else None
-            if out is None:
-                problems.add(f"verdicts[{i}].candidate",
-                             f"no output of candidate {cand!r} for item {item_name!r}: "
-                             "ingest it first")
-            if "candidate_a" in row or "candidate_b" in row or "order" in row:
-                for k in ("candidate_a", "candidate_b", "order"):
-                    if k in row:
-                        problems.add(f"verdicts[{i}].{k}", f"only comparisons have {k}")
-            if problems.count > start:
-                continue
-            subject = (int(out or 0),)
-            order = ""
-        if value != "":
-            memo_key = (crit.id, value)
-            if memo_key in value_problem:
-                bad = value_problem[memo_key]
-            else:
-                try:
-                    criterion_value_num(crit, value)
-                    bad = None
-                except ValueError as exc:
-                    bad = str(exc)
-                value_problem[memo_key] = bad
-            if bad is not None:
-                problems.add(f"verdicts[{i}].value", bad)
-                continue
-            if prob is not None:
-                why = verdict_probability_problem(crit, value, prob)
-                if why is not None:
-                    problems.add(f"verdicts[{i}].probability", why)
-                    continue
-        dup = (crit.id, subject, order, sample)
-        if dup in seen:
-            problems.add(f"verdicts[{i}].sample", f"sample {sample} of this subject is also "
-                                                  f"verdicts[{seen[dup]}]")
-            continue
-        seen[dup] = i
-        parsed.append((i, crit, order, subject, ImportedSample(
-            order=order, sample=sample, value=value,
-            probability=None if prob is None else float(prob), rationale=rationale)))
-    return parsed

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from judges import verdict_write
 from judges.models import JudgeVersion, Verdict
+from judges.push import verdicts_push_bulk
 from judges.services import (
     VerdictImport,
     judge_imported_version_get_or_create,
     verdicts_import_bulk,
-    verdicts_push_bulk,
 )
 from judges.verdict_write import verdict_rows_upsert
 from reviewhub.errors import ValidationFailed
@@ -108,7 +109,13 @@ def _state(version: JudgeVersion) -> dict[tuple[Any, ...], tuple[Any, ...]]:
 
 
 @postgres_only
-def test_copy_writer_answers_what_the_orm_writer_answers(study: Study, data: Any) -> None:
+@pytest.mark.parametrize("fk_by_statement", [True, False])
+def test_copy_writer_answers_what_the_orm_writer_answers(
+    study: Study, data: Any, fk_by_statement: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both ways of checking the new verdicts' foreign keys (judges.verdict_write.
+    # _fk_by_statement): the merge's own, and PostgreSQL's per-row checks at commit.
+    monkeypatch.setattr(verdict_write, "_fk_by_statement", lambda: fk_by_statement)
     for step, rows in enumerate(SEQUENCE):
         got = {}
         for name, use_copy in (("fast", True), ("orm", False)):
@@ -265,3 +272,87 @@ def test_samples_combine_the_documented_way(study: Study, data: Any) -> None:
     w = Verdict.objects.get(output=data[("q1", "x")])
     assert w.probability == pytest.approx((0.9 + 0.4) / 2)
     assert w.details["probability_source"] == "imported"
+
+
+# --- the new verdicts' foreign keys, checked by the merge (verdict_write._fk_by_statement) ----
+
+
+def _missing_output_rows(study: Study, data: Any) -> tuple[Any, dict[Any, dict[str, Any]]]:
+    from studies.models import Criterion, Output
+
+    crit = Criterion.objects.get(key="correct")
+    version = judge_imported_version_get_or_create(
+        study=study, name="fk", label="v1", value_type="label").version
+    fields = {"value": "pass", "value_num": 1.0, "details": {"imported": True},
+              "n_samples": 1, "is_scored": True, "probability": 0.9}
+    gone = Output.objects.order_by("-id").values_list("id", flat=True)[0] + 1000
+    keys = [(version.pk, crit.pk, "output", data[("q0", "x")].pk),
+            (version.pk, crit.pk, "output", gone)]
+    return version, {k: dict(fields) for k in keys}
+
+
+def _setting() -> str:
+    with connection.cursor() as cur:
+        cur.execute("SHOW session_replication_role")
+        return str(cur.fetchone()[0])
+
+
+@postgres_only
+def test_the_verdict_table_has_no_trigger_but_its_foreign_keys() -> None:
+    # The merge switches the table's triggers off for one statement: that is only its
+    # foreign keys' checks (which it does itself) as long as there is no other trigger.
+    with connection.cursor() as cur:
+        cur.execute("SELECT t.tgname, p.proname FROM pg_trigger t "
+                    "JOIN pg_proc p ON p.oid = t.tgfoid WHERE t.tgrelid = %s::regclass",
+                    [Verdict._meta.db_table])
+        triggers = cur.fetchall()
+    assert triggers and all(fn.startswith("RI_FKey_") for _, fn in triggers), triggers
+
+
+@postgres_only
+def test_a_verdict_of_a_missing_subject_is_refused_by_the_merge(study: Study,
+                                                                data: Any) -> None:
+    from django.db import transaction
+
+    from reviewhub.errors import Conflict
+
+    assert verdict_write._fk_by_statement()  # the tests' database role may switch them off
+    version, rows = _missing_output_rows(study, data)
+    with pytest.raises(Conflict, match="deleted while this import ran"), transaction.atomic():
+        verdict_rows_upsert(rows, use_copy=True)
+    assert not Verdict.objects.filter(judge_version=version).exists()
+    # PostgreSQL's own checks are back on for what the transaction does next.
+    assert _setting() == "origin"
+
+
+@postgres_only
+def test_the_merge_locks_the_rows_its_new_verdicts_refer_to(study: Study, data: Any) -> None:
+    # FOR KEY SHARE, as PostgreSQL's own check would at commit: the row's xmax is this
+    # transaction (a lock, the row is not changed), so a concurrent delete waits for it.
+    from studies.models import Output
+
+    _, rows = _missing_output_rows(study, data)
+    kept = {k: v for k, v in rows.items() if Output.objects.filter(pk=k[3]).exists()}
+    out_id = next(iter(kept))[3]
+    with connection.cursor() as cur:
+        cur.execute("SELECT xmax::text FROM studies_output WHERE id = %s", [out_id])
+        assert cur.fetchone()[0] == "0"
+    assert verdict_rows_upsert(kept, use_copy=True).created == 1
+    with connection.cursor() as cur:
+        cur.execute("SELECT xmax::text = (txid_current() %% 4294967296)::text "
+                    "FROM studies_output WHERE id = %s", [out_id])
+        assert cur.fetchone()[0] is True
+    assert _setting() == "origin"
+
+
+@postgres_only
+def test_without_the_privilege_postgres_checks_the_foreign_keys(
+    study: Study, data: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import IntegrityError
+
+    monkeypatch.setattr(verdict_write, "_fk_by_statement", lambda: False)
+    _, rows = _missing_output_rows(study, data)
+    verdict_rows_upsert(rows, use_copy=True)  # the check is deferred to the commit
+    with pytest.raises(IntegrityError), connection.cursor() as cur:
+        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
