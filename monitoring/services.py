@@ -79,6 +79,33 @@ def _frozen_scheme(study: Study) -> list[dict[str, Any]]:
     return out
 
 
+def _alerting_check(alert_settings: Mapping[str, Any], problems: Problems) -> None:
+    """Add a problem naming `alerting.<key>` for each bad alert setting."""
+    alpha = alert_settings.get("alpha", 0.05)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 0.5:
+        problems.add("alerting.alpha", "must be a number in (0, 0.5)")
+    for key in alert_settings:
+        if key not in ALERTING_KEYS:
+            problems.add(f"alerting.{key}", f"unknown key (use {', '.join(ALERTING_KEYS)})")
+    cooldown = alert_settings.get("cooldown_minutes", 360)
+    if isinstance(cooldown, bool) or not isinstance(cooldown, int | float) or cooldown < 0:
+        problems.add("alerting.cooldown_minutes", "must be a number of minutes >= 0")
+    floor = alert_settings.get("pass_rate_floor")
+    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
+                              or not 0 <= floor <= 1):
+        problems.add("alerting.pass_rate_floor", "must be a number in [0, 1]")
+    url = alert_settings.get("webhook_url") or ""
+    url_problem = (webhook_refusal(url) if url else None) if isinstance(url, str) \
+        else "must be an http(s) URL"
+    if url_problem:
+        problems.add("alerting.webhook_url", url_problem)
+    emails = alert_settings.get("emails") or []
+    if not isinstance(emails, list) or not all(
+        isinstance(e, str) and "@" in e and len(e) <= 254 for e in emails
+    ):
+        problems.add("alerting.emails", "must be a list of e-mail addresses")
+
+
 def deployment_create(
     *,
     study: Study,
@@ -126,29 +153,7 @@ def deployment_create(
     elif watch_dimension and watch_dimension not in keys:
         problems.add("watch_dimension", f"not a stratum dimension of the study ({keys})")
     alert_settings = dict(alerting or {})
-    alpha = alert_settings.get("alpha", 0.05)
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 0.5:
-        problems.add("alerting.alpha", "must be a number in (0, 0.5)")
-    for key in alert_settings:
-        if key not in ALERTING_KEYS:
-            problems.add(f"alerting.{key}", f"unknown key (use {', '.join(ALERTING_KEYS)})")
-    cooldown = alert_settings.get("cooldown_minutes", 360)
-    if isinstance(cooldown, bool) or not isinstance(cooldown, int | float) or cooldown < 0:
-        problems.add("alerting.cooldown_minutes", "must be a number of minutes >= 0")
-    floor = alert_settings.get("pass_rate_floor")
-    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
-                              or not 0 <= floor <= 1):
-        problems.add("alerting.pass_rate_floor", "must be a number in [0, 1]")
-    url = alert_settings.get("webhook_url") or ""
-    url_problem = (webhook_refusal(url) if url else None) if isinstance(url, str) \
-        else "must be an http(s) URL"
-    if url_problem:
-        problems.add("alerting.webhook_url", url_problem)
-    emails = alert_settings.get("emails") or []
-    if not isinstance(emails, list) or not all(
-        isinstance(e, str) and "@" in e and len(e) <= 254 for e in emails
-    ):
-        problems.add("alerting.emails", "must be a list of e-mail addresses")
+    _alerting_check(alert_settings, problems)
     problems.raise_if_any("The deployment")
     snapshot = calibration_selectors.snapshot_resolve(study=study,
                                                       snapshot_id=calibration_snapshot_id)
