@@ -6,6 +6,7 @@ Each service owns its transaction and holds no network I/O inside it. Alerts liv
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -37,6 +38,7 @@ from . import sampling, signals, traffic
 from .models import Deployment, TrafficLabel, TrafficRow, Window
 from .notify import webhook_refusal
 from .window import compute as window_compute_mod
+from .window import context as window_context
 from .window import load as window_load
 from .window.params import WindowParams
 
@@ -320,6 +322,9 @@ def window_compute(*, deployment: Deployment, params: WindowParams,
     if stored is not None and stored.fingerprint == fingerprint and not force:
         return stored
     inp = window_load.window_input_load(deployment=deployment, params=params)
+    cells, totals = window_context.gate_counts(deployment, params)
+    inp = dataclasses.replace(inp, selection=window_context.selection_reference(deployment),
+                              gate_cells=cells, gate_totals=totals)
     result = window_compute_mod.window_compute(inp)
     with transaction.atomic():
         window, _ = Window.objects.update_or_create(
