@@ -42,7 +42,8 @@ from .window import context as window_context
 from .window import load as window_load
 from .window.params import WindowParams
 
-ALERTING_KEYS = ("alpha", "cooldown_minutes", "pass_rate_floor", "webhook_url", "emails")
+ALERTING_KEYS = ("alpha", "cooldown_minutes", "pass_rate_floor", "agreement_floor",
+                 "webhook_url", "emails")
 DEFAULT_SAMPLING: dict[str, dict[str, float]] = {"judge": {"default": 0.1},
                                                  "human": {"default": 0.01}}
 
@@ -92,10 +93,11 @@ def _alerting_check(alert_settings: Mapping[str, Any], problems: Problems) -> No
     cooldown = alert_settings.get("cooldown_minutes", 360)
     if isinstance(cooldown, bool) or not isinstance(cooldown, int | float) or cooldown < 0:
         problems.add("alerting.cooldown_minutes", "must be a number of minutes >= 0")
-    floor = alert_settings.get("pass_rate_floor")
-    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
-                              or not 0 <= floor <= 1):
-        problems.add("alerting.pass_rate_floor", "must be a number in [0, 1]")
+    for key in ("pass_rate_floor", "agreement_floor"):
+        floor = alert_settings.get(key)
+        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
+                                  or not 0 <= floor <= 1):
+            problems.add(f"alerting.{key}", "must be a number in [0, 1]")
     url = alert_settings.get("webhook_url") or ""
     url_problem = (webhook_refusal(url) if url else None) if isinstance(url, str) \
         else "must be an http(s) URL"

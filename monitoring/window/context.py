@@ -102,6 +102,16 @@ def _agreement_part(deployment: Deployment, version: int, key: str) -> dict[str,
     return {"agreement": agreement, "ceiling": ceiling}
 
 
+def selection_agreement(deployment: Deployment) -> dict[str, Any]:
+    """``{"agreement": ..., "ceiling": ...}`` of `SelectionReference` alone (empty without a
+    judge, a pass-rate criterion or an agreement report)."""
+    version = min((v.pk for v in deployment.judge_versions.all()), default=None)
+    key = _criterion_key(deployment)
+    if version is None or key is None:
+        return {}
+    return _agreement_part(deployment, version, key)
+
+
 def selection_reference(deployment: Deployment) -> SelectionReference:
     """The selection-time evidence of the deployment's study (module docstring)."""
     parts: dict[str, Any] = {}
