@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 FloatArray = npt.NDArray[np.float64]
 ECE_BINS = 10
+# How a row without a finish reason is counted (monitoring.window.context).
+NO_REASON = "(none)"
 
 
 def calibrated_values(judge: FloatArray, ref: SelectionReference | None) -> FloatArray | None:
@@ -107,8 +109,11 @@ def calibration_drift(*, judge: FloatArray, human: FloatArray,
 def finish_signal(window: Mapping[str, int], reference: Mapping[str, int]
                   ) -> dict[str, Any] | None:
     """The window's finish reasons against the reference's: the chi-square test of
-    homogeneity of the two count vectors (scipy), over the reasons either one has; None when
-    either is empty or only one reason occurs at all."""
+    homogeneity of the two count vectors (scipy), over the reasons either one reports (rows
+    without a finish reason are left out); None when either reports none or only one reason
+    occurs at all."""
+    window = {k: v for k, v in window.items() if k != NO_REASON}
+    reference = {k: v for k, v in reference.items() if k != NO_REASON}
     reasons = sorted(set(window) | set(reference))
     n_w, n_r = sum(window.values()), sum(reference.values())
     if n_w == 0 or n_r == 0 or len(reasons) < 2:
