@@ -36,6 +36,7 @@ from studies.spec import plan_selection
 from ..models import Deployment, TrafficRow
 from .compute import GateCounts, SelectionReference
 from .params import WindowParams
+from .trust import NO_REASON
 
 # A row's cost is clipped at this many times the per-row cost gate (gate / 1000) before the
 # cost stream sums it: clipping only lowers the observed mean, so an alarm on the clipped mean
@@ -154,14 +155,17 @@ def gate_counts(deployment: Deployment, params: WindowParams
     if clip is not None:
         agg["cost_clipped_sum"] = Sum(Least(F("cost"), Value(clip)))
     finish: dict[str, Counter[str]] = {}
-    for r in rows.values("stratum", "finish_reason").annotate(n=Count("id")):
-        finish.setdefault(r["stratum"], Counter())[r["finish_reason"] or "(none)"] += r["n"]
+    for stratum, reason, n in (rows.values("stratum", "finish_reason").annotate(n=Count("id"))
+                               .values_list("stratum", "finish_reason", "n")):
+        finish.setdefault(str(stratum), Counter())[reason or NO_REASON] += int(n)
     cells: dict[str, GateCounts] = {}
     every: Counter[str] = Counter()
     total: Counter[str] = Counter()
-    for r in rows.values("stratum").annotate(**agg):
-        label = str(r.pop("stratum"))
-        values = {k: (v or 0) for k, v in r.items()}
+    names = list(agg)
+    for stratum, *found in rows.values("stratum").annotate(**agg).values_list("stratum",
+                                                                              *names):
+        label = str(stratum)
+        values: dict[str, Any] = {k: (v or 0) for k, v in zip(names, found, strict=True)}
         cells[label] = GateCounts(finish=dict(sorted(finish.get(label, {}).items())),
                                   cost_clip=clip, **values)
         total.update(values)

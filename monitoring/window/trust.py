@@ -67,8 +67,8 @@ def judge_trust(*, judge: FloatArray, human: FloatArray, stratum: str,
     if not selection or selection.get("value") is None:
         out["state"] = "no_reference"
         return out
-    bar = selection.get("ci_low")
-    bar = float(selection["value"] if bar is None else bar)
+    low = selection.get("ci_low")
+    bar = float(low if low is not None else selection["value"] or 0.0)
     out["state"] = "no_longer" if est.ci_high is not None and est.ci_high < bar else "agrees"
     return out
 
