@@ -37,7 +37,8 @@ def _jsonl(rows: Iterable[Mapping[str, Any]]) -> io.BytesIO:
     return io.BytesIO(b"".join(json.dumps(r).encode() + b"\n" for r in rows))
 
 
-def _criteria(study: Study) -> list[dict[str, Any]]:
+def criteria_of(study: Study) -> list[dict[str, Any]]:
+    """The study's latest rubric as `rubric_update` takes it."""
     rubric = study.rubric_versions.order_by("-version").first()
     if not isinstance(rubric, RubricVersion):
         return []
@@ -53,8 +54,9 @@ def _criteria(study: Study) -> list[dict[str, Any]]:
     return out
 
 
-def _slug(study: Study, now: dt.datetime) -> str:
-    stem = f"{study.slug[:60]}-reopened-{now:%Y%m%d%H%M}"
+def slug_for(study: Study, tag: str, now: dt.datetime) -> str:
+    """A free slug for a study made from `study`: its slug, `tag` and the minute."""
+    stem = f"{study.slug[:60]}-{tag}-{now:%Y%m%d%H%M}"
     slug, n = stem, 1
     while Study.objects.filter(slug=slug).exists():
         n += 1
@@ -77,13 +79,13 @@ def selection_reopen(*, deployment: Deployment, user: Any, days: int = 7,
     with transaction.atomic():
         new = study_create(owner=user, fields={
             "name": f"{study.name[:150]} (re-opened {now:%Y-%m-%d})",
-            "slug": _slug(study, now),
+            "slug": slug_for(study, "reopened", now),
             "task_description": study.task_description,
             "deployment_context": (f"Re-opened from deployment '{deployment.name}' of study "
                                    f"'{study.slug}' with {len(rows)} live requests of the last "
                                    f"{days} days."),
         })
-        criteria = _criteria(study)
+        criteria = criteria_of(study)
         if criteria:
             rubric_update(study=new, criteria=criteria, created_by=user)
         dims = list(study.dimensions.order_by("position", "id").values(

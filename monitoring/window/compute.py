@@ -119,6 +119,8 @@ class SelectionReference:
     curve_y: tuple[float, ...] = ()
     snapshot_ece: float | None = None
     snapshot_brier: float | None = None
+    # The snapshot's policy thresholds on P(pass): {"pass_above", "fail_below", ...}.
+    thresholds: Mapping[str, float] | None = None
     # stratum label ("" = whole study) -> {"value", "ci_low", "ci_high"} of the judge's
     # accuracy against the human consensus at selection time.
     agreement: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)

@@ -74,7 +74,8 @@ def _calibration_part(deployment: Deployment, version: int, key: str) -> dict[st
     return {"curve_x": tuple(float(v) for v in cell["curve"]["x"]),
             "curve_y": tuple(float(v) for v in cell["curve"]["y"]),
             "snapshot_ece": None if ece is None else float(ece),
-            "snapshot_brier": None if brier is None else float(brier)}
+            "snapshot_brier": None if brier is None else float(brier),
+            "thresholds": cell.get("thresholds")}
 
 
 def _agreement_part(deployment: Deployment, version: int, key: str) -> dict[str, Any]:
