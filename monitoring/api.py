@@ -62,7 +62,8 @@ class DeploymentCreateSerializer(serializers.Serializer):
     sampling = serializers.DictField(required=False, help_text='{"judge": {"default": 0.1, '
                                      '"<stratum>": r}, "human": {...}}')
     alerting = serializers.DictField(required=False, help_text='{"alpha", "cooldown_minutes", '
-                                     '"pass_rate_floor", "webhook_url", "emails"}')
+                                     '"pass_rate_floor", "agreement_floor", "webhook_url", '
+                                     '"emails"}')
 
 
 class DeploymentList(APIView):

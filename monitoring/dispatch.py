@@ -36,9 +36,7 @@ The steps, each idempotent, run by the beat tick (`monitoring.celery_tasks`) bef
 from __future__ import annotations
 
 import datetime as dt
-import io
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -65,17 +63,6 @@ from .window import context as window_context
 DISPATCH_BATCH = 2000
 
 
-def _jsonl(rows: Iterable[Mapping[str, Any]]) -> io.BytesIO:
-    return io.BytesIO(b"".join(json.dumps(r).encode() + b"\n" for r in rows))
-
-
-def _criterion_key(deployment: Deployment) -> str | None:
-    for key, entry in (deployment.plan.spec.get("criteria") or {}).items():
-        if isinstance(entry, Mapping) and entry.get("metric") == "pass_rate":
-            return str(key)
-    return None
-
-
 def _owner(deployment: Deployment) -> Any:
     return deployment.created_by or deployment.study.owner
 
@@ -97,7 +84,7 @@ def _live_study_create(deployment: Deployment) -> Study:
             {k: d[k] for k in ("key", "kind", "source", "config") if k in d}
             for d in deployment.strata_scheme])
     shipped = deployment.candidate
-    ingest_run(study=live, kind="candidates", fmt="ndjson", stream=_jsonl([
+    ingest_run(study=live, kind="candidates", fmt="ndjson", stream=reopen.jsonl([
         {k: getattr(shipped, k) for k in reopen.CANDIDATE_FIELDS
          if getattr(shipped, k) not in ("", None)}]))
     for m in study.memberships.exclude(user_id=owner.pk).select_related("user"):
@@ -137,7 +124,7 @@ def _live_versions(deployment: Deployment, live: Study) -> dict[int, JudgeVersio
 
 
 def _live_criterion(deployment: Deployment, live: Study) -> Criterion | None:
-    key = _criterion_key(deployment)
+    key = window_context.criterion_key(deployment)
     rubric = live.rubric_versions.order_by("-version").first()
     return None if key is None or rubric is None else rubric.criteria.filter(key=key).first()
 
@@ -155,10 +142,10 @@ def rows_dispatch(*, deployment: Deployment, limit: int = DISPATCH_BATCH,
         return {"dispatched": 0, "runs": 0}
     external = {f"r{r.pk}": r for r in rows}
     with transaction.atomic():
-        ingest_run(study=live, kind="items", fmt="ndjson", stream=_jsonl(
+        ingest_run(study=live, kind="items", fmt="ndjson", stream=reopen.jsonl(
             {"external_id": ext, "input": r.input, "metadata": r.metadata or {}}
             for ext, r in external.items()))
-        ingest_run(study=live, kind="outputs", fmt="ndjson", stream=_jsonl(
+        ingest_run(study=live, kind="outputs", fmt="ndjson", stream=reopen.jsonl(
             {k: v for k, v in {
                 "candidate": deployment.candidate.name, "item": ext, "text": r.output,
                 "latency_ms": r.latency_ms, "tokens_in": r.tokens_in,
@@ -280,7 +267,7 @@ def human_labels_collect(*, deployment: Deployment) -> dict[str, int]:
 def deployment_dispatch(*, deployment: Deployment, enqueue: Enqueue | None = None
                         ) -> dict[str, Any]:
     """One tick's dispatch: every step once (module docstring)."""
-    if not deployment.judge_versions.exists() or _criterion_key(deployment) is None:
+    if not deployment.judge_versions.exists() or window_context.criterion_key(deployment) is None:
         return {"skipped": "the deployment names no judge version or pass-rate criterion"}
     return {
         "judge_labels": judge_labels_collect(deployment=deployment),

@@ -33,7 +33,8 @@ CANDIDATE_FIELDS = ("name", "provider", "model_id", "model_version", "model_fami
                     "parameters", "notes")
 
 
-def _jsonl(rows: Iterable[Mapping[str, Any]]) -> io.BytesIO:
+def jsonl(rows: Iterable[Mapping[str, Any]]) -> io.BytesIO:
+    """Rows as an NDJSON upload for `ingest_run`."""
     return io.BytesIO(b"".join(json.dumps(r).encode() + b"\n" for r in rows))
 
 
@@ -92,15 +93,15 @@ def selection_reopen(*, deployment: Deployment, user: Any, days: int = 7,
             "key", "name", "kind", "source", "config"))
         if dims:
             dimension_set(study=new, dimensions=[dict(d) for d in dims])
-        ingest_run(study=new, kind="candidates", fmt="ndjson", stream=_jsonl(
+        ingest_run(study=new, kind="candidates", fmt="ndjson", stream=jsonl(
             {k: getattr(c, k) for k in CANDIDATE_FIELDS if getattr(c, k) not in ("", None)}
             for c in candidates if isinstance(c, Candidate)))
         if rows:
-            ingest_run(study=new, kind="items", fmt="ndjson", stream=_jsonl(
+            ingest_run(study=new, kind="items", fmt="ndjson", stream=jsonl(
                 {"external_id": r["request_id"], "input": r["input"],
                  "metadata": r["metadata"] or {}} for r in rows))
             shipped = deployment.candidate.name
-            ingest_run(study=new, kind="outputs", fmt="ndjson", stream=_jsonl(
+            ingest_run(study=new, kind="outputs", fmt="ndjson", stream=jsonl(
                 {k: v for k, v in {
                     "candidate": shipped, "item": r["request_id"], "text": r["output"],
                     "latency_ms": r["latency_ms"], "tokens_in": r["tokens_in"],

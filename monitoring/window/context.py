@@ -44,7 +44,8 @@ from .trust import NO_REASON
 COST_CLIP_FACTOR = 10.0
 
 
-def _criterion_key(deployment: Deployment) -> str | None:
+def criterion_key(deployment: Deployment) -> str | None:
+    """The key of the plan's first pass-rate criterion (None: the plan has none)."""
     for key, entry in (deployment.plan.spec.get("criteria") or {}).items():
         if isinstance(entry, Mapping) and entry.get("metric") == "pass_rate":
             return str(key)
@@ -108,7 +109,7 @@ def selection_agreement(deployment: Deployment) -> dict[str, Any]:
     """``{"agreement": ..., "ceiling": ...}`` of `SelectionReference` alone (empty without a
     judge, a pass-rate criterion or an agreement report)."""
     version = min((v.pk for v in deployment.judge_versions.all()), default=None)
-    key = _criterion_key(deployment)
+    key = criterion_key(deployment)
     if version is None or key is None:
         return {}
     return _agreement_part(deployment, version, key)
@@ -118,7 +119,7 @@ def selection_reference(deployment: Deployment) -> SelectionReference:
     """The selection-time evidence of the deployment's study (module docstring)."""
     parts: dict[str, Any] = {}
     version = min((v.pk for v in deployment.judge_versions.all()), default=None)
-    key = _criterion_key(deployment)
+    key = criterion_key(deployment)
     if version is not None and key is not None:
         parts.update(_calibration_part(deployment, version, key))
         parts.update(_agreement_part(deployment, version, key))

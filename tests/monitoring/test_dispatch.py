@@ -21,6 +21,7 @@ from judges.executor import run_drain
 from judges.models import Judge, JudgeJob, JudgeRun
 from monitoring import dispatch
 from monitoring.models import Deployment, TrafficLabel, TrafficRow
+from monitoring.selectors import deployment_json
 from monitoring.services import traffic_ingest, window_compute
 from monitoring.window.params import WindowParams
 from monitoring.window.results import WindowResult
@@ -103,6 +104,7 @@ def test_sampled_rows_are_judged_decided_queued_and_graded(
     assert live.pk != shipped_study.pk and shipped_study.items.count() == 40
     assert live.items.count() == len(judged)
     assert Membership.objects.filter(study=live, user=annotator, role="annotator").exists()
+    assert deployment_json(dep)["live_study"] == live.slug
     # Idempotent: nothing left to dispatch, no second run.
     assert dispatch.rows_dispatch(deployment=dep, enqueue=spy)["dispatched"] == 0
     assert JudgeRun.objects.filter(study=live).count() == 1
