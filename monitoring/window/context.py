@@ -13,8 +13,8 @@ study, and the per-window counts the gate streams accumulate.
   reported schema validity and how many were valid, the rows that reported a latency and how
   many were slower than the plan's p95 gate, and the rows that reported a cost with their sum
   clipped at `COST_CLIP_FACTOR` times the per-row gate (what the anytime-valid cost stream needs:
-  a bounded observation). Two aggregate queries over the window's rows, beside the single pass
-  of `window.load`.
+  a bounded observation). One aggregate query over the window's rows (GROUP BY stratum and
+  finish reason), beside the single pass of `window.load`.
 
 The snapshots are `reports.ReportSnapshot` rows; this module is the one monitoring file that
 reads them (tests/test_app_edges.py names the exception).
@@ -156,22 +156,27 @@ def gate_counts(deployment: Deployment, params: WindowParams
         agg["n_slow"] = Count("id", filter=Q(latency_ms__gt=latency_gate))
     if clip is not None:
         agg["cost_clipped_sum"] = Sum(Least(F("cost"), Value(clip)))
+    # One GROUP BY (stratum, finish reason) pass: the finish counts per stratum, and the
+    # stream counts summed over a stratum's reasons in Python.
     finish: dict[str, Counter[str]] = {}
-    for stratum, reason, n in (rows.values("stratum", "finish_reason").annotate(n=Count("id"))
-                               .values_list("stratum", "finish_reason", "n")):
-        finish.setdefault(str(stratum), Counter())[reason or NO_REASON] += int(n)
+    sums: dict[str, Counter[str]] = {}
+    names = list(agg)
+    for stratum, reason, n, *found in (
+            rows.values("stratum", "finish_reason").annotate(n=Count("id"), **agg)
+            .values_list("stratum", "finish_reason", "n", *names)):
+        label = str(stratum)
+        finish.setdefault(label, Counter())[reason or NO_REASON] += int(n)
+        sums.setdefault(label, Counter()).update(
+            {k: (v or 0) for k, v in zip(names, found, strict=True)})
     cells: dict[str, GateCounts] = {}
     every: Counter[str] = Counter()
     total: Counter[str] = Counter()
-    names = list(agg)
-    for stratum, *found in rows.values("stratum").annotate(**agg).values_list("stratum",
-                                                                              *names):
-        label = str(stratum)
-        values: dict[str, Any] = {k: (v or 0) for k, v in zip(names, found, strict=True)}
-        cells[label] = GateCounts(finish=dict(sorted(finish.get(label, {}).items())),
+    for label in sorted(finish):
+        values: dict[str, Any] = {k: sums[label].get(k, 0) for k in names}
+        cells[label] = GateCounts(finish=dict(sorted(finish[label].items())),
                                   cost_clip=clip, **values)
         total.update(values)
-        every.update(finish.get(label, {}))
+        every.update(finish[label])
     overall = GateCounts(finish=dict(sorted(every.items())), cost_clip=clip,
-                         **{k: total.get(k, 0) for k in agg})
+                         **{k: total.get(k, 0) for k in names})
     return cells, overall
