@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from annotations.models import Annotation
@@ -57,6 +57,7 @@ from studies.services import dimension_set, membership_set, rubric_update, study
 
 from . import reopen
 from .models import Deployment, TrafficLabel, TrafficRow
+from .services import traffic_labels_record
 from .window import context as window_context
 
 # Rows dispatched per call (a tick dispatches one batch; the rest wait for the next tick).
@@ -178,8 +179,6 @@ def policy_decision(p_pass: float, thresholds: Mapping[str, Any] | None, passed:
 
 def judge_labels_collect(*, deployment: Deployment) -> dict[str, int]:
     """Step 2 (module docstring): finished verdicts become judge labels with their decision."""
-    from .services import traffic_labels_record
-
     if deployment.live_study_id is None:
         return {"recorded": 0, "escalated": 0}
     live = Study.objects.get(pk=deployment.live_study_id)
@@ -187,10 +186,13 @@ def judge_labels_collect(*, deployment: Deployment) -> dict[str, int]:
     versions = _live_versions(deployment, live)
     if criterion is None or not versions:
         return {"recorded": 0, "escalated": 0}
-    by_output = dict(TrafficRow.objects.filter(deployment=deployment, to_judge=True,
-                                               live_output__isnull=False)
-                     .values_list("live_output_id", "request_id"))
-    have = set(TrafficLabel.objects.filter(row__deployment=deployment, source="judge")
+    # Only rows still missing a judge label of some version are read (not every row ever).
+    pending = (TrafficRow.objects.filter(deployment=deployment, to_judge=True,
+                                         live_output__isnull=False)
+               .annotate(n_judge=Count("labels", filter=Q(labels__source="judge")))
+               .filter(n_judge__lt=len(versions)))
+    by_output = dict(pending.values_list("live_output_id", "request_id"))
+    have = set(TrafficLabel.objects.filter(row__in=pending.values("pk"), source="judge")
                .values_list("row__request_id", "rater"))
     reference = window_context.selection_reference(deployment)
     labels = []
@@ -237,26 +239,22 @@ def human_queue_dispatch(*, deployment: Deployment) -> dict[str, int]:
 
 def human_labels_collect(*, deployment: Deployment) -> dict[str, int]:
     """Step 4 (module docstring): annotations of queued rows become human labels."""
-    from .services import traffic_labels_record
-
     if deployment.live_study_id is None:
         return {"recorded": 0}
     live = Study.objects.get(pk=deployment.live_study_id)
     criterion = _live_criterion(deployment, live)
     if criterion is None:
         return {"recorded": 0}
-    by_output = dict(TrafficRow.objects.filter(deployment=deployment, queued_at__isnull=False)
-                     .values_list("live_output_id", "request_id"))
-    have = {(rid, rater): value for rid, rater, value in TrafficLabel.objects.filter(
-        row__deployment=deployment, source="human").values_list("row__request_id", "rater",
-                                                                "value")}
+    # Queued rows without a human label yet (an annotation revised after it was collected
+    # is not read again).
+    pending = TrafficRow.objects.filter(deployment=deployment, queued_at__isnull=False).exclude(
+        labels__source="human")
+    by_output = dict(pending.values_list("live_output_id", "request_id"))
     labels = []
     for output_id, annotator, value in Annotation.objects.filter(
             output_id__in=list(by_output), criterion=criterion).values_list(
                 "output_id", "annotator__username", "value"):
         passed = 0.0 if is_failure(criterion, value) else 1.0
-        if have.get((by_output[output_id], annotator)) == passed:
-            continue
         labels.append({"request_id": by_output[output_id], "source": "human",
                        "rater": annotator, "value": passed})
     if not labels:

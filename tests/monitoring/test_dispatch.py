@@ -178,3 +178,23 @@ def test_policy_decision() -> None:
     assert dispatch.policy_decision(0.29, thresholds, False) == "fail"
     assert dispatch.policy_decision(0.5, thresholds, True) == "escalate"
     assert dispatch.policy_decision(0.5, None, False) == "fail"
+
+
+def test_a_dispatch_that_fails_midway_leaves_nothing_half_done(
+        live_deployment: Deployment, monkeypatch: Any) -> None:
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("worker killed")
+
+    monkeypatch.setattr(dispatch, "judge_run_start", broken)
+    with pytest.raises(RuntimeError):
+        dispatch.rows_dispatch(deployment=live_deployment, enqueue=EnqueueSpy())
+    live_deployment.refresh_from_db()
+    live = Study.objects.get(pk=live_deployment.live_study_id)
+    # The items, outputs and the rows' links went with the failed transaction.
+    assert live.items.count() == 0
+    assert not TrafficRow.objects.filter(deployment=live_deployment,
+                                         live_output__isnull=False).exists()
+    monkeypatch.undo()
+    again = dispatch.rows_dispatch(deployment=live_deployment, enqueue=EnqueueSpy())
+    assert again["dispatched"] == TrafficRow.objects.filter(deployment=live_deployment,
+                                                            to_judge=True).count()
