@@ -168,3 +168,27 @@ def test_the_page_says_whether_the_judge_still_agrees(judged: Any, shipped_study
     assert "lang = de" in html and "the judge no longer agrees with humans there" in html
     assert "the judge still agrees with humans there" in html  # en
     assert "90 % at selection" in html and "humans agree with each other on 93 %" in html
+
+
+def test_a_version_1_window_still_reads(judged: Any) -> None:
+    deployment, _ = judged
+    _traffic(deployment, agree_de=0.95)
+    stored = window_compute(deployment=deployment, params=HOUR).result
+    new_cell_keys = {"pass_calibrated", "n_agree_pairs", "n_agree", "judge_trust", "n_schema",
+                     "n_schema_valid", "n_latency", "n_slow", "n_cost", "cost_clipped_sum",
+                     "finish_reasons"}
+
+    def old(cell: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in cell.items() if k not in new_cell_keys}
+
+    v1 = {**{k: v for k, v in stored.items() if k != "calibration_drift"}, "version": 1,
+          "overall": old(stored["overall"]), "strata": [old(s) for s in stored["strata"]],
+          "mix": {k: v for k, v in stored["mix"].items()
+                  if k not in ("selection_chi2_p", "unseen_in_selection")}}
+    v1["mix"]["rows"] = [{k: v for k, v in r.items() if k != "selection_share"}
+                         for r in v1["mix"]["rows"]]
+    result = WindowResult.from_json(v1)
+    assert result.version == 1 and result.overall.judge_trust is None
+    assert result.overall.n_slow == 0 and result.calibration_drift is None
+    with pytest.raises(ValueError):
+        WindowResult.from_json({**stored, "version": 99})
