@@ -30,8 +30,16 @@ def deployment_tick(*, deployment_id: int) -> dict[str, Any]:
     """One deployment's tick: windows, alerts, notifications (outside any transaction)."""
     deployment = Deployment.objects.select_related("plan").get(pk=deployment_id)
     now = timezone.now()
-    # Judge work and the human queue first, so the windows read the labels collected now.
-    dispatched = dispatch.deployment_dispatch(deployment=deployment)
+    # Judge work and the human queue first, so the windows read the labels collected now. A
+    # dispatch that fails (a row the live study's import refuses, a judge config gone bad) is
+    # logged and retried next tick; it must not stop the windows and alerts.
+    try:
+        dispatched = dispatch.deployment_dispatch(deployment=deployment)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as exc:
+        logger.exception("monitoring dispatch failed for deployment %s", deployment_id)
+        dispatched = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     windows = services.windows_recent_compute(deployment=deployment, now=now)
     due = alerts.alerts_evaluate(deployment=deployment, now=now)
     for alert in due:

@@ -198,3 +198,16 @@ def test_a_dispatch_that_fails_midway_leaves_nothing_half_done(
     again = dispatch.rows_dispatch(deployment=live_deployment, enqueue=EnqueueSpy())
     assert again["dispatched"] == TrafficRow.objects.filter(deployment=live_deployment,
                                                             to_judge=True).count()
+
+
+def test_a_failing_dispatch_does_not_stop_the_windows(live_deployment: Deployment,
+                                                      monkeypatch: Any) -> None:
+    from monitoring import celery_tasks
+
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("provider config gone")
+
+    monkeypatch.setattr(dispatch, "judge_run_start", broken)
+    out = celery_tasks.deployment_tick(deployment_id=live_deployment.pk)
+    assert out["dispatch"] == {"error": "RuntimeError: provider config gone"}
+    assert out["windows"] == 4
