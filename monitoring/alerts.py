@@ -1,14 +1,24 @@
 """Alerts whose false-alarm rate holds however often the windows are looked at.
 
-Streams. Per deployment, two kinds of stream are watched, each for all traffic ("") and for
-every stratum the plan's deployment mix names (fixed when the deployment is created, so the
-number of streams K never grows):
+Streams. Per deployment, up to six kinds of stream are watched, each for all traffic ("")
+and for every stratum the plan's deployment mix names (fixed by the plan, so the number of
+streams K does not grow with the traffic). A kind exists when its limit does:
 
 * ``pass_rate``: the human labels of the *random* human draws (escalations excluded), against
   the floor (``alerting.pass_rate_floor``, else the plan's first ``pass_rate`` criterion
   threshold). Fires when the confidence sequence's upper end is below the floor.
+* ``agreement``: on the same random draws that have a judge verdict, whether the judge agrees
+  with the human (1/0), against ``alerting.agreement_floor``, else the lower end of the
+  selection-time agreement of the deployment's judge (the agreement report). Fires below.
 * ``error_rate``: every row's error flag, against the plan's ``error_rate`` gate. Fires when
   the sequence's lower end is above the gate.
+* ``schema_valid_rate``: the schema-valid flag of the rows that report one, against the plan's
+  gate; fires below.
+* ``latency_p95_ms``: whether a row is slower than the plan's p95 gate; p95 <= gate exactly
+  when at most 5 % of rows are slower, so the stream fires when that share is above 0.05.
+* ``cost_per_1000``: each row's cost clipped at ten times the per-row gate (gate / 1000), in
+  [0, clip]; fires when the mean is above the per-row gate. Clipping only lowers what is
+  observed, so an alarm on the clipped mean is an alarm on the true one.
 
 Guarantee. Each stream is an `evalstats.drift_monitor` at level ``alpha / K`` over the
 hourly windows since the deployment started: a confidence sequence restarted every day, the
@@ -42,12 +52,32 @@ from reviewhub.errors import Conflict
 from studies.spec import plan_selection
 
 from .models import Alert, AlertEvent, Deployment, Window
+from .window import context as window_context
 
 DEFAULT_ALPHA = 0.05
 DEFAULT_COOLDOWN_MINUTES = 360
-KINDS = ("pass_rate", "error_rate")
+KINDS = ("pass_rate", "agreement", "error_rate", "schema_valid_rate", "latency_p95_ms",
+         "cost_per_1000")
 # A fresh confidence sequence starts every day of hourly windows (evalstats.drift_monitor).
 RESTART_EVERY_HOURS = 24
+# The p95 latency gate holds when at most this share of rows is slower than it.
+LATENCY_QUANTILE_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Stream:
+    """What one kind of stream observes in a window's cell, and against what.
+
+    ``count``/``total``: the cell's keys holding the number of observations and their sum;
+    ``direction``: "below" fires when the mean is below ``limit``, "above" when above;
+    ``upper_bound``: the observations lie in [0, upper_bound] (1 for shares)."""
+
+    kind: str
+    count: str
+    total: str
+    direction: str
+    limit: float
+    upper_bound: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -81,44 +111,74 @@ def pass_rate_floor(deployment: Deployment) -> float | None:
     return None
 
 
+def agreement_floor(deployment: Deployment) -> float | None:
+    """The floor of the agreement streams: ``alerting.agreement_floor``, else the lower end of
+    the selection-time judge-human agreement (whole study) of the deployment's judge, else
+    None (no agreement stream)."""
+    floor = (deployment.alerting or {}).get("agreement_floor")
+    if isinstance(floor, int | float) and not isinstance(floor, bool):
+        return float(floor)
+    whole = window_context.selection_agreement(deployment).get("agreement", {}).get("")
+    if not whole or whole.get("value") is None:
+        return None
+    low = whole.get("ci_low")
+    return float(whole["value"] if low is None else low)
+
+
 def monitored_strata(deployment: Deployment) -> list[str]:
     """All traffic, then the strata of the plan's deployment mix for the watched dimension."""
     mixes = plan_selection(deployment.plan.spec)["mixes"]
     return ["", *sorted(mixes.get(deployment.watch_dimension, {}))]
 
 
-def _limits(deployment: Deployment) -> dict[str, float]:
-    out: dict[str, float] = {}
+def streams(deployment: Deployment) -> list[Stream]:
+    """The deployment's streams, in `KINDS` order: those whose limit exists."""
+    out = []
     floor = pass_rate_floor(deployment)
     if floor is not None:
-        out["pass_rate"] = floor
-    gate = plan_selection(deployment.plan.spec)["gates"].get("error_rate")
-    if gate is not None:
-        out["error_rate"] = float(gate)
+        out.append(Stream("pass_rate", "n_human", "human_pass_sum", "below", floor))
+    agree = agreement_floor(deployment)
+    if agree is not None:
+        out.append(Stream("agreement", "n_agree_pairs", "n_agree", "below", agree))
+    gates = plan_selection(deployment.plan.spec)["gates"]
+    if "error_rate" in gates:
+        out.append(Stream("error_rate", "n_rows", "n_errors", "above", gates["error_rate"]))
+    if "schema_valid_rate" in gates:
+        out.append(Stream("schema_valid_rate", "n_schema", "n_schema_valid", "below",
+                          gates["schema_valid_rate"]))
+    if "latency_p95_ms" in gates:
+        # p95 <= gate  <=>  the share of rows slower than the gate is <= 5 %.
+        out.append(Stream("latency_p95_ms", "n_latency", "n_slow", "above",
+                          LATENCY_QUANTILE_SHARE))
+    if "cost_per_1000" in gates:
+        per_row = gates["cost_per_1000"] / 1000.0
+        out.append(Stream("cost_per_1000", "n_cost", "cost_clipped_sum", "above", per_row,
+                          upper_bound=window_context.COST_CLIP_FACTOR * per_row))
     return out
 
 
 def stream_states(deployment: Deployment) -> list[StreamState]:
     """Every stream's monitor at its latest look (the hourly windows so far)."""
-    limits = _limits(deployment)
+    watched = streams(deployment)
     strata = monitored_strata(deployment)
     alpha = float((deployment.alerting or {}).get("alpha", DEFAULT_ALPHA))
-    k = max(1, len(limits) * len(strata))
+    k = max(1, len(watched) * len(strata))
     results = list(Window.objects.filter(deployment=deployment, granularity="hour",
                                          start__gte=_floor_hour(deployment.created_at))
                    .order_by("start").values_list("result", flat=True))
     states = []
-    for kind, limit in limits.items():
+    for stream in watched:
         for stratum in strata:
-            n, total = _per_window(results, kind, stratum)
+            n, total = _per_window(results, stream, stratum)
             if not n.size or n.sum() == 0:
-                states.append(StreamState(kind, stratum, limit, alpha / k, 0, None, 0.0, 1.0,
-                                          False))
+                states.append(StreamState(stream.kind, stratum, stream.limit, alpha / k, 0,
+                                          None, 0.0, stream.upper_bound, False))
                 continue
-            monitor = drift_monitor(n, total, limit=limit, alpha=alpha / k,
-                                    direction="below" if kind == "pass_rate" else "above",
-                                    restart_every=RESTART_EVERY_HOURS)
-            states.append(StreamState(kind, stratum, limit, alpha / k, monitor.n,
+            monitor = drift_monitor(n, total, limit=stream.limit, alpha=alpha / k,
+                                    direction=stream.direction,
+                                    restart_every=RESTART_EVERY_HOURS,
+                                    bounds=(0.0, stream.upper_bound))
+            states.append(StreamState(stream.kind, stratum, stream.limit, alpha / k, monitor.n,
                                       monitor.mean, monitor.lower, monitor.upper,
                                       bool(monitor.alarm[-1]),
                                       since=str(results[monitor.start].get("start", "")),
@@ -130,7 +190,7 @@ def _floor_hour(at: dt.datetime) -> dt.datetime:
     return at.replace(minute=0, second=0, microsecond=0)
 
 
-def _per_window(results: list[Mapping[str, Any]], kind: str, stratum: str
+def _per_window(results: list[Mapping[str, Any]], stream: Stream, stratum: str
                 ) -> tuple[np.ndarray, np.ndarray]:
     counts, sums = [], []
     for result in results:
@@ -140,27 +200,34 @@ def _per_window(results: list[Mapping[str, Any]], kind: str, stratum: str
         else:
             cell = next((s for s in result.get("strata", []) if s.get("stratum") == stratum),
                         None)
-        if cell is None:
-            counts.append(0)
-            sums.append(0.0)
-        elif kind == "pass_rate":
-            counts.append(int(cell["n_human"]))
-            sums.append(float(cell["human_pass_sum"]))
-        else:
-            counts.append(int(cell["n_rows"]))
-            sums.append(float(cell["n_errors"]))
+        # A version-1 window has no counts for the newer streams: no observations.
+        counts.append(int((cell or {}).get(stream.count, 0) or 0))
+        sums.append(float((cell or {}).get(stream.total, 0.0) or 0.0))
     return np.array(counts, dtype=np.int64), np.array(sums, dtype=float)
+
+
+_WHAT = {
+    "pass_rate": ("pass rate", "random human labels"),
+    "agreement": ("judge-human agreement", "random human labels with a judge verdict"),
+    "error_rate": ("error rate", "rows"),
+    "schema_valid_rate": ("schema-valid rate", "rows reporting schema validity"),
+    "latency_p95_ms": ("share of rows slower than the p95 latency gate", "rows with a latency"),
+    "cost_per_1000": ("cost per row (clipped)", "rows with a cost"),
+}
 
 
 def _message(state: StreamState, deployment: Deployment) -> str:
     where = f"stratum {state.stratum}" if state.stratum else "all traffic"
-    if state.kind == "pass_rate":
-        return (f"{deployment.name}: pass rate on {where} is below the floor "
-                f"{state.limit:.0%}: at most {state.upper:.1%} (anytime-valid, "
-                f"{state.n} random human labels since {state.since[:16]})")
-    return (f"{deployment.name}: error rate on {where} is above the gate {state.limit:.1%}: "
-            f"at least {state.lower:.1%} (anytime-valid, {state.n} rows since "
-            f"{state.since[:16]})")
+    what, of = _WHAT[state.kind]
+    since = f"anytime-valid, {state.n} {of} since {state.since[:16]}"
+    if state.kind == "cost_per_1000":
+        return (f"{deployment.name}: cost per 1,000 on {where} is above the gate "
+                f"{1000 * state.limit:.2f}: at least {1000 * state.lower:.2f} ({since})")
+    if state.kind in ("pass_rate", "agreement", "schema_valid_rate"):
+        return (f"{deployment.name}: {what} on {where} is below the floor "
+                f"{state.limit:.0%}: at most {state.upper:.1%} ({since})")
+    return (f"{deployment.name}: {what} on {where} is above the limit {state.limit:.1%}: "
+            f"at least {state.lower:.1%} ({since})")
 
 
 def alerts_evaluate(*, deployment: Deployment, now: dt.datetime) -> list[Alert]:

@@ -62,7 +62,8 @@ class DeploymentCreateSerializer(serializers.Serializer):
     sampling = serializers.DictField(required=False, help_text='{"judge": {"default": 0.1, '
                                      '"<stratum>": r}, "human": {...}}')
     alerting = serializers.DictField(required=False, help_text='{"alpha", "cooldown_minutes", '
-                                     '"pass_rate_floor", "webhook_url", "emails"}')
+                                     '"pass_rate_floor", "agreement_floor", "webhook_url", '
+                                     '"emails"}')
 
 
 class DeploymentList(APIView):
@@ -174,7 +175,10 @@ EXPORT_COLUMNS = ("granularity", "start", "end", "stratum", "n_rows", "share", "
                   "n_judged", "n_human", "n_escalated", "pass_judge", "pass_human",
                   "pass_ppi", "pass_ppi_low", "pass_ppi_high", "error_rate",
                   "latency_p95_ms", "cost_per_1000", "refusal_rate", "injection_rate",
-                  "mean_output_chars")
+                  "mean_output_chars", "pass_calibrated", "pass_calibrated_low",
+                  "pass_calibrated_high", "judge_agreement", "judge_agreement_low",
+                  "judge_agreement_high", "selection_agreement", "human_ceiling",
+                  "judge_trust")
 
 
 def export_rows(windows: Any) -> list[dict[str, Any]]:
@@ -197,8 +201,22 @@ def export_rows(windows: Any) -> list[dict[str, Any]]:
                 "latency_p95_ms": cell.latency_p95_ms, "cost_per_1000": cell.cost_per_1000,
                 "refusal_rate": cell.refusal_rate, "injection_rate": cell.injection_rate,
                 "mean_output_chars": cell.mean_output_chars,
+                **_trust_columns(cell),
             })
     return out
+
+
+def _trust_columns(cell: Any) -> dict[str, Any]:
+    cal = cell.pass_calibrated or {}
+    trust = cell.judge_trust or {}
+    agreement = trust.get("agreement") or {}
+    return {"pass_calibrated": cal.get("value"), "pass_calibrated_low": cal.get("ci_low"),
+            "pass_calibrated_high": cal.get("ci_high"),
+            "judge_agreement": agreement.get("value", cell.judge_agreement),
+            "judge_agreement_low": agreement.get("ci_low"),
+            "judge_agreement_high": agreement.get("ci_high"),
+            "selection_agreement": (trust.get("selection") or {}).get("value"),
+            "human_ceiling": trust.get("ceiling"), "judge_trust": trust.get("state")}
 
 
 class WindowExport(APIView):

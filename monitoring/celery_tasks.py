@@ -1,10 +1,12 @@
 """Celery adapters for monitoring: ids in, service calls, the retry policy.
 
 `monitoring.tick` runs from celery beat (`CELERY_BEAT_SCHEDULE["monitoring-tick"]`): for every
-active deployment it recomputes the windows that can still change (the current and previous
-hour and day), evaluates the alerts, and sends the notifications that are due. Every step is
-idempotent (one window per deployment, granularity and start, left untouched when its input
-did not change; one unresolved alert per stream), so a tick that runs twice, or a worker
+active deployment it dispatches the sampled rows (judge runs, the calibrated policy's decisions,
+the human queue; `monitoring.dispatch`), recomputes the windows that can still change
+(the current and previous hour and day), evaluates the alerts, and sends the notifications
+that are due. Every step is idempotent (a row is dispatched once; one window per deployment,
+granularity and start, left untouched when its input did not change; one unresolved alert per
+stream), so a tick that runs twice, or a worker
 killed mid-tick whose message is redelivered (`acks_late`), leaves the same state: the rows
 are in the database, and the next tick computes what the killed one did not.
 """
@@ -18,7 +20,7 @@ from celery import shared_task
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from . import alerts, notify, services
+from . import alerts, dispatch, notify, services
 from .models import Deployment
 
 logger = logging.getLogger(__name__)
@@ -28,11 +30,21 @@ def deployment_tick(*, deployment_id: int) -> dict[str, Any]:
     """One deployment's tick: windows, alerts, notifications (outside any transaction)."""
     deployment = Deployment.objects.select_related("plan").get(pk=deployment_id)
     now = timezone.now()
+    # Judge work and the human queue first, so the windows read the labels collected now. A
+    # dispatch that fails (a row the live study's import refuses, a judge config gone bad) is
+    # logged and retried next tick; it must not stop the windows and alerts.
+    try:
+        dispatched = dispatch.deployment_dispatch(deployment=deployment)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as exc:
+        logger.exception("monitoring dispatch failed for deployment %s", deployment_id)
+        dispatched = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     windows = services.windows_recent_compute(deployment=deployment, now=now)
     due = alerts.alerts_evaluate(deployment=deployment, now=now)
     for alert in due:
         notify.alert_notify(alert)
-    return {"windows": len(windows), "notified": len(due)}
+    return {"windows": len(windows), "notified": len(due), "dispatch": dispatched}
 
 
 @shared_task(name="monitoring.tick", acks_late=True,

@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from judges.models import JudgeVersion
-from studies.models import AnalysisPlan, Candidate, Study
+from studies.models import AnalysisPlan, Candidate, Output, Study
 
 
 class Deployment(models.Model):
@@ -46,6 +46,11 @@ class Deployment(models.Model):
     # Alert settings: {"alpha", "cooldown_minutes", "webhook_url", "emails"}.
     alerting = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    # The study the sampled live rows are judged and graded in (monitoring.dispatch): the
+    # selection study's rubric, frozen strata, shipped candidate, judges and members, created
+    # at the first dispatch, so live rows never enter the selection study's reports.
+    live_study = models.ForeignKey(Study, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -90,6 +95,11 @@ class TrafficRow(models.Model):
     to_human = models.BooleanField(default=False)
     # Sent to humans because the judge policy escalated it: not a random draw.
     escalated = models.BooleanField(default=False)
+    # The live study's output holding this row once dispatched (monitoring.dispatch), and when
+    # the row went to the live study's annotation queue.
+    live_output = models.ForeignKey(Output, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    queued_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -33,11 +33,13 @@ CANDIDATE_FIELDS = ("name", "provider", "model_id", "model_version", "model_fami
                     "parameters", "notes")
 
 
-def _jsonl(rows: Iterable[Mapping[str, Any]]) -> io.BytesIO:
+def jsonl(rows: Iterable[Mapping[str, Any]]) -> io.BytesIO:
+    """Rows as an NDJSON upload for `ingest_run`."""
     return io.BytesIO(b"".join(json.dumps(r).encode() + b"\n" for r in rows))
 
 
-def _criteria(study: Study) -> list[dict[str, Any]]:
+def criteria_of(study: Study) -> list[dict[str, Any]]:
+    """The study's latest rubric as `rubric_update` takes it."""
     rubric = study.rubric_versions.order_by("-version").first()
     if not isinstance(rubric, RubricVersion):
         return []
@@ -53,8 +55,9 @@ def _criteria(study: Study) -> list[dict[str, Any]]:
     return out
 
 
-def _slug(study: Study, now: dt.datetime) -> str:
-    stem = f"{study.slug[:60]}-reopened-{now:%Y%m%d%H%M}"
+def slug_for(study: Study, tag: str, now: dt.datetime) -> str:
+    """A free slug for a study made from `study`: its slug, `tag` and the minute."""
+    stem = f"{study.slug[:60]}-{tag}-{now:%Y%m%d%H%M}"
     slug, n = stem, 1
     while Study.objects.filter(slug=slug).exists():
         n += 1
@@ -77,28 +80,28 @@ def selection_reopen(*, deployment: Deployment, user: Any, days: int = 7,
     with transaction.atomic():
         new = study_create(owner=user, fields={
             "name": f"{study.name[:150]} (re-opened {now:%Y-%m-%d})",
-            "slug": _slug(study, now),
+            "slug": slug_for(study, "reopened", now),
             "task_description": study.task_description,
             "deployment_context": (f"Re-opened from deployment '{deployment.name}' of study "
                                    f"'{study.slug}' with {len(rows)} live requests of the last "
                                    f"{days} days."),
         })
-        criteria = _criteria(study)
+        criteria = criteria_of(study)
         if criteria:
             rubric_update(study=new, criteria=criteria, created_by=user)
         dims = list(study.dimensions.order_by("position", "id").values(
             "key", "name", "kind", "source", "config"))
         if dims:
             dimension_set(study=new, dimensions=[dict(d) for d in dims])
-        ingest_run(study=new, kind="candidates", fmt="ndjson", stream=_jsonl(
+        ingest_run(study=new, kind="candidates", fmt="ndjson", stream=jsonl(
             {k: getattr(c, k) for k in CANDIDATE_FIELDS if getattr(c, k) not in ("", None)}
             for c in candidates if isinstance(c, Candidate)))
         if rows:
-            ingest_run(study=new, kind="items", fmt="ndjson", stream=_jsonl(
+            ingest_run(study=new, kind="items", fmt="ndjson", stream=jsonl(
                 {"external_id": r["request_id"], "input": r["input"],
                  "metadata": r["metadata"] or {}} for r in rows))
             shipped = deployment.candidate.name
-            ingest_run(study=new, kind="outputs", fmt="ndjson", stream=_jsonl(
+            ingest_run(study=new, kind="outputs", fmt="ndjson", stream=jsonl(
                 {k: v for k, v in {
                     "candidate": shipped, "item": r["request_id"], "text": r["output"],
                     "latency_ms": r["latency_ms"], "tokens_in": r["tokens_in"],

@@ -19,7 +19,7 @@ def deployment_access_get(*, user: Any, token: Any, deployment_id: int, write: b
                           ) -> tuple[Deployment, StudyAccess]:
     """The deployment when the caller may see (or, with `write`, change) its study's judge
     data; 404 for a deployment that does not exist or whose study the caller cannot see."""
-    deployment = (Deployment.objects.select_related("study", "plan", "candidate")
+    deployment = (Deployment.objects.select_related("study", "plan", "candidate", "live_study")
                   .filter(pk=deployment_id).first() if 0 < deployment_id <= MAX_ID else None)
     if deployment is None:
         raise NotFound(f"Deployment {deployment_id} not found.")
@@ -29,7 +29,7 @@ def deployment_access_get(*, user: Any, token: Any, deployment_id: int, write: b
 
 
 def deployments_list(*, study: Study) -> QuerySet[Deployment]:
-    return Deployment.objects.filter(study=study).select_related("candidate", "plan")
+    return Deployment.objects.filter(study=study).select_related("candidate", "plan", "live_study")
 
 
 def windows_list(*, deployment: Deployment, granularity: str | None = None
@@ -63,6 +63,8 @@ def deployment_json(d: Deployment) -> dict[str, Any]:
         "calibration_snapshot": d.calibration_snapshot_id,
         "watch_dimension": d.watch_dimension, "sampling": d.sampling,
         "alerting": d.alerting, "created_at": d.created_at.isoformat(),
+        # Where the sampled rows are judged and graded (docs/monitoring.md, section 3).
+        "live_study": d.live_study.slug if d.live_study_id and d.live_study else None,
     }
 
 

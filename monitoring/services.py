@@ -6,6 +6,7 @@ Each service owns its transaction and holds no network I/O inside it. Alerts liv
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -37,10 +38,12 @@ from . import sampling, signals, traffic
 from .models import Deployment, TrafficLabel, TrafficRow, Window
 from .notify import webhook_refusal
 from .window import compute as window_compute_mod
+from .window import context as window_context
 from .window import load as window_load
 from .window.params import WindowParams
 
-ALERTING_KEYS = ("alpha", "cooldown_minutes", "pass_rate_floor", "webhook_url", "emails")
+ALERTING_KEYS = ("alpha", "cooldown_minutes", "pass_rate_floor", "agreement_floor",
+                 "webhook_url", "emails")
 DEFAULT_SAMPLING: dict[str, dict[str, float]] = {"judge": {"default": 0.1},
                                                  "human": {"default": 0.01}}
 
@@ -77,6 +80,34 @@ def _frozen_scheme(study: Study) -> list[dict[str, Any]]:
             d = {**d, "kind": "numeric_bins", "config": {"edges": edges}} if edges else d
         out.append(d)
     return out
+
+
+def _alerting_check(alert_settings: Mapping[str, Any], problems: Problems) -> None:
+    """Add a problem naming `alerting.<key>` for each bad alert setting."""
+    alpha = alert_settings.get("alpha", 0.05)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 0.5:
+        problems.add("alerting.alpha", "must be a number in (0, 0.5)")
+    for key in alert_settings:
+        if key not in ALERTING_KEYS:
+            problems.add(f"alerting.{key}", f"unknown key (use {', '.join(ALERTING_KEYS)})")
+    cooldown = alert_settings.get("cooldown_minutes", 360)
+    if isinstance(cooldown, bool) or not isinstance(cooldown, int | float) or cooldown < 0:
+        problems.add("alerting.cooldown_minutes", "must be a number of minutes >= 0")
+    for key in ("pass_rate_floor", "agreement_floor"):
+        floor = alert_settings.get(key)
+        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
+                                  or not 0 <= floor <= 1):
+            problems.add(f"alerting.{key}", "must be a number in [0, 1]")
+    url = alert_settings.get("webhook_url") or ""
+    url_problem = (webhook_refusal(url) if url else None) if isinstance(url, str) \
+        else "must be an http(s) URL"
+    if url_problem:
+        problems.add("alerting.webhook_url", url_problem)
+    emails = alert_settings.get("emails") or []
+    if not isinstance(emails, list) or not all(
+        isinstance(e, str) and "@" in e and len(e) <= 254 for e in emails
+    ):
+        problems.add("alerting.emails", "must be a list of e-mail addresses")
 
 
 def deployment_create(
@@ -126,29 +157,7 @@ def deployment_create(
     elif watch_dimension and watch_dimension not in keys:
         problems.add("watch_dimension", f"not a stratum dimension of the study ({keys})")
     alert_settings = dict(alerting or {})
-    alpha = alert_settings.get("alpha", 0.05)
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 0.5:
-        problems.add("alerting.alpha", "must be a number in (0, 0.5)")
-    for key in alert_settings:
-        if key not in ALERTING_KEYS:
-            problems.add(f"alerting.{key}", f"unknown key (use {', '.join(ALERTING_KEYS)})")
-    cooldown = alert_settings.get("cooldown_minutes", 360)
-    if isinstance(cooldown, bool) or not isinstance(cooldown, int | float) or cooldown < 0:
-        problems.add("alerting.cooldown_minutes", "must be a number of minutes >= 0")
-    floor = alert_settings.get("pass_rate_floor")
-    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)
-                              or not 0 <= floor <= 1):
-        problems.add("alerting.pass_rate_floor", "must be a number in [0, 1]")
-    url = alert_settings.get("webhook_url") or ""
-    url_problem = (webhook_refusal(url) if url else None) if isinstance(url, str) \
-        else "must be an http(s) URL"
-    if url_problem:
-        problems.add("alerting.webhook_url", url_problem)
-    emails = alert_settings.get("emails") or []
-    if not isinstance(emails, list) or not all(
-        isinstance(e, str) and "@" in e and len(e) <= 254 for e in emails
-    ):
-        problems.add("alerting.emails", "must be a list of e-mail addresses")
+    _alerting_check(alert_settings, problems)
     problems.raise_if_any("The deployment")
     snapshot = calibration_selectors.snapshot_resolve(study=study,
                                                       snapshot_id=calibration_snapshot_id)
@@ -315,6 +324,9 @@ def window_compute(*, deployment: Deployment, params: WindowParams,
     if stored is not None and stored.fingerprint == fingerprint and not force:
         return stored
     inp = window_load.window_input_load(deployment=deployment, params=params)
+    cells, totals = window_context.gate_counts(deployment, params)
+    inp = dataclasses.replace(inp, selection=window_context.selection_reference(deployment),
+                              gate_cells=cells, gate_totals=totals)
     result = window_compute_mod.window_compute(inp)
     with transaction.atomic():
         window, _ = Window.objects.update_or_create(

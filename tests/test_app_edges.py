@@ -64,6 +64,11 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("imports/management/commands/demo_seed.py", "reports"):
         "the demo builds its sample report through reports.services (imports and reports "
         "sit at the same level of the order)",
+    ("monitoring/window/context.py", "reports"):
+        "a window reads the selection-time evidence of the deployment's study: the calibration "
+        "snapshot's curve and reliability and the agreement report's judge-human agreement "
+        "and human ceiling live in reports.ReportSnapshot results (read only; monitoring and "
+        "reports sit at the same level of the order)",
     ("studies/services.py", "annotations"):
         "rubric_in_use asks whether a sampling plan, annotation, gold label or adjudication "
         "refers to the rubric through apps.get_model; the apps above should answer that "

@@ -15,7 +15,9 @@ from studies.models import Comparison, Output, StratumDimension, Study
 
 from .common import JOB_BULK_BATCH
 
-SELECTION_KINDS = ("all", "stratum", "candidate", "sample")
+SELECTION_KINDS = ("all", "stratum", "candidate", "sample", "outputs")
+# An "outputs" selection names its outputs (monitoring dispatches sampled live rows this way).
+MAX_SELECTED_OUTPUTS = 50_000
 
 
 
@@ -50,6 +52,19 @@ def selection_normalise(*, study: Study, selection: Mapping[str, Any] | None) ->
                 f"selection.candidate '{name}' is not a candidate of this study",
             )
         return {"kind": "candidate", "candidate": candidate.name, "candidate_id": candidate.pk}
+    if kind == "outputs":
+        ids = sel.get("ids")
+        if not isinstance(ids, list) or not ids or len(ids) > MAX_SELECTED_OUTPUTS or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids
+        ):
+            raise ValidationFailed.at(
+                "selection.ids",
+                f"an outputs selection needs 'ids': 1 to {MAX_SELECTED_OUTPUTS} output ids",
+            )
+        ids = sorted(set(ids))
+        if Output.objects.filter(study=study, pk__in=ids).count() != len(ids):
+            raise ValidationFailed.at("selection.ids", "some ids are not outputs of this study")
+        return {"kind": "outputs", "ids": ids}
     n, seed = sel.get("n"), sel.get("seed")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValidationFailed.at("selection.n", "selection.n must be a positive integer")
@@ -76,6 +91,8 @@ def selection_outputs(*, study: Study, selection: Mapping[str, Any]) -> list[int
         qs = qs.filter(**{f"item__strata__{selection['dimension']}": selection["label"]})
     elif kind == "candidate":
         qs = qs.filter(candidate_id=selection["candidate_id"])
+    elif kind == "outputs":
+        qs = qs.filter(pk__in=selection["ids"])
     ids = list(qs.order_by("id").values_list("id", flat=True))
     if kind == "sample":
         ids = _sample_ids(ids, n=selection["n"], seed=selection["seed"])
@@ -86,6 +103,8 @@ def _item_ids_for(*, study: Study, selection: Mapping[str, Any]) -> QuerySet[Any
     qs = study.items.all()
     if selection["kind"] == "stratum":
         qs = qs.filter(**{f"strata__{selection['dimension']}": selection["label"]})
+    elif selection["kind"] == "outputs":
+        qs = qs.filter(outputs__in=selection["ids"]).distinct()
     return qs.values("id")
 
 

@@ -42,6 +42,7 @@ from evalstats import (
     two_proportion_test,
 )
 
+from . import trust
 from .results import (
     GateRow,
     MixResult,
@@ -110,6 +111,40 @@ def cell_totals(*, error: BoolArray, refusal: BoolArray, injection: BoolArray,
 
 
 @dataclass(frozen=True)
+class SelectionReference:
+    """Selection-time evidence a window is compared with (module docstring). Every part is
+    empty/None when the study has no such snapshot or the deployment names no judge."""
+
+    curve_x: tuple[float, ...] = ()
+    curve_y: tuple[float, ...] = ()
+    snapshot_ece: float | None = None
+    snapshot_brier: float | None = None
+    # The snapshot's policy thresholds on P(pass): {"pass_above", "fail_below", ...}.
+    thresholds: Mapping[str, float] | None = None
+    # stratum label ("" = whole study) -> {"value", "ci_low", "ci_high"} of the judge's
+    # accuracy against the human consensus at selection time.
+    agreement: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+    # stratum label -> the human ceiling (pooled agreement of two humans on a subject).
+    ceiling: Mapping[str, float | None] = field(default_factory=dict)
+    selection_mix: Mapping[str, int] = field(default_factory=dict)
+    reference_finish: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GateCounts:
+    """One stratum's (or all traffic's) counts for the gate streams and finish reasons."""
+
+    finish: Mapping[str, int] = field(default_factory=dict)
+    n_schema: int = 0
+    n_schema_valid: int = 0
+    n_latency: int = 0
+    n_slow: int = 0
+    n_cost: int = 0
+    cost_clipped_sum: float = 0.0
+    cost_clip: float | None = None
+
+
+@dataclass(frozen=True)
 class WindowInput:
     """A window's totals per stratum, its sampled rows as arrays, and what they are compared
     with.
@@ -144,6 +179,10 @@ class WindowInput:
     reference_output_chars: FloatArray = field(default_factory=lambda: np.zeros(0))
     reference_latency_ms: FloatArray = field(default_factory=lambda: np.zeros(0))
     reference_refusals: tuple[int, int] = (0, 0)
+    # Selection-time evidence and the gate streams' counts (monitoring.window.context).
+    selection: SelectionReference | None = None
+    gate_cells: Mapping[str, GateCounts] = field(default_factory=dict)
+    gate_totals: GateCounts = field(default_factory=GateCounts)
 
 
 def _share(k: int, n: int) -> float | None:
@@ -203,6 +242,13 @@ def stratum_window(inp: WindowInput, mask: BoolArray, *, totals: CellTotals, str
     both = human & np.isfinite(inp.judge_value)
     agreement = (float(((inp.judge_value[both] >= 0.5) == (inp.human_value[both] >= 0.5))
                        .mean()) if both.any() else None)
+    judged = mask & _judged(inp)
+    calibrated = trust.calibrated_values(inp.judge_value[judged], inp.selection)
+    pass_calibrated = (naive_mean(calibrated, w=1.0 / inp.judge_pi[judged], level=inp.level)
+                       .to_json() if calibrated is not None and calibrated.size else None)
+    reading = trust.judge_trust(judge=inp.judge_value[both], human=inp.human_value[both],
+                                stratum=stratum, ref=inp.selection, level=inp.level)
+    gates = inp.gate_totals if stratum == "" else inp.gate_cells.get(stratum, GateCounts())
     return StratumWindow(
         stratum=stratum,
         n_rows=n,
@@ -224,6 +270,17 @@ def stratum_window(inp: WindowInput, mask: BoolArray, *, totals: CellTotals, str
         mean_output_chars=totals.mean_output_chars,
         judge_agreement=agreement,
         warnings=tuple(warnings),
+        pass_calibrated=pass_calibrated,
+        n_agree_pairs=reading["n"],
+        n_agree=reading["agree"],
+        judge_trust=reading,
+        n_schema=gates.n_schema,
+        n_schema_valid=gates.n_schema_valid,
+        n_latency=gates.n_latency,
+        n_slow=gates.n_slow,
+        n_cost=gates.n_cost,
+        cost_clipped_sum=float(gates.cost_clipped_sum),
+        finish_reasons=dict(gates.finish),
     )
 
 
@@ -251,6 +308,18 @@ def _overall_ppi(inp: WindowInput, labels: list[str], counts: list[int]
     return result.mix.to_json(), []
 
 
+def _fit_p(observed: Mapping[str, int], shares: Mapping[str, float]) -> float | None:
+    """Chi-square goodness of fit of the counts on the labels `shares` names (share > 0) to
+    those shares renormalised (None with fewer than two such labels or no rows on them)."""
+    named = [label for label in sorted(shares) if shares[label] > 0]
+    n_named = sum(observed.get(label, 0) for label in named)
+    if len(named) < 2 or n_named == 0:
+        return None
+    total_share = sum(shares[label] for label in named)
+    expected = [n_named * shares[label] / total_share for label in named]
+    return float(stats.chisquare([observed.get(label, 0) for label in named], expected).pvalue)
+
+
 def mix_result(inp: WindowInput, labels: list[str], counts: list[int]) -> MixResult | None:
     """The traffic mix of the watched dimension against the plan's deployment mix."""
     if not inp.mix_dimension:
@@ -259,24 +328,23 @@ def mix_result(inp: WindowInput, labels: list[str], counts: list[int]) -> MixRes
     observed = dict(zip(labels, counts, strict=True))
     plan = {str(k): float(v) for k, v in inp.plan_mix.items()}
     every = sorted(set(observed) | set(plan))
+    selection = dict(inp.selection.selection_mix) if inp.selection is not None else {}
+    n_selection = sum(selection.values())
     rows = tuple(
         MixRow(label=label, n=observed.get(label, 0),
                share=observed.get(label, 0) / n_total if n_total else 0.0,
-               plan_share=plan.get(label))
-        for label in every
+               plan_share=plan.get(label),
+               selection_share=selection.get(label, 0) / n_selection if n_selection else None)
+        for label in sorted(set(every) | set(selection))
     )
     new = tuple(label for label in sorted(observed) if plan and label not in plan
                 and label != UNKNOWN)
-    chi2_p: float | None = None
-    planned = [label for label in sorted(plan) if plan[label] > 0]
-    n_planned = sum(observed.get(label, 0) for label in planned)
-    if planned and n_planned > 0 and len(planned) > 1:
-        total_share = sum(plan[label] for label in planned)
-        expected = [n_planned * plan[label] / total_share for label in planned]
-        chi2_p = float(stats.chisquare([observed.get(label, 0) for label in planned],
-                                       expected).pvalue)
     return MixResult(dimension=inp.mix_dimension, rows=rows, unknown=observed.get(UNKNOWN, 0),
-                     new_labels=new, chi2_p=chi2_p)
+                     new_labels=new, chi2_p=_fit_p(observed, plan),
+                     selection_chi2_p=_fit_p(observed, {k: float(v)
+                                                        for k, v in selection.items()}),
+                     unseen_in_selection=tuple(label for label in sorted(observed)
+                                               if selection and label not in selection))
 
 
 def gate_rows(inp: WindowInput, overall: StratumWindow) -> tuple[GateRow, ...]:
@@ -332,6 +400,16 @@ def signal_rows(inp: WindowInput) -> tuple[SignalRow, ...]:
         changed=None if prop.p_value is None else prop.p_value < SIGNAL_ALPHA,
         test=prop.method,
     ))
+    ref_finish = inp.selection.reference_finish if inp.selection is not None else {}
+    finish = trust.finish_signal(inp.gate_totals.finish, ref_finish)
+    if finish is not None:
+        rows.append(SignalRow(
+            signal=f"finish_reason = {finish['reason']}",
+            window_value=finish["window_share"], reference_value=finish["reference_share"],
+            n_window=finish["n_window"], n_reference=finish["n_reference"],
+            p_value=finish["p_value"], changed=finish["p_value"] < SIGNAL_ALPHA,
+            test="chi-square test of homogeneity of the finish reasons",
+        ))
     return tuple(rows)
 
 
@@ -368,4 +446,11 @@ def window_compute(inp: WindowInput) -> WindowResult:
         gates=gate_rows(inp, overall),
         signals=signal_rows(inp),
         injection_rules=dict(inp.injection_rules),
+        calibration_drift=_drift(inp),
     )
+
+
+def _drift(inp: WindowInput) -> dict[str, object] | None:
+    both = _human_random(inp) & np.isfinite(inp.judge_value)
+    return trust.calibration_drift(judge=inp.judge_value[both], human=inp.human_value[both],
+                                   ref=inp.selection)

@@ -87,17 +87,35 @@ def stratum_states(results: Sequence[WindowResult], *, dimension: str,
         if then_cell is not None and first is not last and _headline(then_cell):
             text += (f"; was {interval_text(_headline(then_cell))} in the window from "
                      f"{first.start[:16].replace('T', ' ')}")
-        if now_cell.judge_agreement is not None:
-            text += (f"; the judge agrees with humans on {pct(now_cell.judge_agreement)} of "
-                     f"{now_cell.n_human} random draws there.")
-        else:
-            text += "; no random human label yet, so the judge's agreement is unknown."
+        text += "; " + trust_words(now_cell)
         state = "unknown"
         if headline and headline.get("value") is not None and floor is not None:
             high = headline.get("ci_high")
             state = "below" if high is not None and high < floor else "ok"
         out.append({"stratum": name, "state": state, "text": text})
     return out
+
+
+def trust_words(cell: StratumWindow) -> str:
+    """The judge-trust clause of a stratum's sentence (monitoring.window.trust states)."""
+    reading = cell.judge_trust or {}
+    agreement = (reading.get("agreement") or {}).get("value", cell.judge_agreement)
+    if agreement is None:
+        return "no random human label yet, so the judge's agreement is unknown."
+    n = reading.get("n", cell.n_human)
+    selection = (reading.get("selection") or {}).get("value")
+    ceiling = reading.get("ceiling")
+    then = "" if selection is None else f", {pct(selection)} at selection"
+    then += "" if ceiling is None else f", humans agree with each other on {pct(ceiling)}"
+    state = reading.get("state")
+    if state == "no_longer":
+        return (f"the judge no longer agrees with humans there: {pct(agreement)} of {n} "
+                f"random draws{then}.")
+    if state == "agrees":
+        return (f"the judge still agrees with humans there: {pct(agreement)} of {n} random "
+                f"draws{then}.")
+    return (f"the judge agrees with humans on {pct(agreement)} of {n} random draws there "
+            f"(no selection-time agreement to compare with).")
 
 
 def series_rows(results: Sequence[WindowResult], stratum: str) -> list[dict[str, Any]]:
@@ -115,6 +133,7 @@ def series_rows(results: Sequence[WindowResult], stratum: str) -> list[dict[str,
             "ppi": interval_text(head or None) if cell.n_rows else NONE,
             "which": _which(cell) if head else "",
             "judge": pct((cell.pass_judge or {}).get("value")),
+            "calibrated": interval_text(cell.pass_calibrated),
             "value": head.get("value"), "low": head.get("ci_low"), "high": head.get("ci_high"),
             "judge_value": (cell.pass_judge or {}).get("value"),
             "error_rate": pct(cell.error_rate),

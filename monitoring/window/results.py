@@ -6,6 +6,11 @@ refuses a version it does not know (a result written by a newer release). Versio
 1. First version: per-stratum counts, pass rates (judge-only, human-only, prediction-powered),
    judge-human agreement on the random human draws, gates, label-free signals against a
    reference, the traffic mix against the plan's.
+2. The calibrated pass rate, judge trust (agreement on the random human draws against the
+   selection-time agreement and the human ceiling), calibration drift, the mix against the
+   selection sample, finish reasons, and the counts the gate streams accumulate (schema
+   validity, latency over the p95 gate, clipped cost). A version-1 result reads with these
+   empty.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-RESULT_VERSION = 1
+RESULT_VERSION = 2
+# Versions `from_json` reads: a version-1 window reads with the version-2 figures empty.
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,22 @@ class StratumWindow:
     # pass at >= 0.5, matches the human's (None without such rows).
     judge_agreement: float | None = None
     warnings: tuple[str, ...] = ()
+    # The judge's values mapped through the calibration curve in force (None: no curve).
+    pass_calibrated: dict[str, Any] | None = None
+    # Random human draws with a judge value beside them, and how many of those agree.
+    n_agree_pairs: int = 0
+    n_agree: int = 0
+    # {"agreement": Wilson estimate, "selection": {"value", "ci_low", "ci_high"} | None,
+    #  "ceiling": float | None, "state": "agrees" | "no_longer" | "no_reference" | "unknown"}
+    judge_trust: dict[str, Any] | None = None
+    # Counts of the gate streams (monitoring.window.context.GateCounts).
+    n_schema: int = 0
+    n_schema_valid: int = 0
+    n_latency: int = 0
+    n_slow: int = 0
+    n_cost: int = 0
+    cost_clipped_sum: float = 0.0
+    finish_reasons: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,6 +79,8 @@ class MixRow:
     n: int
     share: float
     plan_share: float | None
+    # The label's share of the selection study's items (None: no selection sample read).
+    selection_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +96,9 @@ class MixResult:
     unknown: int
     new_labels: tuple[str, ...]
     chi2_p: float | None
+    # Goodness of fit to the selection sample's shares, and the labels it never saw.
+    selection_chi2_p: float | None = None
+    unseen_in_selection: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +139,9 @@ class WindowResult:
     gates: tuple[GateRow, ...]
     signals: tuple[SignalRow, ...]
     injection_rules: dict[str, int] = field(default_factory=dict)
+    # Reliability of the calibrated judge on the window's random human draws against the
+    # snapshot's (see compute_trust.calibration_drift); None without a curve or labels.
+    calibration_drift: dict[str, Any] | None = None
     version: int = RESULT_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -119,8 +150,9 @@ class WindowResult:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> WindowResult:
         version = d.get("version")
-        if version != RESULT_VERSION:
-            raise ValueError(f"window result version {version!r} is not {RESULT_VERSION}")
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"window result version {version!r} is not one of "
+                             f"{READABLE_VERSIONS}")
 
         def stratum(s: Mapping[str, Any]) -> StratumWindow:
             return StratumWindow(**{**s, "warnings": tuple(s.get("warnings", ()))})
@@ -134,9 +166,11 @@ class WindowResult:
             mix=None if mix is None else MixResult(
                 dimension=mix["dimension"], rows=tuple(MixRow(**r) for r in mix["rows"]),
                 unknown=mix["unknown"], new_labels=tuple(mix["new_labels"]),
-                chi2_p=mix["chi2_p"]),
+                chi2_p=mix["chi2_p"], selection_chi2_p=mix.get("selection_chi2_p"),
+                unseen_in_selection=tuple(mix.get("unseen_in_selection", ()))),
             gates=tuple(GateRow(**g) for g in d["gates"]),
             signals=tuple(SignalRow(**s) for s in d["signals"]),
             injection_rules=dict(d.get("injection_rules", {})),
+            calibration_drift=d.get("calibration_drift"),
             version=version,
         )

@@ -64,11 +64,13 @@ def test_no_alert_while_the_rates_hold(watched: Deployment) -> None:
     for h in range(3):
         _hour(watched, h, n=200, pass_share=0.9, error_share=0.0)
     states = alerts.stream_states(watched)
-    # Floor 0.8 from the plan's pass_rate criterion, gate 0.05 from its error_rate gate;
-    # three strata (all, de, en) x two kinds share alpha = 0.05.
+    # Floor 0.8 from the plan's pass_rate criterion, its error-rate, p95-latency and cost gates
+    # (no agreement stream: the deployment names no judge); three strata (all, de, en) x four
+    # kinds share alpha = 0.05.
     assert {(s.kind, s.stratum) for s in states} == {
-        (k, s) for k in ("pass_rate", "error_rate") for s in ("", "de", "en")}
-    assert all(s.alpha == pytest.approx(0.05 / 6) for s in states)
+        (k, s) for k in ("pass_rate", "error_rate", "latency_p95_ms", "cost_per_1000")
+        for s in ("", "de", "en")}
+    assert all(s.alpha == pytest.approx(0.05 / 12) for s in states)
     assert not any(s.firing for s in states)
     assert alerts.alerts_evaluate(deployment=watched, now=T0 + dt.timedelta(hours=3)) == []
 
@@ -227,3 +229,80 @@ def _refused_paths(watched: Deployment, url: str) -> set[str]:
     except ValidationFailed as exc:
         return {e["path"] for e in exc.details["errors"]}
     return set()
+
+
+def _gate_hour(deployment: Deployment, hour: int, *, n: int, slow_share: float, cost: float,
+               judge_agrees: float = 1.0) -> None:
+    start = T0 + dt.timedelta(hours=hour)
+    rows = [{"request_id": f"g{hour}-{i}", "input": "q", "output": "a",
+             "metadata": {"language": "en" if i % 2 else "de"},
+             "latency_ms": 3000.0 if i % 100 < slow_share * 100 else 400.0, "cost": cost,
+             "occurred_at": (start + dt.timedelta(seconds=i)).isoformat()} for i in range(n)]
+    traffic_ingest(deployment=deployment, rows=rows)
+    labels = []
+    for i, r in enumerate(rows):
+        labels.append({"request_id": r["request_id"], "source": "human", "rater": "a",
+                       "value": 1.0})
+        labels.append({"request_id": r["request_id"], "source": "judge", "rater": "j",
+                       "value": 1.0 if i % 100 < judge_agrees * 100 else 0.0})
+    traffic_labels_record(deployment=deployment, labels=labels)
+    window_compute(deployment=deployment, params=WindowParams("hour", start))
+
+
+def test_latency_cost_and_agreement_streams_fire_only_when_their_gates_break(
+        shipped_study: Any, lead: Any) -> None:
+    dep = deployment_create(
+        study=shipped_study, name="gates", candidate="shipped",
+        sampling_spec={"judge": {"default": 1.0}, "human": {"default": 1.0}},
+        alerting={"alpha": 0.05, "agreement_floor": 0.8})
+    Deployment.objects.filter(pk=dep.pk).update(created_at=T0)
+    dep.refresh_from_db()
+    # Holding: 2 % slower than the 2,000 ms gate (p95 below it), cost 0.001 a row (1.00 per
+    # 1,000 against a gate of 5.00), the judge agreeing with every human.
+    for h in range(3):
+        _gate_hour(dep, h, n=400, slow_share=0.02, cost=0.001)
+    states = {(s.kind, s.stratum): s for s in alerts.stream_states(dep)}
+    assert "agreement" in {k for k, _ in states}
+    assert not any(s.firing for s in states.values())
+    # The window's counts are the rows' own.
+    latest = Window.objects.filter(deployment=dep).order_by("-start").first()
+    assert latest is not None
+    overall = latest.result["overall"]
+    assert (overall["n_latency"], overall["n_slow"]) == (400, 8)
+    assert overall["cost_clipped_sum"] == pytest.approx(400 * 0.001)
+    # Broken: a fifth slower than the gate, 0.02 a row (20.00 per 1,000), the judge agreeing
+    # on 50 % of the random draws against a floor of 80 %.
+    for h in range(3, 6):
+        _gate_hour(dep, h, n=400, slow_share=0.2, cost=0.02, judge_agrees=0.5)
+    firing = {(s.kind, s.stratum) for s in alerts.stream_states(dep) if s.firing}
+    assert {("latency_p95_ms", ""), ("cost_per_1000", ""), ("agreement", "")} <= firing
+    opened = alerts.alerts_evaluate(deployment=dep, now=T0 + dt.timedelta(hours=6))
+    kinds = {a.kind for a in opened}
+    assert {"latency_p95_ms", "cost_per_1000", "agreement"} <= kinds
+    cost_alert = next(a for a in opened if a.kind == "cost_per_1000" and a.stratum == "")
+    assert "cost per 1,000 on all traffic is above the gate 5.00" in cost_alert.message
+    # Deduplicated: evaluating again opens nothing new.
+    again = alerts.alerts_evaluate(deployment=dep, now=T0 + dt.timedelta(hours=6, minutes=5))
+    assert Alert.objects.filter(deployment=dep).count() == len(opened)
+    assert all(a.pk in {o.pk for o in opened} for a in again)
+
+
+def test_a_clipped_cost_alarm_implies_the_true_mean_is_over_the_gate() -> None:
+    """The cost stream observes min(cost, clip): a sequence of rows whose true mean cost is at
+    the gate but with rare huge costs never alarms more than alpha (simulated, 400 runs)."""
+    import numpy as np
+
+    from evalstats import drift_monitor
+
+    rng = np.random.default_rng(7)
+    per_row, clip = 0.005, 0.05
+    alarms = 0
+    for _ in range(400):
+        # Mean just under per_row: 99 % of rows cost 0.00404, 1 % cost 0.1 (beyond the clip).
+        costs = np.where(rng.random((48, 50)) < 0.01, 0.1, 0.00404)
+        assert abs(costs.mean() - per_row) < 0.002
+        clipped = np.minimum(costs, clip)
+        monitor = drift_monitor(np.full(48, 50), clipped.sum(axis=1), limit=per_row,
+                                alpha=0.05, direction="above", bounds=(0.0, clip))
+        alarms += monitor.first_alarm is not None
+    assert alarms / 400 <= 0.05
