@@ -42,14 +42,14 @@ def run_estimate(*, template: PromptTemplate, configs: Sequence[GenerationConfig
     chars = 0
     n = 0
     for values in Item.objects.filter(id__in=list(item_ids)).values(
-            "input", "context", "reference", "external_id", "metadata").iterator():
+            "input", "context", "reference", "external_id", "metadata",
+            "recorded_request").iterator():
         item: dict[str, Any] = dict(values)
         if replay:
-            from .replay import prompt_chars
+            from .replay import prompt_chars, recorded_found
 
-            meta = item.get("metadata") or {}
-            recorded = meta.get("recorded_request") if isinstance(meta, dict) else None
-            chars += prompt_chars(recorded) if isinstance(recorded, dict) else 0
+            recorded = recorded_found(item.get("metadata"), item.get("recorded_request"))
+            chars += prompt_chars(recorded) if recorded is not None else 0
             n += 1
             continue
         try:

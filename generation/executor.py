@@ -223,7 +223,7 @@ class DrainContext:
         """The item's recorded request, sent unchanged but for the model (generation/replay.py);
         one that cannot be sent to this provider fails this output with the reason."""
         try:
-            recorded = recorded_of(job.item.get("metadata"))
+            recorded = recorded_of(job.item.get("metadata"), job.item.get("recorded_request"))
             body = replay_body(recorded, provider=base.provider, model=base.model,
                                max_tokens=base.max_tokens)
         except NotReplayable as exc:
