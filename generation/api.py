@@ -6,6 +6,7 @@
     POST     /api/studies/<slug>/generation-runs/estimate    the cost estimate of a run spec
     GET      /api/studies/<slug>/generation-runs/<id>        a run with its progress
     POST     /api/studies/<slug>/generation-runs/<id>/cancel cancel a run
+    POST     /api/studies/<slug>/generation-runs/<id>/resume re-queue what has no result yet
 
 Every operation needs the lead role (the configs name endpoints and key variables). Bad input
 is a 400 whose details name the field.
@@ -210,4 +211,20 @@ class GenerationRunCancel(APIView):
     def post(self, request: Request, slug: str, generation_run_id: int) -> Response:
         study = api_study(request, slug, min_role=LEAD, write=True).study
         runs.generation_run_cancel(run=_run_get(study, generation_run_id))
+        return Response(run_data(_run_get(study, generation_run_id)))
+
+
+class GenerationRunResume(APIView):
+    @extend_schema(operation_id="generation_runs_resume",
+                   summary="Resume a cancelled, stopped or stalled candidate run",
+                   description="Re-queues only the (item, config version, sample) jobs with no "
+                               "result yet (cancelled, failed for a transient reason, never "
+                               "created); idempotent. Optional body: {\"max_cost\": USD} "
+                               "replaces the budget.",
+                   request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, slug: str, generation_run_id: int) -> Response:
+        study = api_study(request, slug, min_role=LEAD, write=True).study
+        body = request.data if isinstance(request.data, Mapping) else {}
+        runs.generation_run_resume(run=_run_get(study, generation_run_id),
+                                   max_cost=body.get("max_cost"))
         return Response(run_data(_run_get(study, generation_run_id)))

@@ -17,4 +17,6 @@ urlpatterns = [
          api.GenerationRunDetail.as_view(), name="api-generation-run"),
     path("studies/<slug:slug>/generation-runs/<int:generation_run_id>/cancel",
          api.GenerationRunCancel.as_view(), name="api-generation-run-cancel"),
+    path("studies/<slug:slug>/generation-runs/<int:generation_run_id>/resume",
+         api.GenerationRunResume.as_view(), name="api-generation-run-resume"),
 ]

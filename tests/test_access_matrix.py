@@ -230,6 +230,7 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "api-generation-run-estimate": {"POST": LEAD_READ_POST},
     "api-generation-run": {"GET": LEAD_READ},
     "api-generation-run-cancel": {"POST": LEAD_WRITE},
+    "api-generation-run-resume": {"POST": LEAD_WRITE},
     # annotations API
     "annotations-api-next": {"POST": WORK_WRITE},
     "annotations-api-assignment": {"GET": OWN_READ},
