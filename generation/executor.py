@@ -51,6 +51,7 @@ from judges.providers import (
     serialize_body,
 )
 from judges.providers import PreparedCall as WirePreparedCall
+from judges.providers.streaming import StreamCut
 from judges.ratelimit import estimate_tokens, limits_for
 from studies.services import GeneratedOutput
 
@@ -241,8 +242,16 @@ class DrainContext:
         return prepared, hashlib.sha256(content).hexdigest()
 
 
-def _attempt_errors(job: runs.ClaimedJob, entry: Mapping[str, Any]) -> dict[str, Any]:
+def _details_fresh(job: runs.ClaimedJob) -> dict[str, Any]:
+    """The job's details without what only described its last attempt's answer."""
     details = dict(job.details or {})
+    details.pop("partial", None)
+    details.pop("ttft_ms", None)
+    return details
+
+
+def _attempt_errors(job: runs.ClaimedJob, entry: Mapping[str, Any]) -> dict[str, Any]:
+    details = _details_fresh(job)
     errors = list(details.get("attempt_errors", []))
     errors.append(dict(entry))
     details["attempt_errors"] = errors[-20:]
@@ -269,9 +278,26 @@ def _output_for(ctx: DrainContext, job: runs.ClaimedJob, values: Mapping[str, An
                   "request_hash": values.get("request_hash", ""), "error_kind": kind,
                   "overhead_ms": values.get("overhead_ms"),
                   "ttft_ms": (values.get("details") or {}).get("ttft_ms"),
+                  # The text is what a cut stream delivered before the error, not an answer.
+                  "partial": bool((values.get("details") or {}).get("partial")),
                   "schema_violation": values.get("schema_violation", ""),
                   "concurrency": ctx.run.concurrency,
                   "measured_at": timezone.now().isoformat()})
+
+
+def _partial_answer(values: dict[str, Any], cut: StreamCut) -> None:
+    """What a cut stream had delivered, kept beside its error: the text so far, its time to
+    first token and latency, and the tokens and finish reason seen (usually none: they come
+    in the last events)."""
+    values.update(text=cut.partial_text[:TEXT_MAX_CHARS], latency_ms=cut.latency_ms,
+                  finish_reason=cut.finish_reason or "", tokens_in=cut.tokens_in,
+                  tokens_out=cut.tokens_out,
+                  provider_request_id=(cut.request_id or "")[:200])
+    details = values["details"]
+    details["partial"] = True
+    if cut.ttft_ms is not None:
+        details["ttft_ms"] = cut.ttft_ms
+    details["attempt_errors"][-1]["partial_chars"] = len(cut.partial_text)
 
 
 def outcome_for_error(ctx: DrainContext, job: runs.ClaimedJob, token: str, exc: ProviderError,
@@ -286,6 +312,8 @@ def outcome_for_error(ctx: DrainContext, job: runs.ClaimedJob, token: str, exc: 
                                     "retry_after_s": retry_after})
     values: dict[str, Any] = {"error_kind": kind, "http_status": exc.http_status,
                               "details": details, "request_hash": request_hash}
+    if isinstance(exc, StreamCut):
+        _partial_answer(values, exc)
     if transient and job.attempts < settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS:
         delay = backoff_delay(attempt=job.attempts, retry_after_s=retry_after)
         values.update(error=f"retrying in {delay:.1f}s: {reason}"[:ERROR_MAX_CHARS],
@@ -318,7 +346,7 @@ def outcome_for_call(ctx: DrainContext, job: runs.ClaimedJob, token: str, call: 
                          tokens_in=result.tokens_in, tokens_out=result.tokens_out,
                          override=c.get("prices")),
         "request_hash": request_hash, "error_kind": "", "error": "",
-        "details": dict(job.details or {}),
+        "details": _details_fresh(job),
     }
     if result.ttft_ms is not None:
         # No column of its own (no migration): the job's details and the output's metadata.

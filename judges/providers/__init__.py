@@ -352,7 +352,8 @@ async def _provider_stream_async(client: AsyncRequester, request: ProviderReques
                 latency_ms = (time.perf_counter() - start) * 1000.0
                 return _interpret(request, _ReadResponse(stream.status_code, stream.headers,
                                                          body), latency_ms)
-            answer = await streaming.assemble(request.provider, stream.pieces())
+            answer = await streaming.assemble(request.provider, stream.pieces(),
+                                              started_at=start)
         finally:
             await stream.aclose()
     except httpx.HTTPError as exc:

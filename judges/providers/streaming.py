@@ -9,8 +9,11 @@ and input tokens), `content_block_delta` (`text_delta` pieces), `message_delta` 
 and output tokens), `message_stop`; an `error` event is the provider's error.
 
 `assemble` folds the events into the text, finish reason, tokens and request id of the answer
-and notes when the first text arrived; an answer whose terminal event never came is an error
-(a stream cut between events that the server framed completely).
+and notes when the first text arrived. An answer whose terminal event never came (the body
+ended early, the connection dropped, or the next piece did not come within the read timeout)
+is a `StreamCut`: a transient error that carries what had arrived (the partial text, its
+time to first token, the tokens and finish reason seen), so the caller can record the partial
+answer beside the error instead of an empty text.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import httpx
 
 from .base import PermanentProviderError, TransientProviderError
 
@@ -41,6 +46,26 @@ class StreamedAnswer:
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+
+class StreamCut(TransientProviderError):
+    """A streamed answer cut before its terminal event; the reason starts "timeout" or
+    "connection error" as for an unstreamed call, and what had arrived is kept."""
+
+    def __init__(self, reason: str, *, answer: StreamedAnswer,
+                 started_at: float | None) -> None:
+        super().__init__(reason, http_status=200)
+        self.partial_text = answer.text
+        self.finish_reason = answer.finish_reason
+        self.tokens_in = answer.tokens_in
+        self.tokens_out = answer.tokens_out
+        self.request_id = answer.request_id
+        self.events = answer.events
+        now = time.perf_counter()
+        # Both from the request's start (the caller's perf_counter), as for a whole answer.
+        self.latency_ms = None if started_at is None else (now - started_at) * 1000.0
+        self.ttft_ms = None if started_at is None or answer.first_token_at is None else (
+            answer.first_token_at - started_at) * 1000.0
 
 
 async def sse_events(pieces: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, str]]:
@@ -150,22 +175,36 @@ def _anthropic(answer: StreamedAnswer, name: str, data: str) -> None:
         raise PermanentProviderError(f"error event ({err.get('type')}): {reason}")
 
 
-async def assemble(provider: str, pieces: AsyncIterator[bytes]) -> StreamedAnswer:
-    """The answer a stream of `provider`'s wire format carries; TransientProviderError
-    ("connection error (truncated stream)") when it ends before its terminal event."""
+async def assemble(provider: str, pieces: AsyncIterator[bytes], *,
+                   started_at: float | None = None) -> StreamedAnswer:
+    """The answer a stream of `provider`'s wire format carries; `StreamCut` when it ends
+    before its terminal event: the body ended ("connection error (truncated stream)"), the
+    connection dropped ("connection error (<httpx error>) mid-stream") or a piece did not come
+    within the read timeout ("timeout (ReadTimeout) mid-stream"). `started_at`: the
+    `time.perf_counter()` at which the request was sent, for the cut's latency and TTFT."""
     answer = StreamedAnswer()
     # Read to the body's end (the terminal event is the last one), so that the connection
     # goes back to the pool instead of being closed half-read.
-    async for name, data in sse_events(pieces):
+    try:
+        async for name, data in sse_events(pieces):
+            if answer.complete:
+                continue
+            answer.events += 1
+            if provider == "anthropic":
+                _anthropic(answer, name, data)
+            else:
+                _openai(answer, data)
+    except httpx.TransportError as exc:
         if answer.complete:
-            continue
-        answer.events += 1
-        if provider == "anthropic":
-            _anthropic(answer, name, data)
-        else:
-            _openai(answer, data)
+            return answer  # everything arrived; only the connection's end was unclean
+        kind = type(exc).__name__
+        lead = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection error"
+        raise StreamCut(f"{lead} ({kind}) mid-stream: after {answer.events} events and "
+                        f"{len(answer.text)} characters", answer=answer,
+                        started_at=started_at) from exc
     if not answer.complete:
-        raise TransientProviderError(
+        raise StreamCut(
             f"connection error (truncated stream): ended after {answer.events} events "
-            f"and {len(answer.text)} characters, before its terminal event")
+            f"and {len(answer.text)} characters, before its terminal event", answer=answer,
+            started_at=started_at)
     return answer
