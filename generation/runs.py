@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,9 @@ from studies.services import (
 
 from .models import GenerationConfig, GenerationJob, GenerationRun, PromptTemplate, RunCandidate
 
+# The API and the pages take the selection from here.
+from .selection import selection_items as selection_items
+
 logger = logging.getLogger(__name__)
 
 ACTIVE = (GenerationJob.Status.QUEUED, GenerationJob.Status.RUNNING)
@@ -59,71 +61,6 @@ def _default_enqueue(run_id: int, config_id: int) -> None:
     from .celery_tasks import generation_enqueue
 
     generation_enqueue(run_id=run_id, config_id=config_id)
-
-
-# --- selection ------------------------------------------------------------------------------
-
-
-def selection_items(*, study: Study, selection: Mapping[str, Any] | None) -> tuple[
-        dict[str, Any], list[int]]:
-    """(the normalised selection, the ids of the items it selects, in id order)."""
-    sel = dict(selection or {"kind": "all"})
-    kind = sel.get("kind", "all")
-    items = Item.objects.filter(study=study).order_by("id")
-    if kind == "all":
-        return {"kind": "all"}, list(items.values_list("id", flat=True))
-    if kind == "items":
-        ext = sel.get("external_ids")
-        if not isinstance(ext, list) or not ext or not all(isinstance(e, str) for e in ext):
-            raise ValidationFailed.at("selection.external_ids",
-                                      "selection.external_ids must be a non-empty list of ids.")
-        found = dict(items.filter(external_id__in=ext).values_list("external_id", "id"))
-        missing = [e for e in ext if e not in found]
-        if missing:
-            raise ValidationFailed.at("selection.external_ids",
-                                      f"no item {missing[0]!r} in this study.", missing=missing)
-        return {"kind": "items", "external_ids": ext}, sorted(set(found.values()))
-    if kind == "sample":
-        n, seed = sel.get("n"), sel.get("seed", 0)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValidationFailed.at("selection.n", "selection.n must be a positive integer.")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValidationFailed.at("selection.seed", "selection.seed must be an integer.")
-        dim = sel.get("stratify_by") or ""
-        rows = list(items.values_list("id", "strata"))
-        rng = random.Random(seed)
-        if not dim:
-            ids = [r[0] for r in rows]
-            chosen = sorted(rng.sample(ids, min(n, len(ids))))
-        else:
-            if not isinstance(dim, str) or not study.dimensions.filter(key=dim).exists():
-                raise ValidationFailed.at("selection.stratify_by",
-                                          f"no stratum dimension {dim!r} in this study.")
-            groups: dict[str, list[int]] = {}
-            for item_id, strata in rows:
-                groups.setdefault(str((strata or {}).get(dim, "")), []).append(item_id)
-            chosen = _stratified(groups, n, rng)
-        return {"kind": "sample", "n": n, "seed": seed, "stratify_by": dim}, chosen
-    raise ValidationFailed.at("selection.kind",
-                              "selection.kind must be one of all, items, sample.")
-
-
-def _stratified(groups: Mapping[str, list[int]], n: int, rng: random.Random) -> list[int]:
-    """Proportional allocation (largest remainders, at least one per stratum while n allows)."""
-    total = sum(len(g) for g in groups.values())
-    n = min(n, total)
-    keys = sorted(groups)
-    quotas = {k: n * len(groups[k]) / total for k in keys}
-    alloc = {k: min(len(groups[k]), math.floor(quotas[k])) for k in keys}
-    for k in sorted(keys, key=lambda k: quotas[k] - alloc[k], reverse=True):
-        if sum(alloc.values()) >= n:
-            break
-        if alloc[k] < len(groups[k]):
-            alloc[k] += 1
-    chosen: list[int] = []
-    for k in keys:
-        chosen += rng.sample(groups[k], alloc[k])
-    return sorted(chosen)
 
 
 # --- start, cancel --------------------------------------------------------------------------
@@ -495,6 +432,32 @@ def _json(raw: Any) -> Any:
     return json.loads(raw) if isinstance(raw, str | bytes) else raw
 
 
+def _budget_allowance(run: GenerationRun, limit: int, now: datetime, max_attempts: int
+                      ) -> int | None:
+    """How many calls the budget left allows to start now (at most `limit`); None when the
+    run has just been stopped because the next request would exceed it. Called with the run
+    row locked."""
+    if run.max_cost is None:
+        return limit
+    agg = GenerationJob.objects.filter(run_id=run.pk).aggregate(
+        spent=Sum("cost"), priced=Count("cost"), running=Count("id", filter=Q(
+            status=GenerationJob.Status.RUNNING, lease_expires_at__gte=now)))
+    spent, running = float(agg["spent"] or 0.0), int(agg["running"] or 0)
+    # Calls in flight are priced at the average recorded so far, or at the estimate (which
+    # the budget covers at least once: checked at start) before any is priced.
+    priced = int(agg["priced"] or 0)
+    per = spent / priced if priced and spent > 0 else (run.est_request_cost or 0.0)
+    allowance = limit
+    if per > 0:
+        allowance = min(allowance, math.floor((run.max_cost - spent) / per + 1e-9) - running)
+    if allowance <= 0 and running == 0 and leases.claimable(
+            GenerationJob, now=now, max_attempts=max_attempts, run_id=run.pk).exists():
+        _stop(run, f"max_cost reached: {spent:.6f} spent of {run.max_cost:.6f} allowed; the "
+                   "next request would exceed it")
+        return None
+    return allowance
+
+
 def jobs_claim(*, run_id: int, config_id: int, limit: int, token: str,
                lapsed: bool = True) -> Claim:
     """Lease up to `limit` claimable jobs of one candidate of a run (see the module docstring).
@@ -513,24 +476,9 @@ def jobs_claim(*, run_id: int, config_id: int, limit: int, token: str,
         if lapsed:
             leases.fail_exhausted_leases(scope, now, max_attempts,
                                          exhausted_kind=GenerationJob.ErrorKind.CONNECTION)
-        allowance = limit
-        if run.max_cost is not None:
-            agg = GenerationJob.objects.filter(run_id=run_id).aggregate(
-                spent=Sum("cost"), priced=Count("cost"), running=Count("id", filter=Q(
-                    status=GenerationJob.Status.RUNNING, lease_expires_at__gte=now)))
-            spent, running = float(agg["spent"] or 0.0), int(agg["running"] or 0)
-            # Calls in flight are priced at the average recorded so far, or at the estimate
-            # (which the budget covers at least once: checked at start) before any is priced.
-            priced = int(agg["priced"] or 0)
-            per = spent / priced if priced and spent > 0 else (run.est_request_cost or 0.0)
-            if per > 0:
-                allowance = min(allowance,
-                                math.floor((run.max_cost - spent) / per + 1e-9) - running)
-            if allowance <= 0 and running == 0 and leases.claimable(
-                    GenerationJob, now=now, max_attempts=max_attempts, run_id=run_id).exists():
-                _stop(run, f"max_cost reached: {spent:.6f} spent of {run.max_cost:.6f} "
-                           f"allowed; the next request would exceed it")
-                return Claim(jobs=[], state="stopped")
+        allowance = _budget_allowance(run, limit, now, max_attempts)
+        if allowance is None:
+            return Claim(jobs=[], state="stopped")
         rows: list[tuple[Any, ...]] = []
         if allowance > 0 and connection.vendor == "postgresql":
             sql = _CLAIM_SQL.format(job=GenerationJob._meta.db_table,

@@ -150,6 +150,26 @@ def _deep_check(value: Any, top: str = "") -> None:
             stack.extend((child, (*path, i)) for i, child in enumerate(node))
 
 
+def recorded_request_check(value: Any) -> dict[str, Any]:
+    """A recorded chat request (an item's `recorded_request`), or ValueError saying what is
+    wrong: an object whose `messages` is a non-empty list of messages with a role (the shape
+    every chat API logs), `tools` an array and `response_format` an object when present; the
+    rest is kept as logged. Shared by ingest and the ratings imports."""
+    if type(value) is not dict:
+        raise ValueError(f"must be a JSON object (a chat request), got {type_name(value)}")
+    messages = value.get("messages")
+    if type(messages) is not list or not messages:
+        raise ValueError("must be a chat request: 'messages' must be a non-empty list")
+    for i, message in enumerate(messages):
+        if type(message) is not dict or type(message.get("role")) is not str:
+            raise ValueError(f"messages[{i}] must be an object with a string 'role'")
+    for key, want in (("tools", list), ("response_format", dict)):
+        if value.get(key) is not None and type(value[key]) is not want:
+            raise ValueError(f"'{key}' must be a JSON {'array' if want is list else 'object'}, "
+                             f"got {type_name(value[key])}")
+    return value
+
+
 Converter = Callable[[Any], Any]
 # Field kinds whose values can hold strings (and so NUL or lone surrogates) in a JSON row.
 _DEEP_KINDS = frozenset({"key", "text", "char", "input", "object", "scores", "any_json",
@@ -300,20 +320,10 @@ class RowValidator:
 
     @classmethod
     def _request(cls, value: Any) -> dict[str, Any]:
-        """A recorded chat request: an object whose `messages` is a non-empty list of
-        messages with a role (the shape every chat API logs); the rest is kept as logged."""
-        request = cls._object(value)
-        messages = request.get("messages")
-        if type(messages) is not list or not messages:
-            raise _Invalid("must be a chat request: 'messages' must be a non-empty list")
-        for i, message in enumerate(messages):
-            if type(message) is not dict or type(message.get("role")) is not str:
-                raise _Invalid(f"messages[{i}] must be an object with a string 'role'")
-        for key, want in (("tools", list), ("response_format", dict)):
-            if key in request and request[key] is not None and type(request[key]) is not want:
-                raise _Invalid(f"'{key}' must be a JSON {'array' if want is list else 'object'}"
-                               f", got {type_name(request[key])}")
-        return request
+        try:
+            return recorded_request_check(value)
+        except ValueError as exc:
+            raise _Invalid(str(exc)) from None
 
     def _request_cell(self, cell: str) -> dict[str, Any] | None:
         if not cell.strip():
