@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import random
 import time
@@ -51,12 +52,12 @@ from judges.providers import (
     serialize_body,
 )
 from judges.providers import PreparedCall as WirePreparedCall
-from judges.providers.streaming import StreamCut
+from judges.providers.streaming import StreamCut, tool_calls_of
 from judges.ratelimit import estimate_tokens, limits_for
 from studies.services import GeneratedOutput
 
 from . import runs
-from .config import MissingField, render
+from .config import MissingField, render, tools_for
 from .models import GenerationConfig, GenerationJob, GenerationRun
 from .replay import NotReplayable, prompt_chars, recorded_of, replay_body
 from .schema import schema_check
@@ -143,8 +144,12 @@ class DrainContext:
     """What is the same for every request of a (run, candidate): the config, the template,
     the output schema, and the provider request minus its messages."""
 
-    def __init__(self, run: GenerationRun, config: GenerationConfig) -> None:
+    def __init__(self, run: GenerationRun, config: GenerationConfig, *,
+                 preview: bool = False) -> None:
         self.run = run
+        # A preview builds the exact request without reading the key (the web process need
+        # not have it): the header carries a stand-in, shown redacted like a real key.
+        self.preview = preview
         self.config_row = config
         self.config: Mapping[str, Any] = config.config
         tpl = run.template.template
@@ -176,12 +181,17 @@ class DrainContext:
             response_format = {"name": "output", "schema": self.schema, "strict": False}
         self._base = ProviderRequest(
             provider=str(c.get("provider")), base_url=base_url, model=str(c.get("model")),
-            api_key=api_key_resolve(c), messages=(), temperature=params.get("temperature"),
+            api_key=self._api_key(), messages=(), temperature=params.get("temperature"),
             max_tokens=params.get("max_tokens"), seed=params.get("seed"),
             response_format=response_format, timeout_s=float(c.get("timeout_s") or 60.0),
             extra=extra)
         self._limit = limits_for(base_url=base_url, model=self._base.model)
         return self._base
+
+    def _api_key(self) -> str | None:
+        if self.preview:
+            return "preview-key" if self.config.get("api_key_env") else None
+        return api_key_resolve(self.config)
 
     def prepare(self, job: runs.ClaimedJob) -> tuple[PreparedCall, str]:
         """(the call, the sha256 of the exact body sent)."""
@@ -198,7 +208,7 @@ class DrainContext:
         if job.sample_index and request.seed is not None:
             # Identical seeds would make every sample the same answer.
             request = dataclasses.replace(request, seed=request.seed + job.sample_index)
-        call = self._streamed(provider_prepare(request))
+        call = self._streamed(self._with_tools(provider_prepare(request)))
         body = serialize_body(call.body)
         chars = sum(len(m.content) for m in messages)
         prepared = PreparedCall(job_id=job.id, request=request, limit=self._limit,
@@ -207,6 +217,15 @@ class DrainContext:
                                 wire=(call, body))
         return prepared, hashlib.sha256(body).hexdigest()
 
+
+    def _with_tools(self, call: WirePreparedCall) -> WirePreparedCall:
+        """The call with the template's tool definitions in the provider's shape
+        (generation/config.py `tools_for`); the model may answer with tool calls."""
+        tools = self.template.get("tools")
+        if not tools:
+            return call
+        body = {**call.body, "tools": tools_for(str(self.config.get("provider")), tools)}
+        return dataclasses.replace(call, body=body)
 
     def _streamed(self, call: WirePreparedCall) -> WirePreparedCall:
         """The call as a streamed one when the config says `stream`: the provider's
@@ -245,9 +264,29 @@ class DrainContext:
 def _details_fresh(job: runs.ClaimedJob) -> dict[str, Any]:
     """The job's details without what only described its last attempt's answer."""
     details = dict(job.details or {})
-    details.pop("partial", None)
-    details.pop("ttft_ms", None)
+    for key in ("partial", "ttft_ms", "tool_calls"):
+        details.pop(key, None)
     return details
+
+
+def request_preview(*, template: Any, config: GenerationConfig, item: Any
+                    ) -> dict[str, Any]:
+    """The exact HTTP request a run would send for `item` under `template` to `config`'s
+    candidate (method, URL, headers with the key redacted, JSON body, its sha256 as the
+    outputs record it): the template's tools in the provider's shape, streaming included.
+    ProviderConfigError when it may not be sent; MissingField when the item lacks a
+    placeholder."""
+    run = GenerationRun(study=template.study, template=template, concurrency=1)
+    ctx = DrainContext(run, config, preview=True)
+    job = runs.ClaimedJob(id=0, item_id=item.pk, sample_index=0, attempts=0, details={},
+                          item={"input": item.input, "context": item.context,
+                                "reference": item.reference, "external_id": item.external_id,
+                                "metadata": item.metadata})
+    prepared, request_hash = ctx.prepare(job)
+    assert prepared.wire is not None
+    call, body = prepared.wire
+    return {"method": call.method, "url": call.url, "headers": call.redacted_headers(),
+            "body": json.loads(body), "request_hash": request_hash}
 
 
 def _attempt_errors(job: runs.ClaimedJob, entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -280,6 +319,7 @@ def _output_for(ctx: DrainContext, job: runs.ClaimedJob, values: Mapping[str, An
                   "ttft_ms": (values.get("details") or {}).get("ttft_ms"),
                   # The text is what a cut stream delivered before the error, not an answer.
                   "partial": bool((values.get("details") or {}).get("partial")),
+                  "tool_calls": (values.get("details") or {}).get("tool_calls") or [],
                   "schema_violation": values.get("schema_violation", ""),
                   "concurrency": ctx.run.concurrency,
                   "measured_at": timezone.now().isoformat()})
@@ -351,6 +391,13 @@ def outcome_for_call(ctx: DrainContext, job: runs.ClaimedJob, token: str, call: 
     if result.ttft_ms is not None:
         # No column of its own (no migration): the job's details and the output's metadata.
         values["details"]["ttft_ms"] = result.ttft_ms
+    calls = tool_calls_of(str(c.get("provider")), result.raw)
+    if calls:
+        # The answer called tools: kept in full beside the text; a call-only answer's text is
+        # the calls as JSON (what an application would act on).
+        values["details"]["tool_calls"] = calls
+        if not result.text:
+            values["text"] = json.dumps(calls, ensure_ascii=False)[:TEXT_MAX_CHARS]
     finish = (result.finish_reason or "").lower()
     if finish in _REFUSAL_FINISH:
         values.update(error_kind=GenerationJob.ErrorKind.REFUSED,

@@ -226,6 +226,7 @@ MATRIX: dict[str, dict[str, Policy]] = {
     # candidate runs API (configs name endpoints and key variables: leads only)
     "api-generation-configs": {"GET": LEAD_READ, "POST": LEAD_WRITE},
     "api-prompt-templates": {"GET": LEAD_READ, "POST": LEAD_WRITE},
+    "api-prompt-template-preview": {"POST": LEAD_READ_POST},
     "api-generation-runs": {"GET": LEAD_READ, "POST": LEAD_WRITE},
     "api-generation-run-estimate": {"POST": LEAD_READ_POST},
     "api-generation-run": {"GET": LEAD_READ},
