@@ -353,7 +353,7 @@ def _severity_cell(line: int, row: Mapping[str, Any], kind: str, problems: _Prob
     return severity
 
 
-def _recorded_request(line: int, row: Mapping[str, Any], problems: Problems
+def _recorded_request(line: int, row: Mapping[str, Any], problems: _Problems
                       ) -> dict[str, Any] | None:
     """The row's `item_recorded_request` (the application's chat request for the item, an
     object or its JSON text), checked as the ingest checks an item's `recorded_request`."""
