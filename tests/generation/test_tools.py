@@ -137,10 +137,10 @@ def test_the_preview_shows_the_request_exactly_as_sent(study: Any, lead_client: 
 def test_a_preview_of_an_item_missing_a_placeholder_is_a_400(study: Any,
                                                             lead_client: Any) -> None:
     data = build(study, n_items=1)
+    template = make_template(study)  # {metadata.lang}, which the item then loses
     item = data.items[0]
     item.metadata = {}
     item.save()
-    template = make_template(study)
     config = make_config(data.candidates[0], "http://127.0.0.1:9/v1")
     resp = lead_client.post(f"{_templates(study)}/{template.pk}/preview", {"config": config.pk},
                             format="json")
