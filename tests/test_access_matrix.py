@@ -558,7 +558,7 @@ def _seed() -> Seeded:
         "slug": study.slug, "item_id": item.pk, "candidate_id": output.candidate_id,
         "output_id": output.pk, "user_id": member.pk, "version": 1,
         "judge_id": check.pk, "version_id": version.pk, "run_id": run.pk,
-        "generation_run_id": generation_run.pk,
+        "generation_run_id": generation_run.pk, "template_id": generation_run.template_id,
         "report_id": report.pk, "assignment_id": leased.pk, "annotation_id": annotation.pk,
         "token_id": spare_token.pk, "snapshot_id": calibration.pk,
         "invitation_id": invitation.pk,
