@@ -269,7 +269,8 @@ def _transport_error(exc: httpx.HTTPError) -> ProviderError:
 
 
 def _interpret(
-    request: ProviderRequest, response: ProviderResponse, latency_ms: float
+    request: ProviderRequest, response: ProviderResponse, latency_ms: float, *,
+    tool_calls_ok: bool = False,
 ) -> ProviderResult:
     try:
         return _module(request.provider).interpret(
@@ -280,6 +281,8 @@ def _interpret(
             latency_ms=latency_ms,
         )
     except PermanentProviderError:
+        if not tool_calls_ok:
+            raise
         calls = _tool_call_answer(request, response, latency_ms)
         if calls is None:
             raise
@@ -357,7 +360,10 @@ async def provider_call_async(
     except httpx.HTTPError as exc:
         raise _transport_error(exc) from exc
     latency_ms = (time.perf_counter() - start) * 1000.0
-    return _interpret(request, response, latency_ms)
+    # A request that offered the model its own tools (a candidate run's template or recorded
+    # request; not a judge's forced verdict tool) may be answered by tool calls alone.
+    tools = bool(call.body.get("tools")) and request.response_format is None
+    return _interpret(request, response, latency_ms, tool_calls_ok=tools)
 
 
 @dataclasses.dataclass(frozen=True)
