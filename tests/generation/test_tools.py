@@ -197,3 +197,22 @@ def test_streamed_tool_calls_are_assembled_from_their_pieces() -> None:
                                                                       20)
     assert answer.tool_calls() == [{"id": "toolu_1", "name": "get_weather",
                                     "arguments": {"city": "Tokyo"}}]
+
+
+def test_the_estimate_counts_the_tool_definitions(study: Any) -> None:
+    from generation.config import canonical_json, estimate_tokens
+    from generation.estimate import run_estimate
+
+    data = build(study, n_items=3)
+    config = make_config(data.candidates[0], "http://127.0.0.1:9/v1")
+    plain = make_template(study)
+    with_tools = make_template(study, tools=[OPENAI_TOOL])
+    ids = [i.pk for i in data.items]
+    a = run_estimate(template=plain, configs=[config], item_ids=ids, samples=1)
+    b = run_estimate(template=with_tools, configs=[config], item_ids=ids, samples=1)
+    tools_chars = len(canonical_json(with_tools.template["tools"]))
+    # Three requests' prompt characters plus three copies of the tools, at four a token.
+    chars_a = a.candidates[0].tokens_in
+    assert b.candidates[0].tokens_in > chars_a
+    assert b.candidates[0].tokens_in == pytest.approx(
+        estimate_tokens(chars_a * 4 + 3 * tools_chars), abs=2)
