@@ -2,10 +2,12 @@
 
     GET/POST /api/studies/<slug>/generation-configs          a candidate's endpoint versions
     GET/POST /api/studies/<slug>/prompt-templates            production prompt versions
+    POST     /api/studies/<slug>/prompt-templates/<id>/preview  the exact request of one item
     GET/POST /api/studies/<slug>/generation-runs             list / start a run
     POST     /api/studies/<slug>/generation-runs/estimate    the cost estimate of a run spec
     GET      /api/studies/<slug>/generation-runs/<id>        a run with its progress
     POST     /api/studies/<slug>/generation-runs/<id>/cancel cancel a run
+    POST     /api/studies/<slug>/generation-runs/<id>/resume re-queue what has no result yet
 
 Every operation needs the lead role (the configs name endpoints and key variables). Bad input
 is a 400 whose details name the field.
@@ -211,3 +213,61 @@ class GenerationRunCancel(APIView):
         study = api_study(request, slug, min_role=LEAD, write=True).study
         runs.generation_run_cancel(run=_run_get(study, generation_run_id))
         return Response(run_data(_run_get(study, generation_run_id)))
+
+
+class GenerationRunResume(APIView):
+    @extend_schema(operation_id="generation_runs_resume",
+                   summary="Resume a cancelled, stopped or stalled candidate run",
+                   description="Re-queues only the (item, config version, sample) jobs with no "
+                               "result yet (cancelled, failed for a transient reason, never "
+                               "created); idempotent. Optional body: {\"max_cost\": USD} "
+                               "replaces the budget.",
+                   request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, slug: str, generation_run_id: int) -> Response:
+        study = api_study(request, slug, min_role=LEAD, write=True).study
+        body = request.data if isinstance(request.data, Mapping) else {}
+        runs.generation_run_resume(run=_run_get(study, generation_run_id),
+                                   max_cost=body.get("max_cost"))
+        return Response(run_data(_run_get(study, generation_run_id)))
+
+
+class PromptTemplatePreview(APIView):
+    # A POST only for its JSON body: it builds the request and stores or sends nothing, so a
+    # read-only token may call it (tests/studies/test_access.py).
+    read_only_methods = ("post",)
+
+    @extend_schema(operation_id="prompt_templates_preview",
+                   summary="Preview the exact request a template sends to a candidate",
+                   description="Body: {\"config\": generation config id, \"item\": external "
+                               "id (default: the study's first item)}. Returns method, URL, "
+                               "headers (key redacted), JSON body and its sha256.",
+                   request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, slug: str, template_id: int) -> Response:
+        from judges.providers import ProviderError
+
+        from .config import MissingField
+        from .executor import request_preview
+
+        study = api_study(request, slug, min_role=LEAD).study
+        template = PromptTemplate.objects.select_related("study").filter(
+            study=study, pk=template_id).first()
+        if template is None:
+            raise NotFound(f"no prompt template {template_id} in this study")
+        body = _body(request)
+        cid = body.get("config")
+        config = GenerationConfig.objects.filter(candidate__study=study, pk=cid).first() \
+            if isinstance(cid, int) and not isinstance(cid, bool) else None
+        if config is None:
+            raise ValidationFailed.at("config", "config must be a generation config id of this "
+                                                "study.")
+        ext = body.get("item")
+        items = study.items.order_by("id")
+        item = items.filter(external_id=ext).first() if isinstance(ext, str) else items.first()
+        if item is None:
+            raise ValidationFailed.at("item", f"no item {ext!r} in this study.")
+        try:
+            return Response(request_preview(template=template, config=config, item=item))
+        except MissingField as exc:
+            raise ValidationFailed.at("item", f"item {item.external_id!r}: {exc}.") from None
+        except ProviderError as exc:
+            raise ValidationFailed.at("config", f"the request cannot be sent: {exc}.") from None

@@ -9,6 +9,8 @@ urlpatterns = [
          name="api-generation-configs"),
     path("studies/<slug:slug>/prompt-templates", api.PromptTemplateListCreate.as_view(),
          name="api-prompt-templates"),
+    path("studies/<slug:slug>/prompt-templates/<int:template_id>/preview",
+         api.PromptTemplatePreview.as_view(), name="api-prompt-template-preview"),
     path("studies/<slug:slug>/generation-runs", api.GenerationRunListCreate.as_view(),
          name="api-generation-runs"),
     path("studies/<slug:slug>/generation-runs/estimate", api.GenerationRunEstimate.as_view(),
@@ -17,4 +19,6 @@ urlpatterns = [
          api.GenerationRunDetail.as_view(), name="api-generation-run"),
     path("studies/<slug:slug>/generation-runs/<int:generation_run_id>/cancel",
          api.GenerationRunCancel.as_view(), name="api-generation-run-cancel"),
+    path("studies/<slug:slug>/generation-runs/<int:generation_run_id>/resume",
+         api.GenerationRunResume.as_view(), name="api-generation-run-resume"),
 ]

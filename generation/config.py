@@ -38,7 +38,10 @@ from reviewhub.errors import ValidationFailed
 CONFIG_FIELDS = ("provider", "base_url", "model", "api_key_env", "parameters", "prices",
                  "timeout_s", "extra_body", "stream")
 PARAMETER_FIELDS = ("temperature", "max_tokens", "seed", "top_p")
-TEMPLATE_FIELDS = ("system", "user", "output_schema", "structured_output")
+TEMPLATE_FIELDS = ("system", "user", "output_schema", "structured_output", "tools")
+# OpenAI's limit on tools per request (Anthropic's is higher); both allow these names.
+MAX_TOOLS = 128
+_TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ITEM_FIELDS = ("input", "context", "reference", "external_id")
 MAX_TEMPLATE_CHARS = 100_000
 MAX_TIMEOUT_S = 600.0
@@ -205,10 +208,83 @@ def template_validate(
     if structured and out["output_schema"] is None:
         raise _fail("structured_output", "structured_output needs an output_schema to send.")
     out["structured_output"] = structured
+    tools = template.get("tools")
+    if tools is not None:
+        # Only when given: templates saved before tools existed keep their content hash.
+        if structured:
+            raise _fail("tools", "tools and structured_output cannot be combined (Anthropic's "
+                                 "structured output is itself a forced tool call).")
+        out["tools"] = tools_validate(tools)
     try:
         canonical_json(out)
     except ValueError:
         raise _fail("output_schema", "output_schema must be plain JSON.") from None
+    return out
+
+
+def tools_validate(tools: Any) -> list[dict[str, Any]]:
+    """The template's tool definitions in their canonical, provider-neutral form
+    `{"name", "description", "parameters"}`, from either wire shape: OpenAI's
+    `{"type": "function", "function": {"name", "description", "parameters"}}` or Anthropic's
+    `{"name", "description", "input_schema"}`. ValidationFailed names `tools[i].<field>`."""
+    if not isinstance(tools, list):
+        raise _fail("tools", "tools must be a list of tool definitions (OpenAI or Anthropic "
+                             "shape).")
+    if len(tools) > MAX_TOOLS:
+        raise _fail("tools", f"at most {MAX_TOOLS} tools.")
+    out: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        at = f"tools[{i}]"
+        if not isinstance(tool, Mapping):
+            raise _fail(at, f"{at} must be an object.")
+        if tool.get("type") == "function" or "function" in tool:
+            fields_known(at, tool, ("type", "function"))
+            spec = tool.get("function")
+            if not isinstance(spec, Mapping):
+                raise _fail(f"{at}.function", f"{at}.function must be an object (OpenAI "
+                                              "shape).")
+            at = f"{at}.function"
+            fields_known(at, spec, ("name", "description", "parameters"))
+            schema_key = "parameters"
+        else:
+            spec = tool
+            fields_known(at, spec, ("name", "description", "input_schema", "type"))
+            if spec.get("type") not in (None, "custom"):
+                raise _fail(f"{at}.type", f"{at}.type must be \"function\" (OpenAI) or "
+                                          "absent (Anthropic).")
+            schema_key = "input_schema"
+        name = spec.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME_RE.fullmatch(name):
+            raise _fail(f"{at}.name", f"{at}.name must be 1-64 letters, digits, _ or -.")
+        if any(t["name"] == name for t in out):
+            raise _fail(f"{at}.name", f"{at}.name {name!r} is given twice.")
+        description = spec.get("description") or ""
+        if not isinstance(description, str):
+            raise _fail(f"{at}.description", f"{at}.description must be a string.")
+        schema = spec.get(schema_key)
+        if schema is None:
+            schema = {"type": "object", "properties": {}}
+        schema = schema_check_valid(schema, field=f"{at}.{schema_key}")
+        if schema.get("type") != "object":
+            raise _fail(f"{at}.{schema_key}", f"{at}.{schema_key} must be a JSON Schema of "
+                                              "type object (the call's arguments).")
+        out.append({"name": name, "description": description, "parameters": schema})
+    return out
+
+
+def tools_for(provider: str, tools: Any) -> list[dict[str, Any]]:
+    """The canonical tools in `provider`'s wire shape (see `tools_validate`)."""
+    out: list[dict[str, Any]] = []
+    for t in tools or []:
+        if provider == "anthropic":
+            out.append({"name": t["name"], **({"description": t["description"]}
+                                              if t.get("description") else {}),
+                        "input_schema": t["parameters"]})
+        else:
+            out.append({"type": "function", "function": {
+                "name": t["name"], **({"description": t["description"]}
+                                      if t.get("description") else {}),
+                "parameters": t["parameters"]}})
     return out
 
 

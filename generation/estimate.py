@@ -9,7 +9,13 @@ from typing import Any
 from judges.pricing import cost_for
 from studies.models import Item
 
-from .config import DEFAULT_ESTIMATE_OUT_TOKENS, MissingField, estimate_tokens, render
+from .config import (
+    DEFAULT_ESTIMATE_OUT_TOKENS,
+    MissingField,
+    canonical_json,
+    estimate_tokens,
+    render,
+)
 from .models import GenerationConfig, PromptTemplate
 
 
@@ -41,21 +47,25 @@ def run_estimate(*, template: PromptTemplate, configs: Sequence[GenerationConfig
     tpl = template.template
     chars = 0
     n = 0
+    # The tool definitions travel with every templated request (as JSON; their wire shape
+    # differs little between providers).
+    tool_chars = len(canonical_json(tpl["tools"])) if tpl.get("tools") else 0
     for values in Item.objects.filter(id__in=list(item_ids)).values(
-            "input", "context", "reference", "external_id", "metadata").iterator():
+            "input", "context", "reference", "external_id", "metadata",
+            "recorded_request").iterator():
         item: dict[str, Any] = dict(values)
         if replay:
-            from .replay import prompt_chars
+            from .replay import prompt_chars, recorded_found
 
-            meta = item.get("metadata") or {}
-            recorded = meta.get("recorded_request") if isinstance(meta, dict) else None
-            chars += prompt_chars(recorded) if isinstance(recorded, dict) else 0
+            recorded = recorded_found(item.get("metadata"), item.get("recorded_request"))
+            chars += prompt_chars(recorded) if recorded is not None else 0
             n += 1
             continue
         try:
             chars += len(render(tpl.get("system") or "", item)) + len(render(tpl["user"], item))
         except MissingField:
             chars += len(tpl.get("system") or "") + len(tpl["user"])
+        chars += tool_chars
         n += 1
     out: list[CandidateEstimate] = []
     for cfg in configs:

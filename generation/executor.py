@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import random
 import time
@@ -51,11 +52,12 @@ from judges.providers import (
     serialize_body,
 )
 from judges.providers import PreparedCall as WirePreparedCall
+from judges.providers.streaming import StreamCut, tool_calls_of
 from judges.ratelimit import estimate_tokens, limits_for
 from studies.services import GeneratedOutput
 
 from . import runs
-from .config import MissingField, render
+from .config import MissingField, render, tools_for
 from .models import GenerationConfig, GenerationJob, GenerationRun
 from .replay import NotReplayable, prompt_chars, recorded_of, replay_body
 from .schema import schema_check
@@ -142,8 +144,12 @@ class DrainContext:
     """What is the same for every request of a (run, candidate): the config, the template,
     the output schema, and the provider request minus its messages."""
 
-    def __init__(self, run: GenerationRun, config: GenerationConfig) -> None:
+    def __init__(self, run: GenerationRun, config: GenerationConfig, *,
+                 preview: bool = False) -> None:
         self.run = run
+        # A preview builds the exact request without reading the key (the web process need
+        # not have it): the header carries a stand-in, shown redacted like a real key.
+        self.preview = preview
         self.config_row = config
         self.config: Mapping[str, Any] = config.config
         tpl = run.template.template
@@ -175,12 +181,17 @@ class DrainContext:
             response_format = {"name": "output", "schema": self.schema, "strict": False}
         self._base = ProviderRequest(
             provider=str(c.get("provider")), base_url=base_url, model=str(c.get("model")),
-            api_key=api_key_resolve(c), messages=(), temperature=params.get("temperature"),
+            api_key=self._api_key(), messages=(), temperature=params.get("temperature"),
             max_tokens=params.get("max_tokens"), seed=params.get("seed"),
             response_format=response_format, timeout_s=float(c.get("timeout_s") or 60.0),
             extra=extra)
         self._limit = limits_for(base_url=base_url, model=self._base.model)
         return self._base
+
+    def _api_key(self) -> str | None:
+        if self.preview:
+            return "preview-key" if self.config.get("api_key_env") else None
+        return api_key_resolve(self.config)
 
     def prepare(self, job: runs.ClaimedJob) -> tuple[PreparedCall, str]:
         """(the call, the sha256 of the exact body sent)."""
@@ -197,7 +208,7 @@ class DrainContext:
         if job.sample_index and request.seed is not None:
             # Identical seeds would make every sample the same answer.
             request = dataclasses.replace(request, seed=request.seed + job.sample_index)
-        call = self._streamed(provider_prepare(request))
+        call = self._streamed(self._with_tools(provider_prepare(request)))
         body = serialize_body(call.body)
         chars = sum(len(m.content) for m in messages)
         prepared = PreparedCall(job_id=job.id, request=request, limit=self._limit,
@@ -206,6 +217,15 @@ class DrainContext:
                                 wire=(call, body))
         return prepared, hashlib.sha256(body).hexdigest()
 
+
+    def _with_tools(self, call: WirePreparedCall) -> WirePreparedCall:
+        """The call with the template's tool definitions in the provider's shape
+        (generation/config.py `tools_for`); the model may answer with tool calls."""
+        tools = self.template.get("tools")
+        if not tools:
+            return call
+        body = {**call.body, "tools": tools_for(str(self.config.get("provider")), tools)}
+        return dataclasses.replace(call, body=body)
 
     def _streamed(self, call: WirePreparedCall) -> WirePreparedCall:
         """The call as a streamed one when the config says `stream`: the provider's
@@ -223,7 +243,7 @@ class DrainContext:
         """The item's recorded request, sent unchanged but for the model (generation/replay.py);
         one that cannot be sent to this provider fails this output with the reason."""
         try:
-            recorded = recorded_of(job.item.get("metadata"))
+            recorded = recorded_of(job.item.get("metadata"), job.item.get("recorded_request"))
             body = replay_body(recorded, provider=base.provider, model=base.model,
                                max_tokens=base.max_tokens)
         except NotReplayable as exc:
@@ -241,8 +261,36 @@ class DrainContext:
         return prepared, hashlib.sha256(content).hexdigest()
 
 
-def _attempt_errors(job: runs.ClaimedJob, entry: Mapping[str, Any]) -> dict[str, Any]:
+def _details_fresh(job: runs.ClaimedJob) -> dict[str, Any]:
+    """The job's details without what only described its last attempt's answer."""
     details = dict(job.details or {})
+    for key in ("partial", "ttft_ms", "tool_calls"):
+        details.pop(key, None)
+    return details
+
+
+def request_preview(*, template: Any, config: GenerationConfig, item: Any
+                    ) -> dict[str, Any]:
+    """The exact HTTP request a run would send for `item` under `template` to `config`'s
+    candidate (method, URL, headers with the key redacted, JSON body, its sha256 as the
+    outputs record it): the template's tools in the provider's shape, streaming included.
+    ProviderConfigError when it may not be sent; MissingField when the item lacks a
+    placeholder."""
+    run = GenerationRun(study=template.study, template=template, concurrency=1)
+    ctx = DrainContext(run, config, preview=True)
+    job = runs.ClaimedJob(id=0, item_id=item.pk, sample_index=0, attempts=0, details={},
+                          item={"input": item.input, "context": item.context,
+                                "reference": item.reference, "external_id": item.external_id,
+                                "metadata": item.metadata})
+    prepared, request_hash = ctx.prepare(job)
+    assert prepared.wire is not None
+    call, body = prepared.wire
+    return {"method": call.method, "url": call.url, "headers": call.redacted_headers(),
+            "body": json.loads(body), "request_hash": request_hash}
+
+
+def _attempt_errors(job: runs.ClaimedJob, entry: Mapping[str, Any]) -> dict[str, Any]:
+    details = _details_fresh(job)
     errors = list(details.get("attempt_errors", []))
     errors.append(dict(entry))
     details["attempt_errors"] = errors[-20:]
@@ -269,9 +317,27 @@ def _output_for(ctx: DrainContext, job: runs.ClaimedJob, values: Mapping[str, An
                   "request_hash": values.get("request_hash", ""), "error_kind": kind,
                   "overhead_ms": values.get("overhead_ms"),
                   "ttft_ms": (values.get("details") or {}).get("ttft_ms"),
+                  # The text is what a cut stream delivered before the error, not an answer.
+                  "partial": bool((values.get("details") or {}).get("partial")),
+                  "tool_calls": (values.get("details") or {}).get("tool_calls") or [],
                   "schema_violation": values.get("schema_violation", ""),
                   "concurrency": ctx.run.concurrency,
                   "measured_at": timezone.now().isoformat()})
+
+
+def _partial_answer(values: dict[str, Any], cut: StreamCut) -> None:
+    """What a cut stream had delivered, kept beside its error: the text so far, its time to
+    first token and latency, and the tokens and finish reason seen (usually none: they come
+    in the last events)."""
+    values.update(text=cut.partial_text[:TEXT_MAX_CHARS], latency_ms=cut.latency_ms,
+                  finish_reason=cut.finish_reason or "", tokens_in=cut.tokens_in,
+                  tokens_out=cut.tokens_out,
+                  provider_request_id=(cut.request_id or "")[:200])
+    details = values["details"]
+    details["partial"] = True
+    if cut.ttft_ms is not None:
+        details["ttft_ms"] = cut.ttft_ms
+    details["attempt_errors"][-1]["partial_chars"] = len(cut.partial_text)
 
 
 def outcome_for_error(ctx: DrainContext, job: runs.ClaimedJob, token: str, exc: ProviderError,
@@ -286,6 +352,8 @@ def outcome_for_error(ctx: DrainContext, job: runs.ClaimedJob, token: str, exc: 
                                     "retry_after_s": retry_after})
     values: dict[str, Any] = {"error_kind": kind, "http_status": exc.http_status,
                               "details": details, "request_hash": request_hash}
+    if isinstance(exc, StreamCut):
+        _partial_answer(values, exc)
     if transient and job.attempts < settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS:
         delay = backoff_delay(attempt=job.attempts, retry_after_s=retry_after)
         values.update(error=f"retrying in {delay:.1f}s: {reason}"[:ERROR_MAX_CHARS],
@@ -318,11 +386,18 @@ def outcome_for_call(ctx: DrainContext, job: runs.ClaimedJob, token: str, call: 
                          tokens_in=result.tokens_in, tokens_out=result.tokens_out,
                          override=c.get("prices")),
         "request_hash": request_hash, "error_kind": "", "error": "",
-        "details": dict(job.details or {}),
+        "details": _details_fresh(job),
     }
     if result.ttft_ms is not None:
         # No column of its own (no migration): the job's details and the output's metadata.
         values["details"]["ttft_ms"] = result.ttft_ms
+    calls = tool_calls_of(str(c.get("provider")), result.raw)
+    if calls:
+        # The answer called tools: kept in full beside the text; a call-only answer's text is
+        # the calls as JSON (what an application would act on).
+        values["details"]["tool_calls"] = calls
+        if not result.text:
+            values["text"] = json.dumps(calls, ensure_ascii=False)[:TEXT_MAX_CHARS]
     finish = (result.finish_reason or "").lower()
     if finish in _REFUSAL_FINISH:
         values.update(error_kind=GenerationJob.ErrorKind.REFUSED,
@@ -361,116 +436,157 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     if run is None or config is None or run.status != GenerationRun.Status.RUNNING:
         report.state = "inactive"
         return report
-    lease_s = settings.REVIEWHUB_JUDGE_LEASE_S
     token = runs.new_token()
     if not runs.drain_slot_take(run_id=run_id, config_id=config_id, token=token,
-                                lease_s=lease_s):
+                                lease_s=settings.REVIEWHUB_JUDGE_LEASE_S):
         report.state = "busy"
         return report
     slice_s = settings.REVIEWHUB_GENERATION_TASK_SLICE_S if slice_s is None else slice_s
-    ctx = DrainContext(run, config)
-    c = run.concurrency
-    # Claimed ahead of the calls in flight: at least CLAIM_AHEAD_MIN jobs (and C), refilled
-    # once half of that is left, so a claim's and a record's round trips (tens of ms on a
-    # busy database) never leave a coroutine without its next request, and each claim takes
-    # a chunk large enough that its statements cost little per job.
-    ahead = max(c, CLAIM_AHEAD_MIN)
-    target = c + ahead
-    refill = max(1, ahead // 2)
-    session = (caller or async_caller()).session(c)
-    rate = float(run.rate or 0.0)
-    arrivals: PoissonArrivals | None = None
-    if rate > 0:
-        drain_index = runs.drains_so_far(run_id=run_id, config_id=config_id)
-        arrivals = PoissonArrivals(rate=rate, seed=arrival_seed(
-            run_id=run_id, config_id=config_id, drain_index=drain_index))
-    jobs: dict[int, tuple[runs.ClaimedJob, str]] = {}
-    pending: list[runs.JobOutcome] = []
-    pending_since = 0.0
-    outstanding = 0
-    claim_open = True
-    retry_claim_at = 0.0
-    next_lapsed = 0.0
-    deadline = time.monotonic() + slice_s
-    next_renew = time.monotonic() + lease_s / 3
-    first_start: float | None = None
-    last_end: float | None = None
+    drain = _Drain(DrainContext(run, config), token, report, caller, slice_s)
     try:
-        while True:
-            if outstanding:
-                for prepared, call in session.take(min_n=1, timeout_s=TAKE_WAIT_S):
-                    outstanding -= 1
-                    job, request_hash = jobs[prepared.job_id]
-                    report.busy_s += call.ended_at - call.started_at
-                    first_start = call.started_at if first_start is None else min(
-                        first_start, call.started_at)
-                    last_end = call.ended_at if last_end is None else max(last_end,
-                                                                           call.ended_at)
-                    pending.append(outcome_for_call(ctx, job, token, call, request_hash))
-            now_m = time.monotonic()
-            if claim_open and now_m >= deadline:
-                claim_open = False
-                report.state = "sliced"
-            # Claim once half of C is left queued ahead of the coroutines: the claim's
-            # round trip then never leaves a coroutine without its next request.
-            if claim_open and target - outstanding >= refill and now_m >= retry_claim_at:
-                lapsed = now_m >= next_lapsed
-                claim = runs.jobs_claim(run_id=run_id, config_id=config_id,
-                                        limit=target - outstanding, token=token, lapsed=lapsed)
-                if lapsed:
-                    next_lapsed = now_m + LAPSED_CHECK_S
-                if claim.state in ("inactive", "stopped"):
-                    claim_open = False
-                    report.state = claim.state
-                elif claim.jobs:
-                    report.claimed += len(claim.jobs)
-                    batch = _dispatch(ctx, claim.jobs, token, jobs, pending)
-                    outstanding += len(batch)
-                    if arrivals is None:
-                        session.submit(batch)
-                    elif batch:
-                        now_a = time.monotonic()
-                        submit_at(session, batch, [arrivals.take(now_a) for _ in batch])
-                        report.arrivals += len(batch)
-                    report.max_in_flight = max(report.max_in_flight, min(outstanding, c))
-                elif outstanding == 0 and not pending:
-                    report.state = "idle"
-                    claim_open = False
-                else:
-                    retry_claim_at = now_m + RETRY_CLAIM_S
-            finishing = not claim_open and outstanding == 0
-            if pending and not pending_since:
-                pending_since = now_m
-            if pending and (finishing or len(pending) >= max(refill, min(RECORD_MIN, c))
-                            or now_m - pending_since >= RECORD_WAIT_S):
-                recorded = set(runs.jobs_record(outcomes=pending))
-                report.recorded += len(recorded)
-                report.discarded += len(pending) - len(recorded)
-                for o in pending:
-                    jobs.pop(o.job_id, None)
-                pending = []
-                pending_since = 0.0
-                # Re-queued retries may be claimable at once: look again now.
-                retry_claim_at = 0.0
-            if time.monotonic() >= next_renew:
-                runs.lease_renew(run_id=run_id, token=token)
-                runs.drain_slot_take(run_id=run_id, config_id=config_id, token=token,
-                                     lease_s=lease_s)
-                next_renew = time.monotonic() + lease_s / 3
-            if finishing:
-                break
+        drain.loop()
     finally:
-        session.close()
-        if first_start is not None and last_end is not None:
-            report.window_s = last_end - first_start
-        runs.drain_slot_release(run_id=run_id, config_id=config_id, token=token, load={
-            "busy_s": report.busy_s, "window_s": report.window_s, "calls": report.recorded,
-            "max_in_flight": report.max_in_flight},
-            arrivals=None if arrivals is None else {
-                "process": "poisson", "rate": rate, "seed": arrivals.seed,
-                "started": report.arrivals})
+        drain.close()
     runs.run_finish_if_complete(run_id=run_id)
     return report
+
+
+class _Drain:
+    """The state of one drain: the jobs claimed and in flight, the outcomes waiting to be
+    recorded, and the clocks of the next claim, record and lease renewal. `loop` turns
+    each round: collect finished calls, claim more, record, renew."""
+
+    def __init__(self, ctx: DrainContext, token: str, report: DrainReport,
+                 caller: AsyncCaller | None, slice_s: float) -> None:
+        self.ctx, self.token, self.report = ctx, token, report
+        self.run_id, self.config_id = ctx.run.pk, ctx.config_row.pk
+        self.c = c = ctx.run.concurrency
+        self.lease_s = settings.REVIEWHUB_JUDGE_LEASE_S
+        # Claimed ahead of the calls in flight: at least CLAIM_AHEAD_MIN jobs (and C),
+        # refilled once half of that is left, so a claim's and a record's round trips (tens
+        # of ms on a busy database) never leave a coroutine without its next request, and
+        # each claim takes a chunk large enough that its statements cost little per job.
+        ahead = max(c, CLAIM_AHEAD_MIN)
+        self.target = c + ahead
+        self.refill = max(1, ahead // 2)
+        self.session = (caller or async_caller()).session(c)
+        self.rate = float(ctx.run.rate or 0.0)
+        self.arrivals: PoissonArrivals | None = None
+        if self.rate > 0:
+            drain_index = runs.drains_so_far(run_id=self.run_id, config_id=self.config_id)
+            self.arrivals = PoissonArrivals(rate=self.rate, seed=arrival_seed(
+                run_id=self.run_id, config_id=self.config_id, drain_index=drain_index))
+        self.jobs: dict[int, tuple[runs.ClaimedJob, str]] = {}
+        self.pending: list[runs.JobOutcome] = []
+        self.pending_since = 0.0
+        self.outstanding = 0
+        self.claim_open = True
+        self.retry_claim_at = 0.0
+        self.next_lapsed = 0.0
+        self.deadline = time.monotonic() + slice_s
+        self.next_renew = time.monotonic() + self.lease_s / 3
+        self.first_start: float | None = None
+        self.last_end: float | None = None
+
+    def loop(self) -> None:
+        while True:
+            if self.outstanding:
+                self._collect()
+            now_m = time.monotonic()
+            if self.claim_open and now_m >= self.deadline:
+                self.claim_open = False
+                self.report.state = "sliced"
+            # Claim once half of C is left queued ahead of the coroutines: the claim's
+            # round trip then never leaves a coroutine without its next request.
+            if (self.claim_open and self.target - self.outstanding >= self.refill
+                    and now_m >= self.retry_claim_at):
+                self._claim(now_m)
+            finishing = not self.claim_open and self.outstanding == 0
+            self._record(now_m, finishing)
+            if time.monotonic() >= self.next_renew:
+                runs.lease_renew(run_id=self.run_id, token=self.token)
+                runs.drain_slot_take(run_id=self.run_id, config_id=self.config_id,
+                                     token=self.token, lease_s=self.lease_s)
+                self.next_renew = time.monotonic() + self.lease_s / 3
+            if finishing:
+                return
+
+    def _collect(self) -> None:
+        """The calls that ended since the last round, as outcomes waiting to be recorded."""
+        for prepared, call in self.session.take(min_n=1, timeout_s=TAKE_WAIT_S):
+            self.outstanding -= 1
+            job, request_hash = self.jobs[prepared.job_id]
+            self.report.busy_s += call.ended_at - call.started_at
+            self.first_start = call.started_at if self.first_start is None else min(
+                self.first_start, call.started_at)
+            self.last_end = call.ended_at if self.last_end is None else max(
+                self.last_end, call.ended_at)
+            self.pending.append(outcome_for_call(self.ctx, job, self.token, call,
+                                                 request_hash))
+
+    def _claim(self, now_m: float) -> None:
+        """Lease more jobs and hand their requests to the session (at once in a closed loop,
+        at their arrival times in an open one)."""
+        report = self.report
+        lapsed = now_m >= self.next_lapsed
+        claim = runs.jobs_claim(run_id=self.run_id, config_id=self.config_id,
+                                limit=self.target - self.outstanding, token=self.token,
+                                lapsed=lapsed)
+        if lapsed:
+            self.next_lapsed = now_m + LAPSED_CHECK_S
+        if claim.state in ("inactive", "stopped"):
+            self.claim_open = False
+            report.state = claim.state
+        elif claim.jobs:
+            report.claimed += len(claim.jobs)
+            batch = _dispatch(self.ctx, claim.jobs, self.token, self.jobs, self.pending)
+            self.outstanding += len(batch)
+            if self.arrivals is None:
+                self.session.submit(batch)
+            elif batch:
+                now_a = time.monotonic()
+                submit_at(self.session, batch, [self.arrivals.take(now_a) for _ in batch])
+                report.arrivals += len(batch)
+            report.max_in_flight = max(report.max_in_flight, min(self.outstanding, self.c))
+        elif self.outstanding == 0 and not self.pending:
+            report.state = "idle"
+            self.claim_open = False
+        else:
+            self.retry_claim_at = now_m + RETRY_CLAIM_S
+
+    def _record(self, now_m: float, finishing: bool) -> None:
+        """Record the waiting outcomes in one go once enough wait, or they waited long
+        enough, or the drain is finishing."""
+        pending = self.pending
+        if pending and not self.pending_since:
+            self.pending_since = now_m
+        if not pending or not (finishing or len(pending) >= max(self.refill, min(RECORD_MIN,
+                                                                                  self.c))
+                               or now_m - self.pending_since >= RECORD_WAIT_S):
+            return
+        recorded = set(runs.jobs_record(outcomes=pending))
+        self.report.recorded += len(recorded)
+        self.report.discarded += len(pending) - len(recorded)
+        for o in pending:
+            self.jobs.pop(o.job_id, None)
+        self.pending = []
+        self.pending_since = 0.0
+        # Re-queued retries may be claimable at once: look again now.
+        self.retry_claim_at = 0.0
+
+    def close(self) -> None:
+        """Close the session and give the slot back with the load this drain measured."""
+        report = self.report
+        self.session.close()
+        if self.first_start is not None and self.last_end is not None:
+            report.window_s = self.last_end - self.first_start
+        runs.drain_slot_release(
+            run_id=self.run_id, config_id=self.config_id, token=self.token, load={
+                "busy_s": report.busy_s, "window_s": report.window_s,
+                "calls": report.recorded, "max_in_flight": report.max_in_flight},
+            arrivals=None if self.arrivals is None else {
+                "process": "poisson", "rate": self.rate, "seed": self.arrivals.seed,
+                "started": report.arrivals})
 
 
 def _dispatch(ctx: DrainContext, claimed: list[runs.ClaimedJob], token: str,

@@ -78,7 +78,7 @@ class GenerationRun(models.Model):
     template = models.ForeignKey(PromptTemplate, on_delete=models.PROTECT, related_name="runs")
     configs = models.ManyToManyField(GenerationConfig, through="RunCandidate",
                                      related_name="runs")
-    # Replay: each item's recorded request (`Item.metadata["recorded_request"]`, an OpenAI
+    # Replay: each item's recorded request (`Item.recorded_request`, an OpenAI
     # chat-completions body as the application logged it) is sent unchanged but for the model
     # (and the wire format of an Anthropic candidate); the template then only supplies the
     # output schema.

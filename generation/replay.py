@@ -33,17 +33,28 @@ def _text(content: Any, where: str) -> str:
                         "this provider)")
 
 
-def recorded_of(metadata: Any) -> Mapping[str, Any]:
-    """The item's recorded request, or NotReplayable saying why there is none."""
+def recorded_found(metadata: Any, recorded_request: Any = None) -> Mapping[str, Any] | None:
+    """The item's recorded request: its `recorded_request` field, else (items ingested before
+    the field existed) its `metadata.recorded_request`; None when it has neither object."""
+    if isinstance(recorded_request, Mapping):
+        return recorded_request
     recorded = metadata.get(RECORDED_KEY) if isinstance(metadata, Mapping) else None
-    if not isinstance(recorded, Mapping):
-        raise NotReplayable(f"the item has no metadata.{RECORDED_KEY} object")
+    return recorded if isinstance(recorded, Mapping) else None
+
+
+def recorded_of(metadata: Any, recorded_request: Any = None) -> Mapping[str, Any]:
+    """The item's recorded request (`recorded_found`), or NotReplayable saying why there is
+    none usable."""
+    recorded = recorded_found(metadata, recorded_request)
+    if recorded is None:
+        raise NotReplayable(f"the item has no {RECORDED_KEY} (nor a metadata.{RECORDED_KEY} "
+                            "object)")
     messages = recorded.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise NotReplayable(f"metadata.{RECORDED_KEY}.messages must be a non-empty list")
+        raise NotReplayable(f"{RECORDED_KEY}.messages must be a non-empty list")
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
-            raise NotReplayable(f"metadata.{RECORDED_KEY}.messages[{i}] has no role")
+            raise NotReplayable(f"{RECORDED_KEY}.messages[{i}] has no role")
     return recorded
 
 

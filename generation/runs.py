@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,9 @@ from studies.services import (
 
 from .models import GenerationConfig, GenerationJob, GenerationRun, PromptTemplate, RunCandidate
 
+# The API and the pages take the selection from here.
+from .selection import selection_items as selection_items
+
 logger = logging.getLogger(__name__)
 
 ACTIVE = (GenerationJob.Status.QUEUED, GenerationJob.Status.RUNNING)
@@ -61,77 +63,98 @@ def _default_enqueue(run_id: int, config_id: int) -> None:
     generation_enqueue(run_id=run_id, config_id=config_id)
 
 
-# --- selection ------------------------------------------------------------------------------
-
-
-def selection_items(*, study: Study, selection: Mapping[str, Any] | None) -> tuple[
-        dict[str, Any], list[int]]:
-    """(the normalised selection, the ids of the items it selects, in id order)."""
-    sel = dict(selection or {"kind": "all"})
-    kind = sel.get("kind", "all")
-    items = Item.objects.filter(study=study).order_by("id")
-    if kind == "all":
-        return {"kind": "all"}, list(items.values_list("id", flat=True))
-    if kind == "items":
-        ext = sel.get("external_ids")
-        if not isinstance(ext, list) or not ext or not all(isinstance(e, str) for e in ext):
-            raise ValidationFailed.at("selection.external_ids",
-                                      "selection.external_ids must be a non-empty list of ids.")
-        found = dict(items.filter(external_id__in=ext).values_list("external_id", "id"))
-        missing = [e for e in ext if e not in found]
-        if missing:
-            raise ValidationFailed.at("selection.external_ids",
-                                      f"no item {missing[0]!r} in this study.", missing=missing)
-        return {"kind": "items", "external_ids": ext}, sorted(set(found.values()))
-    if kind == "sample":
-        n, seed = sel.get("n"), sel.get("seed", 0)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValidationFailed.at("selection.n", "selection.n must be a positive integer.")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValidationFailed.at("selection.seed", "selection.seed must be an integer.")
-        dim = sel.get("stratify_by") or ""
-        rows = list(items.values_list("id", "strata"))
-        rng = random.Random(seed)
-        if not dim:
-            ids = [r[0] for r in rows]
-            chosen = sorted(rng.sample(ids, min(n, len(ids))))
-        else:
-            if not isinstance(dim, str) or not study.dimensions.filter(key=dim).exists():
-                raise ValidationFailed.at("selection.stratify_by",
-                                          f"no stratum dimension {dim!r} in this study.")
-            groups: dict[str, list[int]] = {}
-            for item_id, strata in rows:
-                groups.setdefault(str((strata or {}).get(dim, "")), []).append(item_id)
-            chosen = _stratified(groups, n, rng)
-        return {"kind": "sample", "n": n, "seed": seed, "stratify_by": dim}, chosen
-    raise ValidationFailed.at("selection.kind",
-                              "selection.kind must be one of all, items, sample.")
-
-
-def _stratified(groups: Mapping[str, list[int]], n: int, rng: random.Random) -> list[int]:
-    """Proportional allocation (largest remainders, at least one per stratum while n allows)."""
-    total = sum(len(g) for g in groups.values())
-    n = min(n, total)
-    keys = sorted(groups)
-    quotas = {k: n * len(groups[k]) / total for k in keys}
-    alloc = {k: min(len(groups[k]), math.floor(quotas[k])) for k in keys}
-    for k in sorted(keys, key=lambda k: quotas[k] - alloc[k], reverse=True):
-        if sum(alloc.values()) >= n:
-            break
-        if alloc[k] < len(groups[k]):
-            alloc[k] += 1
-    chosen: list[int] = []
-    for k in keys:
-        chosen += rng.sample(groups[k], alloc[k])
-    return sorted(chosen)
-
-
 # --- start, cancel --------------------------------------------------------------------------
 
 
 def _item_values(item: Item) -> dict[str, Any]:
     return {"input": item.input, "context": item.context, "reference": item.reference,
             "external_id": item.external_id, "metadata": item.metadata}
+
+
+def _start_args_check(*, study: Study, template: PromptTemplate,
+                      configs: Sequence[GenerationConfig], concurrency: int, samples: int,
+                      rate: float | None, replay: bool) -> list[GenerationConfig]:
+    """The run's scalar arguments and its configs checked; the configs deduplicated."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not (
+            1 <= concurrency <= MAX_CONCURRENCY):
+        raise ValidationFailed.at("concurrency", f"concurrency (C, requests in flight per "
+                                  f"candidate) must be an integer from 1 to {MAX_CONCURRENCY}.")
+    if isinstance(samples, bool) or not isinstance(samples, int) or not (
+            1 <= samples <= MAX_SAMPLES):
+        raise ValidationFailed.at("samples", f"samples must be an integer from 1 to "
+                                  f"{MAX_SAMPLES}.")
+    if template.study_id != study.pk:
+        raise ValidationFailed.at("template", "the prompt template belongs to another study.")
+    configs = list(dict.fromkeys(configs))
+    if not configs:
+        raise ValidationFailed.at("configs", "at least one generation config is required.")
+    for cfg in configs:
+        if cfg.candidate.study_id != study.pk:
+            raise ValidationFailed.at("configs", f"config {cfg.pk} belongs to another study.")
+    if len({c.candidate_id for c in configs}) != len(configs):
+        raise ValidationFailed.at("configs", "one config version per candidate.")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
+                             or not math.isfinite(rate) or not 0 < rate <= 100_000):
+        raise ValidationFailed.at("rate", "rate (requests started per second per candidate) "
+                                          "must be a positive number, or null for a closed "
+                                          "loop at C.")
+    if not isinstance(replay, bool):
+        raise ValidationFailed.at("replay", "replay must be true or false.")
+    return configs
+
+
+def _items_sendable_check(*, template: PromptTemplate, item_ids: Sequence[int],
+                          replay: bool) -> None:
+    """Every selected item can be sent: it carries a recorded request (replay) or provides
+    every placeholder of the template."""
+    from .config import missing_placeholders
+    from .replay import NotReplayable, recorded_of
+
+    for item in Item.objects.filter(id__in=item_ids).only(
+            "input", "context", "reference", "external_id", "metadata",
+            "recorded_request").iterator():
+        if replay:
+            try:
+                recorded_of(item.metadata, item.recorded_request)
+            except NotReplayable as exc:
+                raise ValidationFailed.at(
+                    "replay", f"item {item.external_id!r} cannot be replayed: {exc}.",
+                    item=item.external_id) from None
+            continue
+        missing = missing_placeholders(template.template, _item_values(item))
+        if missing:
+            raise ValidationFailed.at(
+                "template", f"item {item.external_id!r} provides no {{{missing[0]}}}; every "
+                "selected item must provide every placeholder of the template.",
+                item=item.external_id, placeholder=missing[0], code="unknown_placeholder")
+
+
+def _clashes_check(*, configs: Sequence[GenerationConfig], item_ids: Sequence[int]) -> None:
+    for cfg in configs:
+        clash = outputs_generated_conflicts(candidate_id=cfg.candidate_id, item_ids=item_ids,
+                                            config_hash=cfg.content_hash)
+        if clash:
+            raise ValidationFailed.at(
+                "configs", f"candidate {cfg.candidate.name!r} already has outputs on {clash} "
+                "of these items from another source; a run never overwrites them (make a new "
+                "candidate for this config).", candidate=cfg.candidate.name)
+
+
+def _budget_check(max_cost: Any, per_request_max: float | None) -> None:
+    """`max_cost` (None: no budget) covers at least one request at its estimated cost."""
+    if max_cost is None:
+        return
+    if isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or not (
+            math.isfinite(max_cost) and max_cost > 0):
+        raise ValidationFailed.at("max_cost", "max_cost must be a positive number (USD).")
+    if per_request_max is None:
+        raise ValidationFailed.at("max_cost", "max_cost needs a price for every candidate's "
+                                  "model: add prices to its config or to "
+                                  "REVIEWHUB_JUDGE_PRICES.")
+    if max_cost < per_request_max:
+        raise ValidationFailed.at(
+            "max_cost", f"max_cost {max_cost:.6f} is below the estimated cost of one "
+            f"request ({per_request_max:.6f} USD).", estimated_request_cost=per_request_max)
 
 
 def generation_run_start(
@@ -152,76 +175,17 @@ def generation_run_start(
     per candidate after commit. ValidationFailed names the field of any bad input."""
     from .estimate import run_estimate
 
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not (
-            1 <= concurrency <= MAX_CONCURRENCY):
-        raise ValidationFailed.at("concurrency", f"concurrency (C, requests in flight per "
-                                  f"candidate) must be an integer from 1 to {MAX_CONCURRENCY}.")
-    if isinstance(samples, bool) or not isinstance(samples, int) or not (
-            1 <= samples <= MAX_SAMPLES):
-        raise ValidationFailed.at("samples", f"samples must be an integer from 1 to "
-                                  f"{MAX_SAMPLES}.")
-    if template.study_id != study.pk:
-        raise ValidationFailed.at("template", "the prompt template belongs to another study.")
-    configs = list(dict.fromkeys(configs))
-    if not configs:
-        raise ValidationFailed.at("configs", "at least one generation config is required.")
-    for cfg in configs:
-        if cfg.candidate.study_id != study.pk:
-            raise ValidationFailed.at("configs", f"config {cfg.pk} belongs to another study.")
-    if len({c.candidate_id for c in configs}) != len(configs):
-        raise ValidationFailed.at("configs", "one config version per candidate.")
+    configs = _start_args_check(study=study, template=template, configs=configs,
+                                concurrency=concurrency, samples=samples, rate=rate,
+                                replay=replay)
     sel, item_ids = selection_items(study=study, selection=selection)
     if not item_ids:
         raise ValidationFailed.at("selection", "the selection has no items.")
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
-                             or not math.isfinite(rate) or not 0 < rate <= 100_000):
-        raise ValidationFailed.at("rate", "rate (requests started per second per candidate) "
-                                          "must be a positive number, or null for a closed "
-                                          "loop at C.")
-    if not isinstance(replay, bool):
-        raise ValidationFailed.at("replay", "replay must be true or false.")
-    for item in Item.objects.filter(id__in=item_ids).only(
-            "input", "context", "reference", "external_id", "metadata").iterator():
-        from .config import missing_placeholders
-        from .replay import NotReplayable, recorded_of
-
-        if replay:
-            try:
-                recorded_of(item.metadata)
-            except NotReplayable as exc:
-                raise ValidationFailed.at(
-                    "replay", f"item {item.external_id!r} cannot be replayed: {exc}.",
-                    item=item.external_id) from None
-            continue
-        missing = missing_placeholders(template.template, _item_values(item))
-        if missing:
-            raise ValidationFailed.at(
-                "template", f"item {item.external_id!r} provides no {{{missing[0]}}}; every "
-                "selected item must provide every placeholder of the template.",
-                item=item.external_id, placeholder=missing[0], code="unknown_placeholder")
-    for cfg in configs:
-        clash = outputs_generated_conflicts(candidate_id=cfg.candidate_id, item_ids=item_ids,
-                                            config_hash=cfg.content_hash)
-        if clash:
-            raise ValidationFailed.at(
-                "configs", f"candidate {cfg.candidate.name!r} already has outputs on {clash} "
-                "of these items from another source; a run never overwrites them (make a new "
-                "candidate for this config).", candidate=cfg.candidate.name)
+    _items_sendable_check(template=template, item_ids=item_ids, replay=replay)
+    _clashes_check(configs=configs, item_ids=item_ids)
     estimate = run_estimate(template=template, configs=configs, item_ids=item_ids,
                             samples=samples, replay=replay)
-    if max_cost is not None:
-        if isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or not (
-                math.isfinite(max_cost) and max_cost > 0):
-            raise ValidationFailed.at("max_cost", "max_cost must be a positive number (USD).")
-        if estimate.per_request_max is None:
-            raise ValidationFailed.at("max_cost", "max_cost needs a price for every candidate's "
-                                      "model: add prices to its config or to "
-                                      "REVIEWHUB_JUDGE_PRICES.")
-        if max_cost < estimate.per_request_max:
-            raise ValidationFailed.at(
-                "max_cost", f"max_cost {max_cost:.6f} is below the estimated cost of one "
-                f"request ({estimate.per_request_max:.6f} USD).",
-                estimated_request_cost=estimate.per_request_max)
+    _budget_check(max_cost, estimate.per_request_max)
     now = timezone.now()
     with transaction.atomic():
         run = GenerationRun.objects.create(
@@ -230,43 +194,107 @@ def generation_run_start(
             est_request_cost=estimate.per_request_max,
             created_by=created_by, last_activity_at=now)
         RunCandidate.objects.bulk_create([RunCandidate(run=run, config=c) for c in configs])
-        stats: dict[str, Any] = {"items": len(item_ids), "jobs_created": 0, "jobs_adopted": 0,
-                 "already_finished": 0, "in_other_runs": 0,
-                 "estimated_cost": estimate.total}
-        for cfg in configs:
-            keys = {(i, s) for i in item_ids for s in range(samples)}
-            existing = {(j.item_id, j.sample_index): j for j in GenerationJob.objects.filter(
-                config=cfg, item_id__in=item_ids, sample_index__lt=samples).only(
-                "id", "item_id", "sample_index", "status", "error_kind", "run_id")}
-            adopt = [j.pk for j in existing.values()
-                     if j.status == GenerationJob.Status.CANCELLED
-                     or (j.status == GenerationJob.Status.FAILED
-                         and j.error_kind in _TRANSIENT_KINDS)]
-            stats["already_finished"] += sum(
-                1 for j in existing.values()
-                if j.status in (GenerationJob.Status.DONE, GenerationJob.Status.FAILED)
-                and j.pk not in adopt)
-            stats["in_other_runs"] += sum(1 for j in existing.values() if j.status in ACTIVE)
-            if adopt:
-                stats["jobs_adopted"] += GenerationJob.objects.filter(id__in=adopt).update(
-                    run=run, status=GenerationJob.Status.QUEUED, attempts=0, available_at=None,
-                    error="", error_kind="", finished_at=None, details={})
-            new = [GenerationJob(run=run, config=cfg, item_id=i, sample_index=s)
-                   for (i, s) in sorted(keys - set(existing))]
-            GenerationJob.objects.bulk_create(new, batch_size=JOB_BULK_BATCH,
-                                              ignore_conflicts=True)
-            stats["jobs_created"] += len(new)
+        stats = _jobs_sync(run=run, configs=configs, item_ids=item_ids)
+        stats["estimated_cost"] = estimate.total
         run.creation_stats = stats
-        if not GenerationJob.objects.filter(run=run, status__in=ACTIVE).exists():
-            run.status = GenerationRun.Status.DONE
-            run.finished_at = now
-        run.save(update_fields=["creation_stats", "status", "finished_at"])
-        if run.status == GenerationRun.Status.RUNNING:
-            send = enqueue or _default_enqueue
-            ids = [c.pk for c in configs]
-            transaction.on_commit(lambda: [send(run.pk, cid) for cid in ids])
+        _run_kick(run, configs, now, enqueue)
     logger.info("generation run %s started: %s", run.pk, run.creation_stats)
     return run
+
+
+def _jobs_sync(*, run: GenerationRun, configs: Sequence[GenerationConfig],
+               item_ids: Sequence[int]) -> dict[str, Any]:
+    """Give `run` every (item, config version, sample) job it lacks, in the caller's
+    transaction: jobs that never existed are created; jobs left cancelled or failed for a
+    transient reason (by this run or an earlier one) are adopted and re-queued; finished jobs
+    and jobs active in another run are left alone (the unique key makes a duplicate
+    impossible whatever runs at the same time). Returns the counts."""
+    samples = run.samples
+    stats: dict[str, Any] = {"items": len(item_ids), "jobs_created": 0, "jobs_adopted": 0,
+                             "already_finished": 0, "in_other_runs": 0}
+    for cfg in configs:
+        keys = {(i, s) for i in item_ids for s in range(samples)}
+        existing = {(j.item_id, j.sample_index): j for j in GenerationJob.objects.filter(
+            config=cfg, item_id__in=item_ids, sample_index__lt=samples).only(
+            "id", "item_id", "sample_index", "status", "error_kind", "run_id")}
+        adopt = [j.pk for j in existing.values()
+                 if j.status == GenerationJob.Status.CANCELLED
+                 or (j.status == GenerationJob.Status.FAILED
+                     and j.error_kind in _TRANSIENT_KINDS)]
+        stats["already_finished"] += sum(
+            1 for j in existing.values()
+            if j.status in (GenerationJob.Status.DONE, GenerationJob.Status.FAILED)
+            and j.pk not in adopt)
+        stats["in_other_runs"] += sum(1 for j in existing.values()
+                                      if j.status in ACTIVE and j.run_id != run.pk)
+        if adopt:
+            stats["jobs_adopted"] += GenerationJob.objects.filter(id__in=adopt).update(
+                run=run, status=GenerationJob.Status.QUEUED, attempts=0, available_at=None,
+                error="", error_kind="", finished_at=None, details={})
+        new = [GenerationJob(run=run, config=cfg, item_id=i, sample_index=s)
+               for (i, s) in sorted(keys - set(existing))]
+        GenerationJob.objects.bulk_create(new, batch_size=JOB_BULK_BATCH,
+                                          ignore_conflicts=True)
+        stats["jobs_created"] += len(new)
+    return stats
+
+
+def _run_kick(run: GenerationRun, configs: Sequence[GenerationConfig], now: datetime,
+              enqueue: Enqueue | None) -> None:
+    """Save the run (done at once when it has nothing to do) and, after commit, give each
+    candidate a batch task (its drain slot admits one drain, so an extra one is harmless)."""
+    if not GenerationJob.objects.filter(run=run, status__in=ACTIVE).exists():
+        run.status = GenerationRun.Status.DONE
+        run.finished_at = now
+    run.save(update_fields=["creation_stats", "status", "finished_at", "stop_reason",
+                            "max_cost", "last_activity_at"])
+    if run.status == GenerationRun.Status.RUNNING:
+        send = enqueue or _default_enqueue
+        ids = [c.pk for c in configs]
+        transaction.on_commit(lambda: [send(run.pk, cid) for cid in ids])
+
+
+def generation_run_resume(*, run: GenerationRun, max_cost: Any = None,
+                          enqueue: Enqueue | None = None) -> GenerationRun:
+    """Resume a cancelled, stopped, stalled or finished-with-failures run: the run is running
+    again and re-queues only the (item, config version, sample) jobs that have no result yet
+    (cancelled, failed for a transient reason, or never created), through the same adoption
+    rule as a start; finished jobs and jobs another run is working on are left alone. Calling
+    it twice creates nothing more (idempotent) and a live drain keeps its slot, so nothing is
+    sent twice. `max_cost` (optional) replaces the budget, e.g. after a budget stop."""
+    with transaction.atomic():
+        locked = (GenerationRun.objects.select_for_update().select_related("study")
+                  .get(pk=run.pk))
+        if max_cost is not None:
+            _budget_check(max_cost, locked.est_request_cost)
+            locked.max_cost = max_cost
+        configs = [rc.config for rc in RunCandidate.objects.filter(run=locked)
+                   .select_related("config__candidate")]
+        item_ids = _run_item_ids(locked)
+        now = timezone.now()
+        stats = _jobs_sync(run=locked, configs=configs, item_ids=item_ids)
+        history = list((locked.creation_stats or {}).get("resumed", []))[-19:]
+        history.append({"at": now.isoformat(), "jobs_created": stats["jobs_created"],
+                        "jobs_adopted": stats["jobs_adopted"]})
+        locked.creation_stats = {**(locked.creation_stats or {}), "resumed": history}
+        locked.status = GenerationRun.Status.RUNNING
+        locked.stop_reason = ""
+        locked.finished_at = None
+        locked.last_activity_at = now
+        _run_kick(locked, configs, now, enqueue)
+    logger.info("generation run %s resumed: %s", locked.pk, stats)
+    return locked
+
+
+def _run_item_ids(run: GenerationRun) -> list[int]:
+    """The run's items: its selection drawn again (seeded, so the same items while the study's
+    items are unchanged) together with the items its jobs already cover."""
+    try:
+        _, ids = selection_items(study=run.study, selection=run.selection)
+    except ValidationFailed:
+        ids = []  # an item or dimension removed since: resume what the jobs name
+    have = GenerationJob.objects.filter(run=run).values_list("item_id", flat=True).distinct()
+    return sorted(set(ids) | set(have))
 
 
 _TRANSIENT_KINDS = frozenset({GenerationJob.ErrorKind.TIMEOUT, GenerationJob.ErrorKind.RATE_LIMITED,
@@ -393,7 +421,7 @@ WITH picked AS (
         last_activity_at = %(now)s WHERE id = %(run)s
 )
 SELECT c.id, c.item_id, c.sample_index, c.attempts, c.details, i.input, i.context,
-    i.reference, i.external_id, i.metadata
+    i.reference, i.external_id, i.metadata, i.recorded_request
 FROM claimed c JOIN {item} i ON i.id = c.item_id ORDER BY c.id
 """
 
@@ -402,6 +430,32 @@ def _json(raw: Any) -> Any:
     import json
 
     return json.loads(raw) if isinstance(raw, str | bytes) else raw
+
+
+def _budget_allowance(run: GenerationRun, limit: int, now: datetime, max_attempts: int
+                      ) -> int | None:
+    """How many calls the budget left allows to start now (at most `limit`); None when the
+    run has just been stopped because the next request would exceed it. Called with the run
+    row locked."""
+    if run.max_cost is None:
+        return limit
+    agg = GenerationJob.objects.filter(run_id=run.pk).aggregate(
+        spent=Sum("cost"), priced=Count("cost"), running=Count("id", filter=Q(
+            status=GenerationJob.Status.RUNNING, lease_expires_at__gte=now)))
+    spent, running = float(agg["spent"] or 0.0), int(agg["running"] or 0)
+    # Calls in flight are priced at the average recorded so far, or at the estimate (which
+    # the budget covers at least once: checked at start) before any is priced.
+    priced = int(agg["priced"] or 0)
+    per = spent / priced if priced and spent > 0 else (run.est_request_cost or 0.0)
+    allowance = limit
+    if per > 0:
+        allowance = min(allowance, math.floor((run.max_cost - spent) / per + 1e-9) - running)
+    if allowance <= 0 and running == 0 and leases.claimable(
+            GenerationJob, now=now, max_attempts=max_attempts, run_id=run.pk).exists():
+        _stop(run, f"max_cost reached: {spent:.6f} spent of {run.max_cost:.6f} allowed; the "
+                   "next request would exceed it")
+        return None
+    return allowance
 
 
 def jobs_claim(*, run_id: int, config_id: int, limit: int, token: str,
@@ -422,24 +476,9 @@ def jobs_claim(*, run_id: int, config_id: int, limit: int, token: str,
         if lapsed:
             leases.fail_exhausted_leases(scope, now, max_attempts,
                                          exhausted_kind=GenerationJob.ErrorKind.CONNECTION)
-        allowance = limit
-        if run.max_cost is not None:
-            agg = GenerationJob.objects.filter(run_id=run_id).aggregate(
-                spent=Sum("cost"), priced=Count("cost"), running=Count("id", filter=Q(
-                    status=GenerationJob.Status.RUNNING, lease_expires_at__gte=now)))
-            spent, running = float(agg["spent"] or 0.0), int(agg["running"] or 0)
-            # Calls in flight are priced at the average recorded so far, or at the estimate
-            # (which the budget covers at least once: checked at start) before any is priced.
-            priced = int(agg["priced"] or 0)
-            per = spent / priced if priced and spent > 0 else (run.est_request_cost or 0.0)
-            if per > 0:
-                allowance = min(allowance,
-                                math.floor((run.max_cost - spent) / per + 1e-9) - running)
-            if allowance <= 0 and running == 0 and leases.claimable(
-                    GenerationJob, now=now, max_attempts=max_attempts, run_id=run_id).exists():
-                _stop(run, f"max_cost reached: {spent:.6f} spent of {run.max_cost:.6f} "
-                           f"allowed; the next request would exceed it")
-                return Claim(jobs=[], state="stopped")
+        allowance = _budget_allowance(run, limit, now, max_attempts)
+        if allowance is None:
+            return Claim(jobs=[], state="stopped")
         rows: list[tuple[Any, ...]] = []
         if allowance > 0 and connection.vendor == "postgresql":
             sql = _CLAIM_SQL.format(job=GenerationJob._meta.db_table,
@@ -449,7 +488,8 @@ def jobs_claim(*, run_id: int, config_id: int, limit: int, token: str,
                     "run": run_id, "config": config_id, "now": now, "max": max_attempts,
                     "n": allowance, "token": token,
                     "until": now + timedelta(seconds=settings.REVIEWHUB_JUDGE_LEASE_S)})
-                rows = [(*r[:4], _json(r[4]), *r[5:9], _json(r[9])) for r in cursor.fetchall()]
+                rows = [(*r[:4], _json(r[4]), *r[5:9], _json(r[9]), _json(r[10]))
+                        for r in cursor.fetchall()]
         else:
             ids: list[int] = []
             if allowance > 0:
@@ -467,11 +507,13 @@ def jobs_claim(*, run_id: int, config_id: int, limit: int, token: str,
                         .order_by("id").values_list(
                             "id", "item_id", "sample_index", "attempts", "details",
                             "item__input", "item__context", "item__reference",
-                            "item__external_id", "item__metadata"))
+                            "item__external_id", "item__metadata",
+                            "item__recorded_request"))
     jobs = [ClaimedJob(id=r[0], item_id=r[1], sample_index=r[2], attempts=r[3],
                        details=dict(r[4] or {}),
                        item={"input": r[5], "context": r[6], "reference": r[7],
-                             "external_id": r[8], "metadata": r[9] or {}})
+                             "external_id": r[8], "metadata": r[9] or {},
+                             "recorded_request": r[10]})
             for r in rows]
     if jobs:
         return Claim(jobs=jobs, remaining=len(jobs))

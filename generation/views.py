@@ -108,6 +108,9 @@ def run_page(request: HttpRequest, slug: str, generation_run_id: int) -> HttpRes
     if request.method == "POST" and request.POST.get("action") == "cancel":
         runs.generation_run_cancel(run=run)
         return redirect("generation-run-page", slug=study.slug, generation_run_id=run.pk)
+    if request.method == "POST" and request.POST.get("action") == "resume":
+        runs.generation_run_resume(run=run)
+        return redirect("generation-run-page", slug=study.slug, generation_run_id=run.pk)
     recent = list(GenerationJob.objects.filter(run=run).exclude(status__in=runs.ACTIVE)
                   .select_related("item", "config__candidate").order_by("-finished_at", "-id")
                   [:RECENT_OUTPUTS])

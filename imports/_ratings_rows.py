@@ -44,6 +44,7 @@ _KNOWN_FIELDS = frozenset(
     {
         "item_id",
         "item_input",
+        "item_recorded_request",
         "output_id",
         "candidate",
         "output_text",
@@ -352,6 +353,28 @@ def _severity_cell(line: int, row: Mapping[str, Any], kind: str, problems: _Prob
     return severity
 
 
+def _recorded_request(line: int, row: Mapping[str, Any], problems: _Problems
+                      ) -> dict[str, Any] | None:
+    """The row's `item_recorded_request` (the application's chat request for the item, an
+    object or its JSON text), checked as the ingest checks an item's `recorded_request`."""
+    from studies.ingest.validation import recorded_request_check
+
+    value = row.get("item_recorded_request")
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            problems.add(line, "item_recorded_request", f"is not JSON ({exc})")
+            return None
+    try:
+        return recorded_request_check(value)
+    except ValueError as exc:
+        problems.add(line, "item_recorded_request", str(exc))
+        return None
+
+
 def _item_record(line: int, row: Mapping[str, Any], item: str, st: _State) -> dict[str, str]:
     """Record the row's item (input, strata, metadata; first value wins); its strata."""
     problems = st.problems
@@ -362,9 +385,13 @@ def _item_record(line: int, row: Mapping[str, Any], item: str, st: _State) -> di
     if item:
         entry = st.items.get(item)
         item_input = _text(row, "item_input")
+        recorded = _recorded_request(line, row, problems)
         if entry is None:
-            st.items[item] = {"input": item_input, "strata": dict(strata), "meta": dict(meta)}
+            st.items[item] = {"input": item_input, "strata": dict(strata), "meta": dict(meta),
+                              "recorded_request": recorded}
         else:
+            if recorded is not None and entry.get("recorded_request") is None:
+                entry["recorded_request"] = recorded
             for dim, label in strata.items():
                 entry["strata"].setdefault(dim, label)
             for k, v in meta.items():

@@ -120,14 +120,17 @@ def _upsert(kind: Kind, study: Study, rows: list[tuple[Any, ...]],
 
 
 def _item_row(ext: str, item: Item | None, input_text: str, metadata: dict[str, Any],
-              strata: dict[str, Any]) -> tuple[Any, ...]:
+              strata: dict[str, Any], recorded: dict[str, Any] | None = None,
+              ) -> tuple[Any, ...]:
     """An item's full row for the writer: the fields an import does not set keep their stored
     value (or the model's default for a new item)."""
+    if recorded is None and item is not None:
+        recorded = item.recorded_request
     return (ext, input_text,
             item.input_format if item is not None else Item.InputFormat.TEXT.value,
             item.context if item is not None else "",
             item.reference if item is not None else "",
-            metadata, strata)
+            metadata, recorded, strata)
 
 
 def items_import_bulk(
@@ -152,15 +155,19 @@ def items_import_bulk(
                 dims.setdefault(dim, None)
             meta = {**spec["meta"], **spec["strata"]}
             it = existing.get(ext)
+            # The application's recorded request, when the import maps one (Langfuse, promptfoo).
+            recorded = spec.get("recorded_request")
             if it is None:
-                rows.append(_item_row(ext, None, spec["input"], meta, dict(spec["strata"])))
+                rows.append(_item_row(ext, None, spec["input"], meta, dict(spec["strata"]),
+                                      recorded))
                 counts.created += 1
                 continue
             merged_meta = {**(it.metadata or {}), **meta}
             merged_strata = {**(it.strata or {}), **spec["strata"]}
             new_input = spec["input"] or it.input
-            if merged_meta != it.metadata or merged_strata != it.strata or new_input != it.input:
-                rows.append(_item_row(ext, it, new_input, merged_meta, merged_strata))
+            if merged_meta != it.metadata or merged_strata != it.strata or new_input != it.input \
+                    or (recorded is not None and recorded != it.recorded_request):
+                rows.append(_item_row(ext, it, new_input, merged_meta, merged_strata, recorded))
                 counts.updated += 1
             else:
                 counts.unchanged += 1

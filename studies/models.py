@@ -222,6 +222,12 @@ class Item(models.Model):
     context = models.TextField(blank=True)
     reference = models.TextField(blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    # The application's request as logged in production (an OpenAI chat-completions body:
+    # messages, tools, response_format, parameters), which a candidate run's replay sends to
+    # each candidate (generation/replay.py). A field of its own rather than a metadata key: it
+    # is checked at ingest as a chat request, and it never collides with, or is expanded as, a
+    # team's own metadata. Null: none recorded.
+    recorded_request = models.JSONField(null=True, blank=True)
     # Denormalised {dimension key: stratum label}, recomputed whenever the scheme changes.
     strata = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -226,10 +226,12 @@ MATRIX: dict[str, dict[str, Policy]] = {
     # candidate runs API (configs name endpoints and key variables: leads only)
     "api-generation-configs": {"GET": LEAD_READ, "POST": LEAD_WRITE},
     "api-prompt-templates": {"GET": LEAD_READ, "POST": LEAD_WRITE},
+    "api-prompt-template-preview": {"POST": LEAD_READ_POST},
     "api-generation-runs": {"GET": LEAD_READ, "POST": LEAD_WRITE},
     "api-generation-run-estimate": {"POST": LEAD_READ_POST},
     "api-generation-run": {"GET": LEAD_READ},
     "api-generation-run-cancel": {"POST": LEAD_WRITE},
+    "api-generation-run-resume": {"POST": LEAD_WRITE},
     # annotations API
     "annotations-api-next": {"POST": WORK_WRITE},
     "annotations-api-assignment": {"GET": OWN_READ},
@@ -556,7 +558,7 @@ def _seed() -> Seeded:
         "slug": study.slug, "item_id": item.pk, "candidate_id": output.candidate_id,
         "output_id": output.pk, "user_id": member.pk, "version": 1,
         "judge_id": check.pk, "version_id": version.pk, "run_id": run.pk,
-        "generation_run_id": generation_run.pk,
+        "generation_run_id": generation_run.pk, "template_id": generation_run.template_id,
         "report_id": report.pk, "assignment_id": leased.pk, "annotation_id": annotation.pk,
         "token_id": spare_token.pk, "snapshot_id": calibration.pk,
         "invitation_id": invitation.pk,

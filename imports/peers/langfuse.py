@@ -245,6 +245,8 @@ def _traces_csv(data: bytes, raw_traces: Any,
             # Written as JSON text (the export parses it once, then stringifies it): decoded
             # once below, as the trace JSON's JSON-encoded string is.
             "output": row.get("output") or None,
+            "input": row.get("input") or None,
+            "modelParameters": _json_cell(row.get("modelParameters")),
             "usageDetails": obj(cells["usageDetails"]),
             "latency": latency_ms / 1000.0 if latency_ms is not None else None,
             "totalCost": total,
@@ -252,23 +254,88 @@ def _traces_csv(data: bytes, raw_traces: Any,
     return [(t, by_trace[str(t["id"])]) for t in traces]
 
 
-def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Translation:
-    tr = Translation()
+def _options(options: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(which generation is the answer, what API scores are, the candidate named by option)."""
     pick = options.get("generation") or "only"
     if pick not in GENERATION_CHOICES:
         raise ExportError("generation", f"one of {', '.join(GENERATION_CHOICES)}, got {pick!r}")
     api = options.get("api_scores") or "drop"
     if api not in API_SCORES:
         raise ExportError("api_scores", f"one of {', '.join(API_SCORES)}, got {api!r}")
-    fixed_candidate = options.get("candidate") or ""
-    if data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"[", b"{"):
-        traces = _traces(load_json(data, what="the Langfuse export"))
-    else:
-        traces = _traces_csv(data, options.get("traces"), tr)
-    extra_scores = _scores_file(options.get("scores"))
+    return pick, api, options.get("candidate") or ""
+
+
+# Chat roles a recorded request may hold (OpenAI chat completions; `function` is the legacy
+# form of `tool`), and the generation's model parameters that belong in the request body.
+_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_MESSAGE_KEYS = ("role", "content", "name", "tool_call_id", "tool_calls", "function_call")
+_NUMERIC_PARAMS = ("temperature", "max_tokens", "max_completion_tokens", "top_p",
+                   "frequency_penalty", "presence_penalty", "seed")
+
+
+def recorded_request(gen: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The chat request a GENERATION observation logged, as an OpenAI chat-completions body,
+    or None when its input is not chat messages (Gemini `contents`, Responses API items).
+
+    Langfuse's OpenAI integration logs `input` as the messages list, or as
+    `{"messages", "tools", "tool_choice"}` when the call had tools; its LangChain handler logs
+    the messages with an assistant's tool calls under `additional_kwargs.tool_calls` and each
+    tool definition as a `role: tool` message whose content is the `{"type": "function"}`
+    definition. `modelParameters` holds the sampling parameters (numbers may come as text)."""
+    raw = _decoded(gen.get("input"))
+    extra: dict[str, Any] = {}
+    if isinstance(raw, Mapping) and isinstance(raw.get("messages"), list):
+        extra = {k: raw[k] for k in ("tools", "tool_choice", "functions", "function_call")
+                 if raw.get(k) is not None}
+        raw = raw["messages"]
+    if not isinstance(raw, list) or not raw:
+        return None
+    messages: list[dict[str, Any]] = []
+    tools: list[Any] = list(extra.pop("tools", None) or [])
+    for m in raw:
+        if not isinstance(m, Mapping) or m.get("role") not in _CHAT_ROLES:
+            return None
+        content = m.get("content")
+        if m["role"] == "tool" and isinstance(content, Mapping) and content.get(
+                "type") == "function":
+            tools.append(dict(content))
+            continue
+        msg = {k: m[k] for k in _MESSAGE_KEYS if k in m}
+        calls = obj(m.get("additional_kwargs")).get("tool_calls")
+        if isinstance(calls, list) and calls and "tool_calls" not in msg:
+            msg["tool_calls"] = calls
+        messages.append(msg)
+    if not messages:
+        return None
+    body: dict[str, Any] = {"model": str(gen.get("model") or ""), "messages": messages}
+    if tools:
+        body["tools"] = tools
+    body.update(extra)
+    params = obj(_decoded(gen.get("modelParameters")))
+    for key in _NUMERIC_PARAMS:
+        num = number_or_none(params.get(key))
+        if num is not None:
+            body[key] = int(num) if key in ("max_tokens", "max_completion_tokens", "seed") \
+                else num
+    if params.get("stop") not in (None, "", []):
+        body["stop"] = params["stop"]
+    fmt = _decoded(params.get("response_format"))
+    if isinstance(fmt, Mapping):
+        body["response_format"] = dict(fmt)
+    return body
+
+
+Scored = list[tuple[str, Mapping[str, Any]]]
+
+
+def _answers(traces: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]], pick: str,
+             fixed_candidate: str, tr: Translation
+             ) -> tuple[dict[str, dict[str, Any]], dict[str, str], Scored]:
+    """Per trace: the base of its rating rows (item, candidate, output, the recorded request),
+    the id of the generation taken as the answer; and the scores the traces hold."""
     base_of: dict[str, dict[str, Any]] = {}
     gen_of: dict[str, str] = {}
-    scores: list[tuple[str, Mapping[str, Any]]] = []
+    scores: Scored = []
     for i, (trace, observations) in enumerate(traces):
         tid = str(trace["id"])
         gens = [o for o in observations if o.get("type") == "GENERATION"]
@@ -297,12 +364,58 @@ def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Transla
             "candidate": candidate,
             "output_text": text_of(_decoded(gen.get("output"))),
         }
+        request = recorded_request(gen)
+        if request is not None:
+            base_of[tid]["item_recorded_request"] = request
         gen_of[tid] = str(gen.get("id"))
         measured = _measured(gen)
         if measured:
             tr.measurements[(tid, candidate)] = measured
         scores.extend((f"trace {tid}, score {s.get('name')}", s)
                       for s in trace.get("scores") or [] if isinstance(s, Mapping))
+    _recorded_note(base_of, tr)
+    return base_of, gen_of, scores
+
+
+def _recorded_note(base_of: Mapping[str, Mapping[str, Any]], tr: Translation) -> None:
+    kept = sum("item_recorded_request" in b for b in base_of.values())
+    if kept:
+        tr.notes.append(f"{kept} of {len(base_of)} generations logged a chat request: kept "
+                        "as the items' recorded_request (a candidate run can replay it)")
+    if kept < len(base_of):
+        tr.notes.append(f"{len(base_of) - kept} generation(s) logged no chat-completions "
+                        "messages (e.g. Gemini contents, Responses API items): no recorded "
+                        "request for their items")
+
+
+def _rating(s: Mapping[str, Any], api: str, tr: Translation
+            ) -> tuple[str, str, str] | None:
+    """(kind, rater, judge version) of a score, or None (dropped, with the reason)."""
+    source = str(s.get("source") or "").upper()
+    if source == "EVAL" or (source == "API" and api == "judge"):
+        return "judge", f"langfuse-{source.lower()}", str(s.get("configId") or "imported")
+    if source == "ANNOTATION" or (source == "API" and api == "human"):
+        rater = str(s.get("authorUserId") or "")
+        if not rater:
+            tr.drop("human scores without authorUserId (annotator unknown)")
+            return None
+        return "human", rater, ""
+    if source == "API":
+        tr.drop("API scores (pass api_scores=judge or api_scores=human to say what they are)")
+    else:
+        tr.drop(f"scores of unknown source {source or '(none)'}")
+    return None
+
+
+def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Translation:
+    tr = Translation()
+    pick, api, fixed_candidate = _options(options)
+    if data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"[", b"{"):
+        traces = _traces(load_json(data, what="the Langfuse export"))
+    else:
+        traces = _traces_csv(data, options.get("traces"), tr)
+    extra_scores = _scores_file(options.get("scores"))
+    base_of, gen_of, scores = _answers(traces, pick, fixed_candidate, tr)
     scores.extend((f"scores export row {k + 1}", s) for k, s in enumerate(extra_scores))
     seen: set[str] = set()
     comments = 0
@@ -319,27 +432,15 @@ def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Transla
         if obs not in (None, "") and str(obs) != gen_of[tid]:
             tr.drop("scores on another observation than the imported generation")
             continue
-        source = str(s.get("source") or "").upper()
-        if source == "EVAL" or (source == "API" and api == "judge"):
-            kind, rater = "judge", f"langfuse-{source.lower()}"
-            version = str(s.get("configId") or "imported")
-        elif source == "ANNOTATION" or (source == "API" and api == "human"):
-            kind, rater, version = "human", str(s.get("authorUserId") or ""), ""
-            if not rater:
-                tr.drop("human scores without authorUserId (annotator unknown)")
-                continue
-        elif source == "API":
-            tr.drop("API scores (pass api_scores=judge or api_scores=human to say what they "
-                    "are)")
-            continue
-        else:
-            tr.drop(f"scores of unknown source {source or '(none)'}")
+        rating = _rating(s, api, tr)
+        if rating is None:
             continue
         value = _score_value(s)
         if value is None:
             tr.drop("scores without a value")
             continue
         comments += bool(s.get("comment"))
+        kind, rater, version = rating
         tr.add(where, {**base_of[tid], "rater_id": rater, "rater_kind": kind,
                        "judge_version": version, "criterion": str(s.get("name") or ""),
                        "value": value})

@@ -269,15 +269,54 @@ def _transport_error(exc: httpx.HTTPError) -> ProviderError:
 
 
 def _interpret(
-    request: ProviderRequest, response: ProviderResponse, latency_ms: float
+    request: ProviderRequest, response: ProviderResponse, latency_ms: float, *,
+    tool_calls_ok: bool = False,
 ) -> ProviderResult:
-    return _module(request.provider).interpret(
-        request,
-        status=response.status_code,
-        headers=response.headers,
-        content=response.content,
-        latency_ms=latency_ms,
-    )
+    try:
+        return _module(request.provider).interpret(
+            request,
+            status=response.status_code,
+            headers=response.headers,
+            content=response.content,
+            latency_ms=latency_ms,
+        )
+    except PermanentProviderError:
+        if not tool_calls_ok:
+            raise
+        calls = _tool_call_answer(request, response, latency_ms)
+        if calls is None:
+            raise
+        return calls
+
+
+def _tool_call_answer(request: ProviderRequest, response: ProviderResponse,
+                      latency_ms: float) -> ProviderResult | None:
+    """A 2xx answer with tool calls and no text (which the interpreters refuse as having no
+    text): its text is the calls as JSON (`streaming.tool_calls_of`), the body kept as raw."""
+    if not 200 <= response.status_code <= 299:
+        return None
+    try:
+        data = json.loads(response.content)
+    except ValueError:
+        return None
+    calls = streaming.tool_calls_of(request.provider, data)
+    if not calls:
+        return None
+    if request.provider == "anthropic":
+        finish, usage = data.get("stop_reason"), data.get("usage") or {}
+        tokens = (usage.get("input_tokens"), usage.get("output_tokens"))
+    else:
+        finish = (data.get("choices") or [{}])[0].get("finish_reason")
+        usage = data.get("usage") or {}
+        tokens = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
+    return ProviderResult(
+        text=json.dumps(calls, ensure_ascii=False), http_status=response.status_code,
+        finish_reason=finish if isinstance(finish, str) else None,
+        request_id=response.headers.get("x-request-id") or response.headers.get("request-id")
+        or (data.get("id") if isinstance(data.get("id"), str) else None),
+        tokens_in=tokens[0] if isinstance(tokens[0], int) else None,
+        tokens_out=tokens[1] if isinstance(tokens[1], int) else None,
+        latency_ms=latency_ms, logprobs=None, raw=data)
 
 
 def provider_call(client: httpx.Client, request: ProviderRequest) -> ProviderResult:
@@ -321,7 +360,10 @@ async def provider_call_async(
     except httpx.HTTPError as exc:
         raise _transport_error(exc) from exc
     latency_ms = (time.perf_counter() - start) * 1000.0
-    return _interpret(request, response, latency_ms)
+    # A request that offered the model its own tools (a candidate run's template or recorded
+    # request; not a judge's forced verdict tool) may be answered by tool calls alone.
+    tools = bool(call.body.get("tools")) and request.response_format is None
+    return _interpret(request, response, latency_ms, tool_calls_ok=tools)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,7 +394,8 @@ async def _provider_stream_async(client: AsyncRequester, request: ProviderReques
                 latency_ms = (time.perf_counter() - start) * 1000.0
                 return _interpret(request, _ReadResponse(stream.status_code, stream.headers,
                                                          body), latency_ms)
-            answer = await streaming.assemble(request.provider, stream.pieces())
+            answer = await streaming.assemble(request.provider, stream.pieces(),
+                                              started_at=start)
         finally:
             await stream.aclose()
     except httpx.HTTPError as exc:
@@ -363,6 +406,6 @@ async def _provider_stream_async(client: AsyncRequester, request: ProviderReques
         request_id=stream.headers.get("x-request-id") or answer.request_id,
         tokens_in=answer.tokens_in, tokens_out=answer.tokens_out,
         latency_ms=(end - start) * 1000.0, logprobs=None,
-        raw={"streamed": True, "events": answer.events},
+        raw={"streamed": True, "events": answer.events, "tool_calls": answer.tool_calls()},
         ttft_ms=None if answer.first_token_at is None
         else (answer.first_token_at - start) * 1000.0)

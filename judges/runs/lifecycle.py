@@ -115,8 +115,9 @@ def judge_run_start(
 
     with transaction.atomic():
         comparisons_created = comparisons_ensure(study=study, selection=sel) if pairwise else 0
-        output_ids = selection_outputs(study=study, selection=sel) if len(pairwise) < len(
-            criteria) else []
+        output_ids = selection_outputs(
+            study=study, selection=sel, errored=judge.kind == Judge.Kind.PROGRAMMATIC,
+        ) if len(pairwise) < len(criteria) else []
         comparison_ids = selection_comparisons(study=study, selection=sel) if pairwise else []
         run = JudgeRun.objects.create(
             study=study, judge_version=version, selection=sel, max_cost=max_cost,

@@ -83,9 +83,15 @@ def _sample_ids(ids: list[int], *, n: int, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(ids, n))
 
 
-def selection_outputs(*, study: Study, selection: Mapping[str, Any]) -> list[int]:
-    """Output ids selected (sorted), for single-output criteria."""
+def selection_outputs(*, study: Study, selection: Mapping[str, Any],
+                      errored: bool = True) -> list[int]:
+    """Output ids selected (sorted), for single-output criteria. `errored=False` leaves out
+    outputs whose generation call errored: their text is empty or only what a cut stream
+    delivered, not an answer a model judge should grade (a programmatic check still sees
+    them, to fail them as errored)."""
     qs = Output.objects.filter(study=study)
+    if not errored:
+        qs = qs.filter(error="")
     kind = selection["kind"]
     if kind == "stratum":
         qs = qs.filter(**{f"item__strata__{selection['dimension']}": selection["label"]})

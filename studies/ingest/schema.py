@@ -18,7 +18,7 @@ from .formats import Kind
 
 FieldKind = Literal[
     "key", "text", "char", "input", "input_format", "object", "scores", "any_json", "number",
-    "count",
+    "count", "request",
 ]
 
 
@@ -62,7 +62,8 @@ def compact_json(value: Any) -> str:
 
 # The column order of every row tuple, shared by `RowValidator.db_row` and the upserter.
 ROW_FIELDS: dict[Kind, tuple[str, ...]] = {
-    "items": ("external_id", "input", "input_format", "context", "reference", "metadata"),
+    "items": ("external_id", "input", "input_format", "context", "reference", "metadata",
+              "recorded_request"),
     "candidates": ("name", "provider", "model_id", "model_version", "model_family",
                    "parameters", "notes", "public_scores"),
     # Outputs: the two resolved ids first, then the values in the validator's dict.

@@ -57,6 +57,7 @@ SPECS: dict[Kind, KindSpec] = {
             FieldSpec("context", "text"),
             FieldSpec("reference", "text"),
             FieldSpec("metadata", "object"),
+            FieldSpec("recorded_request", "request"),
         ),
         prefix_fields=("metadata",),
     ),
@@ -149,10 +150,31 @@ def _deep_check(value: Any, top: str = "") -> None:
             stack.extend((child, (*path, i)) for i, child in enumerate(node))
 
 
+def recorded_request_check(value: Any) -> dict[str, Any]:
+    """A recorded chat request (an item's `recorded_request`), or ValueError saying what is
+    wrong: an object whose `messages` is a non-empty list of messages with a role (the shape
+    every chat API logs), `tools` an array and `response_format` an object when present; the
+    rest is kept as logged. Shared by ingest and the ratings imports."""
+    if type(value) is not dict:
+        raise ValueError(f"must be a JSON object (a chat request), got {type_name(value)}")
+    messages = value.get("messages")
+    if type(messages) is not list or not messages:
+        raise ValueError("must be a chat request: 'messages' must be a non-empty list")
+    for i, message in enumerate(messages):
+        if type(message) is not dict or type(message.get("role")) is not str:
+            raise ValueError(f"messages[{i}] must be an object with a string 'role'")
+    for key, want in (("tools", list), ("response_format", dict)):
+        if value.get(key) is not None and type(value[key]) is not want:
+            raise ValueError(f"'{key}' must be a JSON {'array' if want is list else 'object'}, "
+                             f"got {type_name(value[key])}")
+    return value
+
+
 Converter = Callable[[Any], Any]
 # Field kinds whose values can hold strings (and so NUL or lone surrogates) in a JSON row.
-_DEEP_KINDS = frozenset({"key", "text", "char", "input", "object", "scores", "any_json"})
-_JSON_KINDS = frozenset({"object", "scores", "any_json"})
+_DEEP_KINDS = frozenset({"key", "text", "char", "input", "object", "scores", "any_json",
+                         "request"})
+_JSON_KINDS = frozenset({"object", "scores", "any_json", "request"})
 
 
 class RowValidator:
@@ -182,7 +204,7 @@ class RowValidator:
         # Every optional field starts at its model default, so a row tuple is one itemgetter.
         self.defaults: dict[str, Any] = {
             f.name: ({} if f.kind in ("object", "scores") else None if f.kind in (
-                "any_json", "number", "count", "input_format") else "")
+                "any_json", "number", "count", "input_format", "request") else "")
             for f in self.spec.fields if not f.required
         }
         fields = ROW_FIELDS[kind]
@@ -218,6 +240,8 @@ class RowValidator:
             return self._object_cell if csv_mode else self._object
         if kind == "scores":
             return self._scores
+        if kind == "request":
+            return self._request_cell if csv_mode else self._request
         if kind == "any_json":
             return self._any_json_cell if csv_mode else (lambda value: value)
         if kind == "number":
@@ -293,6 +317,18 @@ class RowValidator:
         if not cell.strip():
             return {}
         return self._object(self._parse_cell_json(cell))
+
+    @classmethod
+    def _request(cls, value: Any) -> dict[str, Any]:
+        try:
+            return recorded_request_check(value)
+        except ValueError as exc:
+            raise _Invalid(str(exc)) from None
+
+    def _request_cell(self, cell: str) -> dict[str, Any] | None:
+        if not cell.strip():
+            return None
+        return self._request(self._parse_cell_json(cell))
 
     def _scores(self, value: Any) -> dict[str, float]:
         obj = self._object_cell(value) if self.is_csv else self._object(value)

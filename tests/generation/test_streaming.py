@@ -5,7 +5,8 @@ SIMULATED PROVIDER: `StreamServer` (in the test process) answers a streamed requ
 provider's wire format (OpenAI chat-completions chunks ending `data: [DONE]`, with a usage
 chunk when `stream_options.include_usage` asks; Anthropic message_start / content_block_delta /
 message_delta / message_stop events), the first text piece after `first_s`, each later one
-`gap_s` after the previous; `cut_after` hangs up after that many events.
+`gap_s` after the previous; `cut_after` hangs up after that many events; `stall_after` goes
+silent for `stall_s` before that event.
 """
 
 from __future__ import annotations
@@ -68,11 +69,14 @@ def anthropic_events(body: dict[str, Any]) -> list[bytes]:
 
 class StreamServer(ProviderServer):
     def __init__(self, *, first_s: float, gap_s: float = 0.01,
-                 cut_after: int | None = None) -> None:
+                 cut_after: int | None = None, stall_after: int | None = None,
+                 stall_s: float = 0.0) -> None:
         super().__init__()
         self.first_s = first_s
         self.gap_s = gap_s
         self.cut_after = cut_after
+        self.stall_after = stall_after
+        self.stall_s = stall_s
         self.bodies: list[dict[str, Any]] = []
 
     async def _respond(self, writer: asyncio.StreamWriter, method: str, path: str,
@@ -92,6 +96,8 @@ class StreamServer(ProviderServer):
             if self.cut_after is not None and i >= self.cut_after:
                 writer.close()
                 return False
+            if self.stall_after is not None and i == self.stall_after:
+                await asyncio.sleep(self.stall_s)
             if i == first_text:
                 await asyncio.sleep(self.first_s)
             elif i > first_text:
@@ -155,22 +161,56 @@ def test_streamed_outputs_record_time_to_first_token_text_tokens_and_finish(
     assert p95 == pytest.approx(progress["ttft_ms"]["p95"], abs=0.06)
 
 
-def test_a_stream_cut_mid_way_is_recorded_with_its_error_kind(
-        study: Any, monkeypatch: pytest.MonkeyPatch,
-        settings: Any) -> None:
+@pytest.mark.parametrize(("provider", "how"), [
+    ("openai", "cut"), ("anthropic", "cut"), ("openai", "stall"), ("anthropic", "stall")])
+def test_a_stream_cut_mid_way_keeps_its_error_kind_and_the_partial_text(
+        study: Any, monkeypatch: pytest.MonkeyPatch, settings: Any, provider: str,
+        how: str) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-test-not-a-real-key")
     settings.REVIEWHUB_JUDGE_MAX_ATTEMPTS = 1
     data = build(study, n_items=2)
-    with StreamServer(first_s=0.01, cut_after=3) as server:
-        config = make_config(data.candidates[0], server.openai_base_url, stream=True)
+    first_s = 0.15
+    # Two text pieces arrive ("The answer "), then the server hangs up, or goes silent for
+    # longer than the read timeout (timeout_s 1).
+    third_text = 4 if provider == "anthropic" else 3
+    shape = ({"cut_after": third_text} if how == "cut"
+             else {"stall_after": third_text, "stall_s": 3.0})
+    with StreamServer(first_s=first_s, **shape) as server:
+        base = server.anthropic_base_url if provider == "anthropic" else server.openai_base_url
+        config = make_config(data.candidates[0], base, provider=provider, stream=True,
+                             timeout_s=1, parameters={"temperature": 0.0, "max_tokens": 64})
         run = _start(study, make_template(study), [config], concurrency=2)
         drain_all(run, timeout_s=30)
     jobs = list(GenerationJob.objects.filter(run=run))
     assert {j.status for j in jobs} == {GenerationJob.Status.FAILED}
+    kind = (GenerationJob.ErrorKind.CONNECTION if how == "cut"
+            else GenerationJob.ErrorKind.TIMEOUT)
     for job in jobs:
-        assert job.error_kind == GenerationJob.ErrorKind.CONNECTION
-        assert "RemoteProtocolError" in job.error or "truncated stream" in job.error
+        assert job.error_kind == kind
+        assert "mid-stream" in job.error or "truncated stream" in job.error, job.error
+        assert job.text == "The answer "
+        assert job.details["partial"] is True
+        # Measured from the request's start: the first piece came after first_s.
+        assert first_s * 1000 <= job.details["ttft_ms"] < first_s * 1000 + 500
+        assert job.latency_ms is not None and job.latency_ms >= job.details["ttft_ms"]
+        if how == "stall":
+            assert job.latency_ms >= 1000  # the read timeout ran out
+        assert job.details["attempt_errors"][-1]["partial_chars"] == len("The answer ")
+        out = Output.objects.get(pk=job.output_id)
+        assert out.text == "The answer " and out.error
+        assert out.metadata["error_kind"] == kind and out.metadata["partial"] is True
+        assert out.metadata["ttft_ms"] == job.details["ttft_ms"]
+    # Percentiles of time to first token are over complete answers only.
     assert generation_run_progress(run=run)["candidates"][0]["ttft_ms"] is None
+
+
+def test_a_retry_that_completes_forgets_the_cut_attempts_partial_answer() -> None:
+    from generation.executor import _details_fresh
+    from generation.runs import ClaimedJob
+
+    job = ClaimedJob(id=1, item_id=1, sample_index=0, attempts=2, item={}, details={
+        "partial": True, "ttft_ms": 12.0, "attempt_errors": [{"attempt": 1}]})
+    assert _details_fresh(job) == {"attempt_errors": [{"attempt": 1}]}
 
 
 def test_stream_must_be_a_boolean_and_unset_keeps_the_hash(study: Any) -> None:
@@ -187,3 +227,26 @@ def test_stream_must_be_a_boolean_and_unset_keeps_the_hash(study: Any) -> None:
     # Unset and false are the same config (and the same hash as before streaming existed).
     assert "stream" not in plain.config and off.content_hash == plain.content_hash
     assert on.config["stream"] is True and on.content_hash != plain.content_hash
+
+
+def test_a_model_judge_never_grades_an_errored_output(study: Any) -> None:
+    """A cut stream's output has text (the partial answer) and an error: a model judge's run
+    leaves it out; a programmatic check still sees it (to fail it as errored)."""
+    from judges.models import Judge, JudgeJob
+    from judges.runs import judge_run_start
+    from tests.judges.run_fixtures import EnqueueSpy, build_study_data, llm_config, make_version
+
+    data = build_study_data(study, n_items=2, n_candidates=2)
+    cut = data.outputs[0]
+    cut.text, cut.error = "The answer ", "connection error (RemoteProtocolError) mid-stream"
+    cut.save()
+    llm = make_version(study, llm_config("http://127.0.0.1:9/v1"))
+    run = judge_run_start(study=study, judge_version=llm, criteria=[data.binary],
+                          enqueue=EnqueueSpy())
+    judged = set(JudgeJob.objects.filter(run=run).values_list("output_id", flat=True))
+    assert judged == {o.pk for o in data.outputs} - {cut.pk}
+    check = make_version(study, {"check": "errored"}, kind=Judge.Kind.PROGRAMMATIC,
+                         name="errored-check")
+    run = judge_run_start(study=study, judge_version=check, criteria=[data.binary],
+                          enqueue=EnqueueSpy())
+    assert cut.pk in set(JudgeJob.objects.filter(run=run).values_list("output_id", flat=True))

@@ -106,7 +106,10 @@ def test_the_sample_export_as_csv(lead: Any, pf_dir: Path, tmp_path: Path) -> No
     # The JSON results of the same eval: the same items, candidates and outputs.
     again, _ = run_peer("promptfoo", f, "--study", "pfcsv")
     assert not again["created"].get("item") and not again["created"].get("output")
-    assert again["unchanged"]["item"] == 2
+    # The JSON adds what the CSV lacks to the same two items: the request each test sent.
+    assert again["updated"]["item"] == 2
+    assert Item.objects.get(external_id="test-0").recorded_request["messages"] == [
+        {"role": "user", "content": rows[0]["prompt"]["raw"]}]
     assert Output.objects.filter(item__study__slug="pfcsv").count() == 4
 
 
