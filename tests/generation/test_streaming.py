@@ -138,8 +138,10 @@ def test_streamed_outputs_record_time_to_first_token_text_tokens_and_finish(
         assert (job.tokens_in, job.tokens_out) == ((19, 5) if provider == "anthropic"
                                                    else (17, 4))
         ttft = job.details["ttft_ms"]
-        # Within 5 % of the server's first-chunk delay, plus the measured overhead.
-        assert first_s * 1000 <= ttft <= first_s * 1000 * 1.05 + (job.overhead_ms or 0) + 5
+        # Within 5 % of the server's first-chunk delay, plus the measured overhead, plus 15 ms
+        # for the in-process server's own lateness (its sleep wakes late on a loaded machine:
+        # 0.05 ms over a 5 ms allowance was seen at load average 14).
+        assert first_s * 1000 <= ttft <= first_s * 1000 * 1.05 + (job.overhead_ms or 0) + 15
         # Time to last byte: the first piece, then the later events' gaps.
         assert job.latency_ms >= ttft + tail_s * 1000 * 0.9
     output = Output.objects.get(pk=jobs[0].output_id)
@@ -147,7 +149,7 @@ def test_streamed_outputs_record_time_to_first_token_text_tokens_and_finish(
     assert output.metadata["ttft_ms"] == pytest.approx(jobs[0].details["ttft_ms"])
     progress = generation_run_progress(run=run)["candidates"][0]
     assert progress["ttft_ms"]["n"] == n
-    assert first_s * 1000 <= progress["ttft_ms"]["p50"] <= first_s * 1000 * 1.05 + 5
+    assert first_s * 1000 <= progress["ttft_ms"]["p50"] <= first_s * 1000 * 1.05 + 15
     # The run page's per-candidate table shows the p50 / p95.
     from studies.models import Membership
 
