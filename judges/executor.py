@@ -295,105 +295,136 @@ def run_drain(
     slice_s = settings.REVIEWHUB_JUDGE_TASK_SLICE_S if slice_s is None else slice_s
     run = (JudgeRun.objects.select_related("judge_version__judge", "study")
            .filter(pk=run_id).first())
-    report = DrainReport()
     if run is None:
-        report.state = "inactive"
-        return report
+        return DrainReport(state="inactive")
     dctx = DrainContext(run)
-    token = uuid.uuid4().hex
-    # Claimed ahead (up to 2 x concurrency outstanding) so that the coroutines never wait for
-    # the database, but not much further: a drain holding many leased jobs would keep them
-    # from other workers and run past its time slice. Claims take concurrency / 2 at a time (a
-    # claim is one statement whatever its size), the moment that many calls are done, so
-    # half the concurrency is still queued for the loop while the claim runs. Results are
-    # recorded in chunks of at least `record_min` (or whatever is older than RECORD_WAIT_S):
-    # two statements per chunk.
-    target = concurrency + max(1, concurrency // CLAIM_DIVISOR) * CLAIM_AHEAD
-    refill = max(1, concurrency // CLAIM_DIVISOR)
-    record_min = max(refill, min(RECORD_MIN, concurrency))
-    lease_s = settings.REVIEWHUB_JUDGE_LEASE_S
-    deadline = time.monotonic() + slice_s
-    next_renew = time.monotonic() + lease_s / 3
-    next_lapsed = 0.0
     session = (caller or async_caller()).session(concurrency) if dctx.is_llm else None
     # Chunks are recorded on a thread of their own (its own database connection) while this
     # one claims and builds the next requests; inside a transaction (tests) another
     # connection would not see the jobs, so they are recorded here.
     recorder = (_Recorder() if session is not None and connection.vendor == "postgresql"
                 and not connection.in_atomic_block else None)
-    jobs: dict[int, ClaimedJob] = {}  # claimed and not recorded yet
-    pending: list[JobOutcome] = []  # finished, not recorded yet
-    pending_since = 0.0
-    outstanding = 0
-    claim_open = True
-    retry_claim_at = 0.0
+    drain = _Drain(run_id=run_id, dctx=dctx, concurrency=concurrency, slice_s=slice_s,
+                   session=session, recorder=recorder)
     try:
-        while True:
-            if session is not None and outstanding:
-                # Results first, then the claim they make room for, then (maybe) the record:
-                # the next requests reach the loop before this chunk's statements run.
-                for prepared, call in session.take(min_n=min(refill, outstanding),
-                                                   timeout_s=TAKE_WAIT_S):
-                    outstanding -= 1
-                    pending.append(outcome_for_call(jobs[prepared.job_id], token, dctx, call))
-            now_m = time.monotonic()
-            if claim_open and now_m >= deadline:
-                claim_open = False
-                report.state = "sliced"
-            if claim_open and target - outstanding >= refill and now_m >= retry_claim_at:
-                lapsed = now_m >= next_lapsed
-                claim = jobs_claim(run_id=run_id, limit=target - outstanding, lease_token=token,
-                                   lapsed=lapsed)
-                if lapsed:
-                    next_lapsed = now_m + LAPSED_CHECK_S
-                report.remaining = claim.remaining
-                if claim.state in ("inactive", "stopped"):
-                    claim_open = False
-                    report.state = claim.state
-                elif claim.jobs:
-                    report.claimed += len(claim.jobs)
-                    jobs.update((j.pk, j) for j in claim.jobs)
-                    outstanding += _dispatch(claim.jobs, dctx, token, session, pending)
-                    report.max_in_flight = max(report.max_in_flight, min(outstanding, concurrency))
-                elif outstanding == 0:
-                    report.next_available_at = claim.next_available_at
-                    if report.state == "ok":
-                        report.state = "idle"
-                    claim_open = False
-                else:
-                    # Nothing claimable now; check again shortly rather than on every result.
-                    retry_claim_at = now_m + 0.25
-            finishing = not claim_open and outstanding == 0
-            if pending and not pending_since:
-                pending_since = now_m
-            if pending and (finishing or len(pending) >= record_min
-                            or now_m - pending_since >= RECORD_WAIT_S):
-                if recorder is not None:
-                    recorder.submit(pending, jobs=jobs, report=report, dctx=dctx)
-                else:
-                    _record(pending, jobs=jobs, report=report, dctx=dctx)
-                pending = []
-                pending_since = 0.0
-            if time.monotonic() >= next_renew:
-                if recorder is not None:  # after the records queued before it, never beside
-                    recorder.renew(run_id=run_id, token=token, lease_s=lease_s)
-                else:
-                    _leases_renew(run_id=run_id, token=token, lease_s=lease_s)
-                next_renew = time.monotonic() + lease_s / 3
-            if finishing:
-                if recorder is not None:
-                    recorder.wait(report)
-                break
+        while drain.step():
+            pass
     finally:
         if session is not None:
             session.close()
         if recorder is not None:
             recorder.close()
+    report = drain.report
     if report.state == "sliced":
         report.remaining = JudgeJob.objects.filter(
             run_id=run_id, status__in=ACTIVE_JOB_STATUSES).count()
     report.run_finished = run_finish_if_complete(run_id=run_id)
     return report
+
+
+class _Drain:
+    """One drain's state between its steps: the jobs claimed and not recorded, the outcomes
+    not recorded yet, the calls outstanding, and when to claim, record and renew next."""
+
+    def __init__(self, *, run_id: int, dctx: DrainContext, concurrency: int, slice_s: float,
+                 session: CallSession | None, recorder: _Recorder | None) -> None:
+        self.run_id, self.dctx, self.concurrency = run_id, dctx, concurrency
+        self.session, self.recorder = session, recorder
+        self.report = DrainReport()
+        self.token = uuid.uuid4().hex
+        # Claimed ahead (up to 2 x concurrency outstanding) so that the coroutines never wait
+        # for the database, but not much further: a drain holding many leased jobs would keep
+        # them from other workers and run past its time slice. Claims take concurrency / 2 at
+        # a time (a claim is one statement whatever its size), the moment that many calls are
+        # done, so half the concurrency is still queued for the loop while the claim runs.
+        # Results are recorded in chunks of at least `record_min` (or whatever is older than
+        # RECORD_WAIT_S): one statement per chunk.
+        self.refill = max(1, concurrency // CLAIM_DIVISOR)
+        self.target = concurrency + self.refill * CLAIM_AHEAD
+        self.record_min = max(self.refill, min(RECORD_MIN, concurrency))
+        self.lease_s = settings.REVIEWHUB_JUDGE_LEASE_S
+        now = time.monotonic()
+        self.deadline = now + slice_s
+        self.next_renew = now + self.lease_s / 3
+        self.next_lapsed = 0.0
+        self.jobs: dict[int, ClaimedJob] = {}  # claimed and not recorded yet
+        self.pending: list[JobOutcome] = []  # finished, not recorded yet
+        self.pending_since = 0.0
+        self.outstanding = 0
+        self.claim_open = True
+        self.retry_claim_at = 0.0
+
+    def step(self) -> bool:
+        """Results first, then the claim they make room for, then (maybe) the record: the
+        next requests reach the loop before this chunk's statements run. False when done."""
+        session, report = self.session, self.report
+        if session is not None and self.outstanding:
+            jobs, pending, token, dctx = self.jobs, self.pending, self.token, self.dctx
+            for prepared, call in session.take(min_n=min(self.refill, self.outstanding),
+                                               timeout_s=TAKE_WAIT_S):
+                self.outstanding -= 1
+                pending.append(outcome_for_call(jobs[prepared.job_id], token, dctx, call))
+        now_m = time.monotonic()
+        if self.claim_open and now_m >= self.deadline:
+            self.claim_open = False
+            report.state = "sliced"
+        if (self.claim_open and self.target - self.outstanding >= self.refill
+                and now_m >= self.retry_claim_at):
+            self._claim(now_m)
+        finishing = not self.claim_open and self.outstanding == 0
+        self._record_if_due(now_m, finishing)
+        if time.monotonic() >= self.next_renew:
+            if self.recorder is not None:  # after the records queued before it, never beside
+                self.recorder.renew(run_id=self.run_id, token=self.token, lease_s=self.lease_s)
+            else:
+                _leases_renew(run_id=self.run_id, token=self.token, lease_s=self.lease_s)
+            self.next_renew = time.monotonic() + self.lease_s / 3
+        if finishing and self.recorder is not None:
+            self.recorder.wait(report)
+        return not finishing
+
+    def _claim(self, now_m: float) -> None:
+        report = self.report
+        lapsed = now_m >= self.next_lapsed
+        claim = jobs_claim(run_id=self.run_id, limit=self.target - self.outstanding,
+                           lease_token=self.token, lapsed=lapsed)
+        if lapsed:
+            self.next_lapsed = now_m + LAPSED_CHECK_S
+        report.remaining = claim.remaining
+        if claim.state in ("inactive", "stopped"):
+            self.claim_open = False
+            report.state = claim.state
+        elif claim.jobs:
+            report.claimed += len(claim.jobs)
+            self.jobs.update((j.pk, j) for j in claim.jobs)
+            self.outstanding += _dispatch(claim.jobs, self.dctx, self.token, self.session,
+                                          self.pending)
+            report.max_in_flight = max(report.max_in_flight,
+                                       min(self.outstanding, self.concurrency))
+        elif self.outstanding == 0:
+            report.next_available_at = claim.next_available_at
+            if report.state == "ok":
+                report.state = "idle"
+            self.claim_open = False
+        else:
+            # Nothing claimable now; check again shortly rather than on every result.
+            self.retry_claim_at = now_m + 0.25
+
+    def _record_if_due(self, now_m: float, finishing: bool) -> None:
+        pending = self.pending
+        if not pending:
+            return
+        if not self.pending_since:
+            self.pending_since = now_m
+        if (finishing or len(pending) >= self.record_min
+                or now_m - self.pending_since >= RECORD_WAIT_S):
+            if self.recorder is not None:
+                self.recorder.submit(pending, jobs=self.jobs, report=self.report,
+                                     dctx=self.dctx)
+            else:
+                _record(pending, jobs=self.jobs, report=self.report, dctx=self.dctx)
+            self.pending = []
+            self.pending_since = 0.0
 
 
 def _dispatch(
