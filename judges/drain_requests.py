@@ -22,7 +22,13 @@ from studies.models import Comparison, Criterion, Item, Output
 from .calls import PreparedCall
 from .config import JudgeNetworkPolicy
 from .models import Judge, JudgeRun, JudgeVersion
-from .prompts import PromptRenderer, provider_request_for, subject_context_for, subject_of
+from .prompts import (
+    PromptRenderer,
+    RenderPlan,
+    provider_request_for,
+    subject_context_for,
+    subject_of,
+)
 from .prompts import untrusted_values as _untrusted
 from .providers import PreparedCall as WirePreparedCall
 from .providers import ProviderRequest, WireTemplate
@@ -33,8 +39,7 @@ from .runs import ClaimedJob
 class _Splice(NamedTuple):
     """A criterion's request template, ready for splicing one subject's texts into."""
 
-    scale: str
-    trusted: Mapping[str, str]
+    plan: RenderPlan
     request: ProviderRequest  # the template without messages
     wire: WireTemplate
     limit: tuple[str, ProviderLimits] | None
@@ -169,11 +174,8 @@ class DrainContext:
             return None
         item, _study, out_text, a_text, b_text, key = subject_of(
             output=output, comparison=comparison, order=job.order)
-        renderer = self._renderer
-        assert renderer is not None  # made with the first template
-        system, user = renderer.render_texts(
-            splice.scale, splice.trusted, key,
-            _untrusted(item.input, item.context, item.reference, out_text, a_text, b_text))
+        system, user = splice.plan.render(
+            key, _untrusted(item.input, item.context, item.reference, out_text, a_text, b_text))
         body = splice.wire.prompt_body(system, user)
         if body is None:
             return None
@@ -190,9 +192,10 @@ class DrainContext:
         if wire is None:
             wire = self._wires[crit_id] = WireTemplate(template)
         scale, trusted = self._trusted[crit_id]
+        assert self._renderer is not None  # made with the first template
         request = dataclasses.replace(template, messages=())
         splice = self._splices[crit_id] = _Splice(
-            scale=scale, trusted=trusted, request=request, wire=wire,
+            plan=RenderPlan(self._renderer, scale, trusted), request=request, wire=wire,
             limit=self.limit_for(request), seeded=request.seed is not None)
         return splice
 

@@ -312,6 +312,45 @@ class PromptRenderer:
             raise ProviderConfigError(f"prompt template: {exc}") from None
 
 
+class RenderPlan:
+    """`PromptRenderer.render_texts` for one criterion's trusted values, with the templates'
+    literal text and those values baked into two `str.format` templates whose only fields
+    are the subject's blocks: per subject, the nonce, the blocks and two `format_map` calls.
+    """
+
+    def __init__(self, renderer: PromptRenderer, scale: str,
+                 trusted: Mapping[str, str]) -> None:
+        self._mac = renderer._mac
+        system_parts, user_parts = renderer._compiled(scale)
+        self._names = renderer._block_names(scale, system_parts + user_parts)
+        self._system = self._baked(system_parts, trusted)
+        self._user = self._baked(user_parts, trusted)
+
+    @staticmethod
+    def _baked(parts: tuple[tuple[str, bool], ...], trusted: Mapping[str, str]) -> str:
+        out = []
+        for text, is_name in parts:
+            if not is_name:
+                out.append(_format_literal(text))
+            elif text in trusted:
+                out.append(_format_literal(trusted[text]))
+            elif text in BLOCK_NAMES:
+                out.append("{" + text + "}")
+            else:  # what `_render` raises (for every subject) on a bad stored template
+                raise ProviderConfigError(f"prompt template: unknown placeholder {{{text}}}")
+        return "".join(out)
+
+    def render(self, subject_key: str, untrusted: Mapping[str, str]) -> tuple[str, str]:
+        """The (system, user) texts `render_texts` gives for this subject."""
+        nonce = self._mac.nonce(subject_key)
+        blocks = {name: block(name, untrusted[name], nonce) for name in self._names}
+        return self._system.format_map(blocks), self._user.format_map(blocks)
+
+
+def _format_literal(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def untrusted_values(item_input: str, item_context: str, item_reference: str,
                      output_text: str | None, output_a_text: str | None,
                      output_b_text: str | None) -> dict[str, str]:
