@@ -2,7 +2,7 @@
 
 `AsyncCaller` owns the loop, the pooled HTTP client and the rate limiter; a drain (judges and
 candidate runs alike) opens a `CallSession` on it: `concurrency` coroutines pulling prepared
-calls from a queue and handing each outcome back to the drain's thread (`_Results`). The
+calls from a queue and handing each outcome back to the drain's thread (`CallResults`). The
 per-call deadline (a bound on the whole answer, which httpx's per-read timeout does not give
 against a slow-drip server) is kept by one timer per session (`_Deadlines`), not by an
 `asyncio.timeout` per call.
@@ -134,7 +134,7 @@ class AsyncCaller:
         return CallSession(self, concurrency)
 
 
-class _Results:
+class CallResults:
     """Results handed from the event loop to the task thread.
 
     A `queue.Queue` wakes the waiting thread for every result, and each wake-up takes the GIL
@@ -223,7 +223,7 @@ class CallSession:
     def __init__(self, caller: AsyncCaller, concurrency: int) -> None:
         self.caller = caller
         self.concurrency = concurrency
-        self.results = _Results()
+        self.results = CallResults()
         self._deadlines = _Deadlines(caller.loop)
         self._inbox: asyncio.Queue[PreparedCall | None] | None = None
         self._started = threading.Event()

@@ -1,6 +1,6 @@
 """Building a drain's provider requests from claimed jobs (no network, no writes).
 
-`DrainContext` holds what is the same for every job of a drain; `_prepare` turns one claimed
+`DrainContext` holds what is the same for every job of a drain; `prepare_call` turns one claimed
 job into the `PreparedCall` the call loop sends. Per criterion, the first job's request is
 built in full (`prompts.provider_request_for`: allow-lists, key, schema, parameters) and kept
 as a template; every later job's body is the template's encoded bytes with the subject's
@@ -164,7 +164,7 @@ class DrainContext:
     def spliced(self, job: ClaimedJob, output: Any, comparison: Any) -> PreparedCall | None:
         """The job's call from its criterion's template (None until the criterion's first
         request was built in full, for a sample whose seed is offset, or for a text the
-        template cannot take: `_prepare` then builds it in full)."""
+        template cannot take: `prepare_call` then builds it in full)."""
         splice = self._splices.get(job.criterion_id)
         if splice is None:
             splice = self._splice_make(job.criterion_id)
@@ -218,7 +218,7 @@ WHERE c.id = ANY(%s)
 """
 
 
-def _subject_views(
+def subject_views(
     jobs: Sequence[ClaimedJob], study: _StudyView
 ) -> tuple[dict[int, _OutputView], dict[int, _ComparisonView]]:
     """The outputs and comparisons (with their items) of a claimed chunk: from the texts the
@@ -269,7 +269,7 @@ def _subject_rows(jobs: Sequence[ClaimedJob]) -> list[tuple[Any, ...]]:
     return rows
 
 
-def _prepare(
+def prepare_call(
     job: ClaimedJob, dctx: DrainContext, outputs: Mapping[int, _OutputView],
     comparisons: Mapping[int, _ComparisonView],
 ) -> PreparedCall:

@@ -5,9 +5,9 @@ Shape of one batch task (`run_drain`):
     task thread (database)                    event-loop thread (network only)
     ──────────────────────                    ────────────────────────────────
     jobs_claim (one statement)         ──►    `concurrency` coroutines pull requests from an
-    build requests (no query)          ──►    asyncio queue, wait for the rate limiter, call
-                                              the provider over one lean HTTP/1.1 pool
-    outcomes, in chunks                ◄──    and hand each result back (`_Results`)
+    build requests (no query;          ──►    asyncio queue, wait for the rate limiter, call
+      drain_requests.py)                      the provider over one lean HTTP/1.1 pool
+    outcomes, in chunks                ◄──    and hand each result back (calls.py)
         │
         ▼
     recorder thread (its own connection): jobs_record_with_verdicts, one statement per
@@ -25,8 +25,9 @@ that process runs.
 The threads share one GIL, so every microsecond the task thread spends per job is taken from
 the calls: claims and records work in chunks (one statement per chunk, whatever its size),
 claimed jobs are plain values (`ClaimedJob`), what is the same for every job of a drain is
-built once (`DrainContext`), and a one-sample verdict is combined from the outcome just
-recorded instead of being read back.
+built once (`DrainContext`: a request body is its criterion's template with the subject's
+texts spliced in), the calls' total bound is one timer per session, and a one-sample verdict
+is combined from the outcome just recorded instead of being read back.
 
 Each drain stops claiming after `REVIEWHUB_JUDGE_TASK_SLICE_S` and returns once its calls are
 recorded; the Celery task then re-enqueues a successor, so long runs are a chain of bounded
@@ -57,16 +58,16 @@ from .calls import (
     TOTAL_TIMEOUT_FACTOR,
     AsyncCaller,
     CallOutcome,
+    CallResults,
     CallSession,
     PreparedCall,
-    _Results,
     async_caller,
 )
 from .drain_requests import (
     DrainContext,
-    _prepare,
-    _subject_views,
     allowed_values_for,
+    prepare_call,
+    subject_views,
 )
 from .models import JudgeJob, JudgeRun
 from .parsing import Unparseable, verdict_parse
@@ -93,10 +94,22 @@ from .runs import (
 
 # Re-exported: the executor's public names (generation/executor.py and tests import them here).
 __all__ = [
-    "TOTAL_TIMEOUT_FACTOR", "AsyncCaller", "CallOutcome", "CallSession", "DrainContext",
-    "DrainReport", "PreparedCall", "_Results", "_prepare", "_subject_views",
-    "allowed_values_for", "async_caller", "backoff_delay", "error_reason_shown",
-    "outcome_for_call", "run_drain",
+    "TOTAL_TIMEOUT_FACTOR",
+    "AsyncCaller",
+    "CallOutcome",
+    "CallResults",
+    "CallSession",
+    "DrainContext",
+    "DrainReport",
+    "PreparedCall",
+    "allowed_values_for",
+    "async_caller",
+    "backoff_delay",
+    "error_reason_shown",
+    "outcome_for_call",
+    "prepare_call",
+    "run_drain",
+    "subject_views",
 ]
 
 logger = logging.getLogger(__name__)
@@ -441,10 +454,10 @@ def _dispatch(
         return 0
     batch: list[PreparedCall] = []
     now = timezone.now()
-    views, pairs = _subject_views(claimed, dctx.study)
+    views, pairs = subject_views(claimed, dctx.study)
     for job in claimed:
         try:
-            prepared = _prepare(job, dctx, views, pairs)
+            prepared = prepare_call(job, dctx, views, pairs)
         except ProviderError as exc:
             ready.append(_error_outcome(job, token, exc, now, show_body=dctx.show_error_bodies))
             continue

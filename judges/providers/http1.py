@@ -27,7 +27,8 @@ environment names one), HTTP/2, redirects (never followed for a judge), cookies,
 Expect: 100-continue, content-encoded streamed bodies. `LeanAsyncTransport.stream` reads a
 body incrementally (server-sent events): each piece is handed over as the event loop reads
 it (a chunk of a chunked body, or whatever bytes arrived of a sized or read-until-close one),
-under the same read timeout between pieces (the answer types are in `http1_response.py`).
+under the same read timeout between pieces (`LeanResponse` and its headers are in
+`http1_response.py`).
 Which base URLs may be called at all is decided before a request is built (`judges.config`),
 not here.
 """
@@ -38,12 +39,12 @@ import asyncio
 import contextlib
 import ssl
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
 
-from .http1_response import LeanResponse, LeanStream, ResponseHeaders, _decode_body
+from .http1_response import LeanResponse, ResponseHeaders, decode_body
 
 # A response head longer than this is refused (h11's default limit is 16 KiB).
 MAX_HEAD_BYTES = 64 * 1024
@@ -60,6 +61,55 @@ _INCOMPLETE = "peer closed connection without sending complete message body"
 
 class _ProtocolViolation(Exception):
     """The server's bytes are not an HTTP/1.1 response (raised as httpx.RemoteProtocolError)."""
+
+
+class LeanStream:
+    """An answer being read: `status_code`, `headers` and `http_version` at once, the body
+    from `pieces()` as it arrives. The connection goes back to the pool when the body has
+    been read to its end, and is closed by `aclose()` before that (a stream left half-read
+    cannot be reused)."""
+
+    def __init__(self, pool: LeanAsyncTransport, conn: _Connection,
+                 done: asyncio.Future[tuple[int, list[tuple[bytes, bytes]], bytes, bool, str]],
+                 queue: asyncio.Queue[bytes | None], status_code: int,
+                 headers: ResponseHeaders, http_version: str) -> None:
+        self._pool = pool
+        self._conn: _Connection | None = conn
+        self._done = done
+        self._queue = queue
+        self.status_code = status_code
+        self.headers = headers
+        self.http_version = http_version
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive; raises httpx's errors (`ReadTimeout` after a
+        silence longer than the read timeout, `RemoteProtocolError` when the server closes
+        the connection before the body's end)."""
+        while True:
+            piece = await self._queue.get()
+            if piece is None:
+                break
+            yield piece
+        try:
+            keep_alive = self._done.result()[3]
+        except BaseException:
+            await self.aclose()
+            raise
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._pool._release(conn, keep_alive)
+
+    async def read(self) -> bytes:
+        return b"".join([p async for p in self.pieces()])
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            if not self._done.done():
+                conn._fail(httpx.ReadError("stream closed by the client"))
+            if self._done.done() and not self._done.cancelled():
+                self._done.exception()  # retrieved: nobody awaits a stream let go of
+            self._pool._drop(conn)
 
 
 class _Connection(asyncio.Protocol):
@@ -664,7 +714,7 @@ class LeanAsyncTransport(httpx.AsyncBaseTransport):
         response_headers = ResponseHeaders(raw_headers)
         coding = response_headers.get("content-encoding")
         if coding:
-            body = _decode_body(body, coding)
+            body = decode_body(body, coding)
         return LeanResponse(status, response_headers, body, version, method, url)
 
     async def stream(self, method: str, url: httpx.URL, headers: Mapping[str, str],

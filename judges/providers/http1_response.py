@@ -1,19 +1,16 @@
 """What the lean HTTP/1.1 pool (`http1.py`) hands back: an answer read in full
-(`LeanResponse`, with case-insensitive `ResponseHeaders`) or one being read (`LeanStream`),
-and the decoding of a content-encoded body."""
+(`LeanResponse`, with case-insensitive `ResponseHeaders`; `LeanStream`, an answer being read,
+is in `http1.py` beside the connection it reads from), and the decoding of a content-encoded
+body."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import zlib
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import httpx
-
-if TYPE_CHECKING:
-    from .http1 import LeanAsyncTransport, _Connection
 
 
 class ResponseHeaders(Mapping[str, str]):
@@ -128,56 +125,7 @@ class LeanResponse:
         return f"<LeanResponse [{self.status_code}]>"
 
 
-class LeanStream:
-    """An answer being read: `status_code`, `headers` and `http_version` at once, the body
-    from `pieces()` as it arrives. The connection goes back to the pool when the body has
-    been read to its end, and is closed by `aclose()` before that (a stream left half-read
-    cannot be reused)."""
-
-    def __init__(self, pool: LeanAsyncTransport, conn: _Connection,
-                 done: asyncio.Future[tuple[int, list[tuple[bytes, bytes]], bytes, bool, str]],
-                 queue: asyncio.Queue[bytes | None], status_code: int,
-                 headers: ResponseHeaders, http_version: str) -> None:
-        self._pool = pool
-        self._conn: _Connection | None = conn
-        self._done = done
-        self._queue = queue
-        self.status_code = status_code
-        self.headers = headers
-        self.http_version = http_version
-
-    async def pieces(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive; raises httpx's errors (`ReadTimeout` after a
-        silence longer than the read timeout, `RemoteProtocolError` when the server closes
-        the connection before the body's end)."""
-        while True:
-            piece = await self._queue.get()
-            if piece is None:
-                break
-            yield piece
-        try:
-            keep_alive = self._done.result()[3]
-        except BaseException:
-            await self.aclose()
-            raise
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._pool._release(conn, keep_alive)
-
-    async def read(self) -> bytes:
-        return b"".join([p async for p in self.pieces()])
-
-    async def aclose(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            if not self._done.done():
-                conn._fail(httpx.ReadError("stream closed by the client"))
-            if self._done.done() and not self._done.cancelled():
-                self._done.exception()  # retrieved: nobody awaits a stream let go of
-            self._pool._drop(conn)
-
-
-def _decode_body(content: bytes, encoding_header: str) -> bytes:
+def decode_body(content: bytes, encoding_header: str) -> bytes:
     """Undo the Content-Encoding (gzip, deflate; applied in the order listed)."""
     for coding in reversed([c.strip().lower() for c in encoding_header.split(",")]):
         if coding in ("", "identity"):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from judges.executor import DrainContext, _prepare, _subject_views
+from judges.executor import DrainContext, prepare_call, subject_views
 from judges.models import JudgeRun
 from judges.prompts import provider_request_for, subject_context_for
 from judges.providers import (
@@ -88,11 +88,11 @@ def test_spliced_bodies_equal_the_full_path(study: Any, judge_key_env: str, name
     claim = jobs_claim(run_id=run.pk, limit=1000, lease_token="t")
     assert {j.order for j in claim.jobs} == {"", "ab", "ba"}
     dctx = DrainContext(run)
-    outputs, comparisons = _subject_views(claim.jobs, dctx.study)
+    outputs, comparisons = subject_views(claim.jobs, dctx.study)
     criteria = {c.pk: c for c in (data.binary, data.ordinal, data.pairwise)}
     spliced = 0
     for job in claim.jobs:
-        prepared = _prepare(job, dctx, outputs, comparisons)
+        prepared = prepare_call(job, dctx, outputs, comparisons)
         criterion = criteria[job.criterion_id]
         if job.output_id is not None:
             ctx = subject_context_for(criterion=criterion, output=Output.objects.select_related(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from judges.executor import DrainContext, _prepare, _Results, _subject_views, run_drain
+from judges.executor import CallResults, DrainContext, prepare_call, run_drain, subject_views
 from judges.models import JudgeJob, JudgeRun, Verdict
 from judges.prompts import provider_request_for, subject_context_for
 from judges.providers import provider_prepare, serialize_body
@@ -59,9 +59,9 @@ def test_requests_built_once_per_criterion_equal_the_per_job_requests(
     claim = jobs_claim(run_id=run.pk, limit=1000, lease_token="t")
     assert {j.order for j in claim.jobs} == {"", "ab", "ba"}
     dctx = DrainContext(run)
-    outputs, comparisons = _subject_views(claim.jobs, dctx.study)
+    outputs, comparisons = subject_views(claim.jobs, dctx.study)
     for job in claim.jobs:
-        prepared = _prepare(job, dctx, outputs, comparisons)
+        prepared = prepare_call(job, dctx, outputs, comparisons)
         criterion = {c.pk: c for c in (data.binary, data.ordinal, data.pairwise)}[
             job.criterion_id]
         if job.output_id is not None:
@@ -268,7 +268,7 @@ def _unparseable() -> Any:
 
 
 def test_results_wake_the_waiter_once_per_batch_or_at_the_timeout() -> None:
-    box = _Results()
+    box = CallResults()
     item: Any = (None, None)
 
     def producer() -> None:
