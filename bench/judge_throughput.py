@@ -588,6 +588,8 @@ def main() -> int:
                         help="also run 1 worker from this commit's tree (before/after)")
     parser.add_argument("--skip-loops", action="store_true",
                         help="run no bare loop (no ratios; e.g. to profile a worker)")
+    parser.add_argument("--no-stock-loop", action="store_true",
+                        help="skip the bare loop on stock httpx (slow at c = 256; no /stock)")
     parser.add_argument("--no-httpcore-loop", action="store_true",
                         help="skip the bare loop on the httpcore-based client")
     parser.add_argument("--naive-calls", type=int, default=0,
@@ -633,11 +635,12 @@ def main() -> int:
                     row("bare loop, plain httpx (1 pool)", conc, r, stock=None, lean=None,
                         note=why or f"({naive_calls} calls)")
                 stock = lean = None
-                if not args.skip_loops:
+                if not args.skip_loops and not args.no_stock_loop:
                     stock, why = measure(bare_loop, url=url, calls=args.calls,
                                          concurrency=conc, body=body)
                     row("bare loop, stock httpx", conc, stock, stock=None, lean=None,
                         note=why or "reference for /stock")
+                if not args.skip_loops:
                     if not args.no_httpcore_loop:
                         r, why = measure(bare_loop, url=url, calls=args.calls,
                                          concurrency=conc, body=body, client_kind="httpcore")

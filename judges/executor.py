@@ -5,9 +5,9 @@ Shape of one batch task (`run_drain`):
     task thread (database)                    event-loop thread (network only)
     ──────────────────────                    ────────────────────────────────
     jobs_claim (one statement)         ──►    `concurrency` coroutines pull requests from an
-    build requests (no query)          ──►    asyncio queue, wait for the rate limiter, call
-                                              the provider over one lean HTTP/1.1 pool
-    outcomes, in chunks                ◄──    and hand each result back (`_Results`)
+    build requests (no query;          ──►    asyncio queue, wait for the rate limiter, call
+      drain_requests.py)                      the provider over one lean HTTP/1.1 pool
+    outcomes, in chunks                ◄──    and hand each result back (calls.py)
         │
         ▼
     recorder thread (its own connection): jobs_record_with_verdicts, one statement per
@@ -25,8 +25,9 @@ that process runs.
 The threads share one GIL, so every microsecond the task thread spends per job is taken from
 the calls: claims and records work in chunks (one statement per chunk, whatever its size),
 claimed jobs are plain values (`ClaimedJob`), what is the same for every job of a drain is
-built once (`DrainContext`), and a one-sample verdict is combined from the outcome just
-recorded instead of being read back.
+built once (`DrainContext`: a request body is its criterion's template with the subject's
+texts spliced in), the calls' total bound is one timer per session, and a one-sample verdict
+is combined from the outcome just recorded instead of being read back.
 
 Each drain stops claiming after `REVIEWHUB_JUDGE_TASK_SLICE_S` and returns once its calls are
 recorded; the Celery task then re-enqueues a successor, so long runs are a chain of bounded
@@ -35,13 +36,9 @@ tasks (a worker can shut down warm between them) rather than one task that runs 
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import dataclasses
 import logging
-import os
 import random
-import threading
 import time
 import uuid
 from collections import deque
@@ -54,23 +51,33 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from studies.models import Comparison, Criterion, Item, Output
+from studies.criteria import interval_bounds
+from studies.models import Criterion, Output
 
-from .config import JudgeNetworkPolicy
-from .models import Judge, JudgeJob, JudgeRun, JudgeVersion
-from .prompts import PromptRenderer
-from .providers import PreparedCall as WirePreparedCall
+from .calls import (
+    TOTAL_TIMEOUT_FACTOR,
+    AsyncCaller,
+    CallOutcome,
+    CallResults,
+    CallSession,
+    PreparedCall,
+    async_caller,
+)
+from .drain_requests import (
+    DrainContext,
+    allowed_values_for,
+    prepare_call,
+    subject_views,
+)
+from .models import JudgeJob, JudgeRun
+from .parsing import Unparseable, verdict_parse
+from .pricing import cost_for
 from .providers import (
     ProviderConfigError,
     ProviderError,
-    ProviderRequest,
     ProviderResult,
     TransientProviderError,
-    WireTemplate,
-    http_client_async,
-    provider_call_async,
 )
-from .ratelimit import Limiter, ProviderLimits, estimate_tokens, limiter_create, limits_for
 from .runs import (
     ACTIVE_JOB_STATUSES,
     ClaimedJob,
@@ -85,418 +92,34 @@ from .runs import (
     verdicts_build,
 )
 
+# Re-exported: the executor's public names (generation/executor.py and tests import them here).
+__all__ = [
+    "TOTAL_TIMEOUT_FACTOR",
+    "AsyncCaller",
+    "CallOutcome",
+    "CallResults",
+    "CallSession",
+    "DrainContext",
+    "DrainReport",
+    "PreparedCall",
+    "allowed_values_for",
+    "async_caller",
+    "backoff_delay",
+    "error_reason_shown",
+    "outcome_for_call",
+    "prepare_call",
+    "run_drain",
+    "subject_views",
+]
+
 logger = logging.getLogger(__name__)
 
 RAW_RESPONSE_MAX_CHARS = 20_000
 ERROR_MAX_CHARS = 1_000
-# A slow-drip server can keep httpx's per-read timeout from ever firing; this bounds a call.
-TOTAL_TIMEOUT_FACTOR = 2.0
 
 
-# --- the process-wide event loop ------------------------------------------------------------
 
-
-@dataclass
-class CallOutcome:
-    result: ProviderResult | None = None
-    error: ProviderError | None = None
-    started_at: float = 0.0
-    ended_at: float = 0.0
-
-
-@dataclass
-class PreparedCall:
-    job_id: int
-    request: ProviderRequest
-    limit: tuple[str, ProviderLimits] | None
-    est_tokens: int
-    # The HTTP request and body bytes, when built from the drain's template (see DrainContext).
-    wire: tuple[WirePreparedCall, bytes] | None = None
-
-
-class AsyncCaller:
-    """An event loop in a daemon thread, one pooled AsyncClient and the rate limiter."""
-
-    def __init__(self, *, max_connections: int) -> None:
-        self.pid = os.getpid()
-        self.max_connections = max_connections
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="judge-calls",
-                                        daemon=True)
-        self._thread.start()
-        self.client: Any = None
-        self.limiter: Limiter | None = None
-        asyncio.run_coroutine_threadsafe(self._setup(), self.loop).result(timeout=30)
-
-    async def _setup(self) -> None:
-        self.client = http_client_async(max_connections=self.max_connections)
-        self.limiter = limiter_create()
-
-    async def call(self, prepared: PreparedCall) -> CallOutcome:
-        out = CallOutcome(started_at=time.monotonic())
-        holder = ""
-        limit = prepared.limit
-        req = prepared.request
-        try:
-            if limit is not None and self.limiter is not None:
-                holder = await self.limiter.acquire(
-                    limit[0], limit[1], tokens=prepared.est_tokens,
-                    ttl_s=req.timeout_s * TOTAL_TIMEOUT_FACTOR + 30,
-                )
-            try:
-                async with asyncio.timeout(req.timeout_s * TOTAL_TIMEOUT_FACTOR + 5):
-                    out.result = await provider_call_async(self.client, req, prepared.wire)
-            except TimeoutError:
-                out.error = TransientProviderError(
-                    "timeout: no complete answer within "
-                    f"{req.timeout_s * TOTAL_TIMEOUT_FACTOR:.0f}s"
-                )
-        except ProviderError as exc:
-            out.error = exc
-        except Exception as exc:  # an unexpected bug must not kill the other calls
-            logger.exception("judge call failed unexpectedly")
-            out.error = TransientProviderError(f"unexpected error: {type(exc).__name__}: {exc}")
-        finally:
-            if holder and limit is not None and self.limiter is not None:
-                used = None
-                if out.result is not None and out.result.tokens_in is not None:
-                    used = out.result.tokens_in + (out.result.tokens_out or 0)
-                delta = (used - prepared.est_tokens) if used is not None else 0
-                try:
-                    await self.limiter.release(limit[0], limit[1], holder=holder,
-                                               token_delta=delta)
-                except Exception:  # the slot expires on its own; never fail the call for it
-                    logger.warning("rate limiter release failed", exc_info=True)
-        out.ended_at = time.monotonic()
-        return out
-
-    def session(self, concurrency: int) -> CallSession:
-        return CallSession(self, concurrency)
-
-
-class _Results:
-    """Results handed from the event loop to the task thread.
-
-    A `queue.Queue` wakes the waiting thread for every result, and each wake-up takes the GIL
-    away from the event loop; here the waiter says how many results it wants and is woken
-    once, when that many have arrived (or at its timeout).
-    """
-
-    def __init__(self) -> None:
-        self._items: deque[tuple[PreparedCall, CallOutcome]] = deque()
-        self._cond = threading.Condition(threading.Lock())
-        self._want = 1
-
-    def put(self, item: tuple[PreparedCall, CallOutcome]) -> None:
-        with self._cond:
-            self._items.append(item)
-            if len(self._items) >= self._want:
-                self._cond.notify()
-
-    def take(self, *, min_n: int, timeout_s: float) -> list[tuple[PreparedCall, CallOutcome]]:
-        """Everything available once `min_n` results are there or `timeout_s` has passed."""
-        with self._cond:
-            if len(self._items) < min_n:
-                self._want = max(1, min_n)
-                self._cond.wait_for(lambda: len(self._items) >= self._want, timeout_s)
-                self._want = 1
-            out = list(self._items)
-            self._items.clear()
-            return out
-
-
-class CallSession:
-    """`concurrency` coroutines on the shared loop serving one drain's requests."""
-
-    def __init__(self, caller: AsyncCaller, concurrency: int) -> None:
-        self.caller = caller
-        self.concurrency = concurrency
-        self.results = _Results()
-        self._inbox: asyncio.Queue[PreparedCall | None] | None = None
-        self._started = threading.Event()
-        self._workers: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
-            self._start(), caller.loop
-        )
-        if not self._started.wait(30):
-            raise RuntimeError("the judge call loop did not start")
-
-    async def _start(self) -> None:
-        self._inbox = asyncio.Queue()
-        self._started.set()
-        await asyncio.gather(*(self._worker() for _ in range(self.concurrency)))
-
-    async def _worker(self) -> None:
-        assert self._inbox is not None
-        while True:
-            item = await self._inbox.get()
-            if item is None:
-                return
-            outcome = await self.caller.call(item)
-            self.results.put((item, outcome))
-
-    def take(self, *, min_n: int, timeout_s: float) -> list[tuple[PreparedCall, CallOutcome]]:
-        return self.results.take(min_n=min_n, timeout_s=timeout_s)
-
-    def submit(self, items: list[PreparedCall]) -> None:
-        inbox = self._inbox
-        assert inbox is not None
-
-        def put_all() -> None:
-            for item in items:
-                inbox.put_nowait(item)
-
-        self.caller.loop.call_soon_threadsafe(put_all)
-
-    def close(self) -> None:
-        self.submit_stop()
-        try:
-            self._workers.result(timeout=30)
-        except Exception:
-            logger.warning("call session did not stop cleanly", exc_info=True)
-
-    def submit_stop(self) -> None:
-        inbox = self._inbox
-        assert inbox is not None
-        n = self.concurrency
-
-        def put_stops() -> None:
-            for _ in range(n):
-                inbox.put_nowait(None)
-
-        self.caller.loop.call_soon_threadsafe(put_stops)
-
-
-_caller: AsyncCaller | None = None
-_caller_lock = threading.Lock()
-
-
-def async_caller() -> AsyncCaller:
-    """This process's caller (created on first use; re-created in a forked child)."""
-    global _caller
-    with _caller_lock:
-        if _caller is None or _caller.pid != os.getpid():
-            conns = max(256, settings.REVIEWHUB_JUDGE_CONCURRENCY * 2)
-            _caller = AsyncCaller(max_connections=conns)
-        return _caller
-
-
-# --- building requests and outcomes (no network) -------------------------------------------
-
-
-def allowed_values_for(criterion: Any) -> list[str]:
-    """The values a verdict on this criterion may take (see judges/models.py)."""
-    scale = criterion.scale
-    if scale == "binary":
-        return ["pass", "fail"]
-    if scale == "pairwise":
-        return ["A", "B", "tie"]
-    return [str(p.get("value")) for p in (criterion.points or []) if isinstance(p, dict)]
-
-
-# Read-only stand-ins for the rows `prompts.subject_context_for` reads: loaded as plain values
-# (with the claim, or one query per claimed chunk) instead of as model instances per job.
-# Named tuples: a few of them per job, and they are the cheapest objects to build.
-class _ItemView(NamedTuple):
-    input: str
-    context: str
-    reference: str
-
-
-class _StudyView(NamedTuple):
-    run_conditions: Any
-
-
-class _OutputView(NamedTuple):
-    pk: int
-    text: str
-    item: _ItemView
-    study: _StudyView
-
-
-class _ComparisonView(NamedTuple):
-    pk: int
-    item: _ItemView
-    study: _StudyView
-    output_a: _OutputView
-    output_b: _OutputView
-
-
-class DrainContext:
-    """What is the same for every job of a drain, loaded or built once rather than per job:
-    the judge version and its config, the run's criteria, the study's run conditions, and per
-    criterion the provider request minus its messages (only the prompt differs per subject).
-
-    Read when the drain starts: an edit to the study's run conditions reaches the prompts of
-    the next drain (a time slice at most), not of calls already being claimed.
-    """
-
-    def __init__(self, run: JudgeRun) -> None:
-        self.version: JudgeVersion = run.judge_version
-        self.config: Mapping[str, Any] = self.version.config
-        self.is_llm = self.version.judge.kind == Judge.Kind.LLM
-        # Samples per subject and criterion (judge_run_start validated it); one sample means
-        # a single-output subject has exactly one job.
-        self.samples = self.config.get("samples", 1) if self.is_llm else 1
-        self.study = _StudyView(run_conditions=run.study.run_conditions)
-        self.criteria: dict[int, Criterion] = {c.pk: c for c in run.criteria.all()}
-        self.allowed: dict[int, list[str]] = {}
-        self._templates: dict[int, ProviderRequest] = {}
-        self._template_fields: dict[int, dict[str, Any]] = {}
-        self._wires: dict[int, WireTemplate] = {}
-        self._limits: dict[tuple[str, str], tuple[str, ProviderLimits] | None] = {}
-        self._renderer: PromptRenderer | None = None
-        # What a provider says on error reaches leads (job errors, raw excerpts) only from a
-        # base URL the operator listed; an endpoint admitted as a private-network host could be
-        # any local service (see judges/config.py).
-        self.show_error_bodies = bool(self.is_llm and JudgeNetworkPolicy.from_settings()
-                                      .base_url_listed(str(self.config.get("base_url", ""))))
-
-    def criterion(self, crit_id: int) -> Criterion:
-        crit = self.criteria.get(crit_id)
-        if crit is None:  # not one of the run's criteria (should not happen); load it anyway
-            crit = self.criteria[crit_id] = Criterion.objects.get(pk=crit_id)
-        return crit
-
-    def allowed_values(self, crit_id: int) -> list[str]:
-        values = self.allowed.get(crit_id)
-        if values is None:
-            values = self.allowed[crit_id] = allowed_values_for(self.criterion(crit_id))
-        return values
-
-    def request_for(self, crit_id: int, ctx: Any) -> ProviderRequest:
-        """`prompts.provider_request_for(config, ctx)`, built in full once per criterion.
-
-        Everything in the request but the messages depends on the config and the criterion
-        only (allow-list check, API key, JSON schema, parameters); the messages are rendered
-        for each subject. A failure (key unset, URL refused) is not cached: every job then
-        fails with the reason, as it would have on its own.
-        """
-        from .prompts import provider_request_for
-
-        template = self._templates.get(crit_id)
-        if template is None:
-            template = self._templates[crit_id] = provider_request_for(config=self.config,
-                                                                       ctx=ctx)
-            if self._renderer is None:
-                self._renderer = PromptRenderer(self.config)
-            self._template_fields[crit_id] = {
-                f.name: getattr(template, f.name) for f in dataclasses.fields(template)
-                if f.name != "messages"
-            }
-            return template
-        # The constructor with the template's other fields (what dataclasses.replace does,
-        # without looking the fields up again for every job).
-        renderer = self._renderer
-        assert renderer is not None  # made with the first template
-        return ProviderRequest(**self._template_fields[crit_id], messages=renderer.render(ctx))
-
-    def wire_for(self, crit_id: int, request: ProviderRequest) -> tuple[WirePreparedCall, bytes]:
-        """The HTTP form of a request `request_for(crit_id, …)` built (its template with the
-        subject's messages), without encoding the template's fields again."""
-        wire = self._wires.get(crit_id)
-        if wire is None:
-            wire = self._wires[crit_id] = WireTemplate(self._templates[crit_id])
-        return wire.wire(request)
-
-    def limit_for(self, request: ProviderRequest) -> tuple[str, ProviderLimits] | None:
-        key = (request.base_url, request.model)
-        if key not in self._limits:
-            self._limits[key] = limits_for(base_url=request.base_url, model=request.model)
-        return self._limits[key]
-
-
-_SUBJECTS_SQL = """
-SELECT o.id, NULL, o.text, NULL, NULL, NULL, NULL, i.input, i.context, i.reference
-FROM {output} o JOIN {item} i ON i.id = o.item_id WHERE o.id = ANY(%s)
-UNION ALL
-SELECT NULL, c.id, NULL, c.output_a_id, a.text, c.output_b_id, b.text, i.input,
-    i.context, i.reference
-FROM {comparison} c JOIN {item} i ON i.id = c.item_id
-    JOIN {output} a ON a.id = c.output_a_id JOIN {output} b ON b.id = c.output_b_id
-WHERE c.id = ANY(%s)
-"""
-
-
-def _subject_views(
-    jobs: Sequence[ClaimedJob], study: _StudyView
-) -> tuple[dict[int, _OutputView], dict[int, _ComparisonView]]:
-    """The outputs and comparisons (with their items) of a claimed chunk: from the texts the
-    claim returned (PostgreSQL), else loaded in one query."""
-    outputs: dict[int, _OutputView] = {}
-    comparisons: dict[int, _ComparisonView] = {}
-    rows: list[tuple[Any, ...]] = []
-    missing = []
-    for j in jobs:
-        t = j.texts
-        if t is None:
-            missing.append(j)
-        else:
-            rows.append((j.output_id, j.comparison_id, t.output_text, t.output_a_id,
-                         t.output_a_text, t.output_b_id, t.output_b_text, t.item_input,
-                         t.item_context, t.item_reference))
-    if missing:
-        rows += _subject_rows(missing)
-    for oid, cid, text, a_id, a_text, b_id, b_text, inp, context, reference in rows:
-        item = _ItemView(inp, context, reference)
-        if oid is not None:
-            outputs[oid] = _OutputView(oid, text, item, study)
-        else:
-            comparisons[cid] = _ComparisonView(cid, item, study,
-                                               _OutputView(a_id, a_text, item, study),
-                                               _OutputView(b_id, b_text, item, study))
-    return outputs, comparisons
-
-
-def _subject_rows(jobs: Sequence[ClaimedJob]) -> list[tuple[Any, ...]]:
-    out_ids = [j.output_id for j in jobs if j.output_id is not None]
-    cmp_ids = [j.comparison_id for j in jobs if j.comparison_id is not None]
-    if connection.vendor == "postgresql":
-        # Raw SQL: compiling these two ORM queries cost more CPU than running them.
-        sql = _SUBJECTS_SQL.format(output=Output._meta.db_table, item=Item._meta.db_table,
-                                   comparison=Comparison._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [out_ids, cmp_ids])
-            return list(cursor.fetchall())
-    rows: list[tuple[Any, ...]] = [
-        (oid, None, text, None, None, None, None, inp, ctx, ref)
-        for oid, text, inp, ctx, ref in Output.objects.filter(id__in=out_ids).values_list(
-            "id", "text", "item__input", "item__context", "item__reference")]
-    rows += [(None, cid, None, *rest) for cid, *rest in Comparison.objects.filter(
-        id__in=cmp_ids).values_list(
-        "id", "output_a_id", "output_a__text", "output_b_id", "output_b__text",
-        "item__input", "item__context", "item__reference")]
-    return rows
-
-
-def _prepare(
-    job: ClaimedJob, dctx: DrainContext, outputs: Mapping[int, _OutputView],
-    comparisons: Mapping[int, _ComparisonView],
-) -> PreparedCall:
-    from .prompts import subject_context_for
-
-    criterion = dctx.criterion(job.criterion_id)
-    if job.output_id is not None:
-        output = outputs.get(job.output_id)
-        if output is None:
-            raise LookupError(f"output {job.output_id} no longer exists")
-        ctx = subject_context_for(criterion=criterion, output=output)
-    else:
-        assert job.comparison_id is not None
-        comparison = comparisons.get(job.comparison_id)
-        if comparison is None:
-            raise LookupError(f"comparison {job.comparison_id} no longer exists")
-        ctx = subject_context_for(criterion=criterion, comparison=comparison, order=job.order)
-    request = dctx.request_for(job.criterion_id, ctx)
-    wire = None
-    if job.sample_index and request.seed is not None:
-        # Identical seeds would make every sample the same answer; offset them per sample.
-        request = dataclasses.replace(request, seed=request.seed + job.sample_index)
-    else:
-        wire = dctx.wire_for(job.criterion_id, request)
-    prompt_chars = sum(len(m.content) for m in request.messages)
-    return PreparedCall(job_id=job.pk, request=request, limit=dctx.limit_for(request),
-                        est_tokens=estimate_tokens(prompt_chars=prompt_chars,
-                                                   max_tokens=request.max_tokens), wire=wire)
+# --- outcomes (no network) ----------------------------------------------------------------
 
 
 def backoff_delay(*, attempt: int, retry_after_s: float | None) -> float:
@@ -570,18 +193,12 @@ def _error_outcome(job: ClaimedJob, token: str, exc: ProviderError, now: datetim
 def _parsed_outcome(
     job: ClaimedJob, token: str, text: str, dctx: DrainContext, result: ProviderResult | None
 ) -> JobOutcome:
-    from studies.criteria import interval_bounds
-
-    from .parsing import Unparseable, verdict_parse
-
     criterion = dctx.criterion(job.criterion_id)
     config = dctx.config
     outcome = JobOutcome(job_id=job.pk, lease_token=token, status=JudgeJob.Status.DONE,
                          raw_response=text[:RAW_RESPONSE_MAX_CHARS],
                          details=dict(job.details or {}))
     if result is not None:
-        from .pricing import cost_for
-
         outcome.http_status = result.http_status
         outcome.provider_request_id = result.request_id or ""
         outcome.tokens_in = result.tokens_in
@@ -615,7 +232,6 @@ def _parsed_outcome(
 def _programmatic_outcome(
     job: ClaimedJob, token: str, dctx: DrainContext, output: Output | None
 ) -> JobOutcome:
-    from .parsing import Unparseable
     from .programmatic import programmatic_evaluate
 
     try:
@@ -692,105 +308,136 @@ def run_drain(
     slice_s = settings.REVIEWHUB_JUDGE_TASK_SLICE_S if slice_s is None else slice_s
     run = (JudgeRun.objects.select_related("judge_version__judge", "study")
            .filter(pk=run_id).first())
-    report = DrainReport()
     if run is None:
-        report.state = "inactive"
-        return report
+        return DrainReport(state="inactive")
     dctx = DrainContext(run)
-    token = uuid.uuid4().hex
-    # Claimed ahead (up to 2 x concurrency outstanding) so that the coroutines never wait for
-    # the database, but not much further: a drain holding many leased jobs would keep them
-    # from other workers and run past its time slice. Claims take concurrency / 2 at a time (a
-    # claim is one statement whatever its size), the moment that many calls are done, so
-    # half the concurrency is still queued for the loop while the claim runs. Results are
-    # recorded in chunks of at least `record_min` (or whatever is older than RECORD_WAIT_S):
-    # two statements per chunk.
-    target = concurrency + max(1, concurrency // CLAIM_DIVISOR) * CLAIM_AHEAD
-    refill = max(1, concurrency // CLAIM_DIVISOR)
-    record_min = max(refill, min(RECORD_MIN, concurrency))
-    lease_s = settings.REVIEWHUB_JUDGE_LEASE_S
-    deadline = time.monotonic() + slice_s
-    next_renew = time.monotonic() + lease_s / 3
-    next_lapsed = 0.0
     session = (caller or async_caller()).session(concurrency) if dctx.is_llm else None
     # Chunks are recorded on a thread of their own (its own database connection) while this
     # one claims and builds the next requests; inside a transaction (tests) another
     # connection would not see the jobs, so they are recorded here.
     recorder = (_Recorder() if session is not None and connection.vendor == "postgresql"
                 and not connection.in_atomic_block else None)
-    jobs: dict[int, ClaimedJob] = {}  # claimed and not recorded yet
-    pending: list[JobOutcome] = []  # finished, not recorded yet
-    pending_since = 0.0
-    outstanding = 0
-    claim_open = True
-    retry_claim_at = 0.0
+    drain = _Drain(run_id=run_id, dctx=dctx, concurrency=concurrency, slice_s=slice_s,
+                   session=session, recorder=recorder)
     try:
-        while True:
-            if session is not None and outstanding:
-                # Results first, then the claim they make room for, then (maybe) the record:
-                # the next requests reach the loop before this chunk's statements run.
-                for prepared, call in session.take(min_n=min(refill, outstanding),
-                                                   timeout_s=TAKE_WAIT_S):
-                    outstanding -= 1
-                    pending.append(outcome_for_call(jobs[prepared.job_id], token, dctx, call))
-            now_m = time.monotonic()
-            if claim_open and now_m >= deadline:
-                claim_open = False
-                report.state = "sliced"
-            if claim_open and target - outstanding >= refill and now_m >= retry_claim_at:
-                lapsed = now_m >= next_lapsed
-                claim = jobs_claim(run_id=run_id, limit=target - outstanding, lease_token=token,
-                                   lapsed=lapsed)
-                if lapsed:
-                    next_lapsed = now_m + LAPSED_CHECK_S
-                report.remaining = claim.remaining
-                if claim.state in ("inactive", "stopped"):
-                    claim_open = False
-                    report.state = claim.state
-                elif claim.jobs:
-                    report.claimed += len(claim.jobs)
-                    jobs.update((j.pk, j) for j in claim.jobs)
-                    outstanding += _dispatch(claim.jobs, dctx, token, session, pending)
-                    report.max_in_flight = max(report.max_in_flight, min(outstanding, concurrency))
-                elif outstanding == 0:
-                    report.next_available_at = claim.next_available_at
-                    if report.state == "ok":
-                        report.state = "idle"
-                    claim_open = False
-                else:
-                    # Nothing claimable now; check again shortly rather than on every result.
-                    retry_claim_at = now_m + 0.25
-            finishing = not claim_open and outstanding == 0
-            if pending and not pending_since:
-                pending_since = now_m
-            if pending and (finishing or len(pending) >= record_min
-                            or now_m - pending_since >= RECORD_WAIT_S):
-                if recorder is not None:
-                    recorder.submit(pending, jobs=jobs, report=report, dctx=dctx)
-                else:
-                    _record(pending, jobs=jobs, report=report, dctx=dctx)
-                pending = []
-                pending_since = 0.0
-            if time.monotonic() >= next_renew:
-                if recorder is not None:  # after the records queued before it, never beside
-                    recorder.renew(run_id=run_id, token=token, lease_s=lease_s)
-                else:
-                    _leases_renew(run_id=run_id, token=token, lease_s=lease_s)
-                next_renew = time.monotonic() + lease_s / 3
-            if finishing:
-                if recorder is not None:
-                    recorder.wait(report)
-                break
+        while drain.step():
+            pass
     finally:
         if session is not None:
             session.close()
         if recorder is not None:
             recorder.close()
+    report = drain.report
     if report.state == "sliced":
         report.remaining = JudgeJob.objects.filter(
             run_id=run_id, status__in=ACTIVE_JOB_STATUSES).count()
     report.run_finished = run_finish_if_complete(run_id=run_id)
     return report
+
+
+class _Drain:
+    """One drain's state between its steps: the jobs claimed and not recorded, the outcomes
+    not recorded yet, the calls outstanding, and when to claim, record and renew next."""
+
+    def __init__(self, *, run_id: int, dctx: DrainContext, concurrency: int, slice_s: float,
+                 session: CallSession | None, recorder: _Recorder | None) -> None:
+        self.run_id, self.dctx, self.concurrency = run_id, dctx, concurrency
+        self.session, self.recorder = session, recorder
+        self.report = DrainReport()
+        self.token = uuid.uuid4().hex
+        # Claimed ahead (up to 2 x concurrency outstanding) so that the coroutines never wait
+        # for the database, but not much further: a drain holding many leased jobs would keep
+        # them from other workers and run past its time slice. Claims take concurrency / 2 at
+        # a time (a claim is one statement whatever its size), the moment that many calls are
+        # done, so half the concurrency is still queued for the loop while the claim runs.
+        # Results are recorded in chunks of at least `record_min` (or whatever is older than
+        # RECORD_WAIT_S): one statement per chunk.
+        self.refill = max(1, concurrency // CLAIM_DIVISOR)
+        self.target = concurrency + self.refill * CLAIM_AHEAD
+        self.record_min = max(self.refill, min(RECORD_MIN, concurrency))
+        self.lease_s = settings.REVIEWHUB_JUDGE_LEASE_S
+        now = time.monotonic()
+        self.deadline = now + slice_s
+        self.next_renew = now + self.lease_s / 3
+        self.next_lapsed = 0.0
+        self.jobs: dict[int, ClaimedJob] = {}  # claimed and not recorded yet
+        self.pending: list[JobOutcome] = []  # finished, not recorded yet
+        self.pending_since = 0.0
+        self.outstanding = 0
+        self.claim_open = True
+        self.retry_claim_at = 0.0
+
+    def step(self) -> bool:
+        """Results first, then the claim they make room for, then (maybe) the record: the
+        next requests reach the loop before this chunk's statements run. False when done."""
+        session, report = self.session, self.report
+        if session is not None and self.outstanding:
+            jobs, pending, token, dctx = self.jobs, self.pending, self.token, self.dctx
+            for prepared, call in session.take(min_n=min(self.refill, self.outstanding),
+                                               timeout_s=TAKE_WAIT_S):
+                self.outstanding -= 1
+                pending.append(outcome_for_call(jobs[prepared.job_id], token, dctx, call))
+        now_m = time.monotonic()
+        if self.claim_open and now_m >= self.deadline:
+            self.claim_open = False
+            report.state = "sliced"
+        if (self.claim_open and self.target - self.outstanding >= self.refill
+                and now_m >= self.retry_claim_at):
+            self._claim(now_m)
+        finishing = not self.claim_open and self.outstanding == 0
+        self._record_if_due(now_m, finishing)
+        if time.monotonic() >= self.next_renew:
+            if self.recorder is not None:  # after the records queued before it, never beside
+                self.recorder.renew(run_id=self.run_id, token=self.token, lease_s=self.lease_s)
+            else:
+                _leases_renew(run_id=self.run_id, token=self.token, lease_s=self.lease_s)
+            self.next_renew = time.monotonic() + self.lease_s / 3
+        if finishing and self.recorder is not None:
+            self.recorder.wait(report)
+        return not finishing
+
+    def _claim(self, now_m: float) -> None:
+        report = self.report
+        lapsed = now_m >= self.next_lapsed
+        claim = jobs_claim(run_id=self.run_id, limit=self.target - self.outstanding,
+                           lease_token=self.token, lapsed=lapsed)
+        if lapsed:
+            self.next_lapsed = now_m + LAPSED_CHECK_S
+        report.remaining = claim.remaining
+        if claim.state in ("inactive", "stopped"):
+            self.claim_open = False
+            report.state = claim.state
+        elif claim.jobs:
+            report.claimed += len(claim.jobs)
+            self.jobs.update((j.pk, j) for j in claim.jobs)
+            self.outstanding += _dispatch(claim.jobs, self.dctx, self.token, self.session,
+                                          self.pending)
+            report.max_in_flight = max(report.max_in_flight,
+                                       min(self.outstanding, self.concurrency))
+        elif self.outstanding == 0:
+            report.next_available_at = claim.next_available_at
+            if report.state == "ok":
+                report.state = "idle"
+            self.claim_open = False
+        else:
+            # Nothing claimable now; check again shortly rather than on every result.
+            self.retry_claim_at = now_m + 0.25
+
+    def _record_if_due(self, now_m: float, finishing: bool) -> None:
+        pending = self.pending
+        if not pending:
+            return
+        if not self.pending_since:
+            self.pending_since = now_m
+        if (finishing or len(pending) >= self.record_min
+                or now_m - self.pending_since >= RECORD_WAIT_S):
+            if self.recorder is not None:
+                self.recorder.submit(pending, jobs=self.jobs, report=self.report,
+                                     dctx=self.dctx)
+            else:
+                _record(pending, jobs=self.jobs, report=self.report, dctx=self.dctx)
+            self.pending = []
+            self.pending_since = 0.0
 
 
 def _dispatch(
@@ -807,10 +454,10 @@ def _dispatch(
         return 0
     batch: list[PreparedCall] = []
     now = timezone.now()
-    views, pairs = _subject_views(claimed, dctx.study)
+    views, pairs = subject_views(claimed, dctx.study)
     for job in claimed:
         try:
-            prepared = _prepare(job, dctx, views, pairs)
+            prepared = prepare_call(job, dctx, views, pairs)
         except ProviderError as exc:
             ready.append(_error_outcome(job, token, exc, now, show_body=dctx.show_error_bodies))
             continue

@@ -240,6 +240,7 @@ class PromptRenderer:
         self._mac = _nonce_mac(config_hash(config))
         self._templates: dict[str, tuple[tuple[tuple[str, bool], ...], ...]] = {}
         self._trusted: dict[tuple[Any, ...], dict[str, str]] = {}
+        self._blocks: dict[str, tuple[str, ...]] = {}
 
     def _compiled(self, scale: str) -> tuple[tuple[tuple[str, bool], ...], ...]:
         # Interval criteria are single-output criteria graded on a scale: they use the ordinal
@@ -259,6 +260,15 @@ class PromptRenderer:
             )
         return compiled
 
+    def _block_names(self, scale: str, parts: tuple[tuple[str, bool], ...]) -> tuple[str, ...]:
+        """The placeholders of the scale's templates that may name a subject's text, once
+        each, in order (looked up once per scale)."""
+        names = self._blocks.get(scale)
+        if names is None:
+            names = self._blocks[scale] = tuple(dict.fromkeys(
+                name for name, is_name in parts if is_name and name in BLOCK_NAMES))
+        return names
+
     def _trusted_values(self, ctx: SubjectContext) -> dict[str, str]:
         key = (ctx.criterion_key, ctx.criterion_name, ctx.criterion_guidance,
                ctx.criterion_scale, ctx.scale_points, ctx.production_prompt, ctx.scale_range)
@@ -273,25 +283,81 @@ class PromptRenderer:
         return values
 
     def render(self, ctx: SubjectContext) -> tuple[ChatMessage, ...]:
-        system_parts, user_parts = self._compiled(ctx.criterion_scale)
-        nonce = self._mac.nonce(ctx.subject_key)
-        untrusted = {
-            "input": ctx.item_input, "context": ctx.item_context,
-            "reference": ctx.item_reference, "output": ctx.output_text or "",
-            "output_a": ctx.output_a_text or "", "output_b": ctx.output_b_text or "",
-        }
-        values = dict(self._trusted_values(ctx))
+        system, user = self.render_texts(
+            ctx.criterion_scale, self._trusted_values(ctx), ctx.subject_key,
+            untrusted_values(ctx.item_input, ctx.item_context, ctx.item_reference,
+                             ctx.output_text, ctx.output_a_text, ctx.output_b_text))
+        return (ChatMessage(role="system", content=system), ChatMessage(role="user", content=user))
+
+    def trusted_values(self, ctx: SubjectContext) -> Mapping[str, str]:
+        """The values of the criterion's own (trusted) placeholders: the same for every
+        subject graded on this criterion in one study."""
+        return self._trusted_values(ctx)
+
+    def render_texts(self, scale: str, trusted: Mapping[str, str], subject_key: str,
+                     untrusted: Mapping[str, str]) -> tuple[str, str]:
+        """The (system, user) texts: what `render` gives, from the criterion's trusted
+        values (`trusted_values`, kept by a caller rendering many subjects) and one subject's
+        key and texts (`untrusted_values`)."""
+        system_parts, user_parts = self._compiled(scale)
+        nonce = self._mac.nonce(subject_key)
+        values = dict(trusted)
         # Only the blocks the templates use are built (neutralising is the costly part).
-        for parts in (system_parts, user_parts):
-            for name, is_name in parts:
-                if is_name and name in untrusted and name not in values:
-                    values[name] = block(name, untrusted[name], nonce)
+        for name in self._block_names(scale, system_parts + user_parts):
+            if name in untrusted and name not in values:
+                values[name] = block(name, untrusted[name], nonce)
         try:
-            system = _render(system_parts, values)
-            user = _render(user_parts, values)
+            return _render(system_parts, values), _render(user_parts, values)
         except ValueError as exc:  # a stored template with a bad placeholder: refuse, do not guess
             raise ProviderConfigError(f"prompt template: {exc}") from None
-        return (ChatMessage(role="system", content=system), ChatMessage(role="user", content=user))
+
+
+class RenderPlan:
+    """`PromptRenderer.render_texts` for one criterion's trusted values, with the templates'
+    literal text and those values baked into two `str.format` templates whose only fields
+    are the subject's blocks: per subject, the nonce, the blocks and two `format_map` calls.
+    """
+
+    def __init__(self, renderer: PromptRenderer, scale: str,
+                 trusted: Mapping[str, str]) -> None:
+        self._mac = renderer._mac
+        system_parts, user_parts = renderer._compiled(scale)
+        self._names = renderer._block_names(scale, system_parts + user_parts)
+        self._system = self._baked(system_parts, trusted)
+        self._user = self._baked(user_parts, trusted)
+
+    @staticmethod
+    def _baked(parts: tuple[tuple[str, bool], ...], trusted: Mapping[str, str]) -> str:
+        out = []
+        for text, is_name in parts:
+            if not is_name:
+                out.append(_format_literal(text))
+            elif text in trusted:
+                out.append(_format_literal(trusted[text]))
+            elif text in BLOCK_NAMES:
+                out.append("{" + text + "}")
+            else:  # what `_render` raises (for every subject) on a bad stored template
+                raise ProviderConfigError(f"prompt template: unknown placeholder {{{text}}}")
+        return "".join(out)
+
+    def render(self, subject_key: str, untrusted: Mapping[str, str]) -> tuple[str, str]:
+        """The (system, user) texts `render_texts` gives for this subject."""
+        nonce = self._mac.nonce(subject_key)
+        blocks = {name: block(name, untrusted[name], nonce) for name in self._names}
+        return self._system.format_map(blocks), self._user.format_map(blocks)
+
+
+def _format_literal(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def untrusted_values(item_input: str, item_context: str, item_reference: str,
+                     output_text: str | None, output_a_text: str | None,
+                     output_b_text: str | None) -> dict[str, str]:
+    """A subject's texts by placeholder name (each shown inside its delimited block)."""
+    return {"input": item_input, "context": item_context, "reference": item_reference,
+            "output": output_text or "", "output_a": output_a_text or "",
+            "output_b": output_b_text or ""}
 
 
 def prompt_render(*, config: Mapping[str, Any], ctx: SubjectContext) -> tuple[ChatMessage, ...]:
@@ -404,23 +470,8 @@ def subject_context_for(
     """
     from studies.criteria import criterion_allowed_values, criterion_value_labels, interval_bounds
 
-    if (output is None) == (comparison is None):
-        raise ValueError("exactly one of output and comparison is needed")
-    if comparison is not None:
-        item = comparison.item
-        study = comparison.study
-        first, second = comparison.output_a, comparison.output_b
-        if order == "ba":
-            first, second = second, first
-        elif order not in ("", "ab"):
-            raise ValueError(f"order must be 'ab' or 'ba', not {order!r}")
-        out_text, a_text, b_text = None, first.text, second.text
-        subject_key = f"comparison:{comparison.pk}:{order or 'ab'}"
-    else:
-        item = output.item
-        study = output.study
-        out_text, a_text, b_text = output.text, None, None
-        subject_key = f"output:{output.pk}"
+    item, study, out_text, a_text, b_text, subject_key = subject_of(
+        output=output, comparison=comparison, order=order)
     labels = criterion_value_labels(criterion)
     points = tuple((v, labels.get(v, v)) for v in criterion_allowed_values(criterion))
     return SubjectContext(
@@ -439,3 +490,21 @@ def subject_context_for(
         subject_key=subject_key,
         scale_range=interval_bounds(criterion) if criterion.scale == "interval" else None,
     )
+
+
+def subject_of(
+    *, output: Any = None, comparison: Any = None, order: str = ""
+) -> tuple[Any, Any, str | None, str | None, str | None, str]:
+    """(item, study, output text, first text, second text, subject key) of one subject, the
+    comparison's outputs in presentation order (see `subject_context_for`)."""
+    if (output is None) == (comparison is None):
+        raise ValueError("exactly one of output and comparison is needed")
+    if comparison is not None:
+        first, second = comparison.output_a, comparison.output_b
+        if order == "ba":
+            first, second = second, first
+        elif order not in ("", "ab"):
+            raise ValueError(f"order must be 'ab' or 'ba', not {order!r}")
+        return (comparison.item, comparison.study, None, first.text, second.text,
+                f"comparison:{comparison.pk}:{order or 'ab'}")
+    return output.item, output.study, output.text, None, None, f"output:{output.pk}"

@@ -235,23 +235,53 @@ class WireTemplate:
         self.template = template
         self.call = provider_prepare(dataclasses.replace(template, messages=()))
         head, tail = b"", b""
-        if template.provider == "openai":
+        if template.provider in ("openai", "anthropic"):
             text = serialize_body(self.call.body)
             # The first occurrence is the top-level member: only "model" (a string, in which
-            # a quote is always escaped) comes before it.
+            # a quote is always escaped) and Anthropic's "max_tokens" come before it.
             at = text.find(self._MARKER)
             if at >= 0:
                 head, tail = text[: at + len(b'"messages":')], text[at + len(self._MARKER):]
         self._head, self._tail = head, tail
+        self._head_text, self._tail_text = head.decode(), tail.decode()
+        self._anthropic = template.provider == "anthropic"
+
+    def prompt_body(self, system: str, user: str) -> bytes | None:
+        """The body bytes of the template with the messages (system `system`, user `user`),
+        byte for byte what `serialize_body(provider_prepare(request).body)` gives for such a
+        request: the two texts JSON-escaped (each character on its own, as `json.dumps`
+        does) between the template's encoded parts. Anthropic takes the system text as a
+        member of its own, right after "messages" (omitted when empty). None when the
+        template cannot be spliced or a text cannot be encoded (the caller then encodes the
+        request in full, which raises what it raises)."""
+        if not self._head:
+            return None
+        if self._anthropic:
+            text = "".join((self._head_text, '[{"role":"user","content":', _json_string(user),
+                            "}]", ',"system":' + _json_string(system) if system else "",
+                            self._tail_text))
+        else:
+            text = "".join((self._head_text, '[{"role":"system","content":',
+                            _json_string(system), '},{"role":"user","content":',
+                            _json_string(user), "}]", self._tail_text))
+        try:
+            return text.encode()
+        except UnicodeEncodeError:  # a lone surrogate
+            return None
 
     def wire(self, request: ProviderRequest) -> tuple[PreparedCall, bytes]:
         """(the HTTP request, its body bytes) for `request`, which must be the template with
         other messages (every other field equal: the caller builds it from the template)."""
-        if not self._head:
+        if not self._head or self._anthropic:
             call = provider_prepare(request)
             return call, serialize_body(call.body)
         messages = [{"role": m.role, "content": m.content} for m in request.messages]
         return self.call, self._head + serialize_body({"m": messages})[5:-1] + self._tail
+
+
+# The string encoder `json.dumps(..., ensure_ascii=False)` uses (C when available), so a text
+# escaped here is the same bytes as inside a body `serialize_body` writes.
+_json_string = json.encoder.encode_basestring
 
 
 def _transport_error(exc: httpx.HTTPError) -> ProviderError:

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from judges.executor import DrainContext, _prepare, _Results, _subject_views, run_drain
+from judges.executor import CallResults, DrainContext, prepare_call, run_drain, subject_views
 from judges.models import JudgeJob, JudgeRun, Verdict
 from judges.prompts import provider_request_for, subject_context_for
 from judges.providers import provider_prepare, serialize_body
+from judges.ratelimit import estimate_tokens
 from judges.runs import (
     JobOutcome,
     job_row_for_outcome,
@@ -58,9 +59,9 @@ def test_requests_built_once_per_criterion_equal_the_per_job_requests(
     claim = jobs_claim(run_id=run.pk, limit=1000, lease_token="t")
     assert {j.order for j in claim.jobs} == {"", "ab", "ba"}
     dctx = DrainContext(run)
-    outputs, comparisons = _subject_views(claim.jobs, dctx.study)
+    outputs, comparisons = subject_views(claim.jobs, dctx.study)
     for job in claim.jobs:
-        prepared = _prepare(job, dctx, outputs, comparisons)
+        prepared = prepare_call(job, dctx, outputs, comparisons)
         criterion = {c.pk: c for c in (data.binary, data.ordinal, data.pairwise)}[
             job.criterion_id]
         if job.output_id is not None:
@@ -72,12 +73,16 @@ def test_requests_built_once_per_criterion_equal_the_per_job_requests(
                 "item", "study", "output_a", "output_b").get(pk=job.comparison_id)
             ctx = subject_context_for(criterion=criterion, comparison=pair, order=job.order)
         expected = provider_request_for(config=run.judge_version.config, ctx=ctx)
-        got = provider_prepare(prepared.request)
         want = provider_prepare(expected)
+        # The bytes sent: the spliced body when the call has one, else the request in full.
+        got, content = prepared.wire or (provider_prepare(prepared.request), b"")
+        content = content or serialize_body(got.body)
         assert got.url == want.url and dict(got.headers) == dict(want.headers)
         body = dict(want.body)
         body["seed"] = 11 + job.sample_index  # samples get distinct seeds
-        assert serialize_body(got.body) == serialize_body(body), (job.pk, job.order)
+        assert content == serialize_body(body), (job.pk, job.order)
+        assert prepared.est_tokens == estimate_tokens(
+            prompt_chars=sum(len(m.content) for m in expected.messages), max_tokens=64)
 
 
 AWKWARD = 'quote \' "double" back\\slash %s %(x)s {json: [1, 2]} tab\t nl\n café ✓ 🙂 \u2028'
@@ -263,7 +268,7 @@ def _unparseable() -> Any:
 
 
 def test_results_wake_the_waiter_once_per_batch_or_at_the_timeout() -> None:
-    box = _Results()
+    box = CallResults()
     item: Any = (None, None)
 
     def producer() -> None:
