@@ -76,10 +76,6 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
 # (importing file, or folder ending in "/"; owner module, or module prefix ending in ".") ->
 # why it still imports underscored names from a module outside its own package.
 PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("annotations/", "annotations.services."):
-        "the annotation service modules share their guards (_require_lead, _require_annotator) "
-        "and helpers under underscores; they are the services package's interface and should "
-        "be named as such",
     ("judges/runs/", "judges.runs."):
         "the run lifecycle, claim, sweep and record modules share lease and storage helpers "
         "under underscores",
