@@ -64,13 +64,6 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("imports/management/commands/demo_seed.py", "reports"):
         "the demo builds its sample report through reports.services (imports and reports "
         "sit at the same level of the order)",
-    ("studies/services.py", "annotations"):
-        "rubric_in_use asks whether a sampling plan, annotation, gold label or adjudication "
-        "refers to the rubric through apps.get_model; the apps above should answer that "
-        "question themselves (a check they register with studies)",
-    ("studies/services.py", "judges"):
-        "rubric_in_use asks whether a verdict or judge job refers to the rubric through "
-        "apps.get_model (as for annotations)",
 }
 
 # (importing file, or folder ending in "/"; owner module, or module prefix ending in ".") ->
