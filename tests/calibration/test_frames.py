@@ -1,4 +1,4 @@
-"""The evidence read model (calibration/frames.py): every column against a hand-built study.
+"""The evidence read model (calibration/frames/): every column against a hand-built study.
 
 The study holds a judge verdict with a probability, a pairwise verdict with both presentation
 orders, an annotation graded from a sampling plan's queue entry with a known inclusion
