@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,12 +24,12 @@ from django.utils import timezone
 
 from judges.models import Verdict
 from reviewhub.rawrows import RowShape, fetch_one
-from studies.models import Criterion, Item, Output, RubricVersion, Study
+from studies.models import Comparison, Criterion, Item, Output, RubricVersion, Study
 from studies.subjects import SubjectRef, subjects_q
 
 from .constants import FLAG_LABELS, SEVERITY_QUESTION, SEVERITY_SCALE
 from .models import Adjudication, Annotation, Assignment, GoldLabel, QueueEntry, SamplingPlan
-from .services.common import _cached_plan_criteria, active_plan, is_failure
+from .services.common import active_plan, cached_plan_criteria, is_failure
 
 
 @dataclass(frozen=True)
@@ -194,11 +195,9 @@ def grading_context(*, assignment: Assignment) -> GradingContext:
     # Callers (the next view's progress) read the plan through the assignment: no second load.
     assignment.entry = entry
     study = entry.plan.study
-    criteria = [_criterion_view(c) for c in _cached_plan_criteria(entry.plan)]
+    criteria = [_criterion_view(c) for c in cached_plan_criteria(entry.plan)]
 
     if entry.comparison_id is not None:
-        from studies.models import Comparison
-
         comparison = Comparison.objects.only("id", "item_id", "output_a_id", "output_b_id").get(
             pk=entry.comparison_id
         )
@@ -501,38 +500,10 @@ def disagreements(
         human[key][value] += 1
     if not human:
         return []
-    judge: dict[tuple[str, int, int], Counter[str]] = defaultdict(Counter)
-    if include_judges:
-        verdicts = Verdict.objects.filter(
-            criterion_id__in={k[2] for k in human}, is_scored=True
-        ).filter(subjects_q({SubjectRef.from_pair((k[0], k[1])) for k in human}))
-        for criterion_id, output_id, comparison_id, value in verdicts.values_list(
-            "criterion_id", "output_id", "comparison_id", "value"
-        ):
-            key = (*SubjectRef.of(output_id, comparison_id).pair, criterion_id)
-            if key in human:
-                judge[key][value] += 1
-    adjudicated: dict[tuple[str, int, int], tuple[str, str]] = {}
-    for criterion_id, output_id, comparison_id, value, note in (
-        Adjudication.objects.filter(criterion_id__in={k[2] for k in human})
-        .order_by("id")
-        .values_list("criterion_id", "output_id", "comparison_id", "value", "note")
-    ):
-        key = (*SubjectRef.of(output_id, comparison_id).pair, criterion_id)
-        adjudicated[key] = (value, note)  # later rows win
+    judge = _judge_values(human) if include_judges else {}
+    adjudicated = _adjudications(human)
     criteria = dict(Criterion.objects.filter(id__in={k[2] for k in human}).values_list("id", "key"))
-    from studies.models import Comparison, Output
-
-    out_items = dict(
-        Output.objects.filter(id__in={k[1] for k in human if k[0] == "output"}).values_list(
-            "id", "item__external_id"
-        )
-    )
-    cmp_items = dict(
-        Comparison.objects.filter(id__in={k[1] for k in human if k[0] == "comparison"}).values_list(
-            "id", "item__external_id"
-        )
-    )
+    out_items, cmp_items = _item_external_ids(human)
     rows = []
     for key in sorted(human):
         kind, subject_id, criterion_id = key
@@ -566,6 +537,55 @@ def disagreements(
             )
         )
     return rows
+
+
+
+_PairKey = tuple[str, int, int]  # (subject kind, subject id, criterion id)
+
+
+def _judge_values(human: Mapping[_PairKey, Counter[str]]) -> dict[_PairKey, Counter[str]]:
+    """The scored judge verdicts' values on the pairs the annotators labelled."""
+    judge: dict[_PairKey, Counter[str]] = defaultdict(Counter)
+    verdicts = Verdict.objects.filter(
+        criterion_id__in={k[2] for k in human}, is_scored=True
+    ).filter(subjects_q({SubjectRef.from_pair((k[0], k[1])) for k in human}))
+    for criterion_id, output_id, comparison_id, value in verdicts.values_list(
+        "criterion_id", "output_id", "comparison_id", "value"
+    ):
+        key = (*SubjectRef.of(output_id, comparison_id).pair, criterion_id)
+        if key in human:
+            judge[key][value] += 1
+    return judge
+
+
+def _adjudications(human: Mapping[_PairKey, Counter[str]]) -> dict[_PairKey, tuple[str, str]]:
+    """The latest adjudication (value, note) of each pair on the criteria labelled."""
+    adjudicated: dict[_PairKey, tuple[str, str]] = {}
+    for criterion_id, output_id, comparison_id, value, note in (
+        Adjudication.objects.filter(criterion_id__in={k[2] for k in human})
+        .order_by("id")
+        .values_list("criterion_id", "output_id", "comparison_id", "value", "note")
+    ):
+        key = (*SubjectRef.of(output_id, comparison_id).pair, criterion_id)
+        adjudicated[key] = (value, note)  # later rows win
+    return adjudicated
+
+
+def _item_external_ids(
+    human: Mapping[_PairKey, Counter[str]],
+) -> tuple[dict[int, str], dict[int, str]]:
+    """The item external id of each output and of each comparison labelled."""
+    out_items = dict(
+        Output.objects.filter(id__in={k[1] for k in human if k[0] == "output"}).values_list(
+            "id", "item__external_id"
+        )
+    )
+    cmp_items = dict(
+        Comparison.objects.filter(id__in={k[1] for k in human if k[0] == "comparison"}).values_list(
+            "id", "item__external_id"
+        )
+    )
+    return out_items, cmp_items
 
 
 def my_annotations(
@@ -605,3 +625,14 @@ def assignment_for_annotator(
     assignment = _O_ASSIGNMENT.load(row)
     assignment.entry = _O_ENTRY.load(row, _O_ASSIGNMENT.width)
     return assignment
+
+
+def rubric_referenced(rubric: RubricVersion, criteria: QuerySet[Criterion]) -> bool:
+    """Whether annotation work refers to the rubric version: an active sampling plan (annotators
+    holding leases grade against its text, and a criterion edited under them would mix two
+    meanings in one plan's labels), or annotations, gold labels or adjudications on its
+    criteria (registered with `studies.services.rubric_use_register`)."""
+    if SamplingPlan.objects.filter(rubric=rubric, is_active=True).exists():
+        return True
+    return any(model.objects.filter(criterion__in=criteria).exists()
+               for model in (Annotation, GoldLabel, Adjudication))

@@ -12,7 +12,7 @@ import ast
 import csv
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,60 +275,7 @@ def hanna_rows(data_dir: Path, *, prompts: tuple[int, ...] = (1, 2, 3, 4)) -> Da
         n_stories = len(col("Relevance"))
         for i in range(n_stories):
             line += 1
-            base = {
-                "item_id": f"prompt-{i + 1:02d}",
-                "output_id": f"{source}/{i + 1:02d}",
-                "candidate": source,
-            }
-            for xx, crit in HANNA_CRITERIA.items():
-                ck = crit.lower()
-                for k in (1, 2, 3):
-                    rows.append(
-                        (
-                            line,
-                            {
-                                **base,
-                                "rater_id": f"human-{k}",
-                                "rater_kind": "human",
-                                "criterion": ck,
-                                "value": col(f"Human {k} {xx}")[i],
-                            },
-                        )
-                    )
-                for llm in HANNA_LLMS:
-                    for p in prompts:
-                        name = f"{llm} {xx} {p}"
-                        if name not in rec:
-                            continue
-                        rows.append(
-                            (
-                                line,
-                                {
-                                    **base,
-                                    "rater_id": llm,
-                                    "rater_kind": "judge",
-                                    "judge_version": f"prompt-{p}",
-                                    "value_type": "continuous",
-                                    "criterion": ck,
-                                    "value": col(name)[i],
-                                },
-                            )
-                        )
-            if bleu_col is not None:
-                rows.append(
-                    (
-                        line,
-                        {
-                            **base,
-                            "rater_id": "BLEU",
-                            "rater_kind": "judge",
-                            "judge_version": "metric",
-                            "value_type": "continuous",
-                            "criterion": "relevance",
-                            "value": col(bleu_col)[i],
-                        },
-                    )
-                )
+            rows.extend(_hanna_story_rows(line, source, i, rec, col, prompts, bleu_col))
     return DatasetRows(
         name="hanna",
         rows=rows,
@@ -336,6 +283,44 @@ def hanna_rows(data_dir: Path, *, prompts: tuple[int, ...] = (1, 2, 3, 4)) -> Da
         families=dict(_HANNA_FAMILIES),
         description="HANNA with LLM ratings (dig-team/hanna-benchmark-asg, MIT)",
     )
+
+
+
+def _hanna_story_rows(
+    line: int,
+    source: str,
+    i: int,
+    rec: Mapping[str, str],
+    col: Callable[[str], list[Any]],
+    prompts: tuple[int, ...],
+    bleu_col: str | None,
+) -> list[Row]:
+    """The ratings of story `i` of one source: per criterion the three humans, then every LLM
+    judge per prompt the file has; then BLEU on relevance when the file has it."""
+    rows: list[Row] = []
+    base = {
+        "item_id": f"prompt-{i + 1:02d}",
+        "output_id": f"{source}/{i + 1:02d}",
+        "candidate": source,
+    }
+    for xx, crit in HANNA_CRITERIA.items():
+        ck = crit.lower()
+        for k in (1, 2, 3):
+            rows.append((line, {**base, "rater_id": f"human-{k}", "rater_kind": "human",
+                                "criterion": ck, "value": col(f"Human {k} {xx}")[i]}))
+        for llm in HANNA_LLMS:
+            for p in prompts:
+                name = f"{llm} {xx} {p}"
+                if name not in rec:
+                    continue
+                rows.append((line, {**base, "rater_id": llm, "rater_kind": "judge",
+                                    "judge_version": f"prompt-{p}", "value_type": "continuous",
+                                    "criterion": ck, "value": col(name)[i]}))
+    if bleu_col is not None:
+        rows.append((line, {**base, "rater_id": "BLEU", "rater_kind": "judge",
+                            "judge_version": "metric", "value_type": "continuous",
+                            "criterion": "relevance", "value": col(bleu_col)[i]}))
+    return rows
 
 
 DATASETS = ("pandalm", *(f"judge-bench:{k}" for k in JUDGE_BENCH_FILES), "hanna")

@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from studies.criteria import number_text
+
 SCORED_STATUSES = frozenset({"done"})
 TERMINAL_STATUSES = frozenset({"done", "unparseable", "failed"})
 RAW_EXCERPT_CHARS = 300
@@ -142,61 +144,89 @@ def combine_single(
         details["unscored_samples"] = unscored_n
     if not scored:
         return _unscored(ordered, "no sample could be scored", details)
-    rationale = scored[0].rationale
-    prob: float | None
     if scale == "binary":
-        passed = [c.value == "pass" for c in scored]
-        share = sum(passed) / len(scored)
+        return _binary(ordered, scored, details)
+    if scale == "ordinal":
+        return _ordinal(ordered, scored, details, pass_threshold)
+    if scale == "interval":
+        return _interval(ordered, scored, details, pass_threshold)
+    return _categorical(ordered, scored, details, pass_labels)
+
+
+def _binary(
+    ordered: Sequence[CallView], scored: Sequence[CallView], details: dict[str, Any]
+) -> CombinedVerdict:
+    """The majority of pass/fail; a tie broken by the probability when it comes from
+    logprobs, else by the first sample."""
+    passed = [c.value == "pass" for c in scored]
+    share = sum(passed) / len(scored)
+    prob, source = _probability(scored, passed)
+    details["probability_source"] = source
+    if share > 0.5:
+        value = "pass"
+    elif share < 0.5:
+        value = "fail"
+    else:
+        if source == "logprobs" and prob is not None:
+            value = "pass" if prob >= 0.5 else "fail"
+            details["tie_break"] = "probability"
+        else:
+            value = scored[0].value
+            details["tie_break"] = "first_sample"
+    return CombinedVerdict(
+        is_scored=True, value=value, value_num=1.0 if value == "pass" else 0.0,
+        probability=prob, rationale=scored[0].rationale, n_samples=len(ordered),
+        details=details,
+    )
+
+
+def _ordinal(
+    ordered: Sequence[CallView], scored: Sequence[CallView], details: dict[str, Any],
+    pass_threshold: int | float | None,
+) -> CombinedVerdict:
+    """The (lower) median point; the mean beside it."""
+    points = sorted(
+        int(c.value_num if c.value_num is not None else float(c.value)) for c in scored
+    )
+    median = points[(len(points) - 1) // 2]
+    details["mean"] = sum(points) / len(points)
+    prob = None
+    if pass_threshold is not None:
+        passed = [
+            (c.value_num if c.value_num is not None else float(c.value)) >= pass_threshold
+            for c in scored
+        ]
         prob, source = _probability(scored, passed)
         details["probability_source"] = source
-        if share > 0.5:
-            value = "pass"
-        elif share < 0.5:
-            value = "fail"
-        else:
-            if source == "logprobs" and prob is not None:
-                value = "pass" if prob >= 0.5 else "fail"
-                details["tie_break"] = "probability"
-            else:
-                value = scored[0].value
-                details["tie_break"] = "first_sample"
-        return CombinedVerdict(
-            is_scored=True, value=value, value_num=1.0 if value == "pass" else 0.0,
-            probability=prob, rationale=rationale, n_samples=len(ordered), details=details,
-        )
-    if scale == "ordinal":
-        points = sorted(
-            int(c.value_num if c.value_num is not None else float(c.value)) for c in scored
-        )
-        median = points[(len(points) - 1) // 2]
-        details["mean"] = sum(points) / len(points)
-        prob = None
-        if pass_threshold is not None:
-            passed = [
-                (c.value_num if c.value_num is not None else float(c.value)) >= pass_threshold
-                for c in scored
-            ]
-            prob, source = _probability(scored, passed)
-            details["probability_source"] = source
-        return CombinedVerdict(
-            is_scored=True, value=str(median), value_num=float(median), probability=prob,
-            rationale=rationale, n_samples=len(ordered), details=details,
-        )
-    if scale == "interval":
-        from studies.criteria import number_text
+    return CombinedVerdict(
+        is_scored=True, value=str(median), value_num=float(median), probability=prob,
+        rationale=scored[0].rationale, n_samples=len(ordered), details=details,
+    )
 
-        scores = [c.value_num if c.value_num is not None else float(c.value) for c in scored]
-        mean = sum(scores) / len(scores)
-        details["mean"] = mean
-        prob = None
-        if pass_threshold is not None:
-            prob, source = _probability(scored, [s >= pass_threshold for s in scores])
-            details["probability_source"] = source
-        return CombinedVerdict(
-            is_scored=True, value=number_text(mean), value_num=mean, probability=prob,
-            rationale=rationale, n_samples=len(ordered), details=details,
-        )
-    # categorical
+
+def _interval(
+    ordered: Sequence[CallView], scored: Sequence[CallView], details: dict[str, Any],
+    pass_threshold: int | float | None,
+) -> CombinedVerdict:
+    """The mean of the samples' scores."""
+    scores = [c.value_num if c.value_num is not None else float(c.value) for c in scored]
+    mean = sum(scores) / len(scores)
+    details["mean"] = mean
+    prob = None
+    if pass_threshold is not None:
+        prob, source = _probability(scored, [s >= pass_threshold for s in scores])
+        details["probability_source"] = source
+    return CombinedVerdict(
+        is_scored=True, value=number_text(mean), value_num=mean, probability=prob,
+        rationale=scored[0].rationale, n_samples=len(ordered), details=details,
+    )
+
+
+def _categorical(
+    ordered: Sequence[CallView], scored: Sequence[CallView], details: dict[str, Any],
+    pass_labels: Sequence[str],
+) -> CombinedVerdict:
+    """The most frequent label, a tie broken by the first sample."""
     value, tie = _majority([c.value for c in scored])
     if tie:
         details["tie_break"] = "first_sample"
@@ -205,8 +235,8 @@ def combine_single(
         prob, source = _probability(scored, [c.value in pass_labels for c in scored])
         details["probability_source"] = source
     return CombinedVerdict(
-        is_scored=True, value=value, value_num=None, probability=prob, rationale=rationale,
-        n_samples=len(ordered), details=details,
+        is_scored=True, value=value, value_num=None, probability=prob,
+        rationale=scored[0].rationale, n_samples=len(ordered), details=details,
     )
 
 

@@ -24,7 +24,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from reviewhub.errors import NotFound, Problems, ValidationFailed
-from studies.models import Comparison, Criterion, Output, Study
+from studies.models import Comparison, Criterion, Output, RubricVersion, Study
 from studies.selectors import rubric_current
 
 from .models import Judge, JudgeJob, JudgeRun, JudgeVersion, Verdict
@@ -432,3 +432,11 @@ def judge_run_job_counts(*, run_ids: list[int]) -> dict[int, dict[str, int]]:
     ):
         counts[run_id][job_status] = n
     return counts
+
+
+def rubric_referenced(rubric: RubricVersion, criteria: QuerySet[Criterion]) -> bool:
+    """Whether judge work refers to the rubric version's criteria: verdicts, or judge jobs
+    (queued work would judge against changed text) (registered with
+    `studies.services.rubric_use_register`)."""
+    return any(model.objects.filter(criterion__in=criteria).exists()
+               for model in (Verdict, JudgeJob))

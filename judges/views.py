@@ -195,43 +195,7 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
             run_form = {"judge_id": _int(request.POST.get("judge_id")), "errors": [],
                         "criteria": request.POST.getlist("criteria"), "values": form}
         try:
-            if action == "create":
-                judge, version = services.judge_create_with_config(
-                    study=study, name=request.POST.get("name", ""),
-                    kind=request.POST.get("kind", "llm"),
-                    description=request.POST.get("description", ""),
-                    config=_new_judge_config(request.POST), created_by=request.user,
-                )
-                messages.success(request, f"Judge \u201c{judge.name}\u201d created"
-                                 + (f" with version {version.version}." if version else "."))
-                return HttpResponseRedirect(reverse("judge-list-page", args=[study.slug]))
-            if action == "version":
-                judge = selectors.judge_get(study=study,
-                                            judge_id=_int(request.POST.get("judge_id")) or 0)
-                # The structured edit form, or the whole config as JSON.
-                config = (_edited_config(request.POST) if request.POST.get("mode") == "fields"
-                          else _json_object(request.POST.get("config_json", ""), "config_json"))
-                outcome = services.judge_version_get_or_create(judge=judge, config=config)
-                number = outcome.version.version
-                messages.success(request, (
-                    f"{judge.name}: version {number} created." if outcome.created
-                    else f"{judge.name}: that config is version {number} already."))
-                return HttpResponseRedirect(reverse("judge-list-page", args=[study.slug]))
-            if action == "run":
-                judge = selectors.judge_get(study=study,
-                                            judge_id=_int(request.POST.get("judge_id")) or 0)
-                version = selectors.judge_version_get(
-                    judge=judge, version_id=_int(request.POST.get("version_id")) or 0)
-                data = _run_form(request.POST)
-                run = runs.judge_run_start(
-                    study=study, judge_version=version,
-                    criteria=selectors.criteria_for_refs(study=study, refs=data["criteria"]),
-                    selection=data["selection"], max_cost=data["max_cost"],
-                    max_calls=data["max_calls"], created_by=request.user,
-                )
-                return HttpResponseRedirect(
-                    reverse("judge-run-detail-page", args=[study.slug, run.pk]))
-            raise ValidationFailed.at("action", "unknown action")
+            return _judge_list_action(request, study, action)
         except AppError as exc:
             status = 404 if isinstance(exc, NotFound) else 400
             if run_form is not None and not isinstance(exc, NotFound):
@@ -243,26 +207,7 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     judges = list(selectors.judges_list(study=study).prefetch_related("versions"))
     rubric = rubric_current(study)
     policy = JudgeNetworkPolicy.from_settings()
-    rows = []
-    for j in judges:
-        versions = sorted(j.versions.all(), key=lambda v: -v.version)
-        latest = versions[0].config if versions else {}
-        fields, rest = _split_config(latest if isinstance(latest, dict) else {})
-        row = {
-            "judge": j, "versions": versions,
-            "config_text": json.dumps(latest, indent=2, ensure_ascii=False) if versions else "",
-            "fields": fields,
-            "rest_text": json.dumps(rest, indent=2, ensure_ascii=False) if rest else "",
-        }
-        if test is not None and test["judge_id"] == j.pk:
-            # The edit form as it was typed, not the stored version.
-            typed = test["form"]
-            if test["target"] == "edit":
-                row["fields"] = {n: typed.get(n, "") for n in _LLM_FIELDS}
-                row["rest_text"] = typed.get("config_json", "")
-            else:
-                row["config_text"] = typed.get("config_json", "")
-        rows.append(row)
+    rows = [_judge_row(j, test) for j in judges]
     context = {
         "study": study,
         "judges": rows,
@@ -280,6 +225,72 @@ def judge_list_page(request: HttpRequest, slug: str) -> HttpResponse:
                             ("sample", "A random sample")),
     }
     return render(request, "judges/judge_list.html", context, status=status)
+
+
+
+def _judge_list_action(request: HttpRequest, study: Any, action: str) -> HttpResponse:
+    """A lead's form on the judges page: create a judge, add a version, or start a run; the
+    redirect to what it made (AppError: the page shows the form again with the errors)."""
+    if action == "create":
+        judge, version = services.judge_create_with_config(
+            study=study, name=request.POST.get("name", ""),
+            kind=request.POST.get("kind", "llm"),
+            description=request.POST.get("description", ""),
+            config=_new_judge_config(request.POST), created_by=request.user,
+        )
+        messages.success(request, f"Judge \u201c{judge.name}\u201d created"
+                         + (f" with version {version.version}." if version else "."))
+        return HttpResponseRedirect(reverse("judge-list-page", args=[study.slug]))
+    if action == "version":
+        judge = selectors.judge_get(study=study,
+                                    judge_id=_int(request.POST.get("judge_id")) or 0)
+        # The structured edit form, or the whole config as JSON.
+        config = (_edited_config(request.POST) if request.POST.get("mode") == "fields"
+                  else _json_object(request.POST.get("config_json", ""), "config_json"))
+        outcome = services.judge_version_get_or_create(judge=judge, config=config)
+        number = outcome.version.version
+        messages.success(request, (
+            f"{judge.name}: version {number} created." if outcome.created
+            else f"{judge.name}: that config is version {number} already."))
+        return HttpResponseRedirect(reverse("judge-list-page", args=[study.slug]))
+    if action == "run":
+        judge = selectors.judge_get(study=study,
+                                    judge_id=_int(request.POST.get("judge_id")) or 0)
+        version = selectors.judge_version_get(
+            judge=judge, version_id=_int(request.POST.get("version_id")) or 0)
+        data = _run_form(request.POST)
+        run = runs.judge_run_start(
+            study=study, judge_version=version,
+            criteria=selectors.criteria_for_refs(study=study, refs=data["criteria"]),
+            selection=data["selection"], max_cost=data["max_cost"],
+            max_calls=data["max_calls"], created_by=request.user,
+        )
+        return HttpResponseRedirect(
+            reverse("judge-run-detail-page", args=[study.slug, run.pk]))
+    raise ValidationFailed.at("action", "unknown action")
+
+
+def _judge_row(j: Judge, test: dict[str, Any] | None) -> dict[str, Any]:
+    """One judge of the page: its versions, newest first, and the edit form filled from the
+    latest config (or, after a connection test of it, as it was typed)."""
+    versions = sorted(j.versions.all(), key=lambda v: -v.version)
+    latest = versions[0].config if versions else {}
+    fields, rest = _split_config(latest if isinstance(latest, dict) else {})
+    row = {
+        "judge": j, "versions": versions,
+        "config_text": json.dumps(latest, indent=2, ensure_ascii=False) if versions else "",
+        "fields": fields,
+        "rest_text": json.dumps(rest, indent=2, ensure_ascii=False) if rest else "",
+    }
+    if test is not None and test["judge_id"] == j.pk:
+        # The edit form as it was typed, not the stored version.
+        typed = test["form"]
+        if test["target"] == "edit":
+            row["fields"] = {n: typed.get(n, "") for n in _LLM_FIELDS}
+            row["rest_text"] = typed.get("config_json", "")
+        else:
+            row["config_text"] = typed.get("config_json", "")
+    return row
 
 
 def _connection_test_form(request: HttpRequest, study: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ set. The code passes subjects around in a few encodings, each converted here and
 - the column that holds the id (``ref.field``: ``"output_id"`` or ``"comparison_id"``), and a
   `Q` that selects rows about some subjects (``subjects_q``);
 - one integer (``ref.code``): ``2 * id`` for an output, ``2 * id + 1`` for a comparison, which
-  lets the evidence frames (calibration/frames.py) hold a subject in one int64 column. Columns
+  lets the evidence frames (calibration/frames/) hold a subject in one int64 column. Columns
   of codes are built and split by `subject_codes` / `subject_split` (vectorised, numpy) and in
   SQL by `subject_code_expr`, so the hot paths keep their raw integers;
 - short tuples ``("o" | "c", id)`` and long ones ``("output" | "comparison", id)``, used as

@@ -69,22 +69,11 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
         "snapshot's curve and reliability and the agreement report's judge-human agreement "
         "and human ceiling live in reports.ReportSnapshot results (read only; monitoring and "
         "reports sit at the same level of the order)",
-    ("studies/services.py", "annotations"):
-        "rubric_in_use asks whether a sampling plan, annotation, gold label or adjudication "
-        "refers to the rubric through apps.get_model; the apps above should answer that "
-        "question themselves (a check they register with studies)",
-    ("studies/services.py", "judges"):
-        "rubric_in_use asks whether a verdict or judge job refers to the rubric through "
-        "apps.get_model (as for annotations)",
 }
 
 # (importing file, or folder ending in "/"; owner module, or module prefix ending in ".") ->
 # why it still imports underscored names from a module outside its own package.
 PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("annotations/", "annotations.services."):
-        "the annotation service modules share their guards (_require_lead, _require_annotator) "
-        "and helpers under underscores; they are the services package's interface and should "
-        "be named as such",
     ("judges/runs/", "judges.runs."):
         "the run lifecycle, claim, sweep and record modules share lease and storage helpers "
         "under underscores",

@@ -8,9 +8,9 @@ from django.db import transaction
 from studies.models import Comparison, Criterion, Output, Study
 
 from ..models import Adjudication
-from .common import _require_lead
-from .gold import _canonical_value, _subject_check
-from .labels import _text_clean
+from .common import require_lead
+from .gold import canonical_value, subject_check
+from .labels import text_clean
 
 
 def adjudication_record(
@@ -25,10 +25,10 @@ def adjudication_record(
 ) -> Adjudication:
     """Record a lead's adjudicated label (canonical encoding), kept apart from the raw
     annotations; the latest adjudication of a (subject, criterion) is the one in force."""
-    _require_lead(study=study, user=user)
-    subject = _subject_check(study=study, criterion=criterion, output=output, comparison=comparison)
-    clean = _canonical_value(criterion, value)
-    note = _text_clean(note, "note")
+    require_lead(study=study, user=user)
+    subject = subject_check(study=study, criterion=criterion, output=output, comparison=comparison)
+    clean = canonical_value(criterion, value)
+    note = text_clean(note, "note")
     with transaction.atomic():
         return Adjudication.objects.create(
             criterion=criterion, value=clean, note=note, adjudicated_by=user, **subject

@@ -12,12 +12,12 @@ from studies.models import Criterion, RubricVersion, Study
 from ..models import Annotation, SamplingPlan
 
 
-def _require_lead(*, study: Study, user: User) -> None:
+def require_lead(*, study: Study, user: User) -> None:
     if Capability.LEAD not in study_capabilities(user=user, study=study):
         raise Forbidden(f"This needs the 'lead' role in study '{study.slug}'.")
 
 
-def _require_annotator(*, study: Study, user: User) -> None:
+def require_annotator(*, study: Study, user: User) -> None:
     if Capability.GRADE not in study_capabilities(user=user, study=study):
         raise Forbidden(f"This needs the 'annotator' role in study '{study.slug}'.")
 
@@ -47,7 +47,7 @@ _CRITERIA_CACHE_MAX = 256
 _criteria_cache: dict[tuple[int, float, str], list[Criterion]] = {}
 
 
-def _cached_plan_criteria(plan: SamplingPlan) -> list[Criterion]:
+def cached_plan_criteria(plan: SamplingPlan) -> list[Criterion]:
     """plan_criteria, cached per process once the rubric version is frozen.
 
     studies.rubric_update edits a version in place only until annotations (or verdicts, ...)

@@ -15,6 +15,7 @@ their annotations, counted toward k, and their annotators are never offered them
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 import numpy as np
 from django.contrib.auth.models import User
@@ -23,13 +24,13 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from reviewhub.errors import ValidationFailed
-from studies.models import Comparison, Criterion, Output, Study
+from studies.models import Comparison, Criterion, Output, RubricVersion, Study
 from studies.subjects import subject_field as subject_field_of
 
 from .. import sampling
-from ..models import Annotation, Assignment, QueueEntry, SamplingPlan
-from .common import _require_lead, latest_rubric
-from .plans import _end_leases, _queue_analyze
+from ..models import QueueEntry, SamplingPlan
+from .common import latest_rubric, require_lead
+from .plans import carried_assignments_create, end_leases, prior_annotators, queue_analyze
 
 MODE_ESCALATION = "escalation"
 
@@ -56,28 +57,9 @@ def escalation_plan_create(
     returned with created False and nothing changes. `k` defaults to the latest plan's k (3
     without one). Ids not in the study are refused.
     """
-    _require_lead(study=study, user=created_by)
-    if subject not in sampling.SUBJECTS:
-        raise ValidationFailed("subject must be 'output' or 'comparison'.",
-                               details={"errors": [{"path": "subject", "message": "unknown"}]})
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 100):
-        raise ValidationFailed.at("k", "k must be an integer from 1 to 100.")
-    ids = list(dict.fromkeys(int(i) for i in subject_ids))
-    if not ids:
-        raise ValidationFailed("There are no subjects to escalate.",
-                               details={"errors": [{"path": "subjects", "message": "empty"}]})
-    model = Comparison if subject == "comparison" else Output
-    found = set(model.objects.filter(study=study, pk__in=ids).values_list("id", flat=True))
-    if len(found) != len(ids):
-        raise ValidationFailed(f"Some {subject}s are not in this study.",
-                               details={"errors": [{"path": "subjects", "message": "unknown"}]})
-    rubric = latest_rubric(study)
-    if rubric is None:
-        raise ValidationFailed.at("rubric", "The study has no rubric yet.")
-    criteria = Criterion.objects.filter(rubric=rubric)
-    criteria = (criteria.filter(scale=Criterion.Scale.PAIRWISE) if subject == "comparison"
-                else criteria.exclude(scale=Criterion.Scale.PAIRWISE))
-    criterion_ids = list(criteria.values_list("id", flat=True))
+    require_lead(study=study, user=created_by)
+    ids = _escalation_subjects_check(study, subject, subject_ids, k)
+    rubric, criterion_ids = _escalation_criteria(study, subject)
     subject_field = subject_field_of(subject)
     now = timezone.now()
     with transaction.atomic():
@@ -101,21 +83,10 @@ def escalation_plan_create(
         escalate_ids = [sid for sid in ids if sid not in carried_ids]
         if old_plans:
             SamplingPlan.objects.filter(pk__in=old_plans).update(is_active=False, superseded_at=now)
-            _end_leases(plan_ids=old_plans, now=now)
+            end_leases(plan_ids=old_plans, now=now)
         all_ids = escalate_ids + [getattr(e, subject_field) for e in carried]
-        prior: dict[int, set[int]] = {}
-        for sid, annotator_id in (
-            Annotation.objects.filter(criterion_id__in=criterion_ids,
-                                      **{f"{subject_field}__in": all_ids})
-            .values_list(subject_field, "annotator_id").distinct()
-        ):
-            prior.setdefault(sid, set()).add(annotator_id)
+        prior = prior_annotators(criterion_ids, subject_field, all_ids)
         seed = int(np.random.default_rng().integers(2**31))
-        draw_kinds: dict[str, int] = {}
-        if escalate_ids:
-            draw_kinds[sampling.DRAW_ESCALATION] = len(escalate_ids)
-        for e in carried:
-            draw_kinds[e.draw_kind] = draw_kinds.get(e.draw_kind, 0) + 1
         plan = SamplingPlan.objects.create(
             study=study, version=last + 1, rubric=rubric,
             spec={"mode": MODE_ESCALATION, "subject": subject, "source": source, "seed": seed,
@@ -130,52 +101,102 @@ def escalation_plan_create(
                 "carried_over_from": sorted(old_plans) if carried else [],
                 "gold_entries": sum(1 for e in carried if e.is_gold),
                 "carried_over_annotators": sum(len(v) for v in prior.values()),
-                "draw_kinds": draw_kinds,
+                "draw_kinds": _draw_kinds(escalate_ids, carried),
                 "source": source,
                 **(details or {}),
             },
         )
-        # Every escalation gets a seeded random key, as in drawn plans: each annotator's order
-        # is derived from it, so annotators working in parallel do not all start at one output.
-        # Carried entries keep their keys, so their order does not change.
-        keys = np.random.default_rng(seed).integers(0, sampling.SORT_KEY_LIMIT,
-                                                    size=len(escalate_ids))
-        QueueEntry.objects.bulk_create(
-            [
-                QueueEntry(plan=plan, is_gold=False, needed=needed,
-                           done_count=min(needed, len(prior.get(sid, ()))),
-                           sort_key=int(key), stratum="", sample_weight=1.0,
-                           draw_kind=QueueEntry.DrawKind.ESCALATION,
-                           inclusion_probability=None, **{subject_field: sid})
-                for sid, key in zip(escalate_ids, keys, strict=True)
-            ]
-            + [
-                QueueEntry(plan=plan, is_gold=e.is_gold, needed=e.needed,
-                           done_count=min(e.needed, len(prior.get(getattr(e, subject_field),
-                                                                   ()))),
-                           sort_key=e.sort_key, stratum=e.stratum,
-                           sample_weight=e.sample_weight, draw_kind=e.draw_kind,
-                           inclusion_probability=e.inclusion_probability,
-                           **{subject_field: getattr(e, subject_field)})
-                for e in carried
-            ],
-            batch_size=1000,
-        )
-        if prior:
-            entry_ids = dict(QueueEntry.objects.filter(plan=plan).values_list(subject_field, "id"))
-            Assignment.objects.bulk_create(
-                [
-                    Assignment(entry_id=entry_ids[sid], annotator_id=annotator_id,
-                               status=Assignment.Status.SUBMITTED, carried_over=True,
-                               finished_at=now)
-                    for sid, annotators in prior.items()
-                    for annotator_id in sorted(annotators)
-                ],
-                batch_size=1000,
-            )
+        _escalation_entries_create(plan, seed, escalate_ids, carried, prior, subject_field,
+                                   now)
     if connection.vendor == "postgresql":
-        transaction.on_commit(_queue_analyze)
+        transaction.on_commit(queue_analyze)
     return plan, True
+
+
+def _escalation_subjects_check(
+    study: Study, subject: str, subject_ids: Sequence[int], k: int | None
+) -> list[int]:
+    """The subject ids to escalate, distinct in their order, all of the study; `subject` and
+    `k` checked."""
+    if subject not in sampling.SUBJECTS:
+        raise ValidationFailed("subject must be 'output' or 'comparison'.",
+                               details={"errors": [{"path": "subject", "message": "unknown"}]})
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 100):
+        raise ValidationFailed.at("k", "k must be an integer from 1 to 100.")
+    ids = list(dict.fromkeys(int(i) for i in subject_ids))
+    if not ids:
+        raise ValidationFailed("There are no subjects to escalate.",
+                               details={"errors": [{"path": "subjects", "message": "empty"}]})
+    model = Comparison if subject == "comparison" else Output
+    found = set(model.objects.filter(study=study, pk__in=ids).values_list("id", flat=True))
+    if len(found) != len(ids):
+        raise ValidationFailed(f"Some {subject}s are not in this study.",
+                               details={"errors": [{"path": "subjects", "message": "unknown"}]})
+    return ids
+
+
+def _escalation_criteria(study: Study, subject: str) -> tuple[RubricVersion, list[int]]:
+    """The latest rubric and its criteria for `subject` (pairwise ones for comparisons, the
+    others for outputs)."""
+    rubric = latest_rubric(study)
+    if rubric is None:
+        raise ValidationFailed.at("rubric", "The study has no rubric yet.")
+    criteria = Criterion.objects.filter(rubric=rubric)
+    criteria = (criteria.filter(scale=Criterion.Scale.PAIRWISE) if subject == "comparison"
+                else criteria.exclude(scale=Criterion.Scale.PAIRWISE))
+    criterion_ids = list(criteria.values_list("id", flat=True))
+    return rubric, criterion_ids
+
+
+def _draw_kinds(escalate_ids: list[int], carried: list[QueueEntry]) -> dict[str, int]:
+    """How many entries of the new plan were drawn each way (escalations first)."""
+    draw_kinds: dict[str, int] = {}
+    if escalate_ids:
+        draw_kinds[sampling.DRAW_ESCALATION] = len(escalate_ids)
+    for e in carried:
+        draw_kinds[e.draw_kind] = draw_kinds.get(e.draw_kind, 0) + 1
+    return draw_kinds
+
+
+def _escalation_entries_create(
+    plan: SamplingPlan,
+    seed: int,
+    escalate_ids: list[int],
+    carried: list[QueueEntry],
+    prior: dict[int, set[int]],
+    subject_field: str,
+    now: datetime,
+) -> None:
+    """The new plan's entries (escalations, then the carried entries) and, for annotators who
+    already labelled a subject, their carried-over submitted assignments."""
+    needed = plan.k
+    # Every escalation gets a seeded random key, as in drawn plans: each annotator's order
+    # is derived from it, so annotators working in parallel do not all start at one output.
+    # Carried entries keep their keys, so their order does not change.
+    keys = np.random.default_rng(seed).integers(0, sampling.SORT_KEY_LIMIT,
+                                                size=len(escalate_ids))
+    QueueEntry.objects.bulk_create(
+        [
+            QueueEntry(plan=plan, is_gold=False, needed=needed,
+                       done_count=min(needed, len(prior.get(sid, ()))),
+                       sort_key=int(key), stratum="", sample_weight=1.0,
+                       draw_kind=QueueEntry.DrawKind.ESCALATION,
+                       inclusion_probability=None, **{subject_field: sid})
+            for sid, key in zip(escalate_ids, keys, strict=True)
+        ]
+        + [
+            QueueEntry(plan=plan, is_gold=e.is_gold, needed=e.needed,
+                       done_count=min(e.needed, len(prior.get(getattr(e, subject_field),
+                                                               ()))),
+                       sort_key=e.sort_key, stratum=e.stratum,
+                       sample_weight=e.sample_weight, draw_kind=e.draw_kind,
+                       inclusion_probability=e.inclusion_probability,
+                       **{subject_field: getattr(e, subject_field)})
+            for e in carried
+        ],
+        batch_size=1000,
+    )
+    carried_assignments_create(plan, prior, subject_field, now)
 
 
 def _open_entries(plan_ids: list[int], subject: str, subject_field: str) -> list[QueueEntry]:

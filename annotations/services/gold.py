@@ -12,11 +12,11 @@ from studies.models import Comparison, Criterion, Output, Study
 
 from ..constants import SEVERITY_MIN
 from ..models import GoldLabel
-from .common import _require_lead
+from .common import require_lead
 from .labels import label_clean
 
 
-def _subject_check(
+def subject_check(
     *, study: Study, criterion: Criterion, output: Output | None, comparison: Comparison | None
 ) -> dict[str, Any]:
     if criterion.rubric.study_id != study.pk:
@@ -50,9 +50,9 @@ def gold_label_set(
     comparison: Comparison | None = None,
 ) -> GoldLabel:
     """A lead's known answer for a subject (canonical encoding); replaces an earlier one."""
-    _require_lead(study=study, user=user)
-    subject = _subject_check(study=study, criterion=criterion, output=output, comparison=comparison)
-    clean = _canonical_value(criterion, value)
+    require_lead(study=study, user=user)
+    subject = subject_check(study=study, criterion=criterion, output=output, comparison=comparison)
+    clean = canonical_value(criterion, value)
     with transaction.atomic():
         gold, _ = GoldLabel.objects.update_or_create(
             criterion=criterion, **subject, defaults={"value": clean, "created_by": user}
@@ -60,7 +60,7 @@ def gold_label_set(
     return gold
 
 
-def _canonical_value(criterion: Criterion, value: Any) -> str:
+def canonical_value(criterion: Criterion, value: Any) -> str:
     """Validate a value in canonical encoding (no severity involved)."""
     raw: dict[str, Any] = {"value": value}
     try:

@@ -67,6 +67,17 @@ def label_clean(
         value = str(value)
     if not isinstance(value, str) or not value:
         raise ValidationFailed.at(f"{name}.value", f"{name}.value is required.")
+    value, value_num = _value_on_scale(criterion, value, name, swapped)
+    severity, note = _severity_clean(criterion, value, raw, name)
+    return CleanLabel(criterion, value, value_num, severity, note)
+
+
+
+def _value_on_scale(
+    criterion: Criterion, value: str, name: str, swapped: bool
+) -> tuple[str, float | None]:
+    """The value checked against the criterion's scale, in canonical encoding, and its number
+    (None for categorical labels)."""
     value_num: float | None
     if criterion.scale == Criterion.Scale.BINARY:
         if value not in ("pass", "fail"):
@@ -103,6 +114,14 @@ def label_clean(
         if swapped:
             value = _swap(value)
         value_num = {"A": 1.0, "B": 0.0, "tie": 0.5}[value]
+    return value, value_num
+
+
+def _severity_clean(
+    criterion: Criterion, value: str, raw: Mapping[str, Any], name: str
+) -> tuple[int | None, str]:
+    """Severity and its note: required (1..5) exactly when the value is a failure, refused
+    otherwise."""
     severity = raw.get("severity")
     note = raw.get("severity_note") or ""
     if not isinstance(note, str):
@@ -136,7 +155,7 @@ def label_clean(
                 f"{name}.severity_note",
                 f"{name}.severity_note is only asked when the label is a failure.",
             )
-    return CleanLabel(criterion, value, value_num, severity, note)
+    return severity, note
 
 
 def labels_clean(*, criteria: list[Criterion], labels: Any, swapped: bool) -> list[CleanLabel]:
@@ -174,7 +193,7 @@ def flags_clean(flags: Any) -> dict[str, bool]:
     return {k: bool(v) for k, v in flags.items() if v}
 
 
-def _text_clean(value: Any, name: str) -> str:
+def text_clean(value: Any, name: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):

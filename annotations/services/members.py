@@ -20,7 +20,7 @@ from studies.models import Membership, Study
 from studies.services import membership_remove, membership_set
 
 from ..models import Invitation, PasswordChangeRequired
-from .common import _require_lead
+from .common import require_lead
 
 UserModel = get_user_model()
 
@@ -80,7 +80,7 @@ def annotator_invite(
       study created the account, which lets its leads reset that password later.
     E-mail addresses are never looked up.
     """
-    _require_lead(study=study, user=invited_by)
+    require_lead(study=study, user=invited_by)
     if role not in Membership.Role.values:
         raise ValidationFailed.at(
             "role", f"role must be one of {', '.join(Membership.Role.values)}.",
@@ -209,7 +209,7 @@ def invitation_decline(*, invitation_id: int, user: Any) -> Invitation:
 
 def invitation_revoke(*, study: Study, invitation_id: int, by: User) -> None:
     """A lead withdraws a pending invitation of their study."""
-    _require_lead(study=study, user=by)
+    require_lead(study=study, user=by)
     with transaction.atomic():
         deleted, _ = Invitation.objects.filter(
             pk=invitation_id, study=study, status=Invitation.Status.PENDING).delete()
@@ -229,7 +229,7 @@ def annotator_password_reset(*, study: Study, user: Any, by: User) -> str:
     """
     is_admin = bool(getattr(by, "is_superuser", False))
     if not is_admin:
-        _require_lead(study=study, user=by)
+        require_lead(study=study, user=by)
     with transaction.atomic():
         # The account's row lock makes the checks hold until the password is set: adding a
         # membership for the account (its foreign key check) or changing its staff flags waits.
@@ -270,7 +270,7 @@ def password_reset_allowed(*, study: Study, account: Any, membership: Membership
 
 def member_role_change(*, study: Study, user: Any, role: str, by: User) -> Membership:
     """A lead changes a member's role (the owner stays a lead; the last lead stays a lead)."""
-    _require_lead(study=study, user=by)
+    require_lead(study=study, user=by)
     if not Membership.objects.filter(study=study, user_id=user.pk).exists():
         raise NotFound("No such member in this study.")
     membership, _ = membership_set(study=study, user=user, role=role)
@@ -280,7 +280,7 @@ def member_role_change(*, study: Study, user: Any, role: str, by: User) -> Membe
 def member_remove(*, study: Study, user: Any, by: User) -> None:
     """A lead removes a member (never the owner, never the last lead). Their annotations stay:
     they are the study's data, attributed to the account."""
-    _require_lead(study=study, user=by)
+    require_lead(study=study, user=by)
     membership_remove(study=study, user=user)
 
 

@@ -20,7 +20,7 @@ from studies.subjects import subject_field as subject_field_of
 
 from .. import sampling
 from ..models import Annotation, Assignment, GoldLabel, QueueEntry, SamplingPlan
-from .common import _require_lead, latest_rubric
+from .common import latest_rubric, require_lead
 
 
 def _population(
@@ -143,7 +143,7 @@ def sampling_plan_preview(
     """What `sampling_plan_create` would draw with these settings, written nowhere: the plan
     summary (population, allocation, gold and draw kinds per stratum). Give a seed to preview
     exactly the entries a later create with the same seed draws."""
-    _require_lead(study=study, user=user)
+    require_lead(study=study, user=user)
     return _plan_draw(study=study, spec=spec, k=k, gold_rate=gold_rate).summary()
 
 
@@ -162,7 +162,7 @@ def sampling_plan_create(
     keep those annotations: the new entry starts with them counted toward k, and their
     annotators are never offered the subject again.
     """
-    _require_lead(study=study, user=created_by)
+    require_lead(study=study, user=created_by)
     drawn = _plan_draw(study=study, spec=spec, k=k, gold_rate=gold_rate)
     parsed, rubric, result = drawn.parsed, drawn.rubric, drawn.result
     criterion_ids, subject_field = drawn.criterion_ids, drawn.subject_field
@@ -170,15 +170,7 @@ def sampling_plan_create(
     chosen_ids = [c[0] for c in result.chosen]
     # Prior annotators per subject (earlier plan versions, imports): counted toward k and never
     # offered the subject again.
-    prior: dict[int, set[int]] = {}
-    for sid, annotator_id in (
-        Annotation.objects.filter(
-            criterion_id__in=criterion_ids, **{f"{subject_field}__in": chosen_ids}
-        )
-        .values_list(subject_field, "annotator_id")
-        .distinct()
-    ):
-        prior.setdefault(sid, set()).add(annotator_id)
+    prior = prior_annotators(criterion_ids, subject_field, chosen_ids)
     now = timezone.now()
     with transaction.atomic():
         # The study row serialises concurrent plan creation (version numbers, single active).
@@ -189,7 +181,7 @@ def sampling_plan_create(
         )
         if old_plans:
             SamplingPlan.objects.filter(pk__in=old_plans).update(is_active=False, superseded_at=now)
-            _end_leases(plan_ids=old_plans, now=now)
+            end_leases(plan_ids=old_plans, now=now)
         plan = SamplingPlan.objects.create(
             study=study,
             version=last + 1,
@@ -220,37 +212,63 @@ def sampling_plan_create(
             for draw in result.chosen
         ]
         QueueEntry.objects.bulk_create(entries, batch_size=1000)
-        if prior:
-            entry_ids = dict(QueueEntry.objects.filter(plan=plan).values_list(subject_field, "id"))
-            Assignment.objects.bulk_create(
-                [
-                    Assignment(
-                        entry_id=entry_ids[sid],
-                        annotator_id=annotator_id,
-                        status=Assignment.Status.SUBMITTED,
-                        carried_over=True,
-                        finished_at=now,
-                    )
-                    for sid, annotators in prior.items()
-                    for annotator_id in sorted(annotators)
-                ],
-                batch_size=1000,
-            )
+        carried_assignments_create(plan, prior, subject_field, now)
     if connection.vendor == "postgresql":
         # A plan adds thousands of queue rows at once, long before autovacuum's next look: with
         # the stale estimate (a near-empty table) the planner nests loops in the "next" and
         # progress queries and each call costs ~20 ms instead of ~0.5 ms. Refresh the statistics
         # once the rows are visible.
-        transaction.on_commit(_queue_analyze)
+        transaction.on_commit(queue_analyze)
     return plan
 
 
-def _queue_analyze() -> None:
+def prior_annotators(
+    criterion_ids: list[int], subject_field: str, subject_ids: list[int]
+) -> dict[int, set[int]]:
+    """Subject id -> the annotators who already labelled it on these criteria (earlier plan
+    versions, imports): a new plan counts them toward k and never offers them the subject."""
+    prior: dict[int, set[int]] = {}
+    for sid, annotator_id in (
+        Annotation.objects.filter(
+            criterion_id__in=criterion_ids, **{f"{subject_field}__in": subject_ids}
+        )
+        .values_list(subject_field, "annotator_id")
+        .distinct()
+    ):
+        prior.setdefault(sid, set()).add(annotator_id)
+    return prior
+
+
+def carried_assignments_create(
+    plan: SamplingPlan, prior: Mapping[int, set[int]], subject_field: str, now: datetime
+) -> None:
+    """A submitted, carried-over assignment on the new plan's entry for every earlier
+    annotator of its subject (`prior_annotators`)."""
+    if not prior:
+        return
+    entry_ids = dict(QueueEntry.objects.filter(plan=plan).values_list(subject_field, "id"))
+    Assignment.objects.bulk_create(
+        [
+            Assignment(
+                entry_id=entry_ids[sid],
+                annotator_id=annotator_id,
+                status=Assignment.Status.SUBMITTED,
+                carried_over=True,
+                finished_at=now,
+            )
+            for sid, annotators in prior.items()
+            for annotator_id in sorted(annotators)
+        ],
+        batch_size=1000,
+    )
+
+
+def queue_analyze() -> None:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE annotations_queueentry, annotations_assignment")
 
 
-def _end_leases(*, plan_ids: list[int], now: datetime) -> None:
+def end_leases(*, plan_ids: list[int], now: datetime) -> None:
     """Expire the live leases of plans that stop being offered (inside the caller's atomic).
 
     The entries are locked first, in id order, like every other queue write, so that a submit
@@ -270,10 +288,10 @@ def _end_leases(*, plan_ids: list[int], now: datetime) -> None:
 
 def sampling_plan_deactivate(*, plan: SamplingPlan, by: User) -> SamplingPlan:
     """Stop offering a plan's entries without replacing it (its live leases end)."""
-    _require_lead(study=plan.study, user=by)
+    require_lead(study=plan.study, user=by)
     now = timezone.now()
     with transaction.atomic():
         SamplingPlan.objects.filter(pk=plan.pk).update(is_active=False, superseded_at=now)
-        _end_leases(plan_ids=[plan.pk], now=now)
+        end_leases(plan_ids=[plan.pk], now=now)
     plan.refresh_from_db()
     return plan

@@ -35,7 +35,7 @@ from studies.models import Membership, Study
 
 from .. import sampling
 from ..models import Assignment, QueueEntry, SamplingPlan
-from .common import _require_annotator
+from .common import require_annotator
 
 # Candidates the queue looks at per probe; the annotator's own random order is applied within.
 QUEUE_WINDOW = 32
@@ -116,22 +116,22 @@ def _lock_entry(entry_id: int, *, skip_locked: bool = False) -> QueueEntry | Non
     return qs.first()
 
 
-_ASSIGNMENT = RowShape(Assignment, "a")
+ASSIGNMENT_ROW = RowShape(Assignment, "a")
 
 
-def _for_update(of: str) -> str:
+def for_update_clause(of: str) -> str:
     return f" FOR UPDATE OF {of}" if connection.features.has_select_for_update else ""
 
 
 def _lock_assignment(assignment_id: int) -> Assignment:
     row = fetch_one(
-        f"SELECT {_ASSIGNMENT.select} FROM {Assignment._meta.db_table} a WHERE a.id = %s"
-        + _for_update("a"),
+        f"SELECT {ASSIGNMENT_ROW.select} FROM {Assignment._meta.db_table} a WHERE a.id = %s"
+        + for_update_clause("a"),
         [assignment_id],
     )
     if row is None:
         raise Assignment.DoesNotExist(f"assignment {assignment_id} does not exist")
-    return _ASSIGNMENT.load(row)
+    return ASSIGNMENT_ROW.load(row)
 
 
 def _candidates(plan: SamplingPlan, annotator_id: int) -> QuerySet[QueueEntry]:
@@ -399,7 +399,7 @@ def _active_plan_for_annotator(
     if row is None:
         # No active plan, so no row carried the role: ask apart (superusers need not).
         if Capability.GRADE not in capabilities(None, is_superuser=is_superuser):
-            _require_annotator(study=study, user=annotator)
+            require_annotator(study=study, user=annotator)
         return None
     plan = _PLAN.load(row)
     plan.has_unfinished = bool(row[_PLAN.width])  # type: ignore[attr-defined]
@@ -433,7 +433,7 @@ def _resume(stale: Assignment, *, now: datetime, expires: datetime) -> Assignmen
         return assignment
 
 
-def _own_assignment(assignment: Assignment, annotator: User) -> None:
+def assignment_owned_check(assignment: Assignment, annotator: User) -> None:
     if assignment.annotator_id != annotator.pk:
         # Someone else's assignment does not exist as far as this annotator is concerned.
         raise NotFound("Assignment not found.")
@@ -450,7 +450,7 @@ def assignment_heartbeat(
 
     409 when the assignment is finished, its plan superseded, or the entry filled up meanwhile.
     """
-    _own_assignment(assignment, annotator)
+    assignment_owned_check(assignment, annotator)
     now = timezone.now()
     expires = _lease_until(now, lease_minutes)
     changed = Assignment.objects.filter(pk=assignment.pk, status=Assignment.Status.LEASED).update(
@@ -476,7 +476,7 @@ def assignment_heartbeat(
 
 def assignment_skip(*, assignment: Assignment, annotator: User) -> None:
     """Give the subject back; this annotator will never be offered it again."""
-    _own_assignment(assignment, annotator)
+    assignment_owned_check(assignment, annotator)
     now = timezone.now()
     with transaction.atomic():
         _lock_entry(assignment.entry_id)

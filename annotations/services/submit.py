@@ -20,9 +20,9 @@ from reviewhub.rawrows import RowShape, db_value, fetch_one
 from studies.models import RubricVersion
 
 from ..models import Annotation, AnnotationRevision, Assignment, QueueEntry, SamplingPlan
-from .common import _cached_plan_criteria
-from .labels import LabelInput, _text_clean, flags_clean, label_clean, labels_clean
-from .queue import _ASSIGNMENT, _for_update, _own_assignment
+from .common import cached_plan_criteria
+from .labels import LabelInput, flags_clean, label_clean, labels_clean, text_clean
+from .queue import ASSIGNMENT_ROW, assignment_owned_check, for_update_clause
 
 MAX_TIME_ON_TASK_MS = 24 * 3600 * 1000
 _L_ENTRY = RowShape(QueueEntry, "e")
@@ -38,12 +38,12 @@ def _lock_for_submit(entry_id: int, assignment_id: int) -> tuple[QueueEntry, Ass
     keeps the lock order every queue write uses: entry first, then assignment.
     """
     row = fetch_one(
-        f"SELECT {_L_ENTRY.select}, {_L_PLAN.select}, {_L_RUBRIC.select}, {_ASSIGNMENT.select} "
+        f"SELECT {_L_ENTRY.select}, {_L_PLAN.select}, {_L_RUBRIC.select}, {ASSIGNMENT_ROW.select} "
         f"FROM {QueueEntry._meta.db_table} e "
         f"JOIN {Assignment._meta.db_table} a ON a.entry_id = e.id "
         f"JOIN {SamplingPlan._meta.db_table} p ON p.id = e.plan_id "
         f"JOIN {RubricVersion._meta.db_table} r ON r.id = p.rubric_id "
-        "WHERE e.id = %s AND a.id = %s" + _for_update("e, a"),
+        "WHERE e.id = %s AND a.id = %s" + for_update_clause("e, a"),
         [entry_id, assignment_id],
     )
     if row is None:
@@ -52,7 +52,7 @@ def _lock_for_submit(entry_id: int, assignment_id: int) -> tuple[QueueEntry, Ass
     at = _L_ENTRY.width
     entry.plan = _L_PLAN.load(row, at)
     entry.plan.rubric = _L_RUBRIC.load(row, at + _L_PLAN.width)
-    return entry, _ASSIGNMENT.load(row, at + _L_PLAN.width + _L_RUBRIC.width)
+    return entry, ASSIGNMENT_ROW.load(row, at + _L_PLAN.width + _L_RUBRIC.width)
 
 
 def _submission_replay(
@@ -92,65 +92,24 @@ def annotation_submit(
     different submission for an assignment already submitted is a 409. A late submit after the
     lease expired is accepted while the entry still has room, else 409 `lease_expired`.
     """
-    _own_assignment(assignment, annotator)
-    if not isinstance(submission_id, uuid.UUID):
-        try:
-            submission_id = uuid.UUID(str(submission_id))
-        except ValueError as exc:
-            raise ValidationFailed.at("submission_id", "submission_id must be a UUID.") from exc
-    if source not in Annotation.Source.values:
-        raise ValidationFailed.at("source", "source is invalid.")
-    if time_on_task_ms is not None and (
-        isinstance(time_on_task_ms, bool)
-        or not isinstance(time_on_task_ms, int)
-        or not 0 <= time_on_task_ms <= MAX_TIME_ON_TASK_MS
-    ):
-        raise ValidationFailed.at(
-            "time_on_task_ms", "time_on_task_ms must be an integer from 0 to 86400000.",
-        )
+    assignment_owned_check(assignment, annotator)
+    submission_id = _submission_args_clean(submission_id, source, time_on_task_ms)
     clean_flags = flags_clean(flags)
-    rationale = _text_clean(rationale, "rationale")
+    rationale = text_clean(rationale, "rationale")
     now = timezone.now()
     try:
         with transaction.atomic():
             # Entry first, then assignment: the lock order every queue write uses.
             locked, current = _lock_for_submit(assignment.entry_id, assignment.pk)
-            if current.status == Assignment.Status.SUBMITTED:
-                if current.submission_id == submission_id:
-                    done = _submission_replay(
-                        submission_id=submission_id, assignment=assignment, annotator=annotator
-                    )
-                    if done is not None:
-                        return done
-                raise Conflict(
-                    "This assignment was already submitted; revise the annotations instead.",
-                    code="already_submitted",
-                )
-            if current.status == Assignment.Status.SKIPPED:
-                raise Conflict("This assignment was skipped.", code="assignment_skipped")
+            if current.status in (Assignment.Status.SUBMITTED, Assignment.Status.SKIPPED):
+                return _finished_assignment_answer(current, submission_id, assignment, annotator)
             # Validation runs under the lock so that a repeat of a submission that just went
             # through is answered with its result, whatever its payload.
-            criteria = _cached_plan_criteria(locked.plan)
+            criteria = cached_plan_criteria(locked.plan)
             clean = labels_clean(criteria=criteria, labels=labels, swapped=current.swapped)
             holds_slot = current.status == Assignment.Status.LEASED
             if not holds_slot:
-                # Superseding a plan ends its leases, so only an expired lease can belong to an
-                # inactive plan.
-                if not SamplingPlan.objects.filter(pk=locked.plan_id, is_active=True).exists():
-                    raise Conflict(
-                        "The sampling plan of this assignment was superseded.",
-                        code="plan_superseded",
-                    )
-                if locked.done_count + locked.leased_count >= locked.needed:
-                    raise Conflict(
-                        "The lease expired and the output got its annotations from others.",
-                        code="lease_expired",
-                    )
-            subject = (
-                {"comparison_id": locked.comparison_id}
-                if locked.comparison_id is not None
-                else {"output_id": locked.output_id}
-            )
+                _late_submit_check(locked)
             created = Annotation.objects.bulk_create(
                 [
                     Annotation(
@@ -168,54 +127,14 @@ def annotation_submit(
                         submission_id=submission_id,
                         source=source,
                         created_at=now,
-                        **subject,
+                        **_subject_of(locked),
                     )
                     for c in clean
                 ]
             )
-            # Precompiled (see reviewhub/rawrows.py); values prepared by their fields. Both
-            # rows are locked already; on PostgreSQL the two updates are one statement.
-            done_assignment = (
-                f"UPDATE {Assignment._meta.db_table} SET status = %s, submission_id = %s, "
-                "finished_at = %s, lease_expires_at = NULL WHERE id = %s"
-            )
-            done_params = [Assignment.Status.SUBMITTED.value,
-                           db_value(Assignment, "submission_id", submission_id),
-                           db_value(Assignment, "finished_at", now), current.pk]
-            count_entry = (
-                f"UPDATE {QueueEntry._meta.db_table} SET done_count = done_count + 1, "
-                "leased_count = leased_count - %s WHERE id = %s"
-            )
-            count_params = [1 if holds_slot else 0, locked.pk]
-            with connection.cursor() as cursor:
-                if connection.vendor == "postgresql":
-                    cursor.execute(f"WITH done AS ({done_assignment} RETURNING 1) {count_entry}",
-                                   done_params + count_params)
-                else:
-                    cursor.execute(done_assignment, done_params)
-                    cursor.execute(count_entry, count_params)
+            _assignment_complete(current.pk, locked.pk, submission_id, now, holds_slot)
     except IntegrityError as exc:
-        # The submission_id is already taken (another assignment), or the annotator already
-        # labelled this subject through another route (an import).
-        replay = _submission_replay(
-            submission_id=submission_id, assignment=assignment, annotator=annotator
-        )
-        if replay is not None:
-            return replay
-        if (
-            Assignment.objects.filter(submission_id=submission_id)
-            .exclude(pk=assignment.pk)
-            .exists()
-        ):
-            raise Conflict(
-                "This submission_id was already used for another assignment.",
-                code="submission_id_reused",
-                details={"submission_id": "already used"},
-            ) from exc
-        raise Conflict(
-            "These annotations conflict with ones you already recorded for this output.",
-            code="duplicate_annotation",
-        ) from exc
+        return _integrity_answer(exc, submission_id, assignment, annotator)
     assignment.status = Assignment.Status.SUBMITTED
     assignment.submission_id = submission_id
     assignment.finished_at = now
@@ -225,6 +144,124 @@ def annotation_submit(
         annotation.plan = locked.plan
         annotation.assignment = assignment
     return created
+
+
+def _submission_args_clean(
+    submission_id: Any, source: str, time_on_task_ms: int | None
+) -> uuid.UUID:
+    """The submission id as a UUID, after checking it, the source and the time on task."""
+    if not isinstance(submission_id, uuid.UUID):
+        try:
+            submission_id = uuid.UUID(str(submission_id))
+        except ValueError as exc:
+            raise ValidationFailed.at("submission_id", "submission_id must be a UUID.") from exc
+    if source not in Annotation.Source.values:
+        raise ValidationFailed.at("source", "source is invalid.")
+    if time_on_task_ms is not None and (
+        isinstance(time_on_task_ms, bool)
+        or not isinstance(time_on_task_ms, int)
+        or not 0 <= time_on_task_ms <= MAX_TIME_ON_TASK_MS
+    ):
+        raise ValidationFailed.at(
+            "time_on_task_ms", "time_on_task_ms must be an integer from 0 to 86400000.",
+        )
+    return submission_id
+
+
+def _finished_assignment_answer(
+    current: Assignment, submission_id: uuid.UUID, assignment: Assignment, annotator: User
+) -> list[Annotation]:
+    """A submit to an assignment submitted or skipped: the first call's annotations for a
+    repeat of the submission that completed it, else a 409."""
+    if current.status == Assignment.Status.SUBMITTED:
+        if current.submission_id == submission_id:
+            done = _submission_replay(
+                submission_id=submission_id, assignment=assignment, annotator=annotator
+            )
+            if done is not None:
+                return done
+        raise Conflict(
+            "This assignment was already submitted; revise the annotations instead.",
+            code="already_submitted",
+        )
+    raise Conflict("This assignment was skipped.", code="assignment_skipped")
+
+
+def _late_submit_check(locked: QueueEntry) -> None:
+    """A submit after the lease expired: accepted while the plan is active and the entry still
+    has room."""
+    # Superseding a plan ends its leases, so only an expired lease can belong to an
+    # inactive plan.
+    if not SamplingPlan.objects.filter(pk=locked.plan_id, is_active=True).exists():
+        raise Conflict(
+            "The sampling plan of this assignment was superseded.",
+            code="plan_superseded",
+        )
+    if locked.done_count + locked.leased_count >= locked.needed:
+        raise Conflict(
+            "The lease expired and the output got its annotations from others.",
+            code="lease_expired",
+        )
+
+
+def _subject_of(entry: QueueEntry) -> dict[str, int | None]:
+    if entry.comparison_id is not None:
+        return {"comparison_id": entry.comparison_id}
+    return {"output_id": entry.output_id}
+
+
+def _assignment_complete(
+    assignment_id: int, entry_id: int, submission_id: uuid.UUID, now: datetime, holds_slot: bool
+) -> None:
+    """Mark the (locked) assignment submitted and count it on its (locked) entry."""
+    # Precompiled (see reviewhub/rawrows.py); values prepared by their fields. Both
+    # rows are locked already; on PostgreSQL the two updates are one statement.
+    done_assignment = (
+        f"UPDATE {Assignment._meta.db_table} SET status = %s, submission_id = %s, "
+        "finished_at = %s, lease_expires_at = NULL WHERE id = %s"
+    )
+    done_params = [Assignment.Status.SUBMITTED.value,
+                   db_value(Assignment, "submission_id", submission_id),
+                   db_value(Assignment, "finished_at", now), assignment_id]
+    count_entry = (
+        f"UPDATE {QueueEntry._meta.db_table} SET done_count = done_count + 1, "
+        "leased_count = leased_count - %s WHERE id = %s"
+    )
+    count_params = [1 if holds_slot else 0, entry_id]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"WITH done AS ({done_assignment} RETURNING 1) {count_entry}",
+                           done_params + count_params)
+        else:
+            cursor.execute(done_assignment, done_params)
+            cursor.execute(count_entry, count_params)
+
+
+def _integrity_answer(
+    exc: IntegrityError, submission_id: uuid.UUID, assignment: Assignment, annotator: User
+) -> list[Annotation]:
+    """The submission_id is already taken (another assignment, or a racing repeat of this
+    submission), or the annotator already labelled this subject through another route (an
+    import): the first call's annotations for a repeat, else a 409."""
+    replay = _submission_replay(
+        submission_id=submission_id, assignment=assignment, annotator=annotator
+    )
+    if replay is not None:
+        return replay
+    if (
+        Assignment.objects.filter(submission_id=submission_id)
+        .exclude(pk=assignment.pk)
+        .exists()
+    ):
+        raise Conflict(
+            "This submission_id was already used for another assignment.",
+            code="submission_id_reused",
+            details={"submission_id": "already used"},
+        ) from exc
+    raise Conflict(
+        "These annotations conflict with ones you already recorded for this output.",
+        code="duplicate_annotation",
+    ) from exc
 
 
 def revision_deadline(annotation: Annotation) -> datetime:
@@ -269,7 +306,7 @@ def annotation_revise(
     )
     new_flags = flags_clean(flags) if flags is not None else annotation.flags
     new_rationale = (
-        _text_clean(rationale, "rationale") if rationale is not None else annotation.rationale
+        text_clean(rationale, "rationale") if rationale is not None else annotation.rationale
     )
     with transaction.atomic():
         qs = Annotation.objects.filter(pk=annotation.pk)

@@ -97,21 +97,7 @@ def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Transla
         target = sample.get("target")
         if target not in (None, "", []):
             row["meta.target"] = text_of(target)
-        measured: dict[str, Any] = {}
-        usage: Mapping[str, Any] | None = obj(output.get("usage")) or None
-        if usage is None and isinstance(sample.get("model_usage"), Mapping):
-            per_model = [u for u in sample["model_usage"].values() if isinstance(u, Mapping)]
-            usage = per_model[0] if len(per_model) == 1 else None
-            if len(per_model) > 1:
-                tr.drop("token counts of samples that used several models (judge calls "
-                        "included)")
-        for ours, key in (("tokens_in", "input_tokens"), ("tokens_out", "output_tokens")):
-            num = number_or_none((usage or {}).get(key))
-            if num is not None and num >= 0:
-                measured[ours] = int(num)
-        seconds = number_or_none(sample.get("total_time", output.get("time")))
-        if seconds is not None and seconds >= 0:
-            measured["latency_ms"] = seconds * 1000.0
+        measured = _measured(tr, sample, output)
         if measured:
             tr.measurements[(sid, model)] = measured
         scores = obj(sample.get("scores"))
@@ -119,22 +105,8 @@ def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Transla
             tr.drop("samples without scores")
             continue
         for scorer, score in scores.items():
-            raw = score.get("value") if isinstance(score, Mapping) else None
-            value: str | None
-            if isinstance(raw, str):
-                value = readings.get(raw)
-                if value is None:
-                    tr.drop(f"scores with the value {raw!r} (no pass/fail reading; "
-                            + ("give partial_as / noanswer_as)" if raw in ("P", "N")
-                               else "not an Inspect constant)"))
-                    continue
-            elif isinstance(raw, bool):
-                value = "pass" if raw else "fail"
-            elif (num := number_or_none(raw)) is not None:
-                value = text_of(int(num) if num.is_integer() else num)
-            else:
-                tr.drop("scores whose value is not a constant, a boolean or a number "
-                        "(e.g. a dict of several values)")
+            value = _score_value(tr, score, readings)
+            if value is None:
                 continue
             tr.add(f"{where}, scorer {scorer}",
                    {**row, "rater_id": f"inspect-{scorer}", "rater_kind": "judge",
@@ -145,3 +117,46 @@ def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Transla
         tr.notes.append(f"{explained} score explanation(s) (the scorers' rationales) are not "
                         "stored")
     return tr
+
+
+def _measured(
+    tr: Translation, sample: Mapping[str, Any], output: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The sample's token counts and latency as the output's measurements (token counts of a
+    sample that used several models dropped: judge calls are among them)."""
+    measured: dict[str, Any] = {}
+    usage: Mapping[str, Any] | None = obj(output.get("usage")) or None
+    if usage is None and isinstance(sample.get("model_usage"), Mapping):
+        per_model = [u for u in sample["model_usage"].values() if isinstance(u, Mapping)]
+        usage = per_model[0] if len(per_model) == 1 else None
+        if len(per_model) > 1:
+            tr.drop("token counts of samples that used several models (judge calls "
+                    "included)")
+    for ours, key in (("tokens_in", "input_tokens"), ("tokens_out", "output_tokens")):
+        num = number_or_none((usage or {}).get(key))
+        if num is not None and num >= 0:
+            measured[ours] = int(num)
+    seconds = number_or_none(sample.get("total_time", output.get("time")))
+    if seconds is not None and seconds >= 0:
+        measured["latency_ms"] = seconds * 1000.0
+    return measured
+
+
+def _score_value(tr: Translation, score: Any, readings: Mapping[str, str]) -> str | None:
+    """A scorer's value as a stored value (an Inspect constant by its reading, a boolean as
+    pass/fail, a number as its text); None, dropped with the reason, when it has none."""
+    raw = score.get("value") if isinstance(score, Mapping) else None
+    if isinstance(raw, str):
+        value = readings.get(raw)
+        if value is None:
+            tr.drop(f"scores with the value {raw!r} (no pass/fail reading; "
+                    + ("give partial_as / noanswer_as)" if raw in ("P", "N")
+                       else "not an Inspect constant)"))
+        return value
+    if isinstance(raw, bool):
+        return "pass" if raw else "fail"
+    if (num := number_or_none(raw)) is not None:
+        return text_of(int(num) if num.is_integer() else num)
+    tr.drop("scores whose value is not a constant, a boolean or a number "
+            "(e.g. a dict of several values)")
+    return None

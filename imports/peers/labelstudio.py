@@ -23,6 +23,7 @@ import csv
 import io
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from . import ExportError, Translation, load_json, obj, text_of
@@ -177,16 +178,21 @@ def _csv_tasks(data: bytes, sep: str, options: Mapping[str, Any]) -> list[dict[s
     return list(tasks.values())
 
 
-def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Translation:
-    fmt = _format(filename, options)
-    if fmt == "json":
-        doc = load_json(data, what="the Label Studio export")
-        tasks = doc if isinstance(doc, list) else [doc] if isinstance(doc, Mapping) else None
-    else:
-        tasks = _csv_tasks(data, "," if fmt == "csv" else "\t", options)
-    if tasks is None:
-        raise ExportError("(file)", "a Label Studio JSON export is a list of task objects")
-    tr = Translation()
+@dataclass(frozen=True)
+class _Options:
+    """The translation options, checked against the tasks (see the module docstring)."""
+
+    output_field: str
+    pair: list[str]  # pair_fields LEFT,RIGHT (empty: one output per task)
+    pair_cands: list[str]
+    input_field: str
+    candidate: str
+    ids: str  # "id" | "position"
+    anonymous: str  # "drop" | "per-annotation"
+    predictions: str  # "drop" | "judge"
+
+
+def _options(tasks: list[Any], options: Mapping[str, Any]) -> _Options:
     output_field = options.get("output_field") or ""
     pair_fields = options.get("pair_fields") or ""
     if bool(output_field) == bool(pair_fields):
@@ -222,6 +228,22 @@ def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Transla
             "their position in this file (re-importing another export then keys them "
             "differently)",
         )
+    return _Options(output_field=output_field, pair=pair, pair_cands=pair_cands,
+                    input_field=input_field, candidate=candidate, ids=ids, anonymous=anonymous,
+                    predictions=predictions)
+
+
+def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Translation:
+    fmt = _format(filename, options)
+    if fmt == "json":
+        doc = load_json(data, what="the Label Studio export")
+        tasks = doc if isinstance(doc, list) else [doc] if isinstance(doc, Mapping) else None
+    else:
+        tasks = _csv_tasks(data, "," if fmt == "csv" else "\t", options)
+    if tasks is None:
+        raise ExportError("(file)", "a Label Studio JSON export is a list of task objects")
+    tr = Translation()
+    opts = _options(tasks, options)
     lead_times = 0
     for i, task in enumerate(tasks):
         if not isinstance(task, Mapping):
@@ -229,76 +251,104 @@ def translate(data: bytes, filename: str, options: Mapping[str, Any]) -> Transla
         # A bare task (no "data" wrapper) is its own data, as Label Studio imports it.
         data_ = task.get("data")
         dat: Mapping[str, Any] = data_ if isinstance(data_, Mapping) else task
-        key = str(task["id"]) if ids == "id" else f"task-{i + 1}"
-        label = f"task {key}" if ids == "id" else f"task #{i + 1}"
+        key = str(task["id"]) if opts.ids == "id" else f"task-{i + 1}"
+        label = f"task {key}" if opts.ids == "id" else f"task #{i + 1}"
         anns = [a for a in task.get("annotations") or [] if isinstance(a, Mapping)]
         preds = [p for p in task.get("predictions") or [] if isinstance(p, Mapping)]
-        if not anns and not (preds and predictions == "judge"):
+        if not anns and not (preds and opts.predictions == "judge"):
             tr.drop("tasks without annotations")
             if preds:
                 tr.drop("predictions (pre-labels; pass predictions=judge to import them as "
                         "judge verdicts)", len(preds))
             continue
-        fields = pair or [output_field]
+        fields = opts.pair or [opts.output_field]
         missing = [f for f in fields if f not in dat]
         if missing:
             tr.drop(f"tasks without the output field(s) {', '.join(missing)}")
             continue
-        base: dict[str, Any] = {"item_id": key}
-        if input_field:
-            if input_field not in dat:
-                raise ExportError(f"tasks[{i}].data.{input_field}", "the input field is missing")
-            base["item_input"] = text_of(dat[input_field])
-        if pair:
-            base.update({
-                "output_a": f"{key}:{pair_cands[0]}", "output_b": f"{key}:{pair_cands[1]}",
-                "candidate_a": pair_cands[0], "candidate_b": pair_cands[1],
-                "output_a_text": text_of(dat[pair[0]]), "output_b_text": text_of(dat[pair[1]]),
-                # "left" is the first field of pair_fields: A names output_a, known from them.
-                "pairwise_values": "outputs",
-            })
-        else:
-            base.update({"output_id": f"{key}:{candidate}", "candidate": candidate,
-                         "output_text": text_of(dat[output_field])})
-        raters: list[tuple[str, str, str, Mapping[str, Any], str]] = []
-        for k, ann in enumerate(anns):
-            where = f"{label}, annotation {ann.get('id', k + 1)}"
-            if ann.get("was_cancelled"):
-                tr.drop("cancelled (skipped) annotations")
-                continue
-            who = _rater(key, k, ann, anonymous)
-            if who is None:
-                tr.drop("annotations without completed_by (annotator unknown; pass "
-                        "anonymous_annotators=per-annotation to count each as its own rater)")
-                continue
-            lead_times += "lead_time" in ann
-            raters.append((who, "human", "", ann, where))
-        for k, pred in enumerate(preds):
-            if predictions != "judge":
-                tr.drop("predictions (pre-labels; pass predictions=judge to import them as "
-                        "judge verdicts)")
-                continue
-            version = str(pred.get("model_version") or "imported")
-            where = f"{label}, prediction {pred.get('id', k + 1)}"
-            raters.append(("ls-predictions", "judge", version, pred, where))
-        for who, kind, version, ann, where in raters:
-            for res in ann.get("result") or []:
-                if not isinstance(res, Mapping):
-                    continue
-                rtype = res.get("type")
-                if pair and rtype != "pairwise" and rtype in _RATING_TYPES:
-                    tr.drop(f"'{rtype}' results on a pairwise task (pair_fields given)")
-                    continue
-                if not pair and rtype == "pairwise":
-                    tr.drop("'pairwise' results on a single-output task (give pair_fields)")
-                    continue
-                value, why = _value(res)
-                if value is None:
-                    tr.drop(why)
-                    continue
-                tr.add(where, {**base, "rater_id": who, "rater_kind": kind,
-                               "judge_version": version,
-                               "criterion": str(res.get("from_name") or ""), "value": value})
+        base = _task_base(opts, i, key, dat)
+        raters = _task_raters(tr, opts, key, label, anns, preds)
+        lead_times += sum("lead_time" in ann for _, kind, _, ann, _ in raters if kind == "human")
+        _results_add(tr, opts, base, raters)
     if lead_times:
         tr.notes.append(f"{lead_times} annotation lead_time(s) (seconds spent) are not stored")
     return tr
+
+
+def _task_base(opts: _Options, i: int, key: str, dat: Mapping[str, Any]) -> dict[str, Any]:
+    """The row fields a task's ratings share: its item and its output (or pair of outputs)."""
+    base: dict[str, Any] = {"item_id": key}
+    if opts.input_field:
+        if opts.input_field not in dat:
+            raise ExportError(f"tasks[{i}].data.{opts.input_field}", "the input field is missing")
+        base["item_input"] = text_of(dat[opts.input_field])
+    if opts.pair:
+        pair, pair_cands = opts.pair, opts.pair_cands
+        base.update({
+            "output_a": f"{key}:{pair_cands[0]}", "output_b": f"{key}:{pair_cands[1]}",
+            "candidate_a": pair_cands[0], "candidate_b": pair_cands[1],
+            "output_a_text": text_of(dat[pair[0]]), "output_b_text": text_of(dat[pair[1]]),
+            # "left" is the first field of pair_fields: A names output_a, known from them.
+            "pairwise_values": "outputs",
+        })
+    else:
+        base.update({"output_id": f"{key}:{opts.candidate}", "candidate": opts.candidate,
+                     "output_text": text_of(dat[opts.output_field])})
+    return base
+
+
+_Rater = tuple[str, str, str, Mapping[str, Any], str]  # (who, kind, judge version, ann, where)
+
+
+def _task_raters(
+    tr: Translation, opts: _Options, key: str, label: str,
+    anns: list[Mapping[str, Any]], preds: list[Mapping[str, Any]],
+) -> list[_Rater]:
+    """A task's annotations (annotators) and, with predictions=judge, its predictions (a
+    judge), each with the rater it counts for; the others dropped with the reason."""
+    raters: list[_Rater] = []
+    for k, ann in enumerate(anns):
+        where = f"{label}, annotation {ann.get('id', k + 1)}"
+        if ann.get("was_cancelled"):
+            tr.drop("cancelled (skipped) annotations")
+            continue
+        who = _rater(key, k, ann, opts.anonymous)
+        if who is None:
+            tr.drop("annotations without completed_by (annotator unknown; pass "
+                    "anonymous_annotators=per-annotation to count each as its own rater)")
+            continue
+        raters.append((who, "human", "", ann, where))
+    for k, pred in enumerate(preds):
+        if opts.predictions != "judge":
+            tr.drop("predictions (pre-labels; pass predictions=judge to import them as "
+                    "judge verdicts)")
+            continue
+        version = str(pred.get("model_version") or "imported")
+        where = f"{label}, prediction {pred.get('id', k + 1)}"
+        raters.append(("ls-predictions", "judge", version, pred, where))
+    return raters
+
+
+def _results_add(
+    tr: Translation, opts: _Options, base: Mapping[str, Any], raters: list[_Rater]
+) -> None:
+    """One row per rating result of each rater; results of the wrong kind for the task, or
+    without a readable value, dropped with the reason."""
+    for who, kind, version, ann, where in raters:
+        for res in ann.get("result") or []:
+            if not isinstance(res, Mapping):
+                continue
+            rtype = res.get("type")
+            if opts.pair and rtype != "pairwise" and rtype in _RATING_TYPES:
+                tr.drop(f"'{rtype}' results on a pairwise task (pair_fields given)")
+                continue
+            if not opts.pair and rtype == "pairwise":
+                tr.drop("'pairwise' results on a single-output task (give pair_fields)")
+                continue
+            value, why = _value(res)
+            if value is None:
+                tr.drop(why)
+                continue
+            tr.add(where, {**base, "rater_id": who, "rater_kind": kind,
+                           "judge_version": version,
+                           "criterion": str(res.get("from_name") or ""), "value": value})

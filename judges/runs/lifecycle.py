@@ -86,7 +86,50 @@ def judge_run_start(
     a run relates to earlier runs of the same judge version.
     """
     version = judge_version
-    judge = version.judge
+    criteria = _run_criteria_check(study=study, judge=version.judge, criteria=criteria)
+    pairwise = [c for c in criteria if c.scale == Criterion.Scale.PAIRWISE]
+    _check_budget_args(version=version, max_cost=max_cost, max_calls=max_calls)
+    sel = selection_normalise(study=study, selection=selection)
+    samples = _samples_for(version)
+    now = timezone.now()
+
+    with transaction.atomic():
+        comparisons_created = comparisons_ensure(study=study, selection=sel) if pairwise else 0
+        output_ids = selection_outputs(
+            study=study, selection=sel, errored=version.judge.kind == Judge.Kind.PROGRAMMATIC,
+        ) if len(pairwise) < len(criteria) else []
+        comparison_ids = selection_comparisons(study=study, selection=sel) if pairwise else []
+        run = JudgeRun.objects.create(
+            study=study, judge_version=version, selection=sel, max_cost=max_cost,
+            max_calls=max_calls, created_by=created_by, status=JudgeRun.Status.RUNNING,
+            started_at=now, last_activity_at=now,
+        )
+        run.criteria.set(criteria)
+        wanted = _jobs_wanted(criteria, output_ids, comparison_ids, samples)
+        _jobs_insert(run=run, version=version, wanted=sorted(wanted))
+        stats = _classify_jobs(run=run, wanted=wanted, criteria=criteria)
+        stats["subjects"] = len(output_ids) + len(comparison_ids)
+        stats["comparisons_created"] = comparisons_created
+        run.creation_stats = stats
+        queued = JudgeJob.objects.filter(run=run, status=JudgeJob.Status.QUEUED).count()
+        if queued == 0:
+            run.status = JudgeRun.Status.DONE
+            run.finished_at = now
+            run.stop_reason = "nothing to do: every selected job already finished or belongs "
+            run.stop_reason += "to another active run"
+        run.save(update_fields=["creation_stats", "status", "finished_at", "stop_reason"])
+        if queued:
+            _on_commit_enqueue(run.pk, queued, enqueue)
+    logger.info("judge run %s started: %s", run.pk, stats)
+    return run
+
+
+
+def _run_criteria_check(
+    *, study: Study, judge: Judge, criteria: Sequence[Criterion]
+) -> list[Criterion]:
+    """The criteria of a run, distinct in their order, after checking that the judge can run
+    (not imported) and that they are this study's and not pairwise for a programmatic check."""
     if judge.study_id != study.pk:
         raise ValidationFailed.at("judge_version", "the judge version belongs to another study")
     if judge.kind == Judge.Kind.IMPORTED:
@@ -108,50 +151,27 @@ def judge_run_start(
         for c in pairwise:
             problems.add("criteria", f"criterion '{c.key}' is pairwise")
         raise problems.error(message="programmatic checks judge single outputs, not pairs")
-    _check_budget_args(version=version, max_cost=max_cost, max_calls=max_calls)
-    sel = selection_normalise(study=study, selection=selection)
-    samples = _samples_for(version)
-    now = timezone.now()
+    return criteria
 
-    with transaction.atomic():
-        comparisons_created = comparisons_ensure(study=study, selection=sel) if pairwise else 0
-        output_ids = selection_outputs(
-            study=study, selection=sel, errored=judge.kind == Judge.Kind.PROGRAMMATIC,
-        ) if len(pairwise) < len(criteria) else []
-        comparison_ids = selection_comparisons(study=study, selection=sel) if pairwise else []
-        run = JudgeRun.objects.create(
-            study=study, judge_version=version, selection=sel, max_cost=max_cost,
-            max_calls=max_calls, created_by=created_by, status=JudgeRun.Status.RUNNING,
-            started_at=now, last_activity_at=now,
-        )
-        run.criteria.set(criteria)
-        wanted: set[tuple[int, str, int, int, str]] = set()
-        for crit in criteria:
-            if crit.scale == Criterion.Scale.PAIRWISE:
-                for cid in comparison_ids:
-                    for s in range(samples):
-                        for order in ("ab", "ba"):
-                            wanted.add((crit.pk, "c", cid, s, order))
-            else:
-                for oid in output_ids:
-                    for s in range(samples):
-                        wanted.add((crit.pk, "o", oid, s, ""))
-        _jobs_insert(run=run, version=version, wanted=sorted(wanted))
-        stats = _classify_jobs(run=run, wanted=wanted, criteria=criteria)
-        stats["subjects"] = len(output_ids) + len(comparison_ids)
-        stats["comparisons_created"] = comparisons_created
-        run.creation_stats = stats
-        queued = JudgeJob.objects.filter(run=run, status=JudgeJob.Status.QUEUED).count()
-        if queued == 0:
-            run.status = JudgeRun.Status.DONE
-            run.finished_at = now
-            run.stop_reason = "nothing to do: every selected job already finished or belongs "
-            run.stop_reason += "to another active run"
-        run.save(update_fields=["creation_stats", "status", "finished_at", "stop_reason"])
-        if queued:
-            _on_commit_enqueue(run.pk, queued, enqueue)
-    logger.info("judge run %s started: %s", run.pk, stats)
-    return run
+
+def _jobs_wanted(
+    criteria: Sequence[Criterion], output_ids: Sequence[int], comparison_ids: Sequence[int],
+    samples: int,
+) -> set[tuple[int, str, int, int, str]]:
+    """(criterion, "o"/"c", subject, sample, order) of every job the run asks for: both
+    presentation orders of each comparison for a pairwise criterion, each output otherwise."""
+    wanted: set[tuple[int, str, int, int, str]] = set()
+    for crit in criteria:
+        if crit.scale == Criterion.Scale.PAIRWISE:
+            for cid in comparison_ids:
+                for s in range(samples):
+                    for order in ("ab", "ba"):
+                        wanted.add((crit.pk, "c", cid, s, order))
+        else:
+            for oid in output_ids:
+                for s in range(samples):
+                    wanted.add((crit.pk, "o", oid, s, ""))
+    return wanted
 
 
 # Jobs a run creates are inserted this many per statement on PostgreSQL.

@@ -1,4 +1,4 @@
-"""The evidence read model (calibration/frames.py): every column against a hand-built study.
+"""The evidence read model (calibration/frames/): every column against a hand-built study.
 
 The study holds a judge verdict with a probability, a pairwise verdict with both presentation
 orders, an annotation graded from a sampling plan's queue entry with a known inclusion
@@ -199,7 +199,7 @@ def _check_columns(f: dict[str, Any], data: frames.RatingData) -> None:
 
 
 def _tuples_frame(qs: Any, names: Any, text: Any = ()) -> pd.DataFrame:
-    return frames._frame(list(qs), names)
+    return frames.rows_frame(list(qs), names)
 
 
 @pytest.mark.django_db
@@ -226,7 +226,7 @@ def test_copy_path_equals_the_tuple_path(
     f = _build()
     with django_assert_max_num_queries(LOAD_MAX_QUERIES):
         fast = rating_data_load(study=f["study"])
-    monkeypatch.setattr(frames, "values_frame", _tuples_frame)
+    monkeypatch.setattr(frames.reader, "values_frame", _tuples_frame)
     plain = rating_data_load(study=f["study"])
     _check_columns(f, plain)
     for name in ("ratings", "subjects", "items", "orders"):
@@ -382,7 +382,7 @@ def test_copy_path_equals_the_tuple_path_for_agreement_columns(
     f = _build()
     with django_assert_max_num_queries(LOAD_MAX_QUERIES_AGREEMENT):
         fast = rating_data_load(study=f["study"], columns="agreement")
-    monkeypatch.setattr(frames, "values_frame", _tuples_frame)
+    monkeypatch.setattr(frames.reader, "values_frame", _tuples_frame)
     plain = rating_data_load(study=f["study"], columns="agreement")
     assert len(plain.ratings) == 5
     for name in ("ratings", "subjects", "items", "orders"):

@@ -133,7 +133,7 @@ def test_fingerprint_equals_its_row_by_row_definition() -> None:
 
 
 def _tuples_frame(qs: Any, names: Any, text: Any = ()) -> pd.DataFrame:
-    return frames._frame(list(qs), names)
+    return frames.rows_frame(list(qs), names)
 
 
 @pytest.mark.django_db
@@ -200,7 +200,7 @@ def test_copy_loader_equals_the_tuple_loader(monkeypatch: pytest.MonkeyPatch) ->
                 annotator=user, criterion=score, output=out, value=str(v), value_num=v
             )
     fast = rating_data_load(study=study)
-    monkeypatch.setattr(frames, "values_frame", _tuples_frame)
+    monkeypatch.setattr(frames.reader, "values_frame", _tuples_frame)
     plain = rating_data_load(study=study)
     assert len(fast.ratings) == 30 * 2 + 20 * 4
     assert set(fast.ratings["num"][fast.ratings["criterion"] == tone.pk]) == set(range(len(labels)))
