@@ -109,90 +109,37 @@ def _flips(inputs: DecisionInputs) -> str:
 
 
 def decide(inputs: DecisionInputs) -> DecisionOut:
-    """The state of the decision table (module docstring) and its wording."""
-    pct = f"{inputs.level * 100:g} %"
+    """The state of the decision table (module docstring) and its wording: the first state
+    whose condition holds, in the table's order."""
     flips = _flips(inputs)
     cands = inputs.contenders
     short = [c for c in cands if c.labels_short > 0]
     if not cands or short:
-        missing = sum(c.labels_short for c in short) if short else MIN_LABELS
-        who = ", ".join(f"{c.name} has {c.n_labels}" for c in short) or "no candidate has any"
-        text = (f"Not enough evidence: about {missing} more human "
-                f"label{'s' if missing != 1 else ''} "
-                f"on {inputs.metric} are needed before the report can decide ({who}; each "
-                f"candidate needs at least {MIN_LABELS}, and {MIN_LABELS_PER_STRATUM} in every "
-                f"stratum of the mix).{flips}")
-        return DecisionOut("not_enough_evidence", "Not enough evidence", text, None, None,
-                           missing, None)
-
+        return _not_enough_evidence(inputs, short, flips)
     passing = [c for c in cands if not c.gate_failures]
     if not passing:
         why = "; ".join(f"{c.name} fails {', '.join(c.gate_failures)}" for c in cands)
         text = f"No candidate passes the gates ({why}).{flips}"
         return DecisionOut("no_candidate_passes_gates", "No candidate passes the gates", text,
                            None, None, None, None)
-
     meeting = [c for c in passing if not any(t.status == "fail" for t in c.thresholds)]
     gated_out = [c for c in cands if c.gate_failures]
     gate_note = "".join(f" {c.name} fails the gate{'s' if len(c.gate_failures) > 1 else ''} "
                         f"{', '.join(c.gate_failures)}." for c in gated_out)
     if not meeting:
-        failed: list[str] = []
-        for c in passing:
-            for t in c.thresholds:
-                if t.status == "fail" and t.text not in failed:
-                    failed.append(t.text)
-        which = " and ".join(failed)
-        detail = "; ".join(
-            f"{c.name} fails {', '.join(t.text for t in c.thresholds if t.status == 'fail')}"
-            for c in passing)
-        text = f"No candidate meets {which} ({detail}).{gate_note}{flips}"
-        return DecisionOut("no_candidate_meets_threshold", f"No candidate meets {which}", text,
-                           None, None, None, which)
-
-    leader = meeting[0]
-    others = meeting[1:]
-    out_note = gate_note + "".join(
+        return _no_candidate_meets(passing, gate_note + flips)
+    leader, others = meeting[0], meeting[1:]
+    tail = gate_note + "".join(
         f" {c.name} fails the threshold "
         f"{', '.join(t.text for t in c.thresholds if t.status == 'fail')}."
-        for c in passing if c not in meeting)
-
-    def clears(rival: Contender) -> bool:
-        d = inputs.differences.get(rival.name)
-        if d is None or d.ci_low is None or d.ci_high is None:
-            return False
-        return min(d.ci_low, d.ci_high) > inputs.margin
-
-    blocking = [o for o in others if not clears(o)]
+        for c in passing if c not in meeting) + flips
+    blocking = [o for o in others if not _clears_margin(inputs, o)]
     if blocking:
-        rival = blocking[0]
-        d = inputs.differences.get(rival.name)
-        diff = f" by {d.text}" if d is not None else " (no paired difference)"
-        text = (f"Too close to call: {leader.name} leads {rival.name} on {inputs.metric}"
-                f"{diff}, which does not clear the margin of {inputs.margin_text} at the "
-                f"planned {pct}.{out_note}{flips}")
-        return DecisionOut("too_close", "Too close to call", text, leader.name, rival.name,
-                           None, None)
-
-    unproven = [t for t in leader.thresholds if t.status == "uncertain"]
+        return _too_close(inputs, leader, blocking[0], tail)
     runner = others[0].name if others else None
+    unproven = [t for t in leader.thresholds if t.status == "uncertain"]
     if unproven:
-        which = " and ".join(t.text for t in unproven)
-        counts = [t.labels_to_settle for t in unproven]
-        if all(n is not None for n in counts):
-            need: int | None = max(n for n in counts if n is not None)
-            settle = (f"about {need} more human label{'s' if need != 1 else ''} on "
-                      f"{leader.name} would settle it if the estimate held")
-        else:
-            need = None
-            settle = ("its estimate sits on the threshold: more labels may not settle it")
-        lead = (f" over {runner}" if runner else
-                " (the only candidate passing the gates and not failing a threshold)")
-        text = (f"{leader.name} leads{lead}, but has not shown it meets {which}: its "
-                f"{pct} interval straddles the threshold; {settle}.{out_note}{flips}")
-        return DecisionOut("leads_unproven", f"{leader.name} leads, but has not shown it "
-                           f"meets {which}", text, leader.name, runner, need, which)
-
+        return _leads_unproven(inputs, leader, runner, unproven, tail)
     if runner is not None:
         d = inputs.differences[runner]
         why = (f"passes every gate, meets every threshold and leads {runner} on "
@@ -200,8 +147,77 @@ def decide(inputs: DecisionInputs) -> DecisionOut:
     else:
         why = ("passes every gate and meets every threshold; it is the only candidate that "
                "does")
-    text = f"Ship {leader.name}: it {why} ({inputs.basis}).{out_note}{flips}"
+    text = f"Ship {leader.name}: it {why} ({inputs.basis}).{tail}"
     return DecisionOut("ship", f"Ship {leader.name}", text, leader.name, runner, None, None)
+
+
+def _not_enough_evidence(inputs: DecisionInputs, short: list[Contender],
+                         flips: str) -> DecisionOut:
+    """No candidate, or one short of the labels the plan needs: how many more."""
+    missing = sum(c.labels_short for c in short) if short else MIN_LABELS
+    who = ", ".join(f"{c.name} has {c.n_labels}" for c in short) or "no candidate has any"
+    text = (f"Not enough evidence: about {missing} more human "
+            f"label{'s' if missing != 1 else ''} "
+            f"on {inputs.metric} are needed before the report can decide ({who}; each "
+            f"candidate needs at least {MIN_LABELS}, and {MIN_LABELS_PER_STRATUM} in every "
+            f"stratum of the mix).{flips}")
+    return DecisionOut("not_enough_evidence", "Not enough evidence", text, None, None,
+                       missing, None)
+
+
+def _no_candidate_meets(passing: list[Contender], tail: str) -> DecisionOut:
+    """Every candidate past the gates fails a threshold: which thresholds, by whom."""
+    failed: list[str] = []
+    for c in passing:
+        for t in c.thresholds:
+            if t.status == "fail" and t.text not in failed:
+                failed.append(t.text)
+    which = " and ".join(failed)
+    detail = "; ".join(
+        f"{c.name} fails {', '.join(t.text for t in c.thresholds if t.status == 'fail')}"
+        for c in passing)
+    text = f"No candidate meets {which} ({detail}).{tail}"
+    return DecisionOut("no_candidate_meets_threshold", f"No candidate meets {which}", text,
+                       None, None, None, which)
+
+
+def _clears_margin(inputs: DecisionInputs, rival: Contender) -> bool:
+    """Whether the leader's paired difference over `rival` clears the margin at the level."""
+    d = inputs.differences.get(rival.name)
+    if d is None or d.ci_low is None or d.ci_high is None:
+        return False
+    return min(d.ci_low, d.ci_high) > inputs.margin
+
+
+def _too_close(inputs: DecisionInputs, leader: Contender, rival: Contender,
+               tail: str) -> DecisionOut:
+    d = inputs.differences.get(rival.name)
+    diff = f" by {d.text}" if d is not None else " (no paired difference)"
+    text = (f"Too close to call: {leader.name} leads {rival.name} on {inputs.metric}"
+            f"{diff}, which does not clear the margin of {inputs.margin_text} at the "
+            f"planned {inputs.level * 100:g} %.{tail}")
+    return DecisionOut("too_close", "Too close to call", text, leader.name, rival.name,
+                       None, None)
+
+
+def _leads_unproven(inputs: DecisionInputs, leader: Contender, runner: str | None,
+                    unproven: list[Threshold], tail: str) -> DecisionOut:
+    """The leader's interval straddles a threshold: how many labels would settle it."""
+    which = " and ".join(t.text for t in unproven)
+    counts = [t.labels_to_settle for t in unproven]
+    if all(n is not None for n in counts):
+        need: int | None = max(n for n in counts if n is not None)
+        settle = (f"about {need} more human label{'s' if need != 1 else ''} on "
+                  f"{leader.name} would settle it if the estimate held")
+    else:
+        need = None
+        settle = ("its estimate sits on the threshold: more labels may not settle it")
+    lead = (f" over {runner}" if runner else
+            " (the only candidate passing the gates and not failing a threshold)")
+    text = (f"{leader.name} leads{lead}, but has not shown it meets {which}: its "
+            f"{inputs.level * 100:g} % interval straddles the threshold; {settle}.{tail}")
+    return DecisionOut("leads_unproven", f"{leader.name} leads, but has not shown it "
+                       f"meets {which}", text, leader.name, runner, need, which)
 
 
 def labels_to_settle(value: float, se: float | None, n: int, threshold: float,
