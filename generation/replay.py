@@ -5,8 +5,10 @@ The recorded request is an OpenAI chat-completions body as the application logge
 parameters). For an OpenAI-compatible candidate it is sent as recorded with only `model`
 replaced (and `stream` off: the run reads whole answers). For an Anthropic candidate it is
 translated to the messages API: system messages become `system`, the other messages keep
-their role and text; what has no faithful translation (tools, images, other roles) makes
-that output fail with the reason, never the run.
+their role and text, tool definitions, calls, results and `tool_choice` take Anthropic's
+shapes (generation/replay_tools.py); what has no faithful translation (images, a response
+format, arguments that are not JSON, a result answering no call) makes that output fail with
+the reason, never the run.
 """
 
 from __future__ import annotations
@@ -14,23 +16,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .replay_tools import (
+    NotReplayable,
+    messages_to_anthropic,
+    tool_choice_to_anthropic,
+    tools_to_anthropic,
+)
+
+__all__ = ["NotReplayable", "prompt_chars", "recorded_found", "recorded_of", "replay_body"]
+
 RECORDED_KEY = "recorded_request"
 DEFAULT_ANTHROPIC_MAX_TOKENS = 1024
-
-
-class NotReplayable(ValueError):
-    """The recorded request is not a valid chat request for the candidate's provider."""
-
-
-def _text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(
-            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
-            for p in content):
-        return "".join(str(p["text"]) for p in content)
-    raise NotReplayable(f"{where}: content is not text (only text parts can be replayed to "
-                        "this provider)")
 
 
 def recorded_found(metadata: Any, recorded_request: Any = None) -> Mapping[str, Any] | None:
@@ -69,22 +65,14 @@ def replay_body(recorded: Mapping[str, Any], *, provider: str, model: str,
         return sent
     if provider != "anthropic":
         raise NotReplayable(f"unknown provider {provider!r}")
-    unsupported = sorted(set(recorded) & {"tools", "functions", "tool_choice", "n",
+    unsupported = sorted(set(recorded) & {"functions", "function_call", "n",
                                           "response_format", "logprobs"})
     if unsupported:
         raise NotReplayable(f"the recorded request uses {', '.join(unsupported)}, which has "
                             "no faithful Anthropic messages form here")
-    system: list[str] = []
-    messages: list[dict[str, str]] = []
-    for i, m in enumerate(recorded["messages"]):
-        role = m["role"]
-        text = _text(m.get("content"), f"messages[{i}]")
-        if role in ("system", "developer"):
-            system.append(text)
-        elif role in ("user", "assistant"):
-            messages.append({"role": role, "content": text})
-        else:
-            raise NotReplayable(f"messages[{i}]: role {role!r} cannot be replayed to Anthropic")
+    tools = tools_to_anthropic(recorded["tools"]) if "tools" in recorded else []
+    tool_choice = tool_choice_to_anthropic(recorded, [str(t["name"]) for t in tools])
+    system, messages = messages_to_anthropic(recorded["messages"])
     if not messages:
         raise NotReplayable("the recorded request has no user message")
     body: dict[str, Any] = {"model": model, "messages": messages,
@@ -93,6 +81,10 @@ def replay_body(recorded: Mapping[str, Any], *, provider: str, model: str,
                                               or max_tokens or DEFAULT_ANTHROPIC_MAX_TOKENS)}
     if system:
         body["system"] = "\n\n".join(system)
+    if tools:
+        body["tools"] = tools
+    if tool_choice is not None:
+        body["tool_choice"] = tool_choice
     for key in ("temperature", "top_p", "stop"):
         if recorded.get(key) is not None:
             body["stop_sequences" if key == "stop" else key] = (

@@ -45,6 +45,7 @@ from .serializers import (
     ApiTokenSerializer,
     CandidateSerializer,
     ErrorSerializer,
+    ItemDetailSerializer,
     ItemSerializer,
     MembershipRoleSerializer,
     MembershipSerializer,
@@ -367,15 +368,15 @@ class ItemList(generics.ListAPIView):
 
 
 class ItemDetail(generics.GenericAPIView):
-    serializer_class = ItemSerializer
+    serializer_class = ItemDetailSerializer
 
-    @extend_schema(summary="One item", responses={200: ItemSerializer, **ERRORS})
+    @extend_schema(summary="One item", responses={200: ItemDetailSerializer, **ERRORS})
     def get(self, request: Request, slug: str, item_id: int) -> Response:
         study = api_study(request, slug, judge_data=True).study
         item = Item.objects.filter(study=study, pk=item_id).first()
         if item is None:
             raise NotFound(f"Item {item_id} not found.")
-        return Response(ItemSerializer(item).data)
+        return Response(ItemDetailSerializer(item).data)
 
 
 class CandidateList(generics.ListAPIView):

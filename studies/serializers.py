@@ -220,6 +220,19 @@ class ItemSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class ItemDetailSerializer(ItemSerializer):
+    """One item, with the recorded production request it was ingested with, so a client can
+    check what a replay will send; lists leave it out (it can be many times the input)."""
+
+    recorded_request = serializers.JSONField(
+        read_only=True, allow_null=True,
+        help_text="The recorded chat request as ingested (docs/generation.md §7), or null.")
+
+    class Meta(ItemSerializer.Meta):
+        fields = [*ItemSerializer.Meta.fields, "recorded_request"]
+        read_only_fields = fields
+
+
 class CandidateSerializer(serializers.ModelSerializer):
     class Meta:
         model = Candidate

@@ -275,12 +275,12 @@ def test_replay_sends_the_recorded_request_with_only_the_model_swapped(study: An
     jobs = {j.config_id: j for j in GenerationJob.objects.filter(run=run, item=data.items[0])}
     assert jobs[openai_cfg.pk].status == "done"
     assert jobs[openai_cfg.pk].request_hash == hashlib.sha256(sent[0].body).hexdigest()
-    # Anthropic has no faithful form of the recorded tools: that output fails with the reason,
-    # nothing is sent, and the run is not failed for it.
-    assert anthropic_sent == []
-    failed = jobs[anthropic_cfg.pk]
-    assert (failed.status, failed.error_kind) == ("failed", "config")
-    assert "recorded request not replayable" in failed.error and "tools" in failed.error
+    # Anthropic gets the messages-API form, the tool included (tests/generation/test_replay.py
+    # covers each shape and each refusal).
+    assert len(anthropic_sent) == 2
+    assert anthropic_sent[0].json["tools"] == [
+        {"name": "lookup", "input_schema": {"type": "object", "properties": {}}}]
+    assert jobs[anthropic_cfg.pk].status == "done"
     run.refresh_from_db()
     assert run.status == "done"
 
