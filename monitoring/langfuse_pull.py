@@ -209,13 +209,16 @@ def _keys(source: LangfuseSource) -> tuple[str, str]:
     return public, secret
 
 
-def _get_json(client: httpx.Client, url: str, params: Mapping[str, Any] | None = None) -> Any:
+def _get_json(client: httpx.Client, url: str, params: Mapping[str, Any] | None = None, *,
+              missing_ok: bool = False) -> Any:
     try:
         resp = client.get(url, params=params)
     except httpx.TimeoutException:
         raise PullFailed(f"timed out after {_timeout():g} s: GET {url}") from None
     except httpx.HTTPError as exc:
         raise PullFailed(f"could not reach {url}: {type(exc).__name__}") from None
+    if resp.status_code == 404 and missing_ok:
+        return None
     if resp.status_code != 200:
         # The host is on the operator's allow-list, so the start of its answer may be shown.
         raise PullFailed(f"HTTP {resp.status_code} from GET {url}: {resp.text[:300]}")
@@ -250,12 +253,16 @@ def _trace_matches(client: httpx.Client, source: LangfuseSource, trace_id: str,
     """Whether the observation's trace has the filters' trace name and all their tags (the
     observations endpoint does not filter by either: each trace is read once per pull)."""
     if trace_id not in cache:
-        trace = _get_json(client, source.host + TRACE_PATH + quote(trace_id, safe=""))
-        trace = trace if isinstance(trace, Mapping) else {}
+        # A trace Langfuse no longer has (404) matches nothing; any other failure is the pull's.
+        found = _get_json(client, source.host + TRACE_PATH + quote(trace_id, safe=""),
+                          missing_ok=True)
+        trace: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         name_ok = not source.filters.get("trace_name") or (
             trace.get("name") == source.filters["trace_name"])
-        tags = trace.get("tags") if isinstance(trace.get("tags"), list) else []
-        cache[trace_id] = name_ok and all(t in tags for t in source.filters.get("tags", []))
+        raw_tags = trace.get("tags")
+        tags: list[Any] = raw_tags if isinstance(raw_tags, list) else []
+        cache[trace_id] = bool(trace) and name_ok and all(
+            t in tags for t in source.filters.get("tags", []))
     return cache[trace_id]
 
 
