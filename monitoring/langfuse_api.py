@@ -15,7 +15,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from reviewhub.errors import Conflict
 from studies.access import Capability
 
 from . import langfuse_pull, selectors
@@ -32,15 +31,6 @@ def _deployment(request: Request, deployment_id: int, *, write: bool) -> Any:
     deployment, _ = selectors.deployment_access_get(
         user=request.user, token=request.auth, deployment_id=deployment_id, need=need)
     return deployment
-
-
-def _source(deployment: Any) -> LangfuseSource:
-    source = LangfuseSource.objects.filter(deployment=deployment).first()
-    if source is None:
-        raise Conflict(f"Deployment {deployment.pk} has no Langfuse source; create it with "
-                       f"POST /api/deployments/{deployment.pk}/langfuse.")
-    source.deployment = deployment
-    return source
 
 
 class LangfuseSourceSerializer(serializers.Serializer):
@@ -82,7 +72,7 @@ class LangfuseSourceDetail(APIView):
                    responses={200: OpenApiTypes.OBJECT, **SOURCE_ERRORS})
     def patch(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
-        source = langfuse_pull.source_update(source=_source(deployment), raw=request.data)
+        source = langfuse_pull.source_update(deployment=deployment, raw=request.data)
         return Response({"source": langfuse_pull.source_json(source)})
 
     @extend_schema(operation_id="deployment_langfuse_delete", tags=TAGS,
@@ -102,6 +92,6 @@ class LangfusePull(APIView):
                    request=None, responses={200: OpenApiTypes.OBJECT, **SOURCE_ERRORS})
     def post(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
-        source = _source(deployment)
+        source = langfuse_pull.source_get(deployment=deployment)
         report = langfuse_pull.source_pull(source=source)
         return Response({"pull": report, "source": langfuse_pull.source_json(source)})

@@ -155,10 +155,12 @@ def source_create(*, deployment: Deployment, raw: Any) -> LangfuseSource:
         cursor_from=v.get("start_from") or timezone.now())
 
 
-def source_update(*, source: LangfuseSource, raw: Any) -> LangfuseSource:
+def source_update(*, deployment: Deployment, raw: Any) -> LangfuseSource:
     """Change the host, keys, filters or the cursor (`start_from`); a pull under way starts
-    over from the cursor (its rows already in are found again and left unchanged)."""
+    over from the cursor (its rows already in are found again and left unchanged). The body is
+    checked first (400), then the source looked up (409 when there is none)."""
     v = source_settings_validate(raw, partial=True)
+    source = source_get(deployment=deployment)
     for field in ("host", "public_key_env", "secret_key_env", "filters"):
         if field in v:
             setattr(source, field, v[field])
@@ -166,6 +168,16 @@ def source_update(*, source: LangfuseSource, raw: Any) -> LangfuseSource:
         source.cursor_from = v["start_from"]
     source.pull_to, source.next_page = None, 1
     source.save()
+    return source
+
+
+def source_get(*, deployment: Deployment) -> LangfuseSource:
+    """The deployment's source, or 409 (a deployment without one is not an error of access)."""
+    source = LangfuseSource.objects.filter(deployment=deployment).first()
+    if source is None:
+        raise Conflict(f"Deployment {deployment.pk} has no Langfuse source; create it with "
+                       f"POST /api/deployments/{deployment.pk}/langfuse.")
+    source.deployment = deployment
     return source
 
 

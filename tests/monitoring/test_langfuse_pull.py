@@ -182,7 +182,8 @@ def test_pull_maps_pages_once_and_moves_the_cursor(deployment: Deployment,
     assert source.last_success_at == NOW and source.last_error == ""
 
     # Pulled again from the start: every row is found and left as it was.
-    langfuse_pull.source_update(source=source, raw={"start_from": _iso(T0)})
+    langfuse_pull.source_update(deployment=deployment, raw={"start_from": _iso(T0)})
+    source.refresh_from_db()
     again = langfuse_pull.source_pull(source=source, now=NOW + dt.timedelta(minutes=5))
     assert again["created"] == 0 and again["done"]
     assert TrafficRow.objects.filter(deployment=deployment).count() == 5
