@@ -33,9 +33,15 @@ def deployment_tick(*, deployment_id: int) -> dict[str, Any]:
     deployment = Deployment.objects.select_related("plan").get(pk=deployment_id)
     now = timezone.now()
     # New traffic from the deployment's Langfuse source first, so this tick samples and
-    # windows it; a failed pull is recorded on the source (and retried next tick), never
-    # raised past here.
-    pulled = langfuse_pull.deployment_pull(deployment=deployment)
+    # windows it. A failed fetch is recorded on the source and retried next tick; anything
+    # else (a bug, the deployment paused mid-pull) is logged and must not stop the windows.
+    try:
+        pulled = langfuse_pull.deployment_pull(deployment=deployment)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as exc:
+        logger.exception("Langfuse pull failed for deployment %s", deployment_id)
+        pulled = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     # Judge work and the human queue first, so the windows read the labels collected now. A
     # dispatch that fails (a row the live study's import refuses, a judge config gone bad) is
     # logged and retried next tick; it must not stop the windows and alerts.
