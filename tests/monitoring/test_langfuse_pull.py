@@ -323,3 +323,33 @@ def test_against_a_real_langfuse(deployment: Deployment, settings: Any) -> None:
     # The second pull reads the overlap again: what it finds there is left unchanged.
     assert "error" not in again and again["done"], again
     assert TrafficRow.objects.count() == report["created"] + again["created"]
+
+
+def test_a_row_the_traffic_validation_refuses_is_skipped_not_a_stuck_pull(
+        deployment: Deployment, langfuse: FakeLangfuse, settings: Any) -> None:
+    settings.REVIEWHUB_MAX_FIELD_CHARS = 200
+    langfuse.observations = [_generation(i) for i in range(3)]
+    langfuse.observations[1]["output"] = "x" * 201
+    source = _source(deployment, langfuse)
+    report = langfuse_pull.source_pull(source=source, now=NOW)
+    assert report == {"pages": 2, "created": 2, "skipped": 1, "done": True}
+    assert sorted(TrafficRow.objects.values_list("request_id", flat=True)) == ["obs-0", "obs-2"]
+
+
+def test_the_pull_reads_a_generation_as_the_file_importer_does(deployment: Deployment) -> None:
+    from imports.peers.langfuse import translate
+
+    obs = _generation(4)
+    score = {"id": "s1", "traceId": "trace-4", "name": "ok", "source": "EVAL", "value": 1}
+    tr = translate(json.dumps({"trace": {"id": "trace-4", "input": obs["input"],
+                                         "scores": [score]},
+                               "observations": [obs]}).encode(), "t.json", {})
+    row = langfuse_pull.observation_row(obs)
+    assert row is not None and len(tr.rows) == 1
+    imported = tr.rows[0][1]
+    assert row["output"] == imported["output_text"]
+    assert row["input"] == imported["item_input"]  # the trace input is the generation's here
+    assert row["request"] == imported["item_recorded_request"]
+    assert tr.measurements[("trace-4", "gpt-4o-mini")] == {
+        k: row[k] for k in ("latency_ms", "tokens_in", "tokens_out", "cost")}
+    assert row["output"] == '{"content": "answer 4", "role": "assistant"}'
