@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import api
+from . import api, langfuse_api
 
 urlpatterns = [
     path("studies/<slug:slug>/deployments", api.DeploymentList.as_view(),
@@ -23,4 +23,8 @@ urlpatterns = [
          api.AlertResolve.as_view(), name="monitoring-api-alert-resolve"),
     path("deployments/<int:deployment_id>/reopen", api.ReopenCreate.as_view(),
          name="monitoring-api-reopen"),
+    path("deployments/<int:deployment_id>/langfuse", langfuse_api.LangfuseSourceDetail.as_view(),
+         name="monitoring-api-langfuse"),
+    path("deployments/<int:deployment_id>/langfuse/pull", langfuse_api.LangfusePull.as_view(),
+         name="monitoring-api-langfuse-pull"),
 ]

@@ -1,14 +1,16 @@
 """Celery adapters for monitoring: ids in, service calls, the retry policy.
 
 `monitoring.tick` runs from celery beat (`CELERY_BEAT_SCHEDULE["monitoring-tick"]`): for every
-active deployment it dispatches the sampled rows (judge runs, the calibrated policy's decisions,
-the human queue; `monitoring.dispatch`), recomputes the windows that can still change
-(the current and previous hour and day), evaluates the alerts, and sends the notifications
-that are due. Every step is idempotent (a row is dispatched once; one window per deployment,
-granularity and start, left untouched when its input did not change; one unresolved alert per
-stream), so a tick that runs twice, or a worker
-killed mid-tick whose message is redelivered (`acks_late`), leaves the same state: the rows
-are in the database, and the next tick computes what the killed one did not.
+active deployment it pulls new traffic from its Langfuse source if it has one
+(`monitoring.langfuse_pull`: the cursor moves only after a page is committed, rows are
+idempotent on the observation id), dispatches the sampled rows (judge runs, the calibrated
+policy's decisions, the human queue; `monitoring.dispatch`), recomputes the windows that can
+still change (the current and previous hour and day), evaluates the alerts, and sends the
+notifications that are due. Every step is idempotent (a row is dispatched once; one window per
+deployment, granularity and start, left untouched when its input did not change; one unresolved
+alert per stream), so a tick that runs twice, or a worker killed mid-tick whose message is
+redelivered (`acks_late`), leaves the same state: the rows are in the database, and the next
+tick computes what the killed one did not.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from celery import shared_task
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from . import alerts, dispatch, notify, services
+from . import alerts, dispatch, langfuse_pull, notify, services
 from .models import Deployment
 
 logger = logging.getLogger(__name__)
@@ -30,6 +32,16 @@ def deployment_tick(*, deployment_id: int) -> dict[str, Any]:
     """One deployment's tick: windows, alerts, notifications (outside any transaction)."""
     deployment = Deployment.objects.select_related("plan").get(pk=deployment_id)
     now = timezone.now()
+    # New traffic from the deployment's Langfuse source first, so this tick samples and
+    # windows it. A failed fetch is recorded on the source and retried next tick; anything
+    # else (a bug, the deployment paused mid-pull) is logged and must not stop the windows.
+    try:
+        pulled = langfuse_pull.deployment_pull(deployment=deployment)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as exc:
+        logger.exception("Langfuse pull failed for deployment %s", deployment_id)
+        pulled = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     # Judge work and the human queue first, so the windows read the labels collected now. A
     # dispatch that fails (a row the live study's import refuses, a judge config gone bad) is
     # logged and retried next tick; it must not stop the windows and alerts.
@@ -44,7 +56,8 @@ def deployment_tick(*, deployment_id: int) -> dict[str, Any]:
     due = alerts.alerts_evaluate(deployment=deployment, now=now)
     for alert in due:
         notify.alert_notify(alert)
-    return {"windows": len(windows), "notified": len(due), "dispatch": dispatched}
+    return {"windows": len(windows), "notified": len(due), "dispatch": dispatched,
+            "langfuse": pulled}
 
 
 @shared_task(name="monitoring.tick", acks_late=True,

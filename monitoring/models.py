@@ -233,3 +233,36 @@ class AlertEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class LangfuseSource(models.Model):
+    """A Langfuse project whose GENERATION observations are pulled as the deployment's traffic
+    (monitoring/langfuse_pull.py). The keys are named, never stored: the public and secret key
+    are read from the named environment variables when a pull runs."""
+
+    deployment = models.OneToOneField(Deployment, on_delete=models.CASCADE,
+                                      related_name="langfuse_source")
+    host = models.CharField(max_length=500)
+    public_key_env = models.CharField(max_length=100)
+    secret_key_env = models.CharField(max_length=100)
+    # {"name": observation name, "environment": Langfuse environment}: sent as the API's
+    # query parameters; {"trace_name", "tags"}: checked against each observation's trace.
+    filters = models.JSONField(default=dict, blank=True)
+    # The cursor: observations with startTime >= cursor_from are pulled. While a pull is under
+    # way `pull_to` fixes its upper bound (so pages do not shift under it) and `next_page` is
+    # the first page not yet committed.
+    cursor_from = models.DateTimeField()
+    pull_to = models.DateTimeField(null=True, blank=True)
+    next_page = models.PositiveIntegerField(default=1)
+    rows_created = models.PositiveBigIntegerField(default=0)
+    rows_skipped = models.PositiveBigIntegerField(default=0)
+    last_pull_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    failures = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"langfuse {self.host} ({self.deployment_id})"

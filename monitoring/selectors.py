@@ -15,8 +15,8 @@ from .models import Alert, Deployment, Window
 MAX_ID = 2**63 - 1
 
 
-def deployment_access_get(*, user: Any, token: Any, deployment_id: int, write: bool = False
-                          ) -> tuple[Deployment, StudyAccess]:
+def deployment_access_get(*, user: Any, token: Any, deployment_id: int, write: bool = False,
+                          need: list[Any] | None = None) -> tuple[Deployment, StudyAccess]:
     """The deployment when the caller may see (or, with `write`, change) its study's judge
     data; 404 for a deployment that does not exist or whose study the caller cannot see."""
     deployment = (Deployment.objects.select_related("study", "plan", "candidate", "live_study")
@@ -24,7 +24,7 @@ def deployment_access_get(*, user: Any, token: Any, deployment_id: int, write: b
     if deployment is None:
         raise NotFound(f"Deployment {deployment_id} not found.")
     access = study_access_get(user=user, slug=deployment.study.slug, token=token,
-                              need=judge_data_need(write=write))
+                              need=need or judge_data_need(write=write))
     return deployment, access
 
 

@@ -425,6 +425,12 @@ REVIEWHUB_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env.bool(
 REVIEWHUB_MONITORING_TICK_S = env.float("REVIEWHUB_MONITORING_TICK_S", default=300.0)
 # Rows (and labels) per POST to /api/deployments/<id>/traffic (and .../labels).
 REVIEWHUB_TRAFFIC_BATCH_MAX = env.int("REVIEWHUB_TRAFFIC_BATCH_MAX", default=5000)
+# Pulling traffic from a deployment's Langfuse source at each tick (monitoring/langfuse_pull.py):
+# observations per page, pages per tick, the window read again for late observations, timeout.
+REVIEWHUB_LANGFUSE_PAGE_LIMIT = env.int("REVIEWHUB_LANGFUSE_PAGE_LIMIT", default=100)
+REVIEWHUB_LANGFUSE_MAX_PAGES = env.int("REVIEWHUB_LANGFUSE_MAX_PAGES", default=50)
+REVIEWHUB_LANGFUSE_OVERLAP_S = env.float("REVIEWHUB_LANGFUSE_OVERLAP_S", default=900.0)
+REVIEWHUB_LANGFUSE_TIMEOUT_S = env.float("REVIEWHUB_LANGFUSE_TIMEOUT_S", default=30.0)
 CELERY_BEAT_SCHEDULE["monitoring-tick"] = {
     "task": "monitoring.tick",
     "schedule": REVIEWHUB_MONITORING_TICK_S,

@@ -278,6 +278,10 @@ MATRIX: dict[str, dict[str, Policy]] = {
     "monitoring-api-alert-acknowledge": {"POST": LEAD_WRITE},
     "monitoring-api-alert-resolve": {"POST": LEAD_WRITE},
     "monitoring-api-reopen": {"POST": LEAD_WRITE},
+    # a deployment's Langfuse source names the host and key variables: leads only
+    "monitoring-api-langfuse": {"GET": LEAD_READ, "POST": LEAD_WRITE, "PATCH": LEAD_WRITE,
+                                "DELETE": LEAD_WRITE},
+    "monitoring-api-langfuse-pull": {"POST": LEAD_WRITE},
     # pages
     "home": {"GET": PAGE_SIGNED_IN},
     "study-overview": {"GET": PAGE_MEMBER},

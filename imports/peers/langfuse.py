@@ -325,6 +325,17 @@ def recorded_request(gen: Mapping[str, Any]) -> dict[str, Any] | None:
     return body
 
 
+def generation_mapped(gen: Mapping[str, Any]) -> dict[str, Any]:
+    """One GENERATION observation as this importer reads it: its input and output as text
+    (JSON-encoded strings decoded once, anything else as compact JSON), the chat request it
+    logged (`recorded_request`, or None), and what was measured (latency_ms, tokens_in,
+    tokens_out, cost; only those present). The monitoring app's Langfuse pull maps the
+    observations it fetches through this, so a file import and a pull read a generation alike."""
+    return {"input": text_of(_decoded(gen.get("input"))),
+            "output": text_of(_decoded(gen.get("output"))),
+            "request": recorded_request(gen), **_measured(gen)}
+
+
 Scored = list[tuple[str, Mapping[str, Any]]]
 
 
