@@ -158,6 +158,8 @@ sequential: (anytime-valid: a false-alarm rate that holds however often one look
 changes:    (two-sample change tests for label-free behaviour signals)
             rank_sum_test(first, second) -> ChangeTest   # Mann-Whitney U, asymptotic
             two_proportion_test(k1, n1, k2, n2) -> ChangeTest   # pooled z
+            change_monitor(p_values, *, alpha=0.05) -> ChangeMonitor   # look k tested at
+                alpha/((k+1)(k+2)): P(any false alarm, ever) <= alpha
 
 The bootstrap functions resample *items* (all ratings of an item move together) and compute all
 B resamples at once from per-item sufficient statistics; see docs/statistics.md.
@@ -212,7 +214,13 @@ from evalstats.calibration import (
     confidence_of,
     reliability_bins,
 )
-from evalstats.changes import ChangeTest, rank_sum_test, two_proportion_test
+from evalstats.changes import (
+    ChangeMonitor,
+    ChangeTest,
+    change_monitor,
+    rank_sum_test,
+    two_proportion_test,
+)
 from evalstats.clustered import (
     alpha_clustered,
     bootstrap_clustered,
@@ -362,6 +370,7 @@ __all__ = [
     "CalibrationDiagnostics",
     "CalibrationSelection",
     "CascadeResult",
+    "ChangeMonitor",
     "ChangeTest",
     "ClassificationReport",
     "CombinedVerdicts",
@@ -420,6 +429,7 @@ __all__ = [
     "calibration_fit",
     "calibration_hierarchical",
     "calibration_select",
+    "change_monitor",
     "classical_mean",
     "classification_report",
     "cohen_kappa",
