@@ -90,10 +90,7 @@ def _live_study_create(deployment: Deployment) -> Study:
          if getattr(shipped, k) not in ("", None)}]))
     for m in study.memberships.exclude(user_id=owner.pk).select_related("user"):
         membership_set(study=live, user=m.user, role=m.role)
-    for version in deployment.judge_versions.select_related("judge"):
-        judge, _ = Judge.objects.get_or_create(study=live, name=version.judge.name,
-                                               defaults={"kind": version.judge.kind})
-        judge_version_for_config(judge=judge, config=version.config)
+    _live_versions(deployment, live)
     return live
 
 
@@ -116,10 +113,8 @@ def _live_versions(deployment: Deployment, live: Study) -> dict[int, JudgeVersio
     """The live study's judge version of each of the deployment's versions (same config)."""
     out = {}
     for version in deployment.judge_versions.select_related("judge"):
-        judge = Judge.objects.filter(study=live, name=version.judge.name).first()
-        if judge is None:
-            judge = Judge.objects.create(study=live, name=version.judge.name,
-                                         kind=version.judge.kind)
+        judge, _ = Judge.objects.get_or_create(study=live, name=version.judge.name,
+                                               defaults={"kind": version.judge.kind})
         out[version.pk] = judge_version_for_config(judge=judge, config=version.config)
     return out
 
