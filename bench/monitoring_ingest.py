@@ -1,22 +1,41 @@
 #!/usr/bin/env python
-"""Benchmark (not a test): live traffic through the API, and window recomputation (issue 28
-§6; figures in docs/benchmarks.md, "Monitoring").
+"""Benchmark (not a test): live traffic through the API with judge dispatch to a SIMULATED
+local provider, and window recomputation (issue 28 §6; figures in docs/benchmarks.md,
+"Monitoring").
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/rh_x \
+    CELERY_BROKER_URL=redis://127.0.0.1:6379/8 REDIS_URL=redis://127.0.0.1:6379/9 \
         .venv/bin/python bench/monitoring_ingest.py --rate 500 --seconds 600 \
         --window-days 30 --window-rows 100000
+
+(a short check of the setup: `--seconds 60 --window-days 0`; the Redis db of
+CELERY_BROKER_URL is FLUSHED at the start, so give the benchmark its own db number.)
 
 Creates a throwaway database next to DATABASE_URL's (dropped at the end), a study with a
 locked plan and a deployment (judge rate 0.1, human rate 0.01), and measures:
 
-1. Ingest: gunicorn (`--workers`, default 2) serving the real API; an open-loop client sends
-   batches of `--batch` rows to `POST /api/deployments/<id>/traffic` on a fixed schedule
-   (`--rate` rows/s for `--seconds`) from `--senders` threads. Reported: rows/s achieved,
-   request latency p50/p95/p99, the largest lateness of a batch against its schedule (the
-   backlog: it grows without bound when the server cannot keep up), and the server workers'
-   RSS sampled every 10 s (flat memory). Strata assignment, sampling, refusal and injection
-   checks run on every row; dispatch of the sampled rows to a judge is not built yet, so it is
-   not measured.
+1. Ingest with judge dispatch: gunicorn (`--workers`, default 2) serving the real API; an
+   open-loop client sends batches of `--batch` rows to `POST /api/deployments/<id>/traffic` on
+   a fixed schedule (`--rate` rows/s for `--seconds`) from `--senders` threads. Strata
+   assignment, sampling, refusal and injection checks run on every row. The deployment's judge
+   is an OpenAI-compatible judge config whose base URL is the SIMULATED provider
+   (tests/judges/provider_server.py as a process, as bench/judge_throughput.py runs it: a
+   rule-based judge answering after `--judge-latency-ms`, never a model; it fails outputs
+   containing "[bad]", one in five here). While the traffic flows, celery beat sends
+   `monitoring.tick` every `--tick-s` seconds and a real Celery worker on the broker from the
+   environment (laid out as docker-compose's: `-Q celery,judges`, 4 processes) dispatches the
+   rows drawn for the judges (`monitoring.dispatch`: live-study items and outputs, a judge run)
+   and runs the judge calls, collects the verdicts as judge labels and queues the human
+   draws. Every 10 s the benchmark prints the dispatch backlog (rows drawn for the judges not
+   yet dispatched, not yet labelled; human draws not yet queued), the SIMULATED provider's
+   call count, and the RSS of the gunicorn workers and of the Celery worker's processes. After
+   the traffic it waits (at most `--drain-s`) for the backlog to empty, then checks the work
+   before printing any speed figure: exactly one call answered by the provider per row drawn
+   for the judges and no other status, a judge label on every drawn row that matches its
+   output, every human draw queued; otherwise it prints REFUSED with the reason and exits 1.
+   Then: rows/s achieved, request latency p50/p95/p99, the largest lateness of a batch against
+   its schedule (the client's backlog: it grows without bound when the server cannot keep up),
+   the dispatch backlog over time (first half against second half), and RSS over time.
 2. Windows: `--window-days` daily windows of `--window-rows` rows each, seeded with COPY (not
    timed; then ANALYZE, as autovacuum would), then each day's window computed through
    `monitoring.services.window_compute` (load, compute, store): the total wall time, and the
@@ -47,9 +66,15 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 import numpy as np
+from judge_throughput import server_stats, start_provider  # the SIMULATED provider's process
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+JUDGE_KEY_ENV = "RH_BENCH_MONITORING_API_KEY"
+FULL_RUN = ("nice -n 0 .venv/bin/python bench/monitoring_ingest.py --rate 500 --seconds 600 "
+            "--batch 50 --workers 2 --judge-latency-ms 100 --tick-s 10 --drain-s 120 "
+            "--window-days 30 --window-rows 100000   # with DATABASE_URL, CELERY_BROKER_URL "
+            "and REDIS_URL set (the broker's Redis db is flushed)")
 
 
 def say(msg: str) -> None:
@@ -81,9 +106,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def seed() -> tuple[int, str]:
+def broker_flush() -> None:
+    """The broker's Redis db emptied: no message of an earlier run (for a database that is
+    gone) is taken by this run's worker. Give the benchmark its own db number."""
+    import redis
+    from django.conf import settings
+
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+
+
+def seed(judge_base_url: str | None) -> tuple[int, str]:
+    """The study, its locked plan and the deployment; with `judge_base_url`, the deployment
+    names a SIMULATED judge (an OpenAI-compatible judge config whose base URL is the local
+    simulated provider)."""
     from django.contrib.auth import get_user_model
 
+    from judges.models import Judge
+    from judges.services import judge_version_for_config
     from monitoring.services import deployment_create
     from studies.models import Candidate, Membership, Study
     from studies.services import (
@@ -108,27 +147,219 @@ def seed() -> tuple[int, str]:
         "deployment_mix": {"lang": {"en": 0.6, "de": 0.3, "fr": 0.1}},
         "gates": {"error_rate": 0.05, "latency_p95_ms": 2000}})
     plan_lock(plan=plan, user=owner)
+    versions = []
+    if judge_base_url is not None:
+        judge = Judge.objects.create(study=study, name="simulated-judge", kind=Judge.Kind.LLM)
+        versions.append(judge_version_for_config(judge=judge, config={
+            "provider": "openai", "base_url": judge_base_url + "/v1",
+            "model": "simulated-judge", "api_key_env": JUDGE_KEY_ENV,
+            "parameters": {"temperature": 0.0, "max_tokens": 64}}).pk)
     dep = deployment_create(study=study, name="bench", candidate="shipped",
+                            judge_version_ids=versions,
                             sampling_spec={"judge": {"default": 0.1},
                                            "human": {"default": 0.01}})
     _token, secret = api_token_create(user=owner, name="bench", study=study, can_write=True)
     return dep.pk, secret
 
 
-def ingest_bench(args: argparse.Namespace, env: dict[str, str], dep_id: int,
-                 token: str) -> None:
+def start_background(env: dict[str, str], tick_s: float, folder: Path
+                     ) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """A Celery worker on the broker from the environment, laid out as docker-compose's
+    (`-Q celery,judges`, 4 processes), and celery beat sending `monitoring.tick` every
+    `tick_s` seconds (REVIEWHUB_MONITORING_TICK_S) with the rest of the production schedule."""
+    env = {**env, "REVIEWHUB_MONITORING_TICK_S": str(tick_s), "REVIEWHUB_LOG_LEVEL": "WARNING"}
+    celery = [PY, "-m", "celery", "-A", "reviewhub"]
+    worker = subprocess.Popen(
+        [*celery, "worker", "-Q", "celery,judges", "--concurrency", "4", "--loglevel", "WARNING",
+         "-n", f"bench-monitoring-{os.getpid()}@%h", "--without-gossip", "--without-mingle"],
+        cwd=ROOT, env=env, stdout=(folder / "worker.log").open("wb"), stderr=subprocess.STDOUT)
+    beat = subprocess.Popen(
+        [*celery, "beat", "--loglevel", "WARNING", "-s", str(folder / "beat-schedule")],
+        cwd=ROOT, env=env, stdout=(folder / "beat.log").open("wb"), stderr=subprocess.STDOUT)
+    return worker, beat
+
+
+def stop(*procs: subprocess.Popen[Any]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def progress(dep_id: int, provider_url: str) -> dict[str, int]:
+    """Where the judge work stands: rows drawn for the judges, dispatched to the live study,
+    carrying a judge label; human draws and escalations queued; calls the SIMULATED provider
+    answered (per the provider's own count)."""
+    from django.db.models import Q
+
+    from monitoring.models import TrafficLabel, TrafficRow
+
+    rows = TrafficRow.objects.filter(deployment_id=dep_id)
+    judged = rows.filter(to_judge=True)
+    stats = server_stats(provider_url)
+    answered = {int(k): int(v) for k, v in stats.get("answered", {}).items()}
+    to_queue = rows.filter(Q(to_human=True) | Q(escalated=True))
+    return {
+        "rows": rows.count(), "drawn": judged.count(),
+        "dispatched": judged.filter(live_output__isnull=False).count(),
+        "labelled": TrafficLabel.objects.filter(row__deployment_id=dep_id, source="judge")
+        .values("row_id").distinct().count(),
+        "to_queue": to_queue.count(), "queued": to_queue.filter(queued_at__isnull=False).count(),
+        "calls_ok": answered.get(200, 0),
+        "calls_other": sum(v for k, v in answered.items() if k != 200),
+    }
+
+
+class Sampler(threading.Thread):
+    """Every `every` seconds: the dispatch backlog (`progress`) and the RSS of the gunicorn
+    workers and of the Celery worker's processes, printed as it goes."""
+
+    def __init__(self, dep_id: int, provider_url: str, server: int, worker: int, t0: float,
+                 every: float = 10.0) -> None:
+        super().__init__(daemon=True)
+        self.dep_id, self.url, self.server, self.worker = dep_id, provider_url, server, worker
+        self.t0, self.every = t0, every
+        self.samples: list[dict[str, float]] = []
+        self.halt = threading.Event()
+
+    def sample(self) -> dict[str, float]:
+        p = progress(self.dep_id, self.url)
+        s: dict[str, float] = {
+            "t": time.perf_counter() - self.t0, **p,
+            "undispatched": p["drawn"] - p["dispatched"], "unlabelled": p["drawn"] - p["labelled"],
+            "rss_web": sum(rss_mib(w) for w in children(self.server)),
+            "rss_worker": rss_mib(self.worker) + sum(rss_mib(w) for w in children(self.worker))}
+        self.samples.append(s)
+        say(f"  t={s['t']:5.0f}s rows {p['rows']:>7} drawn for judges {p['drawn']:>6} "
+            f"not dispatched {s['undispatched']:>5.0f} not labelled {s['unlabelled']:>5.0f} "
+            f"queued for humans {p['queued']}/{p['to_queue']} SIMULATED provider calls "
+            f"{p['calls_ok']} (+{p['calls_other']} not 200) RSS MiB web {s['rss_web']:.0f} "
+            f"worker {s['rss_worker']:.0f} load {os.getloadavg()[0]:.1f}")
+        return s
+
+    def run(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self.halt.wait(max(0.0, self.t0 + self.every * (len(self.samples) + 1)
+                                         - time.perf_counter())):
+                self.sample()
+        finally:
+            connection.close()
+
+
+def send_traffic(args: argparse.Namespace, base: str, dep_id: int, token: str, t0: float
+                 ) -> tuple[np.ndarray, np.ndarray, list[int], float]:
+    """The open-loop client: `--rate` rows/s in batches of `--batch` from `--senders` threads.
+    Every fifth output carries "[bad]", which the SIMULATED judge fails (a check that each
+    verdict lands on its own row). Returns latencies, lateness, statuses and the wall time."""
+    import httpx
+
+    rng = np.random.default_rng(1)
+    langs = np.array(["en", "de", "fr", "es"])
+    n_batches = int(args.rate * args.seconds / args.batch)
+    period = args.batch / args.rate
+    latencies = np.full(n_batches, np.nan)
+    lateness = np.zeros(n_batches)
+    statuses: list[int] = []
+    lock = threading.Lock()
+    next_batch = [0]
+
+    def body(k: int) -> list[dict[str, Any]]:
+        return [{"request_id": f"b{k}-{i}",
+                 "input": "Please summarise this ticket: " + "x" * int(rng.integers(50, 400)),
+                 "output": "Summary: " + "y" * int(rng.integers(40, 300))
+                 + (" [bad]" if (k * args.batch + i) % 5 == 0 else ""),
+                 "metadata": {"language": str(langs[int(rng.integers(0, 4))])},
+                 "latency_ms": float(rng.gamma(4, 120)), "tokens_in": 300,
+                 "tokens_out": 80, "cost": 0.0012} for i in range(args.batch)]
+
+    def sender() -> None:
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(timeout=30, headers=headers) as client:
+            while True:
+                with lock:
+                    k = next_batch[0]
+                    next_batch[0] += 1
+                if k >= n_batches:
+                    return
+                due = t0 + k * period
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                rows = body(k)
+                start = time.perf_counter()
+                lateness[k] = start - due
+                r = client.post(f"{base}/api/deployments/{dep_id}/traffic", json=rows)
+                latencies[k] = time.perf_counter() - start
+                with lock:
+                    statuses.append(r.status_code)
+
+    threads = [threading.Thread(target=sender, daemon=True) for _ in range(args.senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies, lateness, statuses, time.perf_counter() - t0
+
+
+def drain(sampler: Sampler, drain_s: float) -> None:
+    """After the traffic: sample until every drawn row is dispatched, labelled and (human draws
+    and escalations) queued, or `drain_s` has passed."""
+    deadline = time.perf_counter() + drain_s
+    while time.perf_counter() < deadline:
+        time.sleep(sampler.every)
+        s = sampler.sample()
+        if s["undispatched"] == 0 and s["unlabelled"] == 0 and s["queued"] == s["to_queue"]:
+            return
+
+
+def work_check(dep_id: int, sampler: Sampler) -> list[str]:
+    """What must hold before any speed figure is printed: one SIMULATED provider call per row
+    drawn for the judges (and nothing else), a judge label on every drawn row that matches
+    its output (the SIMULATED judge fails "[bad]" outputs), every human draw queued."""
+    from monitoring.models import TrafficLabel
+
+    last = sampler.samples[-1]
+    problems = []
+    if last["calls_ok"] != last["drawn"] or last["calls_other"]:
+        problems.append(f"the SIMULATED provider answered {last['calls_ok']:.0f} calls with 200 "
+                        f"(+{last['calls_other']:.0f} other) for {last['drawn']:.0f} drawn rows")
+    if last["labelled"] != last["drawn"]:
+        problems.append(f"{last['unlabelled']:.0f} of {last['drawn']:.0f} drawn rows have no "
+                        "judge label after the drain")
+    labels = TrafficLabel.objects.filter(row__deployment_id=dep_id, source="judge")
+    wrong = (labels.filter(value=1.0, row__output__contains="[bad]").count()
+             + labels.filter(value=0.0).exclude(row__output__contains="[bad]").count())
+    if wrong:
+        problems.append(f"{wrong} judge labels disagree with their row's output")
+    if last["queued"] != last["to_queue"]:
+        problems.append(f"{last['to_queue'] - last['queued']:.0f} human draws/escalations not "
+                        "queued")
+    return problems
+
+
+def ingest_bench(args: argparse.Namespace, env: dict[str, str], dep_id: int, token: str,
+                 provider_url: str) -> bool:
+    """Traffic through gunicorn while celery beat ticks and a Celery worker dispatches the
+    drawn rows to the SIMULATED judge; checks the work, then the figures. False: refused."""
     import logging
+    import tempfile
 
     import httpx
 
     # One log line per request would cost the client's CPU on the server's machine.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-
     port = free_port()
     server = subprocess.Popen(
         [str(Path(PY).parent / "gunicorn"), "reviewhub.wsgi", "-w", str(args.workers),
          "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--timeout", "120"],
         cwd=ROOT, env={**env, "DJANGO_ALLOWED_HOSTS": "127.0.0.1"})
+    folder = Path(tempfile.mkdtemp(prefix="bench-monitoring-"))
+    worker, beat = start_background(env, args.tick_s, folder)
     try:
         base = f"http://127.0.0.1:{port}"
         for _ in range(100):
@@ -136,72 +367,63 @@ def ingest_bench(args: argparse.Namespace, env: dict[str, str], dep_id: int,
                 if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
                     break
             time.sleep(0.2)
-        rng = np.random.default_rng(1)
-        langs = np.array(["en", "de", "fr", "es"])
-        n_batches = int(args.rate * args.seconds / args.batch)
-        period = args.batch / args.rate
-        latencies = np.full(n_batches, np.nan)
-        lateness = np.zeros(n_batches)
-        statuses: list[int] = []
-        lock = threading.Lock()
-        next_batch = [0]
         t0 = time.perf_counter() + 0.5
-
-        def body(k: int) -> list[dict[str, Any]]:
-            return [{"request_id": f"b{k}-{i}",
-                     "input": "Please summarise this ticket: " + "x" * int(rng.integers(50, 400)),
-                     "output": "Summary: " + "y" * int(rng.integers(40, 300)),
-                     "metadata": {"language": str(langs[int(rng.integers(0, 4))])},
-                     "latency_ms": float(rng.gamma(4, 120)), "tokens_in": 300,
-                     "tokens_out": 80, "cost": 0.0012} for i in range(args.batch)]
-
-        def sender() -> None:
-            headers = {"Authorization": f"Bearer {token}"}
-            with httpx.Client(timeout=30, headers=headers) as client:
-                while True:
-                    with lock:
-                        k = next_batch[0]
-                        next_batch[0] += 1
-                    if k >= n_batches:
-                        return
-                    due = t0 + k * period
-                    wait = due - time.perf_counter()
-                    if wait > 0:
-                        time.sleep(wait)
-                    rows = body(k)
-                    start = time.perf_counter()
-                    lateness[k] = start - due
-                    r = client.post(f"{base}/api/deployments/{dep_id}/traffic", json=rows)
-                    latencies[k] = time.perf_counter() - start
-                    with lock:
-                        statuses.append(r.status_code)
-
-        rss: list[tuple[float, float]] = []
-        threads = [threading.Thread(target=sender, daemon=True) for _ in range(args.senders)]
-        for t in threads:
-            t.start()
-        while any(t.is_alive() for t in threads):
-            workers = children(server.pid)
-            rss.append((time.perf_counter() - t0, sum(rss_mib(w) for w in workers)))
-            for t in threads:
-                t.join(timeout=10 / max(1, len(threads)))
-        wall = time.perf_counter() - t0
-        ok = sum(1 for s in statuses if s == 200)
-        lat_ms = latencies[np.isfinite(latencies)] * 1000
-        say(f"ingest: {n_batches} batches of {args.batch} rows scheduled at {args.rate} rows/s "
-            f"for {args.seconds} s; {ok} answered 200 ({len(statuses) - ok} other)")
-        say(f"  achieved {ok * args.batch / wall:.0f} rows/s over {wall:.1f} s")
-        say(f"  request latency ms: p50 {np.percentile(lat_ms, 50):.1f}, "
-            f"p95 {np.percentile(lat_ms, 95):.1f}, p99 {np.percentile(lat_ms, 99):.1f}, "
-            f"max {lat_ms.max():.1f}")
-        half = n_batches // 2
-        say(f"  lateness against the schedule (backlog), s: max first half "
-            f"{lateness[:half].max():.3f}, max second half {lateness[half:].max():.3f}")
-        say("  server workers' RSS MiB over time: " + ", ".join(
-            f"{t:.0f}s {m:.0f}" for t, m in rss[:: max(1, len(rss) // 8)]))
+        sampler = Sampler(dep_id, provider_url, server.pid, worker.pid, t0)
+        sampler.start()
+        latencies, lateness, statuses, wall = send_traffic(args, base, dep_id, token, t0)
+        sampler.halt.set()
+        sampler.join()
+        say(f"traffic done after {wall:.1f} s; draining (at most {args.drain_s:.0f} s)")
+        sampler.sample()  # where the backlog stands when the traffic stops
+        n_traffic = len(sampler.samples)
+        drain(sampler, args.drain_s)
+        problems = work_check(dep_id, sampler)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(beat, worker, server)
+    if problems:
+        say("REFUSED (the judge work was not done, so no speed figure is printed): "
+            + "; ".join(problems) + f" (worker log: {folder / 'worker.log'})")
+        return False
+    ingest_report(args, sampler, n_traffic, latencies, lateness, statuses, wall)
+    return True
+
+
+def ingest_report(args: argparse.Namespace, sampler: Sampler, n_traffic: int,
+                  latencies: np.ndarray, lateness: np.ndarray, statuses: list[int],
+                  wall: float) -> None:
+    last = sampler.samples[-1]
+    say(f"work done: {last['drawn']:.0f} rows drawn for the judges, {last['calls_ok']:.0f} "
+        f"calls answered by the SIMULATED provider, {last['labelled']:.0f} rows with a judge "
+        f"label matching their output, {last['queued']:.0f}/{last['to_queue']:.0f} human "
+        "draws and escalations queued")
+    ok = sum(1 for s in statuses if s == 200)
+    lat_ms = latencies[np.isfinite(latencies)] * 1000
+    n_batches = len(latencies)
+    say(f"ingest: {n_batches} batches of {args.batch} rows scheduled at {args.rate} rows/s "
+        f"for {args.seconds} s; {ok} answered 200 ({len(statuses) - ok} other)")
+    say(f"  achieved {ok * args.batch / wall:.0f} rows/s over {wall:.1f} s")
+    say(f"  request latency ms: p50 {np.percentile(lat_ms, 50):.1f}, "
+        f"p95 {np.percentile(lat_ms, 95):.1f}, p99 {np.percentile(lat_ms, 99):.1f}, "
+        f"max {lat_ms.max():.1f}")
+    half = n_batches // 2
+    say(f"  lateness against the schedule (client backlog), s: max first half "
+        f"{lateness[:half].max():.3f}, max second half {lateness[half:].max():.3f}")
+    during = sampler.samples[:n_traffic]
+    mid = len(during) // 2
+    for key, what in (("undispatched", "drawn rows not yet dispatched"),
+                      ("unlabelled", "drawn rows not yet labelled")):
+        first = max((s[key] for s in during[:mid]), default=float("nan"))
+        second = max((s[key] for s in during[mid:]), default=float("nan"))
+        # The least-squares trend over the run: about 0 when the dispatch keeps up (the
+        # backlog saws between ticks but does not grow), positive rows/min when it falls behind.
+        slope = (float(np.polyfit([s["t"] for s in during], [s[key] for s in during], 1)[0])
+                 * 60 if len(during) >= 3 else float("nan"))
+        say(f"  dispatch backlog, {what} (every {sampler.every:.0f} s while traffic flows): "
+            f"{', '.join(f'{s[key]:.0f}' for s in during)}; max first half {first:.0f}, "
+            f"second half {second:.0f}; trend {slope:+.1f} rows/min")
+    for key, what in (("rss_web", "gunicorn workers'"), ("rss_worker", "Celery worker's")):
+        say(f"  {what} RSS MiB over time: " + ", ".join(
+            f"{s['t']:.0f}s {s[key]:.0f}" for s in sampler.samples))
 
 
 def window_seed(args: argparse.Namespace, dep_id: int) -> dt.datetime:
@@ -340,6 +562,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--senders", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--judge-latency-ms", type=float, default=100.0,
+                        help="the SIMULATED provider's answer delay")
+    parser.add_argument("--tick-s", type=float, default=10.0,
+                        help="celery beat's monitoring.tick period during the run")
+    parser.add_argument("--drain-s", type=float, default=120.0,
+                        help="longest wait after the traffic for the judge work to finish")
     parser.add_argument("--window-days", "--windows", type=int, default=3,
                         help="daily windows to seed and compute (issue 28 asks for 30)")
     parser.add_argument("--window-rows", type=int, default=100_000)
@@ -358,7 +586,12 @@ def main() -> None:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{bench_db}"')
     env = {**os.environ, "DATABASE_URL": bench_url, "DJANGO_DEBUG": "0",
-           "DJANGO_SECRET_KEY": secrets.token_urlsafe(40), "PYTHONUNBUFFERED": "1"}
+           "DJANGO_SECRET_KEY": secrets.token_urlsafe(40), "PYTHONUNBUFFERED": "1",
+           JUDGE_KEY_ENV: "sk-simulated-not-a-real-key",
+           # The SIMULATED provider listens on a random loopback port, allowed as an operator
+           # would list a self-hosted endpoint.
+           "REVIEWHUB_JUDGE_ALLOWED_BASE_URLS": "http://127.0.0.1:*"}
+    provider: subprocess.Popen[str] | None = None
     os.environ.update(env)
     try:
         subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v0", "--skip-checks"],
@@ -368,17 +601,26 @@ def main() -> None:
         import django
 
         django.setup()
-        dep_id, token = seed()
+        provider_url, refused = "", False
         if args.seconds > 0:
-            ingest_bench(args, env, dep_id, token)
+            broker_flush()
+            provider, provider_url = start_provider(args.judge_latency_ms)
+        dep_id, token = seed(provider_url if provider is not None else None)
+        if args.seconds > 0 and not ingest_bench(args, env, dep_id, token, provider_url):
+            refused = True
         if args.window_days > 0:
             window_bench(args, dep_id)
+        say("The full run of issue 28 §6 (10 minutes, on a quiet machine):\n  " + FULL_RUN)
     finally:
+        if provider is not None:
+            stop(provider)
         from django.db import connections
 
         connections.close_all()
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{bench_db}" WITH (FORCE)')
+    if refused:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
