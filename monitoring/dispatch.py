@@ -22,14 +22,21 @@ The steps, each idempotent, run by the beat tick (`monitoring.celery_tasks`) bef
    criterion's reading), and the calibrated policy decides: the verdict through the calibration
    curve in force gives P(pass); at or above the snapshot's ``pass_above`` it passes, below
    ``fail_below`` it fails, between the two it **escalates** (without a snapshot the verdict
-   decides pass or fail, nothing escalates). Recorded through `traffic_labels_record`, so an
+   decides pass or fail, nothing escalates). The curve and thresholds are those of the row's
+   calibration cell (its strata) when the snapshot has one with a curve of its own, else the
+   pooled ones (`CalibratedPolicies`). Recorded through `traffic_labels_record`, so an
    escalation marks its row ``escalated`` and it is never a random draw.
 3. `human_queue_dispatch`: the random human draws (``to_human``) and the escalations go to the
-   live study's annotation queue through `annotations.services.escalation_plan_create` (one
-   plan version per dispatch, k = 1). In the live study every such entry is of the escalation
-   kind: those outputs are not a probability sample of *its* items, so the study's own
-   estimators must not weight them; the random design (the row's ``to_human`` and ``human_pi``)
-   stays on the traffic row, which is what the windows read.
+   live study's annotation queue (k = 1) in **one plan version per deployment**: the first
+   dispatch makes it (`annotations.services.escalation_plan_create`), later ones add their
+   rows to it in place (`escalation_entries_add`: no new version, a subject never entered
+   twice), so plan versions do not pile up one per tick. A new version is made only when the
+   live study's active plan is not that plan any more (a lead made or deactivated another
+   one); it carries the unfinished entries over, so nothing queued is lost. In the live study
+   every such entry is of the escalation kind: those outputs are not a probability sample of
+   *its* items, so the study's own estimators must not weight them; the random design (the
+   row's ``to_human`` and ``human_pi``) stays on the traffic row, which is what the windows
+   read.
 4. `human_labels_collect`: each annotation of a queued row becomes its human label.
 """
 
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -44,13 +52,18 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from annotations.models import Annotation
-from annotations.services.common import is_failure
-from annotations.services.escalations import escalation_plan_create
+from annotations.models import Annotation, SamplingPlan
+from annotations.services.common import active_plan, is_failure
+from annotations.services.escalations import (
+    MODE_ESCALATION,
+    escalation_entries_add,
+    escalation_plan_create,
+)
 from judges.models import Judge, JudgeVersion, Verdict
 from judges.runs import judge_run_start
 from judges.runs.lifecycle import Enqueue
 from judges.services import judge_version_for_config
+from reports.models import ReportSnapshot
 from studies.ingest import ingest_run
 from studies.models import Criterion, Study
 from studies.services import dimension_set, membership_set, rubric_update, study_create
@@ -172,6 +185,77 @@ def policy_decision(p_pass: float, thresholds: Mapping[str, Any] | None, passed:
     return "escalate"
 
 
+@dataclass(frozen=True)
+class CellPolicy:
+    """One calibration cell's part of the calibrated policy: its curve (verdict -> P(pass))
+    and its thresholds on P(pass)."""
+
+    curve_x: tuple[float, ...] = ()
+    curve_y: tuple[float, ...] = ()
+    thresholds: Mapping[str, Any] | None = None
+
+    def p_pass(self, passed: bool) -> float:
+        """P(pass) of a verdict through the curve (the verdict itself without one)."""
+        if len(self.curve_x) < 2:
+            return float(passed)
+        return float(np.interp(float(passed), self.curve_x, self.curve_y))
+
+
+class CalibratedPolicies:
+    """The calibration snapshot in force, per judge version and calibration cell.
+
+    A calibration snapshot holds a cell per stratum combination ("lang=de|length=long", see
+    `calibration.scoring.cell_label`) besides the whole study (""), each with its own curve
+    and thresholds when it had enough human labels ("too few labels": empty curve, null
+    thresholds). A row is decided by the cell its strata fall in when that cell has a curve
+    of its own (and its thresholds, or the pooled ones when it states none), else by the
+    pooled cell of its judge version, else by the pooled cell `selection_reference` reads
+    (the deployment's first judge version): the policy the windows compare with."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        reference = window_context.selection_reference(deployment)
+        self.fallback = CellPolicy(reference.curve_x, reference.curve_y, reference.thresholds)
+        self.cells: dict[int, list[tuple[dict[str, str], CellPolicy]]] = {}
+        self.pooled: dict[int, CellPolicy] = {}
+        self._memo: dict[tuple[int, tuple[tuple[str, str], ...]], CellPolicy] = {}
+        key = window_context.criterion_key(deployment)
+        snap = (ReportSnapshot.objects.filter(pk=deployment.calibration_snapshot_id,
+                                              status=ReportSnapshot.Status.DONE).first()
+                if deployment.calibration_snapshot_id else None)
+        for cell in ((snap.result or {}).get("cells") or []) if snap is not None else []:
+            curve = cell.get("curve") or {}
+            if cell.get("criterion") != key or len(curve.get("x") or []) < 2:
+                continue
+            version, label = int(cell.get("judge_version", 0)), str(cell.get("stratum", ""))
+            policy = CellPolicy(tuple(float(v) for v in curve["x"]),
+                                tuple(float(v) for v in curve["y"]), cell.get("thresholds"))
+            if label == "":
+                self.pooled[version] = policy
+            else:
+                self.cells.setdefault(version, []).append((_cell_pairs(label), policy))
+
+    def for_row(self, version: int, strata: Mapping[str, Any]) -> CellPolicy:
+        """The policy deciding a verdict of `version` (an id of the deployment's versions) on
+        a row with these strata labels (class docstring)."""
+        memo_key = (version, tuple(sorted((str(k), str(v)) for k, v in strata.items())))
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        pooled = self.pooled.get(version, self.fallback)
+        policy = pooled
+        for pairs, cell in self.cells.get(version, []):
+            if all(str(strata.get(d, "unknown")) == v for d, v in pairs.items()):
+                policy = cell if cell.thresholds is not None else replace(
+                    cell, thresholds=pooled.thresholds)
+                break
+        self._memo[memo_key] = policy
+        return policy
+
+
+def _cell_pairs(label: str) -> dict[str, str]:
+    """A calibration cell label "dim=label|dim2=label2" as {dim: label}."""
+    return dict(part.split("=", 1) for part in label.split("|") if "=" in part)
+
+
 def judge_labels_collect(*, deployment: Deployment) -> dict[str, int]:
     """Step 2 (module docstring): finished verdicts become judge labels with their decision."""
     if deployment.live_study_id is None:
@@ -186,32 +270,35 @@ def judge_labels_collect(*, deployment: Deployment) -> dict[str, int]:
                                          live_output__isnull=False)
                .annotate(n_judge=Count("labels", filter=Q(labels__source="judge")))
                .filter(n_judge__lt=len(versions)))
-    by_output = dict(pending.values_list("live_output_id", "request_id"))
+    by_output = {o: (r, strata or {}) for o, r, strata in
+                 pending.values_list("live_output_id", "request_id", "strata")}
     have = set(TrafficLabel.objects.filter(row__in=pending.values("pk"), source="judge")
                .values_list("row__request_id", "rater"))
-    reference = window_context.selection_reference(deployment)
+    policies = CalibratedPolicies(deployment)
     labels = []
     live_to_original = {v.pk: original for original, v in versions.items()}
     for output_id, version_id, value in Verdict.objects.filter(
             output_id__in=list(by_output), criterion=criterion, is_scored=True,
             judge_version_id__in=list(live_to_original)).values_list(
                 "output_id", "judge_version_id", "value"):
-        request_id, rater = by_output[output_id], str(live_to_original[version_id])
-        if (request_id, rater) in have:
+        (request_id, strata), original = by_output[output_id], live_to_original[version_id]
+        if (request_id, str(original)) in have:
             continue
         passed = not is_failure(criterion, value)
-        p = float(np.interp(float(passed), reference.curve_x, reference.curve_y)) \
-            if len(reference.curve_x) >= 2 else float(passed)
-        labels.append({"request_id": request_id, "source": "judge", "rater": rater,
+        policy = policies.for_row(original, strata)
+        labels.append({"request_id": request_id, "source": "judge", "rater": str(original),
                        "value": float(passed),
-                       "decision": policy_decision(p, reference.thresholds, passed)})
+                       "decision": policy_decision(policy.p_pass(passed), policy.thresholds,
+                                                   passed)})
     if not labels:
         return {"recorded": 0, "escalated": 0}
     return traffic_labels_record(deployment=deployment, labels=labels)
 
 
 def human_queue_dispatch(*, deployment: Deployment) -> dict[str, int]:
-    """Step 3 (module docstring): random human draws and escalations to the live queue."""
+    """Step 3 (module docstring): random human draws and escalations to the live queue, added
+    to the deployment's monitoring plan (`_monitoring_plan`) in place; a new plan version only
+    when the live study's active plan is not that plan."""
     if deployment.live_study_id is None:
         return {"queued": 0}
     rows = list(TrafficRow.objects.filter(deployment=deployment, live_output__isnull=False,
@@ -221,15 +308,39 @@ def human_queue_dispatch(*, deployment: Deployment) -> dict[str, int]:
     if not rows:
         return {"queued": 0}
     live = Study.objects.get(pk=deployment.live_study_id)
+    details = {"random_draws": sum(1 for r in rows if r[2]),
+               "escalations": sum(1 for r in rows if not r[2])}
     with transaction.atomic():
-        escalation_plan_create(
-            study=live, subject="output", subject_ids=[r[1] for r in rows],
-            source=f"monitoring:{deployment.pk}:{rows[0][0]}-{rows[-1][0]}", k=1,
-            created_by=_owner(deployment),
-            details={"random_draws": sum(1 for r in rows if r[2]),
-                     "escalations": sum(1 for r in rows if not r[2])})
+        plan = _monitoring_plan(deployment, live)
+        if plan is not None:
+            escalation_entries_add(plan=plan, subject_ids=[r[1] for r in rows],
+                                   created_by=_owner(deployment), details=details)
+        else:
+            escalation_plan_create(
+                study=live, subject="output", subject_ids=[r[1] for r in rows],
+                source=f"{_plan_source(deployment)}{rows[0][0]}-{rows[-1][0]}", k=1,
+                created_by=_owner(deployment), details=dict(details))
         TrafficRow.objects.filter(pk__in=[r[0] for r in rows]).update(queued_at=timezone.now())
     return {"queued": len(rows)}
+
+
+def _plan_source(deployment: Deployment) -> str:
+    """The start of the `source` of the escalation plans this deployment's dispatch makes."""
+    return f"monitoring:{deployment.pk}:"
+
+
+def _monitoring_plan(deployment: Deployment, live: Study) -> SamplingPlan | None:
+    """The live study's active plan when it is one this deployment's dispatch made (the plan
+    the next rows are added to), else None. One plan version serves every tick; a new one is
+    made only at the first dispatch, or after someone made or deactivated another plan in the
+    live study (the new version then carries that plan's unfinished entries over, as every
+    escalation plan does)."""
+    plan = active_plan(live)
+    spec = (plan.spec or {}) if plan is not None else {}
+    if (plan is not None and spec.get("mode") == MODE_ESCALATION
+            and str(spec.get("source", "")).startswith(_plan_source(deployment))):
+        return plan
+    return None
 
 
 def human_labels_collect(*, deployment: Deployment) -> dict[str, int]:

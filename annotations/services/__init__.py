@@ -8,7 +8,7 @@ the lock order are documented in ``queue.py`` and docs/annotation.md.
 
 from .adjudication import adjudication_record
 from .common import active_plan, is_failure, latest_rubric, plan_criteria
-from .escalations import escalation_plan_create
+from .escalations import escalation_entries_add, escalation_plan_create
 from .gold import gold_label_set
 from .labels import MAX_TEXT_CHARS, CleanLabel, LabelInput, flags_clean, label_clean, labels_clean
 from .members import (
@@ -61,6 +61,7 @@ __all__ = [
     "assignment_next",
     "assignment_skip",
     "assignments_expire_stale",
+    "escalation_entries_add",
     "escalation_plan_create",
     "flags_clean",
     "gold_label_set",

@@ -113,6 +113,66 @@ def escalation_plan_create(
     return plan, True
 
 
+def escalation_entries_add(
+    *,
+    plan: SamplingPlan,
+    subject_ids: Sequence[int],
+    created_by: User,
+    details: dict[str, int] | None = None,
+) -> int:
+    """Escalations added to an active escalation plan in place, without a new plan version;
+    returns how many entries were added.
+
+    For a caller that escalates a few subjects at a time, again and again (the monitoring
+    dispatch, every tick): a plan version per call would pile up versions, each carrying every
+    unfinished entry of the last. The added entries are like the ones `escalation_plan_create`
+    makes (draw kind "escalation", no inclusion probability, the plan's k, earlier annotators
+    counted toward it); the plan's other entries are left as they are. Idempotent per subject:
+    a subject that already has an entry in the plan is not added again. `details` (counts) are
+    added to the plan summary's. Refused when the plan is not (or no longer) the study's
+    active escalation plan: the caller then makes a new version with
+    `escalation_plan_create`.
+    """
+    study = plan.study
+    require_lead(study=study, user=created_by)
+    subject = (plan.spec or {}).get("subject", "output")
+    ids = _escalation_subjects_check(study, subject, subject_ids, None)
+    _rubric, criterion_ids = _escalation_criteria(study, subject)
+    subject_field = subject_field_of(subject)
+    with transaction.atomic():
+        # The study row, as in `escalation_plan_create`: no plan change can run beside this.
+        Study.objects.select_for_update().filter(pk=study.pk).first()
+        locked = SamplingPlan.objects.get(pk=plan.pk)
+        if not locked.is_active or (locked.spec or {}).get("mode") != MODE_ESCALATION:
+            raise ValidationFailed.at("plan", "Escalations are added only to the study's "
+                                              "active escalation plan.")
+        present = set(QueueEntry.objects.filter(plan=locked, **{f"{subject_field}__in": ids})
+                      .values_list(subject_field, flat=True))
+        new_ids = [sid for sid in ids if sid not in present]
+        if not new_ids:
+            return 0
+        prior = prior_annotators(criterion_ids, subject_field, new_ids)
+        summary = dict(locked.summary or {})
+        # Each addition's sort keys from the plan's seed and its entry count so far: seeded
+        # like the plan's first entries, and different from them.
+        seed = [int(locked.spec.get("seed", 0)), int(summary.get("entries", 0))]
+        _escalation_entries_create(locked, seed, new_ids, [], prior, subject_field,
+                                   timezone.now())
+        kinds = dict(summary.get("draw_kinds") or {})
+        kinds[sampling.DRAW_ESCALATION] = kinds.get(sampling.DRAW_ESCALATION, 0) + len(new_ids)
+        summary.update({
+            "entries": int(summary.get("entries", 0)) + len(new_ids),
+            "escalated_entries": int(summary.get("escalated_entries", 0)) + len(new_ids),
+            "escalated_already_drawn": int(summary.get("escalated_already_drawn", 0))
+            + len(ids) - len(new_ids),
+            "additions": int(summary.get("additions", 0)) + 1, "draw_kinds": kinds,
+            **{k: int(summary.get(k, 0)) + int(v) for k, v in (details or {}).items()}})
+        SamplingPlan.objects.filter(pk=locked.pk).update(summary=summary)
+    if connection.vendor == "postgresql":
+        transaction.on_commit(queue_analyze)
+    return len(new_ids)
+
+
 def _escalation_subjects_check(
     study: Study, subject: str, subject_ids: Sequence[int], k: int | None
 ) -> list[int]:
@@ -160,7 +220,7 @@ def _draw_kinds(escalate_ids: list[int], carried: list[QueueEntry]) -> dict[str,
 
 def _escalation_entries_create(
     plan: SamplingPlan,
-    seed: int,
+    seed: int | list[int],
     escalate_ids: list[int],
     carried: list[QueueEntry],
     prior: dict[int, set[int]],
@@ -217,4 +277,4 @@ def _open_entries(plan_ids: list[int], subject: str, subject_field: str) -> list
     )
 
 
-__all__ = ["MODE_ESCALATION", "escalation_plan_create"]
+__all__ = ["MODE_ESCALATION", "escalation_entries_add", "escalation_plan_create"]

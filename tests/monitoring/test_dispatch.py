@@ -211,3 +211,110 @@ def test_a_failing_dispatch_does_not_stop_the_windows(live_deployment: Deploymen
     out = celery_tasks.deployment_tick(deployment_id=live_deployment.pk)
     assert out["dispatch"] == {"error": "RuntimeError: provider config gone"}
     assert out["windows"] == 4
+
+
+def _ingest(dep: Deployment, first: int, n: int) -> None:
+    traffic_ingest(deployment=dep, rows=[
+        {"request_id": f"req-{i}", "input": f"Question {i}?",
+         "output": f"Answer {i}" + (" [bad]" if i % 3 == 0 else ""),
+         "metadata": {"language": "de" if i % 2 else "en"},
+         "occurred_at": (START + dt.timedelta(seconds=i)).isoformat()}
+        for i in range(first, first + n)])
+
+
+def _tick(dep: Deployment) -> dict[str, int]:
+    """A tick's dispatch steps, the judge runs drained in between (as the worker would)."""
+    dispatch.rows_dispatch(deployment=dep, enqueue=EnqueueSpy())
+    dep.refresh_from_db()
+    _drive(Study.objects.get(pk=dep.live_study_id))
+    dispatch.judge_labels_collect(deployment=dep)
+    return dispatch.human_queue_dispatch(deployment=dep)
+
+
+def _queued_outputs(dep: Deployment) -> list[int]:
+    return sorted(TrafficRow.objects.filter(deployment=dep, queued_at__isnull=False)
+                  .values_list("live_output_id", flat=True))
+
+
+def test_ticks_add_to_one_plan_version_and_queue_nothing_twice(
+        live_deployment: Deployment, lead: Any) -> None:
+    from annotations.models import SamplingPlan
+    from annotations.services.escalations import escalation_entries_add, escalation_plan_create
+    from reviewhub.errors import ValidationFailed
+
+    dep = live_deployment
+    first = _tick(dep)["queued"]
+    assert first > 0
+    live = Study.objects.get(pk=dep.live_study_id)
+    plan = SamplingPlan.objects.get(study=live)
+    _ingest(dep, 60, 60)
+    second = _tick(dep)["queued"]
+    assert second > 0
+    assert _tick(dep) == {"queued": 0}
+    # Both ticks' rows in the one plan version, each output once: nothing lost, nothing twice.
+    assert SamplingPlan.objects.filter(study=live).count() == 1
+    entries = sorted(QueueEntry.objects.filter(plan=plan).values_list("output_id", flat=True))
+    assert entries == _queued_outputs(dep) and len(entries) == first + second
+    plan.refresh_from_db()
+    assert plan.is_active and plan.summary["entries"] == first + second
+    assert plan.summary["additions"] == 1
+    assert plan.summary["random_draws"] + plan.summary["escalations"] == first + second
+    # Adding the same outputs again adds nothing.
+    assert escalation_entries_add(plan=plan, subject_ids=entries[:5], created_by=lead) == 0
+
+    # A lead's own plan in the live study supersedes the monitoring plan: the next rows go to
+    # a new version, which carries every unfinished entry over (nothing queued is lost).
+    escalation_plan_create(study=live, subject="output", subject_ids=entries[:1],
+                           source="lead-review", k=1, created_by=lead)
+    with pytest.raises(ValidationFailed):
+        escalation_entries_add(plan=plan, subject_ids=entries[:1], created_by=lead)
+    _ingest(dep, 120, 60)
+    third = _tick(dep)["queued"]
+    assert third > 0
+    assert SamplingPlan.objects.filter(study=live).count() == 3
+    active = SamplingPlan.objects.get(study=live, is_active=True)
+    assert active.spec["source"].startswith(f"monitoring:{dep.pk}:")
+    open_outputs = sorted(QueueEntry.objects.filter(plan=active)
+                          .values_list("output_id", flat=True))
+    assert open_outputs == _queued_outputs(dep)
+    _ingest(dep, 180, 60)
+    assert _tick(dep)["queued"] > 0
+    assert SamplingPlan.objects.filter(study=live).count() == 3
+
+
+def test_the_policy_uses_the_rows_stratum_calibration_cell(
+        live_deployment: Deployment) -> None:
+    dep = live_deployment
+    snap = ReportSnapshot.objects.get(pk=dep.calibration_snapshot_id)
+    version = dep.judge_versions.get().pk
+    pooled = snap.result["cells"][0]
+
+    def cell(stratum: str, y: list[float], thresholds: Any) -> dict[str, Any]:
+        return {**pooled, "stratum": stratum, "thresholds": thresholds,
+                "curve": {"x": [0.0, 1.0] if y else [], "y": y}}
+
+    # German rows have a curve of their own (a pass verdict is P(pass) 0.95: pass, no longer
+    # escalated) but no thresholds (the pooled ones apply); English rows had too few labels
+    # (no curve: the pooled curve and thresholds, so their passes escalate as before). A cell
+    # of another judge version or criterion is not read.
+    snap.result = {"cells": [
+        pooled, cell("lang=de", [0.1, 0.95], None), cell("lang=en", [], None),
+        {**cell("lang=en", [0.0, 1.0], None), "criterion": "other"},
+        {**cell("lang=en", [0.0, 1.0], None), "judge_version": version + 999}]}
+    snap.save(update_fields=["result"])
+    _tick(dep)
+    labels = list(TrafficLabel.objects.filter(row__deployment=dep, source="judge")
+                  .select_related("row"))
+    assert {lab.row.strata["lang"] for lab in labels} == {"de", "en"}
+    for label in labels:
+        bad = "[bad]" in label.row.output
+        if label.row.strata["lang"] == "de":
+            # 0.95 >= pass_above 0.9 passes; 0.1 < fail_below 0.3 fails.
+            assert label.decision == ("fail" if bad else "pass")
+        else:
+            assert label.decision == ("fail" if bad else "escalate")
+
+    policies = dispatch.CalibratedPolicies(dep)
+    assert policies.for_row(version, {"lang": "de", "len": "x"}).curve_y == (0.1, 0.95)
+    assert policies.for_row(version, {"lang": "fr"}).curve_y == (0.2, 0.6)
+    assert policies.for_row(version, {}).thresholds == pooled["thresholds"]
