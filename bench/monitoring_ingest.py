@@ -339,7 +339,22 @@ def work_check(dep_id: int, sampler: Sampler) -> list[str]:
     if last["queued"] != last["to_queue"]:
         problems.append(f"{last['to_queue'] - last['queued']:.0f} human draws/escalations not "
                         "queued")
+    entries, _versions = human_queue(dep_id)
+    if entries != last["queued"]:
+        problems.append(f"{entries} entries in the live study's active plan for "
+                        f"{last['queued']:.0f} queued rows")
     return problems
+
+
+def human_queue(dep_id: int) -> tuple[int, int]:
+    """Entries of the live study's active annotation plan, and its plan versions (one per
+    deployment when every tick adds to the same plan)."""
+    from annotations.models import QueueEntry, SamplingPlan
+    from monitoring.models import Deployment
+
+    live = Deployment.objects.get(pk=dep_id).live_study_id
+    return (QueueEntry.objects.filter(plan__study_id=live, plan__is_active=True).count(),
+            SamplingPlan.objects.filter(study_id=live).count())
 
 
 def ingest_bench(args: argparse.Namespace, env: dict[str, str], dep_id: int, token: str,
@@ -392,10 +407,11 @@ def ingest_report(args: argparse.Namespace, sampler: Sampler, n_traffic: int,
                   latencies: np.ndarray, lateness: np.ndarray, statuses: list[int],
                   wall: float) -> None:
     last = sampler.samples[-1]
+    entries, versions = human_queue(sampler.dep_id)
     say(f"work done: {last['drawn']:.0f} rows drawn for the judges, {last['calls_ok']:.0f} "
         f"calls answered by the SIMULATED provider, {last['labelled']:.0f} rows with a judge "
         f"label matching their output, {last['queued']:.0f}/{last['to_queue']:.0f} human "
-        "draws and escalations queued")
+        f"draws and escalations queued ({entries} entries in {versions} plan version(s))")
     ok = sum(1 for s in statuses if s == 200)
     lat_ms = latencies[np.isfinite(latencies)] * 1000
     n_batches = len(latencies)
@@ -414,13 +430,16 @@ def ingest_report(args: argparse.Namespace, sampler: Sampler, n_traffic: int,
                       ("unlabelled", "drawn rows not yet labelled")):
         first = max((s[key] for s in during[:mid]), default=float("nan"))
         second = max((s[key] for s in during[mid:]), default=float("nan"))
-        # The least-squares trend over the run: about 0 when the dispatch keeps up (the
-        # backlog saws between ticks but does not grow), positive rows/min when it falls behind.
-        slope = (float(np.polyfit([s["t"] for s in during], [s[key] for s in during], 1)[0])
-                 * 60 if len(during) >= 3 else float("nan"))
+        # The least-squares trend over the second half: about 0 when the dispatch keeps up
+        # (the backlog saws between ticks but does not grow), positive rows/min when it falls
+        # behind. Not over the whole run: the first ticks fill the pipeline (a row is labelled
+        # one or two ticks after it is drawn), a rise that is not a growing backlog.
+        tail = during[mid:]
+        slope = (float(np.polyfit([s["t"] for s in tail], [s[key] for s in tail], 1)[0])
+                 * 60 if len(tail) >= 3 else float("nan"))
         say(f"  dispatch backlog, {what} (every {sampler.every:.0f} s while traffic flows): "
             f"{', '.join(f'{s[key]:.0f}' for s in during)}; max first half {first:.0f}, "
-            f"second half {second:.0f}; trend {slope:+.1f} rows/min")
+            f"second half {second:.0f}; trend over the second half {slope:+.1f} rows/min")
     for key, what in (("rss_web", "gunicorn workers'"), ("rss_worker", "Celery worker's")):
         say(f"  {what} RSS MiB over time: " + ", ".join(
             f"{s['t']:.0f}s {s[key]:.0f}" for s in sampler.samples))
