@@ -353,6 +353,8 @@ def human_queue(dep_id: int) -> tuple[int, int]:
     from monitoring.models import Deployment
 
     live = Deployment.objects.get(pk=dep_id).live_study_id
+    if live is None:  # nothing dispatched yet
+        return 0, 0
     return (QueueEntry.objects.filter(plan__study_id=live, plan__is_active=True).count(),
             SamplingPlan.objects.filter(study_id=live).count())
 
