@@ -9,8 +9,11 @@ Every figure printed is from simulated traffic, not from a deployment. Each scen
 window and the alerts call, never a copy of them:
 
 * the **guaranteed** rule: `evalstats.drift_monitor` (the confidence sequences the alerts run
-  over hourly windows, restarted daily, at alpha / K for K streams) for the rates (pass rate of
-  the random human draws, judge-human agreement on them, a stratum's traffic share);
+  over hourly windows, restarted daily, at alpha / K) for the rates (pass rate of the random
+  human draws, judge-human agreement on them, a stratum's traffic share). K is that of a
+  typical deployment (`K_STREAMS`: five stream kinds for all traffic and three strata, 20),
+  so a simulated pass-rate or agreement stream runs at alpha / 20 as the alerts would run it,
+  not at alpha; the mix shares, not alerted on, form a family of their own (alpha / 6);
   `evalstats.changes.change_monitor` (the window's two-sample tests, `rank_sum_test` and
   `two_proportion_test`, at levels spent over the looks) for the label-free behaviour signals;
 * the **fixed-window** comparator, looking as often: each window's own 95 % test of the same
@@ -23,7 +26,10 @@ over four weeks, 28 looks, for the behaviour signals):
 
 * no drift, each stream exactly at its limit (the hardest case for the guarantee): pass rate
   at the floor; agreement at its floor; two strata's shares at their tolerance limits; the
-  behaviour of the live model equal to the reference's;
+  behaviour of the live model equal to the reference's; and the whole deployment: all K = 20
+  alert streams (pass rate, agreement, error rate, share over the p95 latency gate, clipped
+  cost; all traffic and each stratum) at their limits at once, a false alarm being any
+  stream's (the deployment-level guarantee);
 * pass-rate drop: 0.92 -> 0.70 at hour 48 (floor 0.80);
 * judge degradation: at hour 48 the judge's verdicts stop following the humans' (agreement
   0.95 -> 0.82) while the true pass rate stays 0.90 and the judge's own pass rate stays ~0.90;
@@ -84,6 +90,21 @@ PASS_FLOOR = 0.80
 AGREEMENT_FLOOR = 0.90
 PLAN_MIX = {"en": 0.60, "de": 0.30, "fr": 0.10}
 MIX_TOLERANCE = 0.05
+# K, the number of streams the alerts split alpha over (monitoring.alerts.stream_states: the
+# stream kinds whose limit exists, each for all traffic and every stratum of the plan's mix).
+# The simulated deployment is a typical one: a pass-rate criterion, an agreement floor and
+# three gates (error rate, p95 latency, cost; no schema), watched for all traffic and for the
+# plan mix's three languages: K = 5 x 4 = 20, so every alert stream runs at alpha / 20 (a test
+# checks the kinds and the count against monitoring.alerts on such a deployment).
+STREAM_KINDS = ("pass_rate", "agreement", "error_rate", "latency_p95_ms", "cost_per_1000")
+K_STREAMS = len(STREAM_KINDS) * (1 + len(PLAN_MIX))
+# The gates of the simulated deployment, every one exactly at its limit in the no-drift run:
+# error rate 5 %; 5 % of rows slower than the p95 gate; cost clipped at 10 x the per-row gate,
+# drawn as the clip with probability 0.1 (mean exactly the gate: the widest spread a bounded
+# cost can have at that mean), observed in units of the clip.
+ERROR_GATE = 0.05
+SLOW_SHARE = 0.05
+COST_AT_CLIP = 0.1
 # Behaviour signals: rows of a day's window the rank tests read, the reference sample's size.
 SIGNAL_ROWS = 500
 REFERENCE_ROWS = 2000
@@ -123,12 +144,12 @@ def fixed_flags(n: IntArray, k: IntArray, *, limit: float, direction: str) -> np
     return np.asarray(crossed & (n > 0), dtype=bool)
 
 
-def stream_firsts(streams: list[tuple[IntArray, FloatArray, float, str]]
+def stream_firsts(streams: list[tuple[IntArray, FloatArray, float, str]], *, k_streams: int
                   ) -> tuple[int, int]:
-    """First alarm of one run's deployment over K streams (each ``(counts, sums, limit,
-    direction)`` per hourly window): the guaranteed monitors at alpha / K, and the
-    fixed-window Wilson test of every stream."""
-    k_streams = len(streams)
+    """First alarm of one run over ``streams`` (each ``(counts, sums, limit, direction)`` per
+    hourly window): the guaranteed monitors at alpha / ``k_streams`` (the K of the family they
+    belong to, which may hold more streams than are simulated here), and the fixed-window
+    Wilson test of every stream."""
     seq = np.zeros(streams[0][0].size, dtype=bool)
     fixed = np.zeros_like(seq)
     for counts, sums, limit, direction in streams:
@@ -230,7 +251,8 @@ def judge_scenario(name: str, world: JudgeWorld, runs: int, rng: np.random.Gener
         for key, counts, sums, limit in (("pass", n, k, PASS_FLOOR),
                                          ("agreement", n, agree, AGREEMENT_FLOOR),
                                          ("judge_only", nj, kj, PASS_FLOOR)):
-            seq, fixed = stream_firsts([(counts, sums, limit, "below")])
+            # Each stream at alpha / K, as the alerts run it on the simulated deployment.
+            seq, fixed = stream_firsts([(counts, sums, limit, "below")], k_streams=K_STREAMS)
             firsts[f"{key}_seq"][r], firsts[f"{key}_fixed"][r] = seq, fixed
         if with_ppi:
             daily = ppi_daily(run, range(HOURS // 24))
@@ -297,9 +319,43 @@ def mix_scenario(name: str, after: dict[str, float], drift_at: int | None, runs:
             share_sum = counts[:, j].astype(float)
             streams.append((n, share_sum, min(PLAN_MIX[lab] + MIX_TOLERANCE, 1.0), "above"))
             streams.append((n, share_sum, max(PLAN_MIX[lab] - MIX_TOLERANCE, 0.0), "below"))
-        seq_first[r], fixed_first[r] = stream_firsts(streams)
+        # Not an alert: the six shares as a family of their own, at alpha / 6.
+        seq_first[r], fixed_first[r] = stream_firsts(streams, k_streams=len(streams))
     return Outcome(name, "h", HOURS, drift_at, {"guaranteed": seq_first,
                                                 "fixed window": fixed_first})
+
+
+def deployment_scenario(name: str, runs: int, rng: np.random.Generator) -> Outcome:
+    """No drift, every one of the simulated deployment's K alert streams exactly at its limit
+    at once: pass rate and agreement of the random human draws at their floors, error rate at
+    its gate, 5 % of rows over the p95 latency gate, mean clipped cost at the per-row gate;
+    each for all traffic and per stratum of the plan's mix (rows and human draws split by the
+    mix). A false alarm is any stream's alarm: the guarantee is alpha for the deployment."""
+    labels = sorted(PLAN_MIX)
+    shares = np.array([PLAN_MIX[lab] for lab in labels])
+    # kind -> (which rows it counts, share of them that are 1, limit, direction)
+    kinds = {"pass_rate": ("human", PASS_FLOOR, PASS_FLOOR, "below"),
+             "agreement": ("human", AGREEMENT_FLOOR, AGREEMENT_FLOOR, "below"),
+             "error_rate": ("rows", ERROR_GATE, ERROR_GATE, "above"),
+             "latency_p95_ms": ("rows", SLOW_SHARE, SLOW_SHARE, "above"),
+             "cost_per_1000": ("rows", COST_AT_CLIP, COST_AT_CLIP, "above")}
+    assert tuple(kinds) == STREAM_KINDS
+    seq_first = np.full(runs, NONE, dtype=np.int64)
+    fixed_first = np.full(runs, NONE, dtype=np.int64)
+    for r in range(runs):
+        per_stratum = {"rows": rng.multinomial(rng.poisson(ROWS_PER_HOUR, HOURS), shares),
+                       "human": rng.multinomial(rng.poisson(HUMAN_PER_HOUR, HOURS), shares)}
+        streams = []
+        for base, p, limit, direction in kinds.values():
+            n = per_stratum[base]
+            ones = rng.binomial(n, p)
+            streams.append((n.sum(axis=1), ones.sum(axis=1).astype(float), limit, direction))
+            for j in range(len(labels)):
+                streams.append((n[:, j], ones[:, j].astype(float), limit, direction))
+        assert len(streams) == K_STREAMS
+        seq_first[r], fixed_first[r] = stream_firsts(streams, k_streams=K_STREAMS)
+    return Outcome(name, "h", HOURS, None, {"guaranteed": seq_first,
+                                            "fixed window": fixed_first})
 
 
 @dataclass(frozen=True)
@@ -411,6 +467,10 @@ SCENARIOS: dict[str, Callable[[int, np.random.Generator], list[Outcome]]] = {
     "model swap": lambda runs, rng: [swap_scenario(
         "model swap on day 7 (8 % shorter, 10 % slower, refusals 2 % -> 3 %)",
         Behaviour(length_median=552.0, latency_mean=990.0, refusal=0.03), 7, runs, rng)],
+    # Last, so that the scenarios above keep their seeds (`run`: one stream per position).
+    "no drift: the deployment's K streams at their limits": lambda runs, rng: [
+        deployment_scenario(f"no drift: all {K_STREAMS} alert streams at their limits", runs,
+                            rng)],
 }
 
 

@@ -496,19 +496,44 @@ def baseline_load(path: str) -> Any:
     return module
 
 
+class WithGateCounts:
+    """An earlier load that did not read the gate counts, as the window computation ran it
+    then: the load, then `context.gate_counts` (the GROUP BY (stratum, finish reason) query
+    of its own)."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def window_input_load(self, *, deployment: Any, params: Any) -> Any:
+        import dataclasses
+
+        from monitoring.window import context
+
+        inp = self.module.window_input_load(deployment=deployment, params=params)
+        if inp.gate_cells:
+            return inp  # a load that reads them itself
+        cells, totals = context.gate_counts(deployment, params)
+        return dataclasses.replace(inp, gate_cells=cells, gate_totals=totals)
+
+
 def same_input(a: Any, b: Any) -> bool:
-    """Two loads of one window read the same totals, sampled rows and signal subsample."""
+    """Two loads of one window read the same totals, sampled rows, signal subsample and gate
+    counts."""
     arrays = ("to_judge", "judge_pi", "judge_value", "to_human", "human_pi", "human_value",
               "signal_output_chars", "signal_latency_ms")
     return (a.cells.keys() == b.cells.keys()
             and all(_close(a.cells[k], b.cells[k]) for k in a.cells)
             and _close(a.totals, b.totals) and list(a.stratum) == list(b.stratum)
             and all(np.allclose(getattr(a, f), getattr(b, f), equal_nan=True)
-                    for f in arrays))
+                    for f in arrays)
+            and a.gate_cells.keys() == b.gate_cells.keys()
+            and all(_close(a.gate_cells[k], b.gate_cells[k]) for k in a.gate_cells)
+            and _close(a.gate_totals, b.gate_totals))
 
 
 def _close(x: Any, y: Any) -> bool:
-    return all(v == w or (v is not None and w is not None and abs(v - w) <= 1e-9 * abs(v))
+    return all(v == w or (isinstance(v, float | int) and isinstance(w, float | int)
+                          and abs(v - w) <= 1e-9 * abs(v))
                for v, w in zip(vars(x).values(), vars(y).values(), strict=True))
 
 
@@ -545,11 +570,13 @@ def window_measure(args: argparse.Namespace, dep_id: int, day0: dt.datetime) -> 
     deployment = Deployment.objects.get(pk=dep_id)
     days = [WindowParams("day", day0 + dt.timedelta(days=d)) for d in range(args.window_days)]
     if args.baseline_load:
-        old = baseline_load(args.baseline_load)
+        # The baseline as the window computation ran it: its load, then the gate counts by
+        # their own query (`context.gate_counts`) when that load does not read them.
+        old = WithGateCounts(baseline_load(args.baseline_load))
         spent = {"baseline": np.zeros(3), "current": np.zeros(3)}
         for params in days:
             for name, module in (("baseline", old), ("current", current)):
-                services.window_load = module
+                services.window_load = module  # type: ignore[assignment]
                 start = np.array([time.perf_counter(), time.process_time(), backend_cpu()])
                 services.window_compute(deployment=deployment, params=params, force=True)
                 spent[name] += np.array([time.perf_counter(), time.process_time(),

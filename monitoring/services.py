@@ -323,10 +323,9 @@ def window_compute(*, deployment: Deployment, params: WindowParams,
                                    start=params.start).first()
     if stored is not None and stored.fingerprint == fingerprint and not force:
         return stored
+    # The load reads the gate counts too (on PostgreSQL in its one statement).
     inp = window_load.window_input_load(deployment=deployment, params=params)
-    cells, totals = window_context.gate_counts(deployment, params)
-    inp = dataclasses.replace(inp, selection=window_context.selection_reference(deployment),
-                              gate_cells=cells, gate_totals=totals)
+    inp = dataclasses.replace(inp, selection=window_context.selection_reference(deployment))
     result = window_compute_mod.window_compute(inp)
     with transaction.atomic():
         window, _ = Window.objects.update_or_create(

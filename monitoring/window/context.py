@@ -136,14 +136,40 @@ def selection_reference(deployment: Deployment) -> SelectionReference:
     return SelectionReference(**parts)
 
 
-def gate_counts(deployment: Deployment, params: WindowParams
-                ) -> tuple[dict[str, GateCounts], GateCounts]:
-    """Per stratum and for all traffic: the counts the gate streams and the finish-reason
-    signal read (module docstring)."""
+def gate_limits(deployment: Deployment) -> tuple[float | None, float | None]:
+    """The plan's p95 latency gate (ms) and the per-row cost clip (None: no such gate)."""
     gates = plan_selection(deployment.plan.spec)["gates"]
     latency_gate = gates.get("latency_p95_ms")
     cost_gate = gates.get("cost_per_1000")
     clip = None if cost_gate is None else COST_CLIP_FACTOR * cost_gate / 1000.0
+    return (None if latency_gate is None else float(latency_gate)), clip
+
+
+def gate_counts_assemble(finish: Mapping[str, Mapping[str, int]],
+                         sums: Mapping[str, Mapping[str, Any]], clip: float | None
+                         ) -> tuple[dict[str, GateCounts], GateCounts]:
+    """`GateCounts` per stratum and for all traffic from each stratum's finish counts and
+    stream sums (keys of `GateCounts`; a missing key is 0), whichever query read them: the
+    totals are the strata's, summed in label order, so both paths add them alike."""
+    cells: dict[str, GateCounts] = {}
+    every: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    for label in sorted(finish):
+        values = {k: v for k, v in sums.get(label, {}).items() if v}
+        cells[label] = GateCounts(finish=dict(sorted(finish[label].items())), cost_clip=clip,
+                                  **values)
+        total.update(values)
+        every.update(finish[label])
+    overall = GateCounts(finish=dict(sorted(every.items())), cost_clip=clip, **total)
+    return cells, overall
+
+
+def gate_counts(deployment: Deployment, params: WindowParams
+                ) -> tuple[dict[str, GateCounts], GateCounts]:
+    """Per stratum and for all traffic: the counts the gate streams and the finish-reason
+    signal read (module docstring), by the ORM. On PostgreSQL the window statement reads the
+    same counts in its one pass (`window.load`); this is the path of other databases."""
+    latency_gate, clip = gate_limits(deployment)
     rows = TrafficRow.objects.filter(deployment=deployment, occurred_at__gte=params.start,
                                      occurred_at__lt=params.end)
     agg: dict[str, Any] = {
@@ -155,7 +181,10 @@ def gate_counts(deployment: Deployment, params: WindowParams
     if latency_gate is not None:
         agg["n_slow"] = Count("id", filter=Q(latency_ms__gt=latency_gate))
     if clip is not None:
-        agg["cost_clipped_sum"] = Sum(Least(F("cost"), Value(clip)))
+        # LEAST ignores NULLs: without the filter a row that reported no cost would add the
+        # whole clip to the sum (and not to n_cost), raising the cost stream's mean.
+        agg["cost_clipped_sum"] = Sum(Least(F("cost"), Value(clip)),
+                                      filter=Q(cost__isnull=False))
     # One GROUP BY (stratum, finish reason) pass: the finish counts per stratum, and the
     # stream counts summed over a stratum's reasons in Python.
     finish: dict[str, Counter[str]] = {}
@@ -168,15 +197,4 @@ def gate_counts(deployment: Deployment, params: WindowParams
         finish.setdefault(label, Counter())[reason or NO_REASON] += int(n)
         sums.setdefault(label, Counter()).update(
             {k: (v or 0) for k, v in zip(names, found, strict=True)})
-    cells: dict[str, GateCounts] = {}
-    every: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    for label in sorted(finish):
-        values: dict[str, Any] = {k: sums[label].get(k, 0) for k in names}
-        cells[label] = GateCounts(finish=dict(sorted(finish[label].items())),
-                                  cost_clip=clip, **values)
-        total.update(values)
-        every.update(finish[label])
-    overall = GateCounts(finish=dict(sorted(every.items())), cost_clip=clip,
-                         **{k: total.get(k, 0) for k in names})
-    return cells, overall
+    return gate_counts_assemble(finish, sums, clip)

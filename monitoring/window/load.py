@@ -10,11 +10,14 @@ the database's:
 
 * **Totals** (`CellTotals` per stratum and for all traffic: counts of rows, errors, refusals,
   injection matches and escalations, mean output length and cost, latency p50/p95 with
-  ``percentile_cont``, the schema-valid rate) are one GROUP BY GROUPING SETS query on
-  PostgreSQL, in the same single pass over the window's rows as the two row-level reads below
-  (`_WINDOW_SQL`). On SQLite (no ``percentile_cont``, no grouping sets) the same totals come from
-  the rows in Python (`compute.cell_totals`); both give the same counts and rates, and means
-  and percentiles equal up to floating-point rounding (tests/monitoring/test_window_sql.py).
+  ``percentile_cont``, the schema-valid rate) and the gate streams' counts (`GateCounts`:
+  schema, latency over the p95 gate, clipped cost, finish reasons) are one GROUP BY GROUPING
+  SETS query on PostgreSQL, in the same single pass over the window's rows as the two
+  row-level reads below (`_WINDOW_SQL`); other databases read the gate counts with
+  `context.gate_counts`. On SQLite (no ``percentile_cont``, no grouping sets) the same
+  totals come from the rows in Python (`compute.cell_totals`); both give the same counts and
+  rates, and means and percentiles equal up to floating-point rounding
+  (tests/monitoring/test_window_sql.py).
 * **Pass rates** read only the rows drawn for the judges or humans (about the judge rate of
   the window), every one of them: the estimates are unchanged.
 * **Rank tests** of output length and latency run on the `SIGNAL_SAMPLE` rows of the window
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,8 +50,10 @@ from studies.spec import plan_selection
 
 from .. import signals
 from ..models import Deployment, TrafficLabel, TrafficRow
-from .compute import CellTotals, WindowInput, cell_totals
+from . import context as window_context
+from .compute import CellTotals, GateCounts, WindowInput, cell_totals
 from .params import WindowParams
+from .trust import NO_REASON
 
 # The reference sample is capped: a rank test gains nothing from more than this.
 REFERENCE_LIMIT = 20_000
@@ -83,8 +89,12 @@ def _reference(deployment: Deployment) -> tuple[np.ndarray, np.ndarray, tuple[in
 
 # One pass over the window's rows (PostgreSQL): the narrow columns every part needs are read
 # once (an index or bitmap scan of the window) into a materialised CTE; the totals, the signal
-# subsample and the sampled rows with their labels are computed from it and returned as three
-# JSON documents. p50 and p95 come from one ordered-set aggregate (one sort of each cell's
+# subsample, the sampled rows with their labels and the finish reasons per stratum are
+# computed from it and returned as four documents. The gate streams' counts
+# (`context.GateCounts`) are more aggregates of the totals' GROUP BY and the finish reasons a
+# hash aggregate of the materialised rows: read by a query of their own
+# (`context.gate_counts`, now the path of other databases) they cost a second scan of the
+# window's rows. p50 and p95 come from one ordered-set aggregate (one sort of each cell's
 # latencies). The signal subsample sorts only the rows whose u lies below a cut-off that
 # SIGNAL_SLACK rows more than SIGNAL_SAMPLE are expected to pass (u is uniform; the slack is
 # several standard deviations), instead of keeping a top-N heap over every row of the window;
@@ -95,7 +105,7 @@ WITH w AS MATERIALIZED (
     SELECT id, stratum, error <> '' AS is_error, refusal,
            injection_rules <> '[]'::jsonb AS is_injection, escalated AND NOT to_human AS esc,
            output_chars, cost, latency_ms, schema_valid::int AS valid, sample_u,
-           to_judge, judge_pi, to_human, human_pi
+           to_judge, judge_pi, to_human, human_pi, finish_reason
     FROM {rows}
     WHERE deployment_id = %(deployment)s AND occurred_at >= %(start)s AND occurred_at < %(end)s
 ), cells AS (
@@ -106,8 +116,16 @@ WITH w AS MATERIALIZED (
            count(*) FILTER (WHERE esc) AS escalated,
            avg(output_chars)::float8 AS chars, avg(cost) AS cost,
            percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY latency_ms) AS p,
-           avg(valid)::float8 AS valid
+           avg(valid)::float8 AS valid,
+           count(valid) AS n_schema, coalesce(sum(valid), 0) AS n_schema_valid,
+           count(latency_ms) AS n_latency,
+           count(*) FILTER (WHERE latency_ms > %(slow)s::float8) AS n_slow,
+           count(cost) AS n_cost,
+           coalesce(sum(least(cost, %(clip)s::float8)) FILTER (WHERE cost IS NOT NULL),
+                    0)::float8 AS cost_clipped_sum
     FROM w GROUP BY GROUPING SETS ((stratum), ())
+), finish AS (
+    SELECT stratum, finish_reason, count(*) AS n FROM w GROUP BY stratum, finish_reason
 ), signal AS (
     SELECT output_chars, latency_ms FROM w
     WHERE sample_u <= (SELECT (%(signal)s + %(slack)s)::float8 / greatest(n, 1)
@@ -124,38 +142,66 @@ WITH w AS MATERIALIZED (
 SELECT
     (SELECT coalesce(json_agg(json_build_array(stratum, is_all, n, errors, refusals,
                                                injections, escalated, chars, cost, p[1],
-                                               p[2], valid)), '[]') FROM cells),
+                                               p[2], valid, n_schema, n_schema_valid,
+                                               n_latency, n_slow, n_cost, cost_clipped_sum)),
+                     '[]') FROM cells),
     (SELECT array_to_string(array_agg(output_chars), ',') || ';'
             || array_to_string(array_agg(latency_ms), ',', 'NaN') FROM signal),
     (SELECT coalesce(json_agg(json_build_array(stratum, to_judge, judge_pi, judge_value,
                                                to_human, human_pi, human_value) ORDER BY id),
-                     '[]') FROM sampled)
+                     '[]') FROM sampled),
+    (SELECT coalesce(json_agg(json_build_array(stratum, finish_reason, n)), '[]') FROM finish)
 """
 
 
-def _load_sql(deployment: Deployment, params: WindowParams
-              ) -> tuple[dict[str, CellTotals], CellTotals, tuple[np.ndarray, np.ndarray],
-                         list[Any]]:
-    """Totals per stratum and for all traffic, the signal subsample and the sampled rows, by
-    PostgreSQL in one statement."""
+@dataclass(frozen=True)
+class _Loaded:
+    """What the window statement returns, decoded."""
+
+    cells: dict[str, CellTotals]
+    totals: CellTotals
+    signal: tuple[np.ndarray, np.ndarray]
+    sampled: list[Any]
+    gate_cells: dict[str, GateCounts]
+    gate_totals: GateCounts
+
+
+# The gate streams' counts in the order the statement returns them after `CellTotals`.
+_GATE_KEYS = ("n_schema", "n_schema_valid", "n_latency", "n_slow", "n_cost",
+              "cost_clipped_sum")
+
+
+def _load_sql(deployment: Deployment, params: WindowParams) -> _Loaded:
+    """Totals per stratum and for all traffic, the signal subsample, the sampled rows and the
+    gate counts, by PostgreSQL in one statement."""
     sql = _WINDOW_SQL.format(rows=TrafficRow._meta.db_table,
                              labels=TrafficLabel._meta.db_table)
+    latency_gate, clip = window_context.gate_limits(deployment)
     cells: dict[str, CellTotals] = {}
     totals = CellTotals(0, 0, 0, 0, 0, None, None, None, None, None)
     with transaction.atomic(), connection.cursor() as cur:
         for setting in _STATEMENT_SETTINGS:
             cur.execute(setting)
         cur.execute(sql, {"deployment": deployment.pk, "start": params.start,
-                          "end": params.end, "signal": SIGNAL_SAMPLE, "slack": SIGNAL_SLACK})
-        cell_rows, signal, sampled = cur.fetchone()
+                          "end": params.end, "signal": SIGNAL_SAMPLE, "slack": SIGNAL_SLACK,
+                          "slow": latency_gate, "clip": clip})
+        cell_rows, signal, sampled, finish_rows = cur.fetchone()
+    sums: dict[str, dict[str, Any]] = {}
     for stratum, is_all, *rest in _json(cell_rows):
         ints = [int(v) for v in rest[:5]]
-        floats = [None if v is None else float(v) for v in rest[5:]]
+        floats = [None if v is None else float(v) for v in rest[5:10]]
         cell = CellTotals(*ints, *floats)
         if is_all:
             totals = cell
         else:
             cells[str(stratum)] = cell
+            sums[str(stratum)] = dict(zip(_GATE_KEYS, rest[10:], strict=True))
+            if clip is None:  # no cost gate: least(cost, NULL) is the cost itself
+                sums[str(stratum)]["cost_clipped_sum"] = 0.0
+    finish: dict[str, Counter[str]] = {}
+    for stratum, reason, n in _json(finish_rows):
+        finish.setdefault(str(stratum), Counter())[reason or NO_REASON] += int(n)
+    gate_cells, gate_totals = window_context.gate_counts_assemble(finish, sums, clip)
     # The subsample comes as two comma-separated lists ("chars;latencies", NaN for a missing
     # latency): parsed by numpy, a third of the client CPU of 20,000 JSON pairs.
     chars, latency = np.zeros(0), np.zeros(0)
@@ -165,7 +211,7 @@ def _load_sql(deployment: Deployment, params: WindowParams
         latency = np.fromstring(text_latency, sep=",")
     if chars.size < min(SIGNAL_SAMPLE, totals.n_rows):
         chars, latency = _signal_rows(deployment, params)  # the cut-off let too few through
-    return cells, totals, (chars, latency), _json(sampled)
+    return _Loaded(cells, totals, (chars, latency), _json(sampled), gate_cells, gate_totals)
 
 
 def _signal_rows(deployment: Deployment, params: WindowParams) -> tuple[np.ndarray, np.ndarray]:
@@ -219,9 +265,12 @@ def window_input_load(*, deployment: Deployment, params: WindowParams,
     rows: list[Any]
     signal: tuple[np.ndarray, np.ndarray]
     if in_database:
-        cells, totals, signal, rows = _load_sql(deployment, params)
+        loaded = _load_sql(deployment, params)
+        cells, totals, signal, rows = loaded.cells, loaded.totals, loaded.signal, loaded.sampled
+        gate_cells, gate_totals = loaded.gate_cells, loaded.gate_totals
     else:
         cells, totals = _cells_python(in_window)
+        gate_cells, gate_totals = window_context.gate_counts(deployment, params)
         rows = list(
             in_window.filter(Q(to_judge=True) | Q(to_human=True))
             .annotate(judge_value=Avg("labels__value", filter=Q(labels__source="judge")),
@@ -266,4 +315,6 @@ def window_input_load(*, deployment: Deployment, params: WindowParams,
         reference_output_chars=ref_chars,
         reference_latency_ms=ref_latency,
         reference_refusals=ref_refusals,
+        gate_cells=gate_cells,
+        gate_totals=gate_totals,
     )

@@ -3,6 +3,9 @@ bench/monitoring_drift.py (pass-rate drop, judge degradation, mix shift, model s
 drift with every stream at its limit), run with fewer seeded runs than the benchmark's 1,000
 (about 30 s of CPU); docs/monitoring.md ("Simulations") quotes the 1,000-run figures.
 
+The alert streams run at alpha / K with the K of a typical deployment (20), as the alerts
+split alpha; one no-drift scenario puts all K streams of such a deployment at their limits.
+
 What must hold: with no drift, the guaranteed rules' false-alarm rate over the whole horizon is
 within alpha (<= alpha + 3 standard errors of a binomial proportion at this many runs), and the
 fixed-level test looking as often exceeds that bound; after a drift, the guaranteed rule
@@ -25,6 +28,7 @@ from scipy.stats import binomtest
 
 from evalstats import restart_alpha
 from evalstats.changes import change_monitor
+from monitoring.models import Deployment
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 250
@@ -68,8 +72,47 @@ def test_the_simulated_monitor_restarts_as_the_alerts_do() -> None:
     assert bench.ALPHA == DEFAULT_ALPHA
 
 
+@pytest.mark.django_db
+def test_the_simulated_streams_share_alpha_as_the_alerts_do(deployment: Deployment) -> None:
+    # The simulation's K is the alerts' count for a deployment like the simulated one: the
+    # same stream kinds (a pass-rate criterion, an agreement floor, the error, latency and
+    # cost gates), each for all traffic and every stratum of the plan's mix. The fixture's
+    # plan mixes two languages where the simulated one mixes three; the alerts' K for it is
+    # checked against the same formula.
+    from monitoring.alerts import monitored_strata, stream_states, streams
+
+    deployment.alerting = {**(deployment.alerting or {}), "agreement_floor": 0.9}
+    deployment.save(update_fields=["alerting"])
+    assert tuple(s.kind for s in streams(deployment)) == bench.STREAM_KINDS
+    strata = monitored_strata(deployment)
+    assert len(strata) == 1 + 2
+    k = len(bench.STREAM_KINDS) * len(strata)
+    states = stream_states(deployment)
+    assert len(states) == k
+    assert all(s.alpha == pytest.approx(ALPHA / k) for s in states)
+    assert bench.K_STREAMS == len(bench.STREAM_KINDS) * (1 + len(bench.PLAN_MIX)) == 20
+
+
+def test_the_simulated_alert_streams_run_at_alpha_over_k(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    seen: list[float] = []
+    real = bench.drift_monitor
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(float(kwargs["alpha"]))  # type: ignore[arg-type]
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "drift_monitor", spy)
+    bench.run(["pass-rate drop", "judge degradation",
+               "no drift: the deployment's K streams at their limits"], 2, seed=1)
+    # Per run: three streams in each judge scenario (pass rate, agreement, judge-only), K here.
+    assert len(seen) == 2 * (3 + 3 + bench.K_STREAMS)
+    assert set(seen) == {ALPHA / 20}
+
+
 @pytest.mark.parametrize("name", [
     "no drift: pass rate and agreement at their floors",
+    "no drift: the deployment's K streams at their limits",
     "no drift: two strata's shares at their tolerance limits",
     "no drift: the model unchanged",
 ])

@@ -14,6 +14,7 @@ from scipy import stats
 
 from monitoring.models import Deployment, TrafficRow
 from monitoring.services import traffic_ingest, traffic_labels_record
+from monitoring.window import context as window_context
 from monitoring.window import load
 from monitoring.window.compute import window_compute
 from monitoring.window.params import WindowParams
@@ -142,3 +143,48 @@ def test_the_cut_off_on_u_keeps_the_sample_exact(
                           np.array([np.nan if r[3] is None else r[3] for r in rows]),
                           equal_nan=True)
     assert bool(refetched) == (slack < 0)
+
+
+@pytest.mark.parametrize("limits", [(300.0, 0.05), (None, None)])
+def test_the_gate_counts_of_the_window_statement_are_those_of_their_own_query(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch,
+    limits: tuple[float | None, float | None],
+) -> None:
+    # The window statement reads the gate streams' counts in its one pass; they equal the
+    # GROUP BY (stratum, finish reason) query that read them before (`context.gate_counts`,
+    # still the other databases' path) and numpy on the rows. The limits are set so that some
+    # rows are slower than the latency gate and some costs are clipped; (None, None): a plan
+    # with neither gate.
+    latency_gate, clip = limits
+    monkeypatch.setattr(window_context, "gate_limits", lambda _d: limits)
+    _traffic(deployment)
+    rng = np.random.default_rng(5)
+    for row in TrafficRow.objects.filter(deployment=deployment):
+        row.finish_reason = str(rng.choice(["stop", "length", "", "content_filter"]))
+        row.cost = None if row.cost is None else row.cost * 10  # half above the clip 0.05
+        row.save(update_fields=["finish_reason", "cost"])
+    inp = load.window_input_load(deployment=deployment, params=HOUR, in_database=True)
+    cells, totals = window_context.gate_counts(deployment, HOUR)
+    assert set(inp.gate_cells) == set(cells) and len(cells) >= 3
+    for label in cells:
+        _approx_equal(dataclasses.asdict(inp.gate_cells[label]), dataclasses.asdict(cells[label]))
+    _approx_equal(dataclasses.asdict(inp.gate_totals), dataclasses.asdict(totals))
+    # Against numpy on the rows, and not trivially zero.
+    rows = list(TrafficRow.objects.filter(deployment=deployment)
+                .values_list("latency_ms", "cost", "schema_valid", "finish_reason"))
+    latency = np.array([r[0] for r in rows if r[0] is not None])
+    cost = np.array([r[1] for r in rows if r[1] is not None])
+    t = inp.gate_totals
+    assert (t.n_latency, t.n_cost) == (latency.size, cost.size)
+    assert t.n_schema == sum(r[2] is not None for r in rows)
+    assert t.n_schema_valid == sum(r[2] is True for r in rows) > 0
+    assert t.finish == {"(none)": sum(r[3] == "" for r in rows),
+                        **{k: sum(r[3] == k for r in rows)
+                           for k in ("content_filter", "length", "stop")}}
+    if latency_gate is None or clip is None:
+        assert (t.n_slow, t.cost_clipped_sum, t.cost_clip) == (0, 0.0, None)
+    else:
+        assert t.n_slow == int((latency > latency_gate).sum()) > 0
+        assert (cost > clip).any()
+        assert t.cost_clipped_sum == pytest.approx(float(np.minimum(cost, clip).sum()),
+                                                   rel=1e-12)
