@@ -598,9 +598,21 @@ def window_measure(args: argparse.Namespace, dep_id: int, day0: dt.datetime) -> 
         for params in days:
             services.window_compute(deployment=deployment, params=params,
                                     force=label == "first pass")
-        say(f"  {label}: {len(days)} daily windows in {time.perf_counter() - t_wall:.2f} s "
-            f"(CPU: Python {time.process_time() - t_cpu:.2f} s, PostgreSQL backend "
+        say(f"  {label}, one at a time: {len(days)} daily windows in "
+            f"{time.perf_counter() - t_wall:.2f} s (CPU: Python "
+            f"{time.process_time() - t_cpu:.2f} s, PostgreSQL backend "
             f"{backend_cpu() - t_db:.2f} s)")
+    # The recompute a lead runs (`manage.py windows_recompute`): the range at once, every
+    # window forced, on the service's pool of connections.
+    for workers in (1, args.recompute_workers):
+        t_wall, t_cpu = time.perf_counter(), time.process_time()
+        got = services.windows_range_compute(
+            deployment=deployment, granularity="day", start=days[0].start, end=days[-1].end,
+            force=True, workers=workers)
+        assert len(got) == len(days), (len(got), len(days))
+        say(f"  recompute of the range (windows_range_compute, {workers} at a time): "
+            f"{len(got)} daily windows in {time.perf_counter() - t_wall:.2f} s (CPU of this "
+            f"process {time.process_time() - t_cpu:.2f} s)")
 
 
 def main() -> None:
@@ -619,6 +631,8 @@ def main() -> None:
     parser.add_argument("--window-days", "--windows", type=int, default=3,
                         help="daily windows to seed and compute (issue 28 asks for 30)")
     parser.add_argument("--window-rows", type=int, default=100_000)
+    parser.add_argument("--recompute-workers", type=int, default=2,
+                        help="windows at once in the range recompute (windows_range_compute)")
     parser.add_argument("--baseline-load", default="",
                         help="an earlier monitoring/window/load.py to time side by side")
     args = parser.parse_args()

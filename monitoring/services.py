@@ -10,11 +10,13 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.models import Count, Max
 from django.db.models.functions import Length
 from django.utils import timezone
@@ -40,7 +42,7 @@ from .notify import webhook_refusal
 from .window import compute as window_compute_mod
 from .window import context as window_context
 from .window import load as window_load
-from .window.params import WindowParams
+from .window.params import GRANULARITIES, WindowParams, window_floor
 
 ALERTING_KEYS = ("alpha", "cooldown_minutes", "pass_rate_floor", "agreement_floor",
                  "webhook_url", "emails")
@@ -314,10 +316,13 @@ def _fingerprint(deployment: Deployment, params: WindowParams) -> str:
 
 
 def window_compute(*, deployment: Deployment, params: WindowParams,
-                   force: bool = False) -> Window:
+                   force: bool = False,
+                   selection: window_compute_mod.SelectionReference | None = None) -> Window:
     """Compute (or recompute) one window. Idempotent: one row per (deployment, granularity,
     start) by a unique constraint; when nothing it reads has changed since the stored result
-    (same fingerprint) the stored window is returned untouched."""
+    (same fingerprint) the stored window is returned untouched. `selection` is the
+    deployment's selection-time evidence when the caller has read it already (a range of
+    windows reads it once)."""
     fingerprint = _fingerprint(deployment, params)
     stored = Window.objects.filter(deployment=deployment, granularity=params.granularity,
                                    start=params.start).first()
@@ -325,7 +330,9 @@ def window_compute(*, deployment: Deployment, params: WindowParams,
         return stored
     # The load reads the gate counts too (on PostgreSQL in its one statement).
     inp = window_load.window_input_load(deployment=deployment, params=params)
-    inp = dataclasses.replace(inp, selection=window_context.selection_reference(deployment))
+    if selection is None:
+        selection = window_context.selection_reference(deployment)
+    inp = dataclasses.replace(inp, selection=selection)
     result = window_compute_mod.window_compute(inp)
     with transaction.atomic():
         window, _ = Window.objects.update_or_create(
@@ -340,8 +347,6 @@ def window_compute(*, deployment: Deployment, params: WindowParams,
 def windows_recent_compute(*, deployment: Deployment, now: dt.datetime) -> list[Window]:
     """The windows a beat tick keeps current: the hour and the day that contain `now`, and the
     hour and day before (late rows and late labels land there)."""
-    from .window.params import GRANULARITIES, window_floor
-
     out = []
     for granularity, step in GRANULARITIES.items():
         current = window_floor(now, granularity)
@@ -349,6 +354,48 @@ def windows_recent_compute(*, deployment: Deployment, now: dt.datetime) -> list[
             out.append(window_compute(deployment=deployment,
                                       params=WindowParams(granularity, start)))
     return out
+
+
+def windows_range_compute(*, deployment: Deployment, granularity: str, start: dt.datetime,
+                          end: dt.datetime, force: bool = False,
+                          workers: int | None = None) -> list[Window]:
+    """Every window of `granularity` that starts in [start, end), computed as `window_compute`
+    does (idempotent; `force` recomputes unchanged ones too): what a lead runs after putting a
+    new calibration snapshot in force or changing the plan's gates, when the stored history
+    must be read again under them.
+
+    The windows are independent, and most of a window's time is PostgreSQL's (one statement
+    reading the day's rows), so on PostgreSQL they are computed `workers` at a time (default:
+    the machine's cores, at most 4), each thread on its own database connection, closed when
+    it ends. The selection-time evidence is read once for the range. On other databases
+    (SQLite's one writer) they run one after another."""
+    if end <= start:
+        raise ValidationFailed.at("end", "must be after start")
+    first = window_floor(start, granularity)
+    if first < start:
+        first += GRANULARITIES[granularity]
+    days = []
+    at = first
+    while at < end:
+        days.append(WindowParams(granularity, at))
+        at += GRANULARITIES[granularity]
+    selection = window_context.selection_reference(deployment)
+    if workers is None:
+        workers = min(4, os.cpu_count() or 1)
+    if connection.vendor != "postgresql" or workers <= 1 or len(days) <= 1:
+        return [window_compute(deployment=deployment, params=p, force=force,
+                               selection=selection) for p in days]
+
+    def one(params: WindowParams) -> Window:
+        try:
+            return window_compute(deployment=deployment, params=params, force=force,
+                                  selection=selection)
+        finally:
+            # A pool thread's connection is its own; Django would not close it.
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, days))
 
 
 def params_or_400(raw: Any) -> WindowParams:
