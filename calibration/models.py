@@ -14,10 +14,17 @@ from django.db import models
 
 from judges.models import JudgeVersion
 from snapshots.models import ReportSnapshot
-from studies.models import Candidate, Comparison, Criterion, Output, Study
+from studies.models import (
+    Candidate,
+    Criterion,
+    OutputOrComparison,
+    Study,
+    comparison_link,
+    output_link,
+)
 
 
-class CalibratedScore(models.Model):
+class CalibratedScore(OutputOrComparison):
     class Decision(models.TextChoices):
         PASS = "pass", "Pass"
         FAIL = "fail", "Fail"
@@ -44,15 +51,9 @@ class CalibratedScore(models.Model):
     # index below serves every read and delete, which all name the study.
     snapshot = models.ForeignKey(ReportSnapshot, on_delete=models.CASCADE, related_name="+",
                                  db_column="snapshot_id", db_index=False)
-    output = models.ForeignKey(
-        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
-        db_constraint=False,
-    )
+    output = output_link(db_constraint=False)
     # Indexed only where set (Meta.indexes): most studies' rows are all outputs.
-    comparison = models.ForeignKey(
-        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
-        db_constraint=False, db_index=False,
-    )
+    comparison = comparison_link(db_constraint=False, db_index=False)
     candidate = models.ForeignKey(
         Candidate, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
         db_constraint=False, db_index=False,
@@ -88,7 +89,7 @@ class CalibratedScore(models.Model):
     evidence_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
+    class Meta(OutputOrComparison.Meta):
         ordering = ["snapshot_id", "id"]
         # Every read names the study and the snapshot (the latest is the greatest snapshot id
         # of a study; a page is a keyset by id inside one), so one index serves them all and
@@ -101,13 +102,7 @@ class CalibratedScore(models.Model):
                          condition=models.Q(comparison__isnull=False)),
         ]
         constraints = [
-            models.CheckConstraint(
-                condition=(
-                    models.Q(output__isnull=False, comparison__isnull=True)
-                    | models.Q(output__isnull=True, comparison__isnull=False)
-                ),
-                name="calscore_one_subject",
-            ),
+            *OutputOrComparison.Meta.constraints,
             models.CheckConstraint(
                 condition=models.Q(p_pass__gte=0.0, p_pass__lte=1.0), name="calscore_p_range"
             ),
