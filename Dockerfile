@@ -21,7 +21,7 @@ RUN useradd --system --create-home --home-dir /home/reviewhub reviewhub \
 
 # Dependencies first so that code edits do not reinstall them.
 COPY pyproject.toml README.md ./
-RUN mkdir -p reviewhub studies judges annotations calibration reports imports evalstats \
+RUN mkdir -p reviewhub studies judges annotations snapshots calibration reports imports evalstats \
     && pip install --upgrade pip && pip install . && pip uninstall -y reviewhub
 
 COPY . .

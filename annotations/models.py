@@ -11,7 +11,14 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-from studies.models import Comparison, Criterion, Output, RubricVersion, Study
+from studies.models import (
+    Criterion,
+    OutputOrComparison,
+    RubricVersion,
+    Study,
+    comparison_link,
+    output_link,
+)
 
 
 class SamplingPlan(models.Model):
@@ -48,7 +55,7 @@ class SamplingPlan(models.Model):
         return f"{self.study_id} sampling v{self.version}"
 
 
-class QueueEntry(models.Model):
+class QueueEntry(OutputOrComparison):
     """One subject (output or comparison) that the plan sends to k annotators."""
 
     class DrawKind(models.TextChoices):
@@ -59,12 +66,6 @@ class QueueEntry(models.Model):
         ESCALATION = "escalation", "Escalation"  # sent to humans by a rule, not a random draw
 
     plan = models.ForeignKey(SamplingPlan, on_delete=models.CASCADE, related_name="entries")
-    output = models.ForeignKey(
-        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
-    comparison = models.ForeignKey(
-        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
     is_gold = models.BooleanField(default=False)
     needed = models.PositiveIntegerField(default=3)
     # Submitted annotations so far; the queue stops offering the entry at `needed`.
@@ -88,14 +89,10 @@ class QueueEntry(models.Model):
     inclusion_probability = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
+    class Meta(OutputOrComparison.Meta):
         ordering = ["id"]
         constraints = [
-            models.CheckConstraint(
-                condition=Q(output__isnull=False, comparison__isnull=True)
-                | Q(output__isnull=True, comparison__isnull=False),
-                name="queueentry_one_subject",
-            ),
+            *OutputOrComparison.Meta.constraints,
             models.CheckConstraint(
                 condition=Q(done_count__lte=models.F("needed")), name="queueentry_not_over"
             ),
@@ -182,7 +179,7 @@ class Assignment(models.Model):
         return f"assignment {self.pk}: {self.status}"
 
 
-class Annotation(models.Model):
+class Annotation(OutputOrComparison):
     """One annotator's label of one subject for one criterion."""
 
     class Source(models.TextChoices):
@@ -194,12 +191,8 @@ class Annotation(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="annotations"
     )
     criterion = models.ForeignKey(Criterion, on_delete=models.PROTECT, related_name="annotations")
-    output = models.ForeignKey(
-        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="annotations"
-    )
-    comparison = models.ForeignKey(
-        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="annotations"
-    )
+    output = output_link(related_name="annotations")
+    comparison = comparison_link(related_name="annotations")
     assignment = models.ForeignKey(
         Assignment, null=True, blank=True, on_delete=models.SET_NULL, related_name="annotations"
     )
@@ -221,9 +214,10 @@ class Annotation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     revised_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
+    class Meta(OutputOrComparison.Meta):
         ordering = ["id"]
         constraints = [
+            *OutputOrComparison.Meta.constraints,
             models.UniqueConstraint(
                 fields=["annotator", "criterion", "output"],
                 condition=Q(output__isnull=False),
@@ -238,11 +232,6 @@ class Annotation(models.Model):
                 fields=["submission_id", "criterion"],
                 condition=Q(submission_id__isnull=False),
                 name="annotation_unique_submission",
-            ),
-            models.CheckConstraint(
-                condition=Q(output__isnull=False, comparison__isnull=True)
-                | Q(output__isnull=True, comparison__isnull=False),
-                name="annotation_one_subject",
             ),
             models.CheckConstraint(
                 condition=Q(severity__isnull=True) | Q(severity__gte=1, severity__lte=5),
@@ -276,16 +265,10 @@ class AnnotationRevision(models.Model):
         return f"revision {self.pk} of {self.annotation_id}"
 
 
-class GoldLabel(models.Model):
+class GoldLabel(OutputOrComparison):
     """A lead's known answer for a subject, used to score annotators (quality control)."""
 
     criterion = models.ForeignKey(Criterion, on_delete=models.CASCADE, related_name="gold_labels")
-    output = models.ForeignKey(
-        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
-    comparison = models.ForeignKey(
-        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
     value = models.CharField(max_length=200)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
@@ -293,9 +276,10 @@ class GoldLabel(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
+    class Meta(OutputOrComparison.Meta):
         ordering = ["id"]
         constraints = [
+            *OutputOrComparison.Meta.constraints,
             models.UniqueConstraint(
                 fields=["criterion", "output"],
                 condition=Q(output__isnull=False),
@@ -306,28 +290,17 @@ class GoldLabel(models.Model):
                 condition=Q(comparison__isnull=False),
                 name="gold_unique_comparison",
             ),
-            models.CheckConstraint(
-                condition=Q(output__isnull=False, comparison__isnull=True)
-                | Q(output__isnull=True, comparison__isnull=False),
-                name="gold_one_subject",
-            ),
         ]
 
     def __str__(self) -> str:
         return f"gold {self.pk}: {self.value}"
 
 
-class Adjudication(models.Model):
+class Adjudication(OutputOrComparison):
     """A lead's adjudicated label, kept apart from the raw annotations it settles."""
 
     criterion = models.ForeignKey(
         Criterion, on_delete=models.CASCADE, related_name="adjudications"
-    )
-    output = models.ForeignKey(
-        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
-    comparison = models.ForeignKey(
-        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
     value = models.CharField(max_length=200)
     note = models.TextField(blank=True)
@@ -336,16 +309,9 @@ class Adjudication(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
+    class Meta(OutputOrComparison.Meta):
         # History is kept: the latest adjudication of a (subject, criterion) is the one in force.
         ordering = ["id"]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(output__isnull=False, comparison__isnull=True)
-                | Q(output__isnull=True, comparison__isnull=False),
-                name="adjudication_one_subject",
-            ),
-        ]
 
     def __str__(self) -> str:
         return f"adjudication {self.pk}: {self.value}"

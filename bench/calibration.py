@@ -148,8 +148,8 @@ def seed() -> None:
     )
     from calibration.models import CalibratedScore
     from judges.models import Judge, JudgeVersion, Verdict
-    from reports.models import ReportSnapshot
     from reviewhub.bulkcopy import bulk_insert
+    from snapshots.models import ReportSnapshot
     from studies.models import (
         AnalysisPlan,
         Candidate,
@@ -445,8 +445,8 @@ def run(params: dict[str, Any], profile: str | None, code: str = "new") -> None:
     import calibration.compute as compute_mod
     from calibration.models import CalibratedScore
     from reports import kinds
-    from reports.models import ReportSnapshot
     from reports.services import report_compute, report_snapshot_create
+    from snapshots.models import ReportSnapshot
     from studies.models import Study
 
     study = Study.objects.get(slug=SLUG)

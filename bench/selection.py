@@ -121,8 +121,8 @@ def seed() -> None:
 
     from annotations.models import Annotation, Assignment, QueueEntry, SamplingPlan
     from judges.models import Judge, JudgeVersion, Verdict
-    from reports.models import ReportSnapshot
     from reviewhub.bulkcopy import bulk_insert
+    from snapshots.models import ReportSnapshot
     from studies.models import (
         AnalysisPlan,
         Candidate,
@@ -338,8 +338,8 @@ def run_report(params: dict[str, Any], profile: str | None = None) -> float | No
     from django.db import connection
 
     from reports import kinds
-    from reports.models import ReportSnapshot
     from reports.services import report_compute, report_snapshot_create
+    from snapshots.models import ReportSnapshot
     from studies.models import Study
 
     if "selection" not in kinds.kind_names():

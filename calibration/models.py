@@ -1,11 +1,11 @@
 """Calibrated scores: one row per (output or comparison, criterion or the rubric) of one
 calibration snapshot.
 
-A calibration snapshot is a `reports.ReportSnapshot` of kind "calibration" (one lifecycle for
-every report kind); its rows live here, keyed by the snapshot's id as a plain integer because
-`calibration` sits to the right of `reports` in the app order and may not import it. Rows of a
-snapshot are written once, in one transaction, when the snapshot is computed, and never
-changed afterwards: a snapshot is immutable and the API serves any of them by id.
+A calibration snapshot is a `snapshots.ReportSnapshot` of kind "calibration" (one lifecycle for
+every report kind, run by `reports`); its rows live here and hold a foreign key to it (the
+`snapshots` app sits below `calibration` in the app order for that). Rows of a snapshot are
+written once, in one transaction, when the snapshot is computed, and never changed afterwards:
+a snapshot is immutable and the API serves any of them by id.
 """
 
 from __future__ import annotations
@@ -13,10 +13,18 @@ from __future__ import annotations
 from django.db import models
 
 from judges.models import JudgeVersion
-from studies.models import Candidate, Comparison, Criterion, Output, Study
+from snapshots.models import ReportSnapshot
+from studies.models import (
+    Candidate,
+    Criterion,
+    OutputOrComparison,
+    Study,
+    comparison_link,
+    output_link,
+)
 
 
-class CalibratedScore(models.Model):
+class CalibratedScore(OutputOrComparison):
     class Decision(models.TextChoices):
         PASS = "pass", "Pass"
         FAIL = "fail", "Fail"
@@ -36,17 +44,16 @@ class CalibratedScore(models.Model):
     # criterion or judge version to them (on_delete runs in the ORM, not in the database).
     study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="+",
                               db_constraint=False, db_index=False)
-    # The reports.ReportSnapshot (kind "calibration") these rows belong to.
-    snapshot_id = models.BigIntegerField()
-    output = models.ForeignKey(
-        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
-        db_constraint=False,
-    )
+    # The snapshot (kind "calibration") these rows belong to: the one reference that keeps its
+    # database constraint (one check per row, against a single parent row), so no row can
+    # outlive or precede its snapshot. The column keeps its name (the COPY writer in
+    # services.py writes it by attname); no index of its own: the (study, snapshot_id, id)
+    # index below serves every read and delete, which all name the study.
+    snapshot = models.ForeignKey(ReportSnapshot, on_delete=models.CASCADE, related_name="+",
+                                 db_column="snapshot_id", db_index=False)
+    output = output_link(db_constraint=False)
     # Indexed only where set (Meta.indexes): most studies' rows are all outputs.
-    comparison = models.ForeignKey(
-        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
-        db_constraint=False, db_index=False,
-    )
+    comparison = comparison_link(db_constraint=False, db_index=False)
     candidate = models.ForeignKey(
         Candidate, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
         db_constraint=False, db_index=False,
@@ -82,7 +89,7 @@ class CalibratedScore(models.Model):
     evidence_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
+    class Meta(OutputOrComparison.Meta):
         ordering = ["snapshot_id", "id"]
         # Every read names the study and the snapshot (the latest is the greatest snapshot id
         # of a study; a page is a keyset by id inside one), so one index serves them all and
@@ -95,13 +102,7 @@ class CalibratedScore(models.Model):
                          condition=models.Q(comparison__isnull=False)),
         ]
         constraints = [
-            models.CheckConstraint(
-                condition=(
-                    models.Q(output__isnull=False, comparison__isnull=True)
-                    | models.Q(output__isnull=True, comparison__isnull=False)
-                ),
-                name="calscore_one_subject",
-            ),
+            *OutputOrComparison.Meta.constraints,
             models.CheckConstraint(
                 condition=models.Q(p_pass__gte=0.0, p_pass__lte=1.0), name="calscore_p_range"
             ),

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from studies.models import Comparison, Criterion, Output, Study
+from studies.models import Criterion, OutputOrComparison, Study, comparison_link, output_link
 
 
 class Judge(models.Model):
@@ -110,7 +110,7 @@ class JudgeRun(models.Model):
         return f"run {self.pk}"
 
 
-class JudgeJob(models.Model):
+class JudgeJob(OutputOrComparison):
     """One provider call: (judge version, subject, criterion, sample index, order)."""
 
     class Status(models.TextChoices):
@@ -132,12 +132,8 @@ class JudgeJob(models.Model):
                             db_index=False)
     judge_version = models.ForeignKey(JudgeVersion, on_delete=models.PROTECT, related_name="jobs")
     criterion = models.ForeignKey(Criterion, on_delete=models.PROTECT, related_name="+")
-    output = models.ForeignKey(
-        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="judge_jobs"
-    )
-    comparison = models.ForeignKey(
-        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="judge_jobs"
-    )
+    output = output_link(related_name="judge_jobs")
+    comparison = comparison_link(related_name="judge_jobs")
     sample_index = models.PositiveIntegerField(default=0)
     order = models.CharField(max_length=2, choices=Order.choices, default=Order.NONE, blank=True)
     class ErrorKind(models.TextChoices):
@@ -175,9 +171,10 @@ class JudgeJob(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
+    class Meta(OutputOrComparison.Meta):
         ordering = ["id"]
         constraints = [
+            *OutputOrComparison.Meta.constraints,
             models.UniqueConstraint(
                 fields=["judge_version", "criterion", "output", "sample_index", "order"],
                 condition=Q(output__isnull=False),
@@ -187,11 +184,6 @@ class JudgeJob(models.Model):
                 fields=["judge_version", "criterion", "comparison", "sample_index", "order"],
                 condition=Q(comparison__isnull=False),
                 name="judgejob_unique_comparison",
-            ),
-            models.CheckConstraint(
-                condition=Q(output__isnull=False, comparison__isnull=True)
-                | Q(output__isnull=True, comparison__isnull=False),
-                name="judgejob_one_subject",
             ),
         ]
         indexes = [
@@ -203,7 +195,7 @@ class JudgeJob(models.Model):
         return f"job {self.pk}"
 
 
-class Verdict(models.Model):
+class Verdict(OutputOrComparison):
     """The judge's verdict on one subject for one criterion (samples/orders aggregated)."""
 
     class Source(models.TextChoices):
@@ -215,14 +207,8 @@ class Verdict(models.Model):
     )
     criterion = models.ForeignKey(Criterion, on_delete=models.PROTECT, related_name="verdicts")
     # The subject and run indexes are partial (see Meta.indexes): db_index off here.
-    output = models.ForeignKey(
-        Output, null=True, blank=True, on_delete=models.CASCADE, related_name="verdicts",
-        db_index=False,
-    )
-    comparison = models.ForeignKey(
-        Comparison, null=True, blank=True, on_delete=models.CASCADE, related_name="verdicts",
-        db_index=False,
-    )
+    output = output_link(related_name="verdicts", db_index=False)
+    comparison = comparison_link(related_name="verdicts", db_index=False)
     is_scored = models.BooleanField(default=True)
     value = models.CharField(max_length=200, blank=True)
     value_num = models.FloatField(null=True, blank=True)
@@ -240,7 +226,7 @@ class Verdict(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    class Meta:
+    class Meta(OutputOrComparison.Meta):
         ordering = ["id"]
         # Partial: an index of a nullable foreign key otherwise holds an entry for every row
         # where it is NULL (the comparison of every output's verdict, the run of every
@@ -256,6 +242,7 @@ class Verdict(models.Model):
             models.Index(fields=["run"], condition=Q(run__isnull=False), name="verdict_run"),
         ]
         constraints = [
+            *OutputOrComparison.Meta.constraints,
             models.UniqueConstraint(
                 fields=["judge_version", "criterion", "output"],
                 condition=Q(output__isnull=False),
@@ -265,11 +252,6 @@ class Verdict(models.Model):
                 fields=["judge_version", "criterion", "comparison"],
                 condition=Q(comparison__isnull=False),
                 name="verdict_unique_comparison",
-            ),
-            models.CheckConstraint(
-                condition=Q(output__isnull=False, comparison__isnull=True)
-                | Q(output__isnull=True, comparison__isnull=False),
-                name="verdict_one_subject",
             ),
         ]
 

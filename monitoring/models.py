@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from judges.models import JudgeVersion
+from snapshots.models import ReportSnapshot
 from studies.models import AnalysisPlan, Candidate, Output, Study
 
 
@@ -33,9 +34,12 @@ class Deployment(models.Model):
     plan = models.ForeignKey(AnalysisPlan, on_delete=models.PROTECT, related_name="deployments")
     judge_versions = models.ManyToManyField(JudgeVersion, blank=True,
                                             related_name="deployments")
-    # A calibration snapshot (a report snapshot id, resolved through calibration.selectors);
-    # null when the study had none when the deployment was created.
-    calibration_snapshot_id = models.PositiveBigIntegerField(null=True, blank=True)
+    # The calibration snapshot in force (resolved through calibration.selectors); null when
+    # the study had none when the deployment was created, or once that snapshot is deleted.
+    calibration_snapshot = models.ForeignKey(
+        ReportSnapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        db_column="calibration_snapshot_id",
+    )
     # The study's stratum dimensions frozen at creation (quantile bins turned into their
     # edges), so a later change of the study's scheme never moves live rows between strata.
     strata_scheme = models.JSONField(default=list, blank=True)

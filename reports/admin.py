@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from .models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 
 
 @admin.register(ReportSnapshot)

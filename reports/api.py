@@ -21,12 +21,12 @@ from rest_framework.views import APIView
 from reviewhub.api.pagination import PAGE_PARAMETERS, DefaultCursorPagination, paginated
 from reviewhub.capabilities import Capability
 from reviewhub.errors import NotFound, Problems
+from snapshots.models import ReportSnapshot
 from studies.access import judge_data_need, study_access_get
 from studies.models import AnalysisPlan, Study
 from studies.serializers import ErrorSerializer
 
 from . import selectors, services
-from .models import ReportSnapshot
 from .selection.results import SelectionResult
 
 

@@ -1,59 +1,9 @@
-"""Report snapshots: the kind, the inputs' fingerprint, the parameters, the plan version, the
-numbers. Every kind of report (agreement now; calibration and selection next) shares this one
-row and one lifecycle (reports/services.py, reports/kinds.py)."""
+"""Reports own no table: the snapshot row every kind shares is `snapshots.models.ReportSnapshot`
+(below `calibration`, so that calibrated scores can hold a foreign key to it).
 
-from __future__ import annotations
+The name stays importable from here for the demo seed command, which reads it from this module.
+"""
 
-from django.conf import settings
-from django.db import models
+from snapshots.models import ReportSnapshot
 
-from studies.models import AnalysisPlan, Study
-
-
-class ReportSnapshot(models.Model):
-    class Kind(models.TextChoices):
-        AGREEMENT = "agreement", "Agreement"
-        CALIBRATION = "calibration", "Calibration"
-        SELECTION = "selection", "Selection"
-
-    class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        RUNNING = "running", "Running"
-        DONE = "done", "Done"
-        FAILED = "failed", "Failed"
-
-    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="report_snapshots")
-    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.AGREEMENT)
-    plan = models.ForeignKey(
-        AnalysisPlan, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
-    )
-    # Validated by the kind's params_validate; for agreement: {"seed", "n_resamples", "ci",
-    # "level", "min_items", "epsilon", "margin", "crosses", ...}
-    params = models.JSONField(default=dict)
-    input_fingerprint = models.CharField(max_length=64, blank=True)
-    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
-    error = models.TextField(blank=True)
-    result = models.JSONField(null=True, blank=True)
-    # The schema version of `result` (reports/results.py); null until a result is recorded.
-    # Readers refuse a version they do not know instead of misreading its keys.
-    result_version = models.PositiveSmallIntegerField(null=True, blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    # When a worker claimed the computation; a "running" report older than
-    # REVIEWHUB_REPORT_STALE_S is reclaimed (its worker died before recording).
-    started_at = models.DateTimeField(null=True, blank=True)
-    computed_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-id"]
-        # The index keeps its name from when the table held agreement reports only.
-        indexes = [models.Index(fields=["study", "-id"], name="agreementreport_study")]
-
-    def __str__(self) -> str:
-        return f"{self.kind} report {self.pk}"
+__all__ = ["ReportSnapshot"]

@@ -11,10 +11,9 @@ from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
 
+from snapshots.models import ReportSnapshot
 from studies.models import Comparison, Output, Study
 from studies.subjects import SubjectRef
-
-from .models import ReportSnapshot
 
 
 def reports_for_study(

@@ -19,10 +19,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from reviewhub.errors import NotFound, ValidationFailed
+from snapshots.models import ReportSnapshot
 from studies.models import AnalysisPlan, Study
 
 from .kinds import kind_get
-from .models import ReportSnapshot
 
 logger = logging.getLogger(__name__)
 

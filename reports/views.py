@@ -11,11 +11,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from reviewhub.errors import AppError
+from snapshots.models import ReportSnapshot
 
 from . import selectors, services
 from .agreement import DEFAULT_PARAMS
 from .agreement.views import agreement_form_params, lead_study
-from .models import ReportSnapshot
 
 
 @login_required

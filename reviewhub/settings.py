@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "judges",
     "generation",
     "annotations",
+    "snapshots",
     "calibration",
     "reports",
     "imports",
@@ -486,7 +487,7 @@ SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
     "JudgeKindEnum": "judges.models.Judge.Kind",
     "JudgeRunStatusEnum": "judges.models.JudgeRun.Status",
     "JudgeJobStatusEnum": "judges.models.JudgeJob.Status",
-    "AgreementReportStatusEnum": "reports.models.ReportSnapshot.Status",
-    "ReportKindEnum": "reports.models.ReportSnapshot.Kind",
+    "AgreementReportStatusEnum": "snapshots.models.ReportSnapshot.Status",
+    "ReportKindEnum": "snapshots.models.ReportSnapshot.Kind",
     "AssignmentStatusEnum": "annotations.models.Assignment.Status",
 }

@@ -7,6 +7,8 @@ Models hold fields, choices, constraints and trivial properties only; the rules 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -331,6 +333,43 @@ class Comparison(models.Model):
 
     def __str__(self) -> str:
         return f"comparison {self.pk}"
+
+
+# What a judgement is about: one output, or one comparison of two outputs, never both nor
+# neither. Verdicts, judge jobs, annotations, gold labels, adjudications, queue entries and
+# calibrated scores all hold this pair (through `OutputOrComparison`).
+ONE_SUBJECT = (Q(output__isnull=False, comparison__isnull=True)
+               | Q(output__isnull=True, comparison__isnull=False))
+
+
+def output_link(*, related_name: str = "+",
+                **options: Any) -> models.ForeignKey[Output | None, Output | None]:
+    """The optional link to the output a row is about (deleted with it); `options` are the
+    model's own index and constraint choices (db_index, db_constraint)."""
+    return models.ForeignKey(Output, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name=related_name, **options)
+
+
+def comparison_link(*, related_name: str = "+",
+                    **options: Any) -> models.ForeignKey[Comparison | None, Comparison | None]:
+    """The optional link to the comparison a row is about (deleted with it)."""
+    return models.ForeignKey(Comparison, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name=related_name, **options)
+
+
+class OutputOrComparison(models.Model):
+    """Abstract base of every row about one subject: the two optional links and the check that
+    exactly one is set (named `<model>_one_subject`). A model that needs a reverse accessor or
+    its own index choices redeclares a link with `output_link` / `comparison_link`; a model
+    with constraints of its own lists them after `OutputOrComparison.Meta.constraints`."""
+
+    output = output_link()
+    comparison = comparison_link()
+
+    class Meta:
+        abstract = True
+        constraints = [models.CheckConstraint(condition=ONE_SUBJECT,
+                                              name="%(class)s_one_subject")]
 
 
 class AnalysisPlan(models.Model):

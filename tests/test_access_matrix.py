@@ -58,8 +58,8 @@ from judges.runs import judge_run_start
 from judges.services import judge_create, judge_version_for_config
 from monitoring.models import Alert, Deployment
 from reports.agreement import params_validate
-from reports.models import ReportSnapshot
 from reports.services import report_compute
+from snapshots.models import ReportSnapshot
 from studies.models import AnalysisPlan, ApiToken, Criterion, Item, Membership, Output, Study
 from tests.factories import MembershipFactory, StudyFactory, UserFactory, api_token_create
 

@@ -30,8 +30,8 @@ from judges.models import Judge
 from judges.runs import judge_run_start
 from judges.services import judge_create, judge_version_for_config
 from reports.agreement import params_validate
-from reports.models import ReportSnapshot
 from reviewhub.throttling import TokenFailureThrottle
+from snapshots.models import ReportSnapshot
 from studies.models import Criterion, Item, Membership
 from tests.factories import MembershipFactory, StudyFactory, UserFactory, api_token_create
 

@@ -109,7 +109,7 @@ def world(db: Any) -> dict[str, Any]:
     assert version is not None
     run = JudgeRun.objects.create(study=study, judge_version=version, created_by=lead,
                                   status=JudgeRun.Status.DONE)
-    from reports.models import ReportSnapshot
+    from snapshots.models import ReportSnapshot
 
     report = ReportSnapshot.objects.filter(study=study).first()
     assert report is not None
@@ -416,7 +416,7 @@ def test_options_answers_on_every_view_kind(world: dict[str, Any]) -> None:
 
 
 def test_bias_svg_of_a_report_without_bias_audits(world: dict[str, Any], client: Any) -> None:
-    from reports.models import ReportSnapshot
+    from snapshots.models import ReportSnapshot
 
     report = ReportSnapshot.objects.filter(study=world["study"], kind="agreement").first()
     assert report is not None

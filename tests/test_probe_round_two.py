@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 
 from judges.models import Judge
 from judges.services import judge_create, judge_version_for_config
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Item, Membership
 from tests.factories import (
     CandidateFactory,

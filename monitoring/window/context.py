@@ -16,8 +16,8 @@ study, and the per-window counts the gate streams accumulate.
   a bounded observation). One aggregate query over the window's rows (GROUP BY stratum and
   finish reason), beside the single pass of `window.load`.
 
-The snapshots are `reports.ReportSnapshot` rows; this module is the one monitoring file that
-reads them (tests/test_app_edges.py names the exception).
+The snapshots are `snapshots.ReportSnapshot` rows, read through `snapshots.selectors` (finished
+ones only); this module is the one monitoring file that reads their results.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any
 from django.db.models import Count, F, Q, Sum, Value
 from django.db.models.functions import Least
 
-from reports.models import ReportSnapshot
+from snapshots import selectors as snapshot_selectors
+from snapshots.models import ReportSnapshot
 from studies.models import Criterion, Item, Output
 from studies.spec import plan_selection
 
@@ -52,17 +53,8 @@ def criterion_key(deployment: Deployment) -> str | None:
     return None
 
 
-def _done(study_id: int, kind: str) -> ReportSnapshot | None:
-    return (ReportSnapshot.objects.filter(study_id=study_id, kind=kind,
-                                          status=ReportSnapshot.Status.DONE,
-                                          result__isnull=False)
-            .order_by("-id").first())
-
-
 def _calibration_part(deployment: Deployment, version: int, key: str) -> dict[str, Any]:
-    snap = (ReportSnapshot.objects.filter(pk=deployment.calibration_snapshot_id,
-                                          status=ReportSnapshot.Status.DONE).first()
-            if deployment.calibration_snapshot_id else None)
+    snap = snapshot_selectors.snapshot_done(snapshot_id=deployment.calibration_snapshot_id)
     cells = ((snap.result or {}).get("cells") or []) if snap is not None else []
     cell = next((c for c in cells if c.get("judge_version") == version
                  and c.get("criterion") == key and c.get("stratum") == ""), None)
@@ -80,7 +72,8 @@ def _calibration_part(deployment: Deployment, version: int, key: str) -> dict[st
 
 
 def _agreement_part(deployment: Deployment, version: int, key: str) -> dict[str, Any]:
-    snap = _done(deployment.study_id, ReportSnapshot.Kind.AGREEMENT)
+    snap = snapshot_selectors.latest_done(study_id=deployment.study_id,
+                                         kind=ReportSnapshot.Kind.AGREEMENT)
     if snap is None:
         return {}
     ids = set(Criterion.objects.filter(rubric__study_id=deployment.study_id, key=key)

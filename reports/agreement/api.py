@@ -13,8 +13,8 @@ from rest_framework.views import APIView
 
 from reports import selectors
 from reports.api import study_for_reports
-from reports.models import ReportSnapshot
 from reviewhub.errors import Conflict, NotFound, ValidationFailed
+from snapshots.models import ReportSnapshot
 from studies.serializers import ErrorSerializer
 
 from .present.export import TABLES, table_csv

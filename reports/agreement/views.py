@@ -15,9 +15,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from reports import selectors
-from reports.models import ReportSnapshot
 from reports.responses import svg_response
 from reviewhub.pages import page_study
+from snapshots.models import ReportSnapshot
 from studies.models import Membership, Study
 
 from .present import charts, page, summary, tables

@@ -22,9 +22,9 @@ from typing import Any
 from annotations.models import SamplingPlan
 from annotations.services import sampling_plan_create
 from reviewhub.errors import Conflict, NotFound, ValidationFailed
+from snapshots.models import ReportSnapshot
 from studies.models import Study
 
-from ..models import ReportSnapshot
 from ..results import ResultFormatError
 from .results import SelectionResult
 

@@ -18,11 +18,11 @@ from django.views.decorators.http import require_GET, require_http_methods
 from generation.selectors import gate_provenance
 from reports import selectors, services
 from reports.kinds import kind_names
-from reports.models import ReportSnapshot
 from reports.responses import svg_response
 from reports.results import ResultFormatError
 from reviewhub.errors import AppError, ValidationFailed
 from reviewhub.pages import page_study
+from snapshots.models import ReportSnapshot
 from studies.models import Membership, Study
 
 from .actions import next_labels_plan_create

@@ -97,8 +97,8 @@ def _seed() -> Demo:
     from annotations.services import annotation_submit, assignment_next
     from imports import demo_data
     from judges.models import JudgeVersion
-    from reports.models import ReportSnapshot
     from reports.services import report_compute, report_snapshot_create
+    from snapshots.models import ReportSnapshot
     from studies.models import Membership, Study
     from studies.services import membership_set
 
@@ -241,7 +241,7 @@ def test_chart_labels_header_contrast_and_secondary_buttons(new_session: Any) ->
     s = new_session("desktop")
     s.login("lead", PASSWORDS["lead"])
     page = s.page
-    from reports.models import ReportSnapshot
+    from snapshots.models import ReportSnapshot
 
     agreement = ReportSnapshot.objects.get(study=demo.study, kind="agreement")
     selection = ReportSnapshot.objects.get(study=demo.study, kind="selection")

@@ -13,7 +13,7 @@ from typing import Any
 from calibration.models import CalibratedScore
 from judges.models import Judge, JudgeVersion
 from judges.services import judge_create, judge_version_for_config
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Candidate, Criterion, Output, Study
 from tests.factories import CandidateFactory, CriterionFactory, OutputFactory, RubricVersionFactory
 

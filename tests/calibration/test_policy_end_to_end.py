@@ -28,8 +28,8 @@ from scipy import stats
 
 from annotations.models import Annotation, Assignment, QueueEntry, SamplingPlan
 from calibration.models import CalibratedScore
-from reports.models import ReportSnapshot
 from reports.services import report_compute
+from snapshots.models import ReportSnapshot
 from studies.models import Candidate, Criterion, Item, Output, RubricVersion, Study
 from studies.services import plan_lock, plan_new_version
 

@@ -6,7 +6,8 @@ The rows are made up to cover every encoding case: outputs and comparisons, null
 candidates and judge versions, a rubric block (no criterion), NaN confidences and bands
 (NULL), NaT evidence times, text of different lengths (padding), non-ASCII strata, strata
 dicts shared between rows and equal dicts that are distinct objects, a plan version and none.
-The references carry no database constraint, so the ids need no objects behind them.
+The references carry no database constraint, so the ids need no objects behind them, except
+the snapshot: the one reference with a constraint, so each write is for a real snapshot row.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from django.db import connection
 from calibration.models import CalibratedScore
 from calibration.results import ROW_KEYS, ScoreBlock, ScoreRows
 from calibration.services import calibrated_scores_write
+from snapshots.models import ReportSnapshot
+from tests.factories import StudyFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -79,6 +82,12 @@ def _blocks(n: int = 300, seed: int = 7) -> ScoreRows:
     return ScoreRows((judged, rubric))
 
 
+def _snapshots(n: int) -> list[int]:
+    """Ids of `n` calibration snapshots to write rows for (the key to them is constrained)."""
+    study = StudyFactory()
+    return [ReportSnapshot.objects.create(study=study, kind="calibration").pk for _ in range(n)]
+
+
 def _stored(snapshot_id: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = [
         dict(r) for r in CalibratedScore.objects.filter(snapshot_id=snapshot_id)
@@ -95,9 +104,10 @@ def test_columns_store_what_the_rows_dicts_store() -> None:
     scores = _blocks()
     dicts = list(scores)
     assert len(dicts) == len(scores) == 300 + 100
-    assert calibrated_scores_write(study_id=11, snapshot_id=1, rows=scores) == len(dicts)
-    assert calibrated_scores_write(study_id=11, snapshot_id=2, rows=dicts) == len(dicts)
-    by_columns, by_dicts = _stored(1), _stored(2)
+    one, two = _snapshots(2)
+    assert calibrated_scores_write(study_id=11, snapshot_id=one, rows=scores) == len(dicts)
+    assert calibrated_scores_write(study_id=11, snapshot_id=two, rows=dicts) == len(dicts)
+    by_columns, by_dicts = _stored(one), _stored(two)
     assert by_columns == by_dicts
     # And both are the values the rows hold (NULL for None; "" for a text None).
     for stored, given in zip(by_columns, dicts, strict=True):
@@ -113,10 +123,11 @@ def test_columns_are_written_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     import calibration.services
 
     scores = _blocks(n=250, seed=8)
-    calibrated_scores_write(study_id=11, snapshot_id=3, rows=scores)
+    three, four = _snapshots(2)
+    calibrated_scores_write(study_id=11, snapshot_id=three, rows=scores)
     monkeypatch.setattr(calibration.services, "_COPY_CHUNK", 7)
-    calibrated_scores_write(study_id=11, snapshot_id=4, rows=scores)
-    assert _stored(3) == _stored(4) and len(_stored(4)) == len(scores)
+    calibrated_scores_write(study_id=11, snapshot_id=four, rows=scores)
+    assert _stored(three) == _stored(four) and len(_stored(four)) == len(scores)
 
 
 def test_rows_iterate_as_dicts_of_python_values() -> None:

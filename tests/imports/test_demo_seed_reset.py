@@ -9,7 +9,7 @@ from django.core.management import call_command
 from annotations.models import SamplingPlan
 from imports import demo_data
 from judges.models import JudgeVersion
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db

@@ -25,7 +25,7 @@ from monitoring.selectors import deployment_json
 from monitoring.services import traffic_ingest, window_compute
 from monitoring.window.params import WindowParams
 from monitoring.window.results import WindowResult
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Membership, Study
 from studies.services import membership_set
 from tests.factories import UserFactory

@@ -20,7 +20,7 @@ from monitoring.models import Deployment, TrafficRow
 from monitoring.services import traffic_ingest, traffic_labels_record, window_compute
 from monitoring.window.params import WindowParams
 from monitoring.window.results import WindowResult
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Criterion, Item, Study
 
 pytestmark = pytest.mark.django_db

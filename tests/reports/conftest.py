@@ -13,9 +13,9 @@ from django.contrib.auth import get_user_model
 from annotations.models import Annotation
 from imports.datasets import dataset_import
 from judges.models import Verdict
-from reports.models import ReportSnapshot
 from reports.services import report_compute
 from reviewhub.celery import app as celery_app
+from snapshots.models import ReportSnapshot
 from studies.models import Membership, Study
 
 

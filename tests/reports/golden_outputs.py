@@ -29,8 +29,8 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from reports.models import ReportSnapshot
 from reports.services import report_compute, report_snapshot_create
+from snapshots.models import ReportSnapshot
 from studies.models import Study
 
 # Small bootstrap counts: the figures need only be the same run to run, not precise.

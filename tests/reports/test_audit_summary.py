@@ -44,7 +44,7 @@ from reports.agreement.results import (
     JudgeRef,
 )
 from reports.agreement.verdict import rule_items, rule_text
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Criterion, Membership, Study
 from tests.browser.harness import *  # noqa: F403 - fixtures (chromium, new_session, ...)
 from tests.factories import MembershipFactory, StudyFactory, UserFactory

@@ -17,8 +17,8 @@ from django.utils import timezone
 from calibration.models import CalibratedScore
 from calibration.results import CalibrationResult
 from reports import kinds
-from reports.models import ReportSnapshot
 from reports.services import report_build, report_compute, report_snapshot_create
+from snapshots.models import ReportSnapshot
 from studies.models import AnalysisPlan, Study
 from tests.calibration.test_compute import build_study
 

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from annotations.models import QueueEntry, SamplingPlan
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Membership, Study
 from tests.calibration.scores_factory import World, snapshot_make, world_make
 from tests.factories import MembershipFactory, UserFactory

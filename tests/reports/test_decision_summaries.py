@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from reports.models import ReportSnapshot
 from reports.selectors import study_decision_summaries, study_decision_summary
+from snapshots.models import ReportSnapshot
 from tests.factories import StudyFactory
 
 

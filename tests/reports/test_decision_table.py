@@ -21,7 +21,6 @@ from django.utils import timezone
 
 from annotations.models import Annotation, Assignment, QueueEntry, SamplingPlan
 from judges.models import Judge, JudgeVersion, Verdict
-from reports.models import ReportSnapshot
 from reports.selection.decision import (
     Contender,
     DecisionInputs,
@@ -32,6 +31,7 @@ from reports.selection.decision import (
 from reports.selection.present import pdf as selection_pdf
 from reports.selection.results import SelectionResult
 from reports.services import report_compute, report_snapshot_create
+from snapshots.models import ReportSnapshot
 from studies.models import (
     AnalysisPlan,
     Candidate,

@@ -14,8 +14,8 @@ from django.urls import reverse
 from annotations.models import Annotation
 from imports.generic import ratings_import, ratings_read, scale_parse
 from judges.models import Judge, Verdict
-from reports.models import ReportSnapshot
 from reviewhub.api.errors import ValidationFailed
+from snapshots.models import ReportSnapshot
 from studies.models import Comparison, Criterion, Item, Membership, Output, StratumDimension, Study
 from tests.factories import MembershipFactory, UserFactory
 

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from reports.agreement import TOO_FEW
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 
 from .conftest import computed_report, module_study, shared_data_dir
 

@@ -17,7 +17,7 @@ from calibration.frames import rating_data_load
 from imports.datasets import dataset_import
 from imports.generic import importer_username
 from reports.agreement import NOT_TRUSTWORTHY, TRUSTWORTHY, input_fingerprint
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Study
 
 from .conftest import computed_report, module_study, shared_data_dir

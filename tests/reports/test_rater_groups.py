@@ -29,7 +29,7 @@ from sklearn.metrics import accuracy_score, cohen_kappa_score
 
 from reports.agreement.present.export import table_csv
 from reports.agreement.results import AgreementResult
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Study
 from tests.factories import api_token_create
 

@@ -25,9 +25,9 @@ from reports.agreement.results import (
     ResultFormatError,
 )
 from reports.celery_tasks import agreement_report_compute, report_compute_task
-from reports.models import ReportSnapshot
 from reports.services import report_build, report_compute, report_retry
 from reviewhub.api.errors import ValidationFailed
+from snapshots.models import ReportSnapshot
 from studies.models import Study
 
 from .conftest import computed_report

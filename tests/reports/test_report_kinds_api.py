@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from reports.models import ReportSnapshot
 from reports.services import report_compute
+from snapshots.models import ReportSnapshot
 from tests.browser.factories import grading_study
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Membership, Study
 from tests.browser.harness import *  # noqa: F403 - fixtures (chromium, new_session, ...)
 from tests.factories import MembershipFactory, StudyFactory, UserFactory

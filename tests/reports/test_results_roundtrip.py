@@ -39,7 +39,7 @@ from reports.agreement.results import (
     SystemRow,
     json_safe,
 )
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.models import Study
 
 from .conftest import computed_report, module_study

@@ -33,7 +33,6 @@ from annotations.models import (
     SamplingPlan,
 )
 from judges.models import Judge, JudgeVersion, Verdict
-from reports.models import ReportSnapshot
 from reports.selection.load import (
     LOAD_MAX_QUERIES,
     LOAD_PAIRWISE_QUERIES,
@@ -42,6 +41,7 @@ from reports.selection.load import (
 from reports.selection.results import SelectionResult
 from reports.services import report_compute, report_snapshot_create
 from reviewhub.errors import ValidationFailed
+from snapshots.models import ReportSnapshot
 from studies.models import (
     AnalysisPlan,
     Candidate,

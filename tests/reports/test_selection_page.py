@@ -19,10 +19,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from annotations.models import SamplingPlan
-from reports.models import ReportSnapshot
 from reports.selection.present import charts as selection_charts
 from reports.selection.present import pdf as selection_pdf
 from reports.selection.present import tables as selection_tables
+from snapshots.models import ReportSnapshot
 from studies.models import Item, Membership, StratumDimension, Study
 from tests.browser.factories import PASSWORD, grading_study
 from tests.browser.harness import *  # noqa: F403 - fixtures (chromium, new_session, ...)

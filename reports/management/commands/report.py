@@ -16,9 +16,9 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from reports.api import ReportDetailSerializer
 from reports.kinds import kind_get, kind_names
-from reports.models import ReportSnapshot
 from reports.services import report_compute, report_snapshot_create
 from reviewhub.errors import AppError
+from snapshots.models import ReportSnapshot
 from studies.models import AnalysisPlan, Study
 
 from ._common import app_error_text
