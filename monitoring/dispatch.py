@@ -63,7 +63,7 @@ from judges.models import Judge, JudgeVersion, Verdict
 from judges.runs import judge_run_start
 from judges.runs.lifecycle import Enqueue
 from judges.services import judge_version_for_config
-from reports.models import ReportSnapshot
+from snapshots.models import ReportSnapshot
 from studies.ingest import ingest_run
 from studies.models import Criterion, Study
 from studies.services import dimension_set, membership_set, rubric_update, study_create
