@@ -29,30 +29,6 @@ from .selectors import calibrated_scores_chunks, score_row
 
 FORMATS = {"jsonl": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
 
-CSV_COLUMNS = (
-    "id",
-    "output_id",
-    "comparison_id",
-    "item_external_id",
-    "candidate",
-    "strata",
-    "stratum",
-    "criterion",
-    "raw_value",
-    "raw_confidence",
-    "p_pass",
-    "p_low",
-    "p_high",
-    "decision",
-    "expected_cost",
-    "source",
-    "evidence_at",
-    "judge_version",
-    "judge_version_hash",
-    "snapshot_id",
-    "plan_version",
-    "n_labels",
-)
 # Free text that a spreadsheet could read as a formula gets a leading apostrophe (OWASP's
 # CSV-injection advice); a number such as a raw score of "-0.5" is left alone. The same two
 # patterns are written as SQL below.
@@ -108,6 +84,8 @@ _PROVENANCE_KEYS: tuple[tuple[str, Any], ...] = (
     ("snapshot_id", F("snapshot_id")), ("plan_version", F("plan_version")),
     ("n_labels", F("n_labels")),
 )
+# The CSV's columns: a JSON line's keys, with the provenance spread flat after them.
+CSV_COLUMNS = tuple(key for key, _ in (*_JSON_KEYS, *_PROVENANCE_KEYS))
 
 
 def _json_fields() -> dict[str, Any]:

@@ -8,11 +8,10 @@ parameters and what they do.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from reviewhub.errors import Problems
+from reviewhub.params import is_int, is_num, params_merged
 
 # The calibration methods evalstats.calibration offers (tests/calibration/test_params.py
 # asserts this equals evalstats.calibration.METHODS; kept here so that validating a request
@@ -43,48 +42,30 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     """Fill defaults and check types; raise ValidationFailed naming each bad parameter."""
-    if raw is not None and not isinstance(raw, Mapping):
-        raise Problems.from_mapping({"params": "must be an object"}).error("The report parameters")
-    raw = dict(raw or {})
-    problems = Problems()
-    for key in sorted(set(raw) - set(DEFAULT_PARAMS), key=str):
-        problems.add(f"params.{key}", "unknown parameter")
-    p = {**DEFAULT_PARAMS, **{k: v for k, v in raw.items() if k in DEFAULT_PARAMS}}
+    p, problems, need = params_merged(raw, DEFAULT_PARAMS)
 
-    def need(cond: bool, key: str, message: str) -> None:
-        if not cond:
-            problems.add(f"params.{key}", message)
-
-    need(_is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
+    need(is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
     need(
-        _is_int(p["n_resamples"]) and 20 <= p["n_resamples"] <= 20000,
+        is_int(p["n_resamples"]) and 20 <= p["n_resamples"] <= 20000,
         "n_resamples",
         "an integer from 20 to 20000",
     )
     need(
-        _is_int(p["curve_resamples"]) and (p["curve_resamples"] == 0
+        is_int(p["curve_resamples"]) and (p["curve_resamples"] == 0
                                            or 20 <= p["curve_resamples"] <= 2000),
         "curve_resamples",
         "0 (no interval) or an integer from 20 to 2000",
     )
-    need(_is_num(p["level"]) and 0.5 <= p["level"] < 1, "level", "a number in [0.5, 1)")
-    need(_is_int(p["folds"]) and 2 <= p["folds"] <= 20, "folds", "an integer from 2 to 20")
+    need(is_num(p["level"]) and 0.5 <= p["level"] < 1, "level", "a number in [0.5, 1)")
+    need(is_int(p["folds"]) and 2 <= p["folds"] <= 20, "folds", "an integer from 2 to 20")
     need(
-        _is_int(p["min_labels"]) and 2 <= p["min_labels"] <= 100000,
+        is_int(p["min_labels"]) and 2 <= p["min_labels"] <= 100000,
         "min_labels",
         "an integer from 2 to 100000",
     )
-    need(_is_int(p["n_bins"]) and 2 <= p["n_bins"] <= 100, "n_bins", "an integer from 2 to 100")
+    need(is_int(p["n_bins"]) and 2 <= p["n_bins"] <= 100, "n_bins", "an integer from 2 to 100")
     for key in ("criteria", "strata"):
         v = p[key]
         ok = v is None or (
@@ -96,7 +77,7 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     v = p["judges"]
     need(
         v is None
-        or (isinstance(v, list) and all(_is_int(x) and x > 0 for x in v) and len(set(v)) == len(v)),
+        or (isinstance(v, list) and all(is_int(x) and x > 0 for x in v) and len(set(v)) == len(v)),
         "judges",
         "null or a list of distinct judge version ids",
     )

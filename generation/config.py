@@ -28,8 +28,8 @@ from judges.config import (
     canonical_json,
     config_hash,
     fields_known,
-    integer_in_range,
     number_in_range,
+    parameters_validate,
     prices_validate,
     refuse_secrets,
 )
@@ -37,7 +37,6 @@ from reviewhub.errors import ValidationFailed
 
 CONFIG_FIELDS = ("provider", "base_url", "model", "api_key_env", "parameters", "prices",
                  "timeout_s", "extra_body", "stream")
-PARAMETER_FIELDS = ("temperature", "max_tokens", "seed", "top_p")
 TEMPLATE_FIELDS = ("system", "user", "output_schema", "structured_output", "tools")
 # OpenAI's limit on tools per request (Anthropic's is higher); both allow these names.
 MAX_TOOLS = 128
@@ -82,23 +81,7 @@ def generation_config_validate(
     model = config.get("model")
     if not isinstance(model, str) or not model.strip() or len(model) > 200:
         raise _fail("model", "model is required (a model name of at most 200 characters).")
-    params = config.get("parameters") or {}
-    if not isinstance(params, Mapping):
-        raise _fail("parameters", "parameters must be an object.")
-    fields_known("parameters", params, PARAMETER_FIELDS)
-    max_tokens = integer_in_range("parameters.max_tokens", params.get("max_tokens"),
-                                  lo=1, hi=200_000)
-    if provider == "anthropic" and max_tokens is None:
-        max_tokens = 1024  # required by the messages API; explicit so the hash says so
-    parameters = {
-        "temperature": number_in_range("parameters.temperature", params.get("temperature"), lo=0.0,
-                               hi=2.0),
-        "max_tokens": max_tokens,
-        "seed": integer_in_range("parameters.seed", params.get("seed"), lo=-(2**63), hi=2**63 - 1),
-        "top_p": number_in_range("parameters.top_p", params.get("top_p"), lo=0.0, hi=1.0),
-    }
-    if provider == "anthropic" and parameters["seed"] is not None:
-        raise _fail("parameters.seed", "Anthropic's messages API has no seed; remove it.")
+    parameters = parameters_validate(provider, config.get("parameters"))
     timeout_s = number_in_range("timeout_s", config.get("timeout_s", 60.0), lo=1.0,
                         hi=MAX_TIMEOUT_S) or 60.0
     extra = config.get("extra_body") or {}

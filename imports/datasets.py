@@ -9,7 +9,6 @@ each data set's README and the published evaluation code.
 from __future__ import annotations
 
 import ast
-import csv
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from studies.ingest.reading import STRICT_JSON, csv_dict_reader
 from studies.models import Study
 
 from .generic import ImportSummary, ScaleSpec, ratings_import, scale_parse
@@ -42,7 +42,8 @@ class DatasetError(Exception):
 def _load_json(path: Path) -> Any:
     if not path.is_file():
         raise DatasetError(f"missing data file {path}")
-    return json.loads(path.read_text(encoding="utf-8"))
+    # The ingest's strict decoder, as for every file ReviewHub reads.
+    return STRICT_JSON.decode(path.read_text(encoding="utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,7 +255,7 @@ def hanna_rows(data_dir: Path, *, prompts: tuple[int, ...] = (1, 2, 3, 4)) -> Da
     if not path.is_file():
         raise DatasetError(f"missing data file {path}")
     with path.open(encoding="utf-8", newline="") as fh:
-        table = list(csv.DictReader(fh))
+        table = list(csv_dict_reader(fh))
     if not table:
         raise DatasetError(f"{path} is empty")
     columns = list(table[0])
@@ -269,7 +270,7 @@ def hanna_rows(data_dir: Path, *, prompts: tuple[int, ...] = (1, 2, 3, 4)) -> Da
             name: str, _rec: Mapping[str, str] = rec, _parsed: dict[str, list[Any]] = parsed
         ) -> list[Any]:
             if name not in _parsed:
-                _parsed[name] = json.loads(_rec[name])
+                _parsed[name] = STRICT_JSON.decode(_rec[name])
             return _parsed[name]
 
         n_stories = len(col("Relevance"))

@@ -343,8 +343,9 @@ LLM_FIELDS = (
 PARAMETER_FIELDS = ("temperature", "max_tokens", "seed", "top_p")
 
 
-def _parameters_validate(provider: str, raw: Any) -> dict[str, Any]:
-    """The sampling parameters, all four explicit (Anthropic's max_tokens defaults to 1024)."""
+def parameters_validate(provider: str, raw: Any) -> dict[str, Any]:
+    """The sampling parameters, all four explicit (Anthropic's max_tokens defaults to 1024);
+    a judge config and a generation config take the same ones."""
     params = raw or {}
     if not isinstance(params, Mapping):
         raise _fail("parameters", "parameters must be an object.")
@@ -423,7 +424,7 @@ def llm_config_validate(
     if not isinstance(family, str) or len(family) > 100:
         raise _fail("model_family", "model_family must be a string of at most 100 characters.")
 
-    parameters = _parameters_validate(provider, config.get("parameters"))
+    parameters = parameters_validate(provider, config.get("parameters"))
 
     response_format = config.get("response_format", "json_schema")
     if response_format not in RESPONSE_FORMATS:

@@ -114,19 +114,12 @@ class JudgeRunListCreate(APIView):
         paginator = DefaultCursorPagination()
         page = paginator.paginate_queryset(selectors.judge_run_list(study=study), request,
                                            view=self) or []
-        # One grouped count for the page instead of a progress query per run.
-        ids = [r.pk for r in page]
-        counts = selectors.judge_run_job_counts(run_ids=ids)
-        kinds = selectors.judge_run_failure_kinds(run_ids=ids)
-        first = selectors.judge_run_first_error_texts(run_ids=[i for i in ids if kinds.get(i)])
         rows = []
-        for r in page:
+        for r, jobs, outcome in selectors.judge_run_page_outcomes(runs=page):
             row = run_data(r, progress=False)
-            row["jobs"] = counts.get(r.pk, {})
+            row["jobs"] = jobs
             row["calls_made"] = r.calls_made
-            row["outcome"] = selectors.judge_run_outcome(run=r, jobs=row["jobs"],
-                                                         by_kind=kinds.get(r.pk, {}))
-            row["outcome"]["first_error"] = first.get(r.pk, "")
+            row["outcome"] = outcome
             rows.append(row)
         return paginator.get_paginated_response(rows)
 

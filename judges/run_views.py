@@ -27,16 +27,7 @@ def _lead_study(request: HttpRequest, slug: str) -> Study:
 def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     study = _lead_study(request, slug)
     runs = list(selectors.judge_run_list(study=study)[:100])
-    ids = [r.pk for r in runs]
-    counts = selectors.judge_run_job_counts(run_ids=ids)
-    kinds = selectors.judge_run_failure_kinds(run_ids=ids)
-    first = selectors.judge_run_first_error_texts(run_ids=[i for i in ids if kinds.get(i)])
-    rows = []
-    for r in runs:
-        outcome = selectors.judge_run_outcome(run=r, jobs=counts.get(r.pk, {}),
-                                              by_kind=kinds.get(r.pk, {}))
-        outcome["first_error"] = first.get(r.pk, "")
-        rows.append((r, counts.get(r.pk, {}), outcome))
+    rows = selectors.judge_run_page_outcomes(runs=runs)
     return render(request, "judges/run_list.html", {"study": study, "rows": rows})
 
 

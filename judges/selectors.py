@@ -4,7 +4,7 @@ progress) and verdicts. Bounded query counts."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -366,6 +366,24 @@ def judge_run_outcome(
     if first_errors is not None:
         data["first_errors"] = first_errors
     return data
+
+
+def judge_run_page_outcomes(
+    *, runs: Sequence[JudgeRun]
+) -> list[tuple[JudgeRun, dict[str, int], dict[str, Any]]]:
+    """A page of runs, each with its job counts by status and its `judge_run_outcome` (with
+    the first error), in three grouped queries for the page instead of three per run."""
+    ids = [r.pk for r in runs]
+    counts = judge_run_job_counts(run_ids=ids)
+    kinds = judge_run_failure_kinds(run_ids=ids)
+    first = judge_run_first_error_texts(run_ids=[i for i in ids if kinds.get(i)])
+    out = []
+    for r in runs:
+        jobs = counts.get(r.pk, {})
+        outcome = judge_run_outcome(run=r, jobs=jobs, by_kind=kinds.get(r.pk, {}))
+        outcome["first_error"] = first.get(r.pk, "")
+        out.append((r, jobs, outcome))
+    return out
 
 
 def judge_run_outcome_for(*, run: JudgeRun) -> dict[str, Any]:

@@ -18,22 +18,17 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, connections, transaction
 from django.db.models import Count, Max
-from django.db.models.functions import Length
 from django.utils import timezone
 
 from calibration import selectors as calibration_selectors
 from judges.models import JudgeVersion
 from reviewhub.errors import Conflict, Problems, ValidationFailed
-from studies.models import AnalysisPlan, Candidate, Item, Study
+from studies.models import AnalysisPlan, Candidate, Study
+from studies.services import study_quantile_edges
 from studies.spec import plan_selection
 from studies.strata import (
-    DERIVED_SOURCES,
     DimensionAssigner,
-    as_number,
     assign_strata,
-    dimension_needs_quantiles,
-    quantile_edges,
-    source_value,
 )
 
 from . import sampling, signals, traffic
@@ -61,27 +56,9 @@ def _frozen_scheme(study: Study) -> list[dict[str, Any]]:
     dims: list[dict[str, Any]] = [
         dict(d) for d in study.dimensions.order_by("position", "id").values(
             "key", "kind", "source", "config")]
-    out = []
-    for d in dims:
-        if dimension_needs_quantiles(d):
-            values: list[float] = []
-            source = d["source"]
-            qs = Item.objects.filter(study=study)
-            if source in DERIVED_SOURCES:
-                column = source.removesuffix("_length")
-                qs = qs.annotate(**{source: Length(column)})
-                rows = qs.values(source)
-            else:
-                rows = qs.values("metadata")
-            for row in rows.iterator(chunk_size=2000):
-                number = as_number(source_value(source, metadata=row.get("metadata"),
-                                                lengths=row))
-                if number is not None:
-                    values.append(number)
-            edges = quantile_edges(values, d["config"]["quantiles"])
-            d = {**d, "kind": "numeric_bins", "config": {"edges": edges}} if edges else d
-        out.append(d)
-    return out
+    edges = study_quantile_edges(study, dims)
+    return [{**d, "kind": "numeric_bins", "config": {"edges": edges[d["key"]]}}
+            if edges.get(d["key"]) else d for d in dims]
 
 
 def _alerting_check(alert_settings: Mapping[str, Any], problems: Problems) -> None:

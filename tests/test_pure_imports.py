@@ -53,6 +53,7 @@ APP_PURE = [
     "reports.selection.params",
     "reports.selection.results",
     "reviewhub.errors",
+    "reviewhub.params",
     "monitoring.sampling",
     "monitoring.signals",
     "monitoring.traffic",

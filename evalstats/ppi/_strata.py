@@ -356,16 +356,30 @@ def paired_difference(
     item-level differences, so the correlation between the candidates through the items is
     accounted for.
     """
+    dy, dfl, dfu = _paired_differences(y_a, y_b, f_a_l, f_b_l, f_a_u, f_b_u)
+    est = ppi_mean(
+        dy, dfl, dfu, w=w, w_unlabelled=w_unlabelled, lam=lam, level=level,
+        interval=interval, census=census,
+    )
+    return _relabel(est, "paired difference A - B on shared items: ")
+
+
+def _paired_differences(
+    y_a: npt.ArrayLike,
+    y_b: npt.ArrayLike,
+    f_a_l: npt.ArrayLike,
+    f_b_l: npt.ArrayLike,
+    f_a_u: npt.ArrayLike,
+    f_b_u: npt.ArrayLike,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The item-level differences A - B (labels, labelled scores, unlabelled scores), after
+    checking that each set is aligned by item."""
     ya, yb = _vec(y_a, "y_a"), _vec(y_b, "y_b")
     fal, fbl = _vec(f_a_l, "f_a_l"), _vec(f_b_l, "f_b_l")
     fau, fbu = _vec(f_a_u, "f_a_u"), _vec(f_b_u, "f_b_u")
     _same_length((ya, "y_a"), (yb, "y_b"), (fal, "f_a_l"), (fbl, "f_b_l"))
     _same_length((fau, "f_a_u"), (fbu, "f_b_u"))
-    est = ppi_mean(
-        ya - yb, fal - fbl, fau - fbu, w=w, w_unlabelled=w_unlabelled, lam=lam, level=level,
-        interval=interval, census=census,
-    )
-    return _relabel(est, "paired difference A - B on shared items: ")
+    return ya - yb, fal - fbl, fau - fbu
 
 
 def _relabel(est: PPIEstimate, prefix: str) -> PPIEstimate:
@@ -395,16 +409,12 @@ def paired_difference_stratified(
     As :func:`paired_difference` within each stratum (item-aligned arrays, stratum codes
     ``s_labelled`` / ``s_unlabelled`` per item) and :func:`ppi_mean_stratified` for the mix.
     """
-    ya, yb = _vec(y_a, "y_a"), _vec(y_b, "y_b")
-    fal, fbl = _vec(f_a_l, "f_a_l"), _vec(f_b_l, "f_b_l")
-    fau, fbu = _vec(f_a_u, "f_a_u"), _vec(f_b_u, "f_b_u")
-    _same_length((ya, "y_a"), (yb, "y_b"), (fal, "f_a_l"), (fbl, "f_b_l"))
-    _same_length((fau, "f_a_u"), (fbu, "f_b_u"))
+    dy, dfl, dfu = _paired_differences(y_a, y_b, f_a_l, f_b_l, f_a_u, f_b_u)
     res = ppi_mean_stratified(
-        ya - yb,
-        fal - fbl,
+        dy,
+        dfl,
         s_labelled,
-        fau - fbu,
+        dfu,
         s_unlabelled,
         mix=mix,
         w=w,

@@ -23,6 +23,7 @@ from django.db import transaction
 from imports.generic import ImportSummary, ScaleSpec, ratings_import
 from reviewhub.errors import Problems, ValidationFailed
 from studies import imports_service as studies_imports
+from studies.ingest.reading import STRICT_JSON, json_error
 from studies.models import Study
 
 
@@ -82,14 +83,18 @@ def number_or_none(value: Any) -> float | None:
 
 
 def load_json(data: bytes, *, what: str) -> Any:
+    """A JSON export read by the ingest's strict decoder (`STRICT_JSON`): a duplicate key or a
+    number beyond a double is refused, as in every other file ReviewHub reads."""
     try:
-        return json.loads(data.decode("utf-8"))
+        return STRICT_JSON.decode(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ExportError("(file)", f"{what} is not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise ExportError(
             "(file)", f"{what} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except (ValueError, RecursionError) as exc:
+        raise ExportError("(file)", f"{what}: {json_error(exc)}") from None
 
 
 Translator = Callable[[bytes, str, Mapping[str, Any]], Translation]

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from studies.ingest.reading import csv_dict_reader, csv_error_reason
+
 from . import ExportError, Translation, load_json, obj, text_of
 
 # Result types read as a rating: value key -> how to read it.
@@ -124,8 +126,11 @@ def _csv_tasks(data: bytes, sep: str, options: Mapping[str, Any]) -> list[dict[s
     except UnicodeDecodeError as exc:
         raise ExportError("(file)", f"the Label Studio export is not UTF-8 text ({exc.reason})") \
             from None
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=sep)
-    header = list(reader.fieldnames or [])
+    reader = csv_dict_reader(io.StringIO(text, newline=""), delimiter=sep)
+    try:
+        header = list(reader.fieldnames or [])
+    except csv.Error as exc:
+        raise ExportError("line 1", f"not a CSV header ({csv_error_reason(exc)})") from None
     raw_results = options.get("results") or ""
     results = [r.strip() for r in str(raw_results).split(",") if r.strip()]
     others = [c for c in header if c not in _CSV_FIXED]
@@ -154,7 +159,8 @@ def _csv_tasks(data: bytes, sep: str, options: Mapping[str, Any]) -> list[dict[s
     try:
         rows = list(reader)
     except csv.Error as exc:
-        raise ExportError(f"line {reader.line_num}", f"not a CSV row ({exc})") from None
+        raise ExportError(f"line {reader.line_num}",
+                          f"not a CSV row ({csv_error_reason(exc)})") from None
     for n, row in enumerate(rows, start=2):
         task_id = (row.get("id") or "").strip()
         if not task_id:

@@ -17,6 +17,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from studies.ingest.reading import csv_dict_reader, csv_error_reason
+
 from . import ExportError, Translation, load_json, number_or_none, obj, text_of
 
 GENERATION_CHOICES = ("only", "first", "last")
@@ -72,17 +74,13 @@ def _scores_file(raw: Any) -> list[dict[str, Any]]:
         if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
             raise ExportError("scores", "a JSON scores export is a list of score objects")
         return [{_camel(str(k)): v for k, v in r.items()} for r in rows]
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ExportError("scores", f"the scores export is not UTF-8 text ({exc.reason})") from None
-    reader = csv.DictReader(io.StringIO(text))
+    header, rows = _csv_table(data, "scores", "the scores export")
     need = {"name", "traceId", "source"}
-    missing = need - {_camel(c) for c in reader.fieldnames or []}
+    missing = need - {_camel(c) for c in header}
     if missing:
         raise ExportError("scores",
                           f"the scores CSV needs the columns {', '.join(sorted(missing))}")
-    return [{_camel(k): (v if v != "" else None) for k, v in row.items()} for row in reader]
+    return [{_camel(k): (v if v != "" else None) for k, v in row.items()} for row in rows]
 
 
 def _score_value(score: Mapping[str, Any]) -> str | None:
@@ -168,12 +166,12 @@ def _csv_table(data: bytes, where: str, what: str) -> tuple[list[str], list[dict
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ExportError(where, f"{what} is not UTF-8 text ({exc.reason})") from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    reader = csv_dict_reader(io.StringIO(text, newline=""))
     try:
         rows = list(reader)
     except csv.Error as exc:
-        raise ExportError(where,
-                          f"{what} is not valid CSV (line {reader.line_num}: {exc})") from None
+        raise ExportError(where, f"{what} is not valid CSV (line {reader.line_num}: "
+                                 f"{csv_error_reason(exc)})") from None
     return list(reader.fieldnames or []), rows
 
 

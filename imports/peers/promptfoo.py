@@ -29,6 +29,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from studies.ingest.reading import csv_error_reason, csv_reader
+
 from . import ExportError, Translation, load_json, number_or_none, obj, text_of
 
 # promptfoo's model-graded assertion types (docs: "Model-graded metrics").
@@ -106,9 +108,9 @@ def _csv_table(data: bytes) -> tuple[list[str], list[list[str]]]:
         raise ExportError("(file)", f"the promptfoo CSV is not UTF-8 text ({exc.reason})") \
             from None
     try:
-        table = list(csv.reader(io.StringIO(text, newline="")))
+        table = list(csv_reader(io.StringIO(text, newline="")))
     except csv.Error as exc:
-        raise ExportError("(file)", f"not a CSV file ({exc})") from None
+        raise ExportError("(file)", f"not a CSV file ({csv_error_reason(exc)})") from None
     if not table:
         raise ExportError("(file)", "the CSV is empty")
     return table[0], table[1:]

@@ -10,6 +10,8 @@ import httpx
 
 from .base import (
     PermanentProviderError,
+    ProviderResult,
+    TokenLogprob,
     TransientProviderError,
     body_excerpt,
     error_message_from_body,
@@ -93,3 +95,37 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
         if key.lower() == lowered:
             return value
     return None
+
+
+def result_from_body(
+    data: dict[str, Any],
+    *,
+    text: str,
+    finish: Any,
+    status: int,
+    headers: Mapping[str, str],
+    request_id_header: str,
+    usage_keys: tuple[str, str],
+    latency_ms: float,
+    logprobs: tuple[TokenLogprob, ...] | None,
+) -> ProviderResult:
+    """The result both wire formats build once their text is found.
+
+    The formats differ only in names: the request-id header, the usage keys (tokens in, tokens
+    out) and where the finish reason sits; a body without the header still names its id.
+    """
+    usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
+    request_id = header(headers, request_id_header)
+    if request_id is None and isinstance(data.get("id"), str):
+        request_id = data["id"]
+    return ProviderResult(
+        text=text,
+        finish_reason=finish if isinstance(finish, str) else None,
+        http_status=status,
+        request_id=request_id,
+        tokens_in=optional_int(usage.get(usage_keys[0])),
+        tokens_out=optional_int(usage.get(usage_keys[1])),
+        latency_ms=latency_ms,
+        logprobs=logprobs,
+        raw=data,
+    )

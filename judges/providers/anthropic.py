@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ._http import header, json_body_or_raise, optional_int
+from ._http import json_body_or_raise, result_from_body
 from .base import (
     PermanentProviderError,
     PreparedCall,
@@ -117,19 +117,14 @@ def interpret(
                 "no text content block", http_status=status, body_excerpt=body_excerpt(content)
             )
         text = "".join(parts)
-    usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
-    stop = data.get("stop_reason")
-    request_id = header(headers, "request-id")
-    if request_id is None and isinstance(data.get("id"), str):
-        request_id = data["id"]
-    return ProviderResult(
+    return result_from_body(
+        data,
         text=text,
-        finish_reason=stop if isinstance(stop, str) else None,
-        http_status=status,
-        request_id=request_id,
-        tokens_in=optional_int(usage.get("input_tokens")),
-        tokens_out=optional_int(usage.get("output_tokens")),
+        finish=data.get("stop_reason"),
+        status=status,
+        headers=headers,
+        request_id_header="request-id",
+        usage_keys=("input_tokens", "output_tokens"),
         latency_ms=latency_ms,
         logprobs=None,
-        raw=data,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._http import header, json_body_or_raise, optional_int
+from ._http import json_body_or_raise, result_from_body
 from .base import (
     PermanentProviderError,
     PreparedCall,
@@ -121,19 +121,14 @@ def interpret(
         )
         raise PermanentProviderError(reason, http_status=status,
             body_excerpt=body_excerpt(content))
-    usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
-    finish = choice.get("finish_reason")
-    request_id = header(headers, "x-request-id")
-    if request_id is None and isinstance(data.get("id"), str):
-        request_id = data["id"]
-    return ProviderResult(
+    return result_from_body(
+        data,
         text=text,
-        finish_reason=finish if isinstance(finish, str) else None,
-        http_status=status,
-        request_id=request_id,
-        tokens_in=optional_int(usage.get("prompt_tokens")),
-        tokens_out=optional_int(usage.get("completion_tokens")),
+        finish=choice.get("finish_reason"),
+        status=status,
+        headers=headers,
+        request_id_header="x-request-id",
+        usage_keys=("prompt_tokens", "completion_tokens"),
         latency_ms=latency_ms,
         logprobs=_logprobs(choice) if request.logprobs else None,
-        raw=data,
     )

@@ -15,7 +15,7 @@ from calibration.frames import CriterionRef, JudgeRef, RatingData
 from evalstats.clustered import coarsen
 
 from .common import FloatArray, bootstrap_options, est_dict, finite_or_none, numeric_reading
-from .humans import HumanBlock
+from .humans import JudgeSubjects
 
 
 @dataclass
@@ -148,17 +148,13 @@ def _scored(a: _Audits, j_num: FloatArray, items: npt.NDArray[Any]) -> None:
 
 
 def bias_rows(
-    data: RatingData,
-    crit: CriterionRef,
-    jv: JudgeRef,
-    block: HumanBlock,
-    idx: npt.NDArray[np.int64],
-    j: FloatArray,
+    js: JudgeSubjects,
     p: Mapping[str, Any],
     rng: np.random.Generator,
 ) -> list[dict[str, Any]]:
     """The bias audits of a judge version on a criterion's labelled subjects ``idx`` (judge
     codes ``j``), in a fixed order, all drawing from ``rng``."""
+    data, crit, jv, block, idx, j = js.data, js.crit, js.jv, js.block, js.idx, js.j
     a = _Audits(data=data, crit=crit, jv=jv, subj=data.subjects.loc[block.subjects[idx]],
                 h_major=block.consensus[idx], h_num=block.human_num_mean[idx],
                 options=bootstrap_options(p), rng=rng, level=p["level"])

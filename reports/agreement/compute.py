@@ -35,7 +35,7 @@ from .coefficients import (
 from .common import FloatArray, cell_rng
 from .examples import disagreement_examples
 from .groups import rater_group_rows
-from .humans import HumanBlock, Stratum, human_block
+from .humans import HumanBlock, JudgeSubjects, Stratum, human_block
 from .levels import correlation_level_rows
 from .orders import order_rows
 from .system import system_level_rows
@@ -202,17 +202,18 @@ def _judge_audits(
     idx = np.nonzero(both)[0]
     if idx.size == 0:
         return
+    js = JudgeSubjects(data=data, crit=crit, jv=jv, block=block, idx=idx, j=j_all[idx])
     rng = cell_rng(p["seed"], "bias", jv.id, crit.id)
-    out.bias.extend(bias_rows(data, crit, jv, block, idx, j_all[idx], p, rng))
+    out.bias.extend(bias_rows(js, p, rng))
     if p["system_level"]:
         rng = cell_rng(p["seed"], "system", jv.id, crit.id)
-        sysl = system_level_rows(data, crit, jv, block, idx, j_all[idx], p, rng)
+        sysl = system_level_rows(js, p, rng)
         if sysl is not None:
             per_subject = next((c for c in out.cells if c["dimension"] == ""), None)
             if per_subject is not None:
                 sysl["per_subject_kendall"] = per_subject["metrics"].get("kendall")
             out.system.append(sysl)
-    out.disagreements.append(disagreement_examples(data, crit, jv, block, idx, j_all[idx], p))
+    out.disagreements.append(disagreement_examples(js, p))
 
 
 def _judge_part(

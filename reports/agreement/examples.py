@@ -6,23 +6,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from calibration.frames import CriterionRef, JudgeRef, RatingData, value_text
+from calibration.frames import value_text
 
-from .common import FloatArray
-from .humans import HumanBlock
+from .humans import JudgeSubjects
 
 
 def disagreement_examples(
-    data: RatingData,
-    crit: CriterionRef,
-    jv: JudgeRef,
-    block: HumanBlock,
-    idx: npt.NDArray[np.int64],
-    j: FloatArray,
+    js: JudgeSubjects,
     p: Mapping[str, Any],
 ) -> dict[str, Any]:
+    data, crit, jv, block, idx, j = js.data, js.crit, js.jv, js.block, js.idx, js.j
     continuous = jv.value_type == "continuous"
     numeric = crit.scale in ("ordinal", "interval")
     if numeric:

@@ -13,7 +13,7 @@ import numpy.typing as npt
 import pandas as pd
 
 import evalstats as es
-from calibration.frames import CriterionRef, RatingData, human_labels, label_reading
+from calibration.frames import CriterionRef, JudgeRef, RatingData, human_labels, label_reading
 from studies.strata import cross_label
 
 from .common import FloatArray, numeric_reading, scale_categories
@@ -142,4 +142,18 @@ def human_block(data: RatingData, crit: CriterionRef, p: Mapping[str, Any]) -> H
     )
 
 
-__all__ = ["HumanBlock", "Stratum", "human_block"]
+@dataclass(frozen=True)
+class JudgeSubjects:
+    """A judge version's labelled subjects on one criterion: the subjects' positions ``idx``
+    in the humans' ``block`` and the judge's codes ``j`` on them, with the rating data, the
+    criterion and the judge they belong to; what every audit over those subjects reads."""
+
+    data: RatingData
+    crit: CriterionRef
+    jv: JudgeRef
+    block: HumanBlock
+    idx: npt.NDArray[np.int64]
+    j: FloatArray
+
+
+__all__ = ["HumanBlock", "JudgeSubjects", "Stratum", "human_block"]

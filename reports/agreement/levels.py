@@ -19,7 +19,7 @@ from calibration.frames import CriterionRef, JudgeRef, RatingData
 from evalstats.levels import sample_level_correlation
 
 from .common import FloatArray, bootstrap_options, cell_rng, est_dict
-from .humans import HumanBlock, Stratum
+from .humans import HumanBlock, JudgeSubjects, Stratum
 from .system import system_correlations
 
 Method = Literal["spearman", "pearson", "kendall"]
@@ -65,7 +65,8 @@ def correlation_level_rows(
     parts: tuple[object, ...] = ("system", jv.id, crit.id)
     if stratum.dimension:
         parts += (stratum.dimension, stratum.label)
-    got = system_correlations(data, crit, jv, block, idx, j, p, cell_rng(p["seed"], *parts))
+    js = JudgeSubjects(data=data, crit=crit, jv=jv, block=block, idx=idx, j=j)
+    got = system_correlations(js, p, cell_rng(p["seed"], *parts))
     system: dict[str, Any] | None = None
     if got is not None:
         corr = got[0]

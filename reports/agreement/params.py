@@ -6,11 +6,11 @@ parameters can be checked before any database work.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from reviewhub.errors import Problems
+from reviewhub.params import Need, is_int, is_num, params_merged
+from studies.spec import plan_strata_defaults
 
 if TYPE_CHECKING:
     from studies.models import AnalysisPlan
@@ -51,28 +51,17 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 
 
-Need = Callable[[bool, str, str], None]
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _check_bootstrap(p: Mapping[str, Any], need: Need) -> None:
     """The generator's seed and the bootstrap's settings."""
-    need(_is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
+    need(is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
     need(
-        _is_int(p["n_resamples"]) and 100 <= p["n_resamples"] <= 20000,
+        is_int(p["n_resamples"]) and 100 <= p["n_resamples"] <= 20000,
         "n_resamples",
         "an integer from 100 to 20000",
     )
     need(p["ci"] in ("bca", "percentile"), "ci", "'bca' or 'percentile'")
-    need(_is_num(p["level"]) and 0.5 <= p["level"] < 1, "level", "a number in [0.5, 1)")
-    need(_is_int(p["min_items"]) and 2 <= p["min_items"] <= 100000, "min_items", "an integer >= 2")
+    need(is_num(p["level"]) and 0.5 <= p["level"] < 1, "level", "a number in [0.5, 1)")
+    need(is_int(p["min_items"]) and 2 <= p["min_items"] <= 100000, "min_items", "an integer >= 2")
 
 
 def _check_rule(p: Mapping[str, Any], need: Need) -> None:
@@ -83,19 +72,19 @@ def _check_rule(p: Mapping[str, Any], need: Need) -> None:
         "one of " + ", ".join(EPSILON_BY_ANNOTATOR_TYPE),
     )
     need(
-        p["epsilon"] is None or (_is_num(p["epsilon"]) and 0 <= p["epsilon"] < 1),
+        p["epsilon"] is None or (is_num(p["epsilon"]) and 0 <= p["epsilon"] < 1),
         "epsilon",
         "null or a number in [0, 1)",
     )
-    need(_is_num(p["q"]) and 0 < p["q"] < 1, "q", "a number in (0, 1)")
-    need(_is_num(p["margin"]) and 0 <= p["margin"] <= 1, "margin", "a number in [0, 1]")
+    need(is_num(p["q"]) and 0 < p["q"] < 1, "q", "a number in (0, 1)")
+    need(is_num(p["margin"]) and 0 <= p["margin"] <= 1, "margin", "a number in [0, 1]")
     need(
-        _is_int(p["min_alt_annotators"]) and p["min_alt_annotators"] >= 2,
+        is_int(p["min_alt_annotators"]) and p["min_alt_annotators"] >= 2,
         "min_alt_annotators",
         "an integer >= 2",
     )
     need(
-        _is_int(p["min_pair_items"]) and p["min_pair_items"] >= 2,
+        is_int(p["min_pair_items"]) and p["min_pair_items"] >= 2,
         "min_pair_items",
         "an integer >= 2",
     )
@@ -108,12 +97,12 @@ def _check_tables(p: Mapping[str, Any], need: Need) -> None:
     need(isinstance(p["by_candidate"], bool), "by_candidate", "true or false")
     need(p["unparseable_as"] in ("miss", "tie"), "unparseable_as", "'miss' or 'tie'")
     need(
-        _is_num(p["disagreement_gap"]) and p["disagreement_gap"] > 0,
+        is_num(p["disagreement_gap"]) and p["disagreement_gap"] > 0,
         "disagreement_gap",
         "a positive number",
     )
     need(
-        _is_int(p["max_examples"]) and 0 <= p["max_examples"] <= 10000,
+        is_int(p["max_examples"]) and 0 <= p["max_examples"] <= 10000,
         "max_examples",
         "an integer from 0 to 10000",
     )
@@ -147,7 +136,7 @@ def _check_selections(p: Mapping[str, Any], need: Need) -> None:
         )
     v = p["judges"]
     need(
-        v is None or (isinstance(v, list) and all(_is_int(x) for x in v)),
+        v is None or (isinstance(v, list) and all(is_int(x) for x in v)),
         "judges",
         "null or a list of judge version ids",
     )
@@ -155,16 +144,7 @@ def _check_selections(p: Mapping[str, Any], need: Need) -> None:
 
 def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     """Fill defaults and check types; raise ValidationFailed naming each bad parameter."""
-    raw = dict(raw or {})
-    problems = Problems()
-    unknown = sorted(set(raw) - set(DEFAULT_PARAMS))
-    for key in unknown:
-        problems.add(f"params.{key}", "unknown parameter")
-    p = {**DEFAULT_PARAMS, **{k: v for k, v in raw.items() if k in DEFAULT_PARAMS}}
-
-    def need(cond: bool, key: str, message: str) -> None:
-        if not cond:
-            problems.add(f"params.{key}", message)
+    p, problems, need = params_merged(raw, DEFAULT_PARAMS)
 
     # In this order: the 400's details list the problems in it.
     for check in (_check_bootstrap, _check_rule, _check_tables, _check_selections):
@@ -181,14 +161,7 @@ def plan_defaults(params: dict[str, Any], plan: AnalysisPlan | None) -> dict[str
     """Parameters the caller left out are taken from the analysis plan where it says them."""
     if plan is None:
         return params
-    spec = plan.spec or {}
-    out = dict(params)
-    if "strata" not in out and isinstance(spec.get("strata"), list) and spec["strata"]:
-        out["strata"] = [str(s) for s in spec["strata"]]
-    min_labels = spec.get("min_human_labels_per_stratum")
-    if "min_items" not in out and isinstance(min_labels, int) and min_labels >= 2:
-        out["min_items"] = min_labels
-    return out
+    return plan_strata_defaults(params, plan.spec, min_labels_key="min_items")
 
 
 __all__ = ["DEFAULT_PARAMS", "EPSILON_BY_ANNOTATOR_TYPE", "params_validate", "plan_defaults"]

@@ -6,28 +6,22 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 import evalstats as es
-from calibration.frames import CriterionRef, JudgeRef, RatingData
 from evalstats.clustered import finite_percentile_interval, rank_corr_rows
 
-from .common import FloatArray, est_dict, finite_or_none, numeric_reading
-from .humans import HumanBlock
+from .common import est_dict, finite_or_none, numeric_reading
+from .humans import JudgeSubjects
 
 
 def system_correlations(
-    data: RatingData,
-    crit: CriterionRef,
-    jv: JudgeRef,
-    block: HumanBlock,
-    idx: npt.NDArray[np.int64],
-    j: FloatArray,
+    js: JudgeSubjects,
     p: Mapping[str, Any],
     rng: np.random.Generator,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
     """Counts and the three correlations of candidate means on the subjects ``idx`` (judge
     scores ``j``), and the candidates' means; None below three candidates."""
+    data, crit, jv, block, idx, j = js.data, js.crit, js.jv, js.block, js.idx, js.j
     h = block.consensus[idx] if crit.scale == "ordinal" else block.human_num_mean[idx]
     jn = j if jv.value_type == "continuous" else numeric_reading(crit, j)
     if jn is None or crit.scale == "pairwise":
@@ -78,23 +72,18 @@ def system_correlations(
 
 
 def system_level_rows(
-    data: RatingData,
-    crit: CriterionRef,
-    jv: JudgeRef,
-    block: HumanBlock,
-    idx: npt.NDArray[np.int64],
-    j: FloatArray,
+    js: JudgeSubjects,
     p: Mapping[str, Any],
     rng: np.random.Generator,
 ) -> dict[str, Any] | None:
     """Correlation of candidate means (judge vs human mean), items resampled for the interval."""
-    got = system_correlations(data, crit, jv, block, idx, j, p, rng)
+    got = system_correlations(js, p, rng)
     if got is None:
         return None
     corr, candidates = got
     return {
-        "judge_version": jv.id,
-        "criterion": crit.id,
+        "judge_version": js.jv.id,
+        "criterion": js.crit.id,
         "n_candidates": corr["n_candidates"],
         "n_items": corr["n_items"],
         "n_subjects": corr["n_subjects"],

@@ -17,6 +17,7 @@ from calibration.params import params_validate
 from calibration.results import CALIBRATION_RESULT_VERSION, CalibrationResult
 from reports.kinds import ReportKind, SnapshotResult, judge_versions_check
 from studies.models import AnalysisPlan, Study
+from studies.spec import plan_strata_defaults
 
 
 def _calibration_plan_defaults(
@@ -26,18 +27,8 @@ def _calibration_plan_defaults(
     the caller leaves them out."""
     if plan is None:
         return params
+    out = plan_strata_defaults(params, plan.spec, min_labels_key="min_labels")
     spec = plan.spec or {}
-    out = dict(params)
-    if "strata" not in out and isinstance(spec.get("strata"), list) and spec["strata"]:
-        out["strata"] = [str(s) for s in spec["strata"]]
-    min_labels = spec.get("min_human_labels_per_stratum")
-    if (
-        "min_labels" not in out
-        and isinstance(min_labels, int)
-        and not isinstance(min_labels, bool)
-        and min_labels >= 2
-    ):
-        out["min_labels"] = min_labels
     level = spec.get("confidence_level")
     if "level" not in out and isinstance(level, (int, float)) and 0.5 <= level < 1:
         out["level"] = float(level)

@@ -23,7 +23,7 @@ from evalstats.ppi import (
 )
 from evalstats.results import Estimate
 
-from .inputs import MetricMeta
+from .results import MetricRef
 
 FloatArray = npt.NDArray[np.float64]
 MIX = "mix"
@@ -95,12 +95,12 @@ def cells_sort(outs: pd.DataFrame, cand_ids: Sequence[int], labels: Sequence[str
 
 
 
-def oriented(m: MetricMeta, value: float) -> float:
+def oriented(m: MetricRef, value: float) -> float:
     """A value where larger is better."""
     return value if m.higher_is_better else -value
 
 
-def difference_text(m: MetricMeta, e: PPIEstimate, sign: float) -> str:
+def difference_text(m: MetricRef, e: PPIEstimate, sign: float) -> str:
     """The improvement of an estimate as text: points for rates, the metric's unit else."""
     scale, unit = (100.0, " points") if m.unit == "rate" else (1.0, "")
     v = sign * e.value * scale

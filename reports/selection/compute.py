@@ -64,10 +64,10 @@ from .cells import (
     ppi_json,
     rng,
 )
-from .inputs import ALL, UNKNOWN, MetricMeta, SelectionInputs, mix_problems
+from .inputs import ALL, UNKNOWN, SelectionInputs, mix_problems
 from .outcome import decision_table, public_vs_private
 from .pairwise import pairwise_section, threshold_status, win_rate_thresholds
-from .results import SELECTION_RESULT_VERSION, SelectionResult
+from .results import SELECTION_RESULT_VERSION, MetricRef, SelectionResult
 
 # Gate key -> (the output column, the statistic, the direction of the check).
 GATES: dict[str, tuple[str, str, str]] = {
@@ -104,8 +104,8 @@ class Setting:
     cand_ids: list[int]
     names: list[str]
     cells: Cells
-    metrics: list[MetricMeta]
-    pm: MetricMeta
+    metrics: list[MetricRef]
+    pm: MetricRef
     primary_source: str
     margin: float
     warnings: list[str]
@@ -272,7 +272,7 @@ def _plan_notes(inputs: SelectionInputs) -> list[str]:
     return []
 
 
-def _primary_metric(inputs: SelectionInputs, warnings: list[str]) -> tuple[MetricMeta, str]:
+def _primary_metric(inputs: SelectionInputs, warnings: list[str]) -> tuple[MetricRef, str]:
     """The metric that decides and where it comes from ("plan" or "default")."""
     plan = inputs.plan
     metrics = inputs.metrics
@@ -384,7 +384,7 @@ Columns = tuple[FloatArray, FloatArray, FloatArray]
 
 
 def _cell_estimates(
-    st: Setting, out: Estimates, m: MetricMeta, ci: int, h: str, columns: Columns,
+    st: Setting, out: Estimates, m: MetricRef, ci: int, h: str, columns: Columns,
     human: dict[int, PPIEstimate], judge: dict[int, PPIEstimate],
 ) -> dict[str, Any]:
     """The row of one candidate x stratum x metric; fills `human` and `judge` per stratum
@@ -434,7 +434,7 @@ def _cell_estimates(
 
 
 def _mix_estimates(
-    st: Setting, out: Estimates, m: MetricMeta, ci: int, columns: Columns,
+    st: Setting, out: Estimates, m: MetricRef, ci: int, columns: Columns,
     human: dict[int, PPIEstimate], judge: dict[int, PPIEstimate],
 ) -> dict[str, Any]:
     """The mix row of one candidate x metric: the strata's human-only and judge-only means

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from .params import MIX_TOLERANCE
+from .results import MetricRef  # a catalogue metric is the reference its result rows carry
 
 # A pairwise verdict or label as the score of candidate A (ties count half).
 A_WINS = {"A": 1.0, "B": 0.0, "tie": 0.5}
@@ -51,14 +52,6 @@ class CriterionMeta:
         return False
 
 
-@dataclass(frozen=True)
-class MetricMeta:
-    key: str
-    label: str
-    unit: str  # "rate" | "score" | "cost"
-    higher_is_better: bool
-
-
 @dataclass
 class SelectionInputs:
     """Everything a selection snapshot reads (`selection_inputs_load`)."""
@@ -76,7 +69,7 @@ class SelectionInputs:
     judge: dict[str, Any] | None  # {"id", "display", "simulated"}
     candidates: dict[int, dict[str, Any]]  # id -> {"name", "model_family", "public_scores"}
     criteria: list[CriterionMeta]
-    metrics: list[MetricMeta]
+    metrics: list[MetricRef]
     # One row per output: output, item, candidate, stratum, latency_ms, tokens, cost, error,
     # schema_valid (1/0/NaN), weight (1 / inclusion probability of its human labels; 1 when
     # unknown), and per metric "f:<key>" and "y:<key>" (NaN when missing).
@@ -102,16 +95,16 @@ class SelectionInputs:
                                          "with a pass/fail reading passes"})
 
 
-def metric_catalogue(criteria: Sequence[CriterionMeta], cost_unit: str) -> list[MetricMeta]:
+def metric_catalogue(criteria: Sequence[CriterionMeta], cost_unit: str) -> list[MetricRef]:
     """Every metric the rubric supports, in report order."""
-    out = [MetricMeta("rubric_pass_rate", "Rubric pass rate", "rate", True),
-           MetricMeta("expected_cost", f"Expected cost per output ({cost_unit})", "cost", False)]
+    out = [MetricRef("rubric_pass_rate", "Rubric pass rate", "rate", True),
+           MetricRef("expected_cost", f"Expected cost per output ({cost_unit})", "cost", False)]
     for c in criteria:
         if c.has_pass_reading():
-            out.append(MetricMeta(f"pass_rate:{c.key}", f"Pass rate: {c.name}", "rate", True))
+            out.append(MetricRef(f"pass_rate:{c.key}", f"Pass rate: {c.name}", "rate", True))
     for c in criteria:
         if c.scale in ("ordinal", "interval"):
-            out.append(MetricMeta(f"mean_score:{c.key}", f"Mean score: {c.name}", "score", True))
+            out.append(MetricRef(f"mean_score:{c.key}", f"Mean score: {c.name}", "score", True))
     return out
 
 
@@ -184,7 +177,6 @@ __all__ = [
     "SEVERITY_COST_LEVEL",
     "UNKNOWN",
     "CriterionMeta",
-    "MetricMeta",
     "SelectionInputs",
     "empty_comparisons",
     "metric_catalogue",

@@ -26,7 +26,8 @@ from .decision import (
     decide,
     labels_to_settle,
 )
-from .inputs import MetricMeta, SelectionInputs
+from .inputs import SelectionInputs
+from .results import MetricRef
 
 MIN_LABELS = 2
 
@@ -34,7 +35,7 @@ MIN_LABELS = 2
 def public_vs_private(
     inputs: SelectionInputs, params: Mapping[str, Any], names: Sequence[str],
     cand_ids: Sequence[int], mix_values: Mapping[int, float], mix_order: Sequence[int],
-    pm: MetricMeta, reference: int | None, diff_rows: Sequence[Mapping[str, Any]],
+    pm: MetricRef, reference: int | None, diff_rows: Sequence[Mapping[str, Any]],
     level: float, warnings: list[str],
 ) -> dict[str, Any] | None:
     scores = [inputs.candidates[c]["public_scores"] for c in cand_ids]
@@ -108,7 +109,7 @@ def threshold_text(metric: str, threshold: float, direction: str,
 
 
 def decision_table(
-    *, names: Sequence[str], pm: MetricMeta, margin: float, level: float,
+    *, names: Sequence[str], pm: MetricRef, margin: float, level: float,
     mix_order: Sequence[int], eligible: Sequence[int],
     diffs: Mapping[tuple[int, int], Any], flips: Sequence[Mapping[str, Any]],
     gate_failures: Mapping[str, Sequence[str]], threshold_rows: Sequence[Mapping[str, Any]],

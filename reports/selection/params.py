@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from reviewhub.errors import Problems
+from reviewhub.params import is_int, is_num, params_merged
 
 # Shares of a mix must sum to 1 within this (the plan's own tolerance, studies.spec).
 MIX_TOLERANCE = 1e-6
@@ -44,14 +44,6 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _metric_key_ok(v: Any) -> bool:
     if not isinstance(v, str) or not v:
         return False
@@ -63,19 +55,9 @@ def _metric_key_ok(v: Any) -> bool:
 
 def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     """Fill defaults and check types; raise ValidationFailed naming each bad parameter."""
-    if raw is not None and not isinstance(raw, Mapping):
-        raise Problems.from_mapping({"params": "must be an object"}).error("The report parameters")
-    raw = dict(raw or {})
-    problems = Problems()
-    for key in sorted(set(raw) - set(DEFAULT_PARAMS), key=str):
-        problems.add(f"params.{key}", "unknown parameter")
-    p = {**DEFAULT_PARAMS, **{k: v for k, v in raw.items() if k in DEFAULT_PARAMS}}
+    p, problems, need = params_merged(raw, DEFAULT_PARAMS)
 
-    def need(cond: bool, path: str, message: str) -> None:
-        if not cond:
-            problems.add(f"params.{path}", message)
-
-    need(p["judge"] is None or (_is_int(p["judge"]) and p["judge"] > 0), "judge",
+    need(p["judge"] is None or (is_int(p["judge"]) and p["judge"] > 0), "judge",
          "null or a judge version id")
     v = p["candidates"]
     need(
@@ -97,7 +79,7 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
                 if not isinstance(label, str) or not label:
                     need(False, "mix", "labels must be non-empty strings")
                     shares_ok = False
-                elif not (_is_num(share) and 0 <= share <= 1):
+                elif not (is_num(share) and 0 <= share <= 1):
                     need(False, f"mix.{label}", "a share in [0, 1]")
                     shares_ok = False
             if shares_ok:
@@ -113,11 +95,11 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         "null or a non-empty list of distinct metric keys (rubric_pass_rate, expected_cost, "
         "pass_rate:<criterion>, mean_score:<criterion>)",
     )
-    need(p["level"] is None or (_is_num(p["level"]) and 0.5 <= p["level"] < 1), "level",
+    need(p["level"] is None or (is_num(p["level"]) and 0.5 <= p["level"] < 1), "level",
          "null or a number in [0.5, 1)")
-    need(_is_int(p["n_resamples"]) and 100 <= p["n_resamples"] <= 20000, "n_resamples",
+    need(is_int(p["n_resamples"]) and 100 <= p["n_resamples"] <= 20000, "n_resamples",
          "an integer from 100 to 20000")
-    need(_is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
+    need(is_int(p["seed"]) and 0 <= p["seed"] < 2**63, "seed", "a non-negative integer")
     need(p["benchmark"] is None or (isinstance(p["benchmark"], str) and p["benchmark"] != ""),
          "benchmark", "null or a public score key")
     problems.raise_if_any("The report parameters")

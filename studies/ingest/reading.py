@@ -395,7 +395,7 @@ def _csv_layout(header: list[str], spec: KindSpec) -> tuple[_CsvLayout, list[Row
     return _CsvLayout(tuple(columns)), errors
 
 
-def csv_reader(lines: Iterable[str]) -> CsvReader:
+def csv_reader(lines: Iterable[str], *, delimiter: str = ",") -> CsvReader:
     """The one CSV dialect of every file ReviewHub reads (ingest files and ratings files):
     strict quoting, and a field-size cap that admits the longest field ingest accepts.
 
@@ -403,11 +403,22 @@ def csv_reader(lines: Iterable[str]) -> CsvReader:
     name); the csv module's own cap stays finite so an unclosed quote cannot swallow a whole
     1 GB file into memory. The returned reader's ``line_num`` counts physical lines.
     """
+    _field_size_cap()
+    return csv.reader(lines, strict=True, delimiter=delimiter)
+
+
+def csv_dict_reader(lines: Iterable[str], *, delimiter: str = ",") -> csv.DictReader[str]:
+    """`csv_reader`'s dialect read by column name (`csv.DictReader`'s rows), for the importers
+    of other tools' exports."""
+    _field_size_cap()
+    return csv.DictReader(lines, strict=True, delimiter=delimiter)
+
+
+def _field_size_cap() -> None:
     # Imported here, not at the top, so that the readers load without Django settings.
     from django.conf import settings
 
     csv.field_size_limit(max(16 << 20, 2 * settings.REVIEWHUB_MAX_FIELD_CHARS + 1))
-    return csv.reader(lines, strict=True)
 
 
 def csv_error_reason(exc: csv.Error) -> str:

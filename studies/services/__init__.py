@@ -29,6 +29,7 @@ from .rubrics import (
 )
 from .strata import (
     dimension_set,
+    study_quantile_edges,
     study_strata_recompute,
 )
 from .study import (
@@ -71,6 +72,7 @@ __all__ = [
     "rubric_use_register",
     "study_create",
     "study_import",
+    "study_quantile_edges",
     "study_status_check",
     "study_strata_recompute",
     "study_update",

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Case, IntegerField, Value, When
+from django.db.models import Case, IntegerField, QuerySet, Value, When
 from django.db.models.functions import Length
 
 from reviewhub.errors import Conflict
@@ -121,20 +121,7 @@ def study_strata_recompute(
 
     with transaction.atomic():
         quantile_dims = [d for d in dims if dimension_needs_quantiles(d)]
-        edges: dict[str, list[float]] = {}
-        if quantile_dims:
-            values: dict[str, list[float]] = {d["key"]: [] for d in quantile_dims}
-            qfields = ["id", *(["metadata"] if any(d["source"].startswith("metadata.")
-                                                   for d in quantile_dims) else []),
-                       *sorted(lengths_needed)]
-            for row in base.values(*qfields).iterator(chunk_size=batch_size):
-                for d in quantile_dims:
-                    raw = source_value(d["source"], metadata=row.get("metadata"), lengths=row)
-                    number = as_number(raw)
-                    if number is not None:
-                        values[d["key"]].append(number)
-            for d in quantile_dims:
-                edges[d["key"]] = quantile_edges(values[d["key"]], d["config"]["quantiles"])
+        edges = _quantile_edges_over(base, quantile_dims, batch_size)
         assigners = [DimensionAssigner(d, edges=edges.get(d["key"])) for d in dims]
         changed = 0
         for rows in _item_batches(base, fields, batch_size,
@@ -147,6 +134,39 @@ def study_strata_recompute(
             _bulk_write_strata(updates)
             changed += len(updates)
     return changed
+
+
+def _quantile_edges_over(
+    items: QuerySet[Item], quantile_dims: Sequence[Mapping[str, Any]], batch_size: int
+) -> dict[str, list[float]]:
+    """The edges of each quantile dimension over `items` (annotated with the lengths the
+    dimensions read), keyed by dimension key, in one read of the items."""
+    if not quantile_dims:
+        return {}
+    lengths = sorted({d["source"] for d in quantile_dims} & set(DERIVED_SOURCES))
+    metadata = any(d["source"].startswith("metadata.") for d in quantile_dims)
+    values: dict[str, list[float]] = {d["key"]: [] for d in quantile_dims}
+    qfields = ["id", *(["metadata"] if metadata else []), *lengths]
+    for row in items.values(*qfields).iterator(chunk_size=batch_size):
+        for d in quantile_dims:
+            raw = source_value(d["source"], metadata=row.get("metadata"), lengths=row)
+            number = as_number(raw)
+            if number is not None:
+                values[d["key"]].append(number)
+    return {d["key"]: quantile_edges(values[d["key"]], d["config"]["quantiles"])
+            for d in quantile_dims}
+
+
+def study_quantile_edges(
+    study: Study, dims: Sequence[Mapping[str, Any]], *, batch_size: int = 2000
+) -> dict[str, list[float]]:
+    """The bin edges each quantile dimension of `dims` has over the study's items now, keyed
+    by dimension key: what `study_strata_recompute` labels the items with, and what a
+    deployment freezes so that live traffic is binned as the study's items are."""
+    quantile_dims = [d for d in dims if dimension_needs_quantiles(d)]
+    sources = {d["source"] for d in quantile_dims} & set(DERIVED_SOURCES)
+    items = Item.objects.filter(study=study).annotate(**_length_annotations(sources))
+    return _quantile_edges_over(items, quantile_dims, batch_size)
 
 
 def _locked_plan_dimension_refs(study: Study) -> set[str]:

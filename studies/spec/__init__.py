@@ -42,6 +42,7 @@ from studies.spec.plan import (
     plan_policy_section_problems,
     plan_selection,
     plan_spec_validate,
+    plan_strata_defaults,
 )
 from studies.spec.rubric import (
     RUBRIC_RULE_KINDS,
@@ -92,6 +93,7 @@ __all__ = [
     "plan_policy_section_problems",
     "plan_selection",
     "plan_spec_validate",
+    "plan_strata_defaults",
     "rubric_aggregate_validate",
     "study_fields_validate",
     "study_file_validate",

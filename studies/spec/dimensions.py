@@ -7,7 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from reviewhub.errors import Problems
-from studies.spec.common import DIMENSION_KINDS, is_int, is_number, join, slug_problem
+from studies.spec.common import (
+    DIMENSION_KINDS,
+    is_int,
+    is_number,
+    join,
+    keyed_entries_validate,
+    slug_problem,
+)
 from studies.strata import (
     DERIVED_SOURCES,
     METADATA_PREFIX,
@@ -183,22 +190,9 @@ def dimensions_validate(dimensions: Any, *, path: str = "dimensions",
     """Validate a strata scheme (a list of dimensions, possibly empty); return it normalised."""
     own = problems is None
     problems = problems if problems is not None else Problems()
-    out: list[dict[str, Any]] = []
-    if not isinstance(dimensions, list):
-        problems.add(path, "must be a list of dimensions")
-    else:
-        seen: dict[str, int] = {}
-        for i, raw in enumerate(dimensions):
-            dim = _dimension_validate(raw, join(path, i), problems)
-            if dim is None:
-                continue
-            if dim["key"] in seen:
-                problems.add(join(join(path, i), "key"),
-                             f"dimension key '{dim['key']}' is already used by "
-                             f"{join(path, seen[dim['key']])}")
-                continue
-            seen[dim["key"]] = i
-            out.append(dim)
+    out = keyed_entries_validate(
+        dimensions, path, problems, entry_validate=_dimension_validate, noun="dimension",
+        list_problem="must be a list of dimensions", non_empty=False)
     if own:
         problems.raise_if_any("The strata scheme")
     return out

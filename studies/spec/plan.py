@@ -447,6 +447,28 @@ def plan_policy(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
     return _policy_normalised(raw), False
 
 
+def plan_strata_defaults(
+    params: Mapping[str, Any], spec: Mapping[str, Any] | None, *, min_labels_key: str
+) -> dict[str, Any]:
+    """`params` with the plan's strata dimensions and its minimum human labels per stratum
+    (under `min_labels_key`, the name the report kind gives it) filled in where the caller
+    left them out; a plan value that could not be a parameter (no strata, fewer than 2
+    labels) is not taken."""
+    spec = spec if isinstance(spec, Mapping) else {}
+    out = dict(params)
+    if "strata" not in out and isinstance(spec.get("strata"), list) and spec["strata"]:
+        out["strata"] = [str(s) for s in spec["strata"]]
+    min_labels = spec.get("min_human_labels_per_stratum")
+    if (
+        min_labels_key not in out
+        and isinstance(min_labels, int)
+        and not isinstance(min_labels, bool)
+        and min_labels >= 2
+    ):
+        out[min_labels_key] = min_labels
+    return out
+
+
 def plan_selection(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the selection report reads from a plan, with the documented defaults.
 

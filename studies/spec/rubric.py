@@ -7,7 +7,14 @@ from typing import Any
 
 from reviewhub.errors import Problems
 from studies.criteria import criterion_has_pass_reading
-from studies.spec.common import SCALES, is_int, is_number, join, slug_problem
+from studies.spec.common import (
+    SCALES,
+    is_int,
+    is_number,
+    join,
+    keyed_entries_validate,
+    slug_problem,
+)
 
 # --- Rubric criteria --------------------------------------------------------------------------
 
@@ -250,22 +257,9 @@ def criteria_validate(criteria: Any, *, path: str = "criteria",
     """
     own = problems is None
     problems = problems if problems is not None else Problems()
-    out: list[dict[str, Any]] = []
-    if not isinstance(criteria, list) or not criteria:
-        problems.add(path, "must be a non-empty list of criteria")
-    else:
-        seen: dict[str, int] = {}
-        for i, raw in enumerate(criteria):
-            crit = _criterion_validate(raw, join(path, i), problems)
-            if crit is None:
-                continue
-            if crit["key"] in seen:
-                problems.add(join(join(path, i), "key"),
-                             f"criterion key '{crit['key']}' is already used by "
-                             f"{join(path, seen[crit['key']])}")
-                continue
-            seen[crit["key"]] = i
-            out.append(crit)
+    out = keyed_entries_validate(
+        criteria, path, problems, entry_validate=_criterion_validate, noun="criterion",
+        list_problem="must be a non-empty list of criteria", non_empty=True)
     if own:
         problems.raise_if_any("The rubric")
     return out
