@@ -76,11 +76,7 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
 
 # (importing file, or folder ending in "/"; owner module, or module prefix ending in ".") ->
 # why it still imports underscored names from a module outside its own package.
-PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("judges/runs/", "judges.runs."):
-        "the run lifecycle, claim, sweep and record modules share lease and storage helpers "
-        "under underscores",
-}
+PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {}
 # Not an exception: reviewhub/urls.py mounts every app's URLs by dotted string (`include(...)`),
 # which is no import, so the URL root needs no entry here.
 

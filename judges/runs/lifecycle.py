@@ -16,7 +16,7 @@ from reviewhub.errors import Conflict, Problems, ValidationFailed
 from studies.models import Criterion, Study
 
 from ..models import Judge, JudgeJob, JudgeRun, JudgeVersion
-from .claim import _budget_exhausted
+from .claim import budget_exhausted
 from .common import ACTIVE_JOB_STATUSES, JOB_BULK_BATCH, logger
 from .selection import (
     comparisons_ensure,
@@ -119,7 +119,7 @@ def judge_run_start(
             run.stop_reason += "to another active run"
         run.save(update_fields=["creation_stats", "status", "finished_at", "stop_reason"])
         if queued:
-            _on_commit_enqueue(run.pk, queued, enqueue)
+            on_commit_enqueue(run.pk, queued, enqueue)
     logger.info("judge run %s started: %s", run.pk, stats)
     return run
 
@@ -266,7 +266,7 @@ def _requeue_fields() -> dict[str, Any]:
             "finished_at": None}
 
 
-def _on_commit_enqueue(run_id: int, queued: int, enqueue: Enqueue | None) -> None:
+def on_commit_enqueue(run_id: int, queued: int, enqueue: Enqueue | None) -> None:
     per_task = max(1, settings.REVIEWHUB_JUDGE_CONCURRENCY)
     n = max(1, min(settings.REVIEWHUB_JUDGE_TASKS_PER_RUN, math.ceil(queued / per_task)))
     fn = enqueue or _default_enqueue
@@ -313,7 +313,7 @@ def judge_run_resume(
             run.max_cost = max_cost
         if max_calls is not None:
             run.max_calls = max_calls
-        exhausted = _budget_exhausted(run)
+        exhausted = budget_exhausted(run)
         if exhausted:
             raise ValidationFailed.at(
                 exhausted.split(" ", 1)[0],  # "max_calls reached: ..." or "max_cost reached: ..."
@@ -334,7 +334,7 @@ def judge_run_resume(
         run.last_activity_at = timezone.now()
         run.save(update_fields=["status", "stop_reason", "finished_at", "last_activity_at",
                                 "max_cost", "max_calls"])
-        _on_commit_enqueue(run.pk, n, enqueue)
+        on_commit_enqueue(run.pk, n, enqueue)
     return run
 
 
