@@ -27,8 +27,8 @@ from reports import selectors, services
 from reports.models import ReportSnapshot
 from reports.responses import svg_response
 from reviewhub.errors import AppError, ValidationFailed
-from reviewhub.pages import page_study
 from studies.models import Membership, Study
+from studies.pages import page_study
 
 from .charts import cell_title, reliability_bins, reliability_svg
 

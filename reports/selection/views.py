@@ -22,8 +22,8 @@ from reports.models import ReportSnapshot
 from reports.responses import svg_response
 from reports.results import ResultFormatError
 from reviewhub.errors import AppError, ValidationFailed
-from reviewhub.pages import page_study
 from studies.models import Membership, Study
+from studies.pages import page_study
 
 from .actions import next_labels_plan_create
 from .present import charts, page, tables
