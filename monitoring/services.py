@@ -40,7 +40,7 @@ from .notify import webhook_refusal
 from .window import compute as window_compute_mod
 from .window import context as window_context
 from .window import load as window_load
-from .window.params import WindowParams
+from .window.params import GRANULARITIES, WindowParams, window_floor, window_params_validate
 
 ALERTING_KEYS = ("alpha", "cooldown_minutes", "pass_rate_floor", "agreement_floor",
                  "webhook_url", "emails")
@@ -341,8 +341,6 @@ def window_compute(*, deployment: Deployment, params: WindowParams,
 def windows_recent_compute(*, deployment: Deployment, now: dt.datetime) -> list[Window]:
     """The windows a beat tick keeps current: the hour and the day that contain `now`, and the
     hour and day before (late rows and late labels land there)."""
-    from .window.params import GRANULARITIES, window_floor
-
     out = []
     for granularity, step in GRANULARITIES.items():
         current = window_floor(now, granularity)
@@ -354,8 +352,6 @@ def windows_recent_compute(*, deployment: Deployment, now: dt.datetime) -> list[
 
 def params_or_400(raw: Any) -> WindowParams:
     """Window params from a request body (400 naming the field)."""
-    from .window.params import window_params_validate
-
     if not isinstance(raw, Mapping):
         raise ValidationFailed.at("$", "the body must be a JSON object")
     return window_params_validate(raw)

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import ExportError, Translation, load_json, obj, text_of
+from .translation import ExportError, Translation, load_json, obj, text_of
 
 # Result types read as a rating: value key -> how to read it.
 _RATING_TYPES = {"choices", "rating", "number", "pairwise"}

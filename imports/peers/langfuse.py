@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from . import ExportError, Translation, load_json, number_or_none, obj, text_of
+from .translation import ExportError, Translation, load_json, number_or_none, obj, text_of
 
 GENERATION_CHOICES = ("only", "first", "last")
 API_SCORES = ("drop", "judge", "human")

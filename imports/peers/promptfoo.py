@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from . import ExportError, Translation, load_json, number_or_none, obj, text_of
+from .translation import ExportError, Translation, load_json, number_or_none, obj, text_of
 
 # promptfoo's model-graded assertion types (docs: "Model-graded metrics").
 MODEL_GRADED = frozenset({

@@ -16,6 +16,7 @@ from reviewhub.errors import Conflict, Problems, ValidationFailed
 from studies.models import Criterion, Study
 
 from ..models import Judge, JudgeJob, JudgeRun, JudgeVersion
+from ..pricing import cost_for
 from .claim import budget_exhausted
 from .common import ACTIVE_JOB_STATUSES, JOB_BULK_BATCH, logger
 from .selection import (
@@ -28,11 +29,20 @@ from .selection import (
 Enqueue = Callable[[int, int], None]
 
 
+# The Celery task module imports these services (its tasks call them), so this module does not
+# import it: JudgesConfig.ready registers the task module's enqueue here when Django starts.
+_registered_enqueue: list[Enqueue] = []
+
+
+def run_enqueue_register(enqueue: Enqueue) -> None:
+    """Make `enqueue` what a run queues its batch tasks with when the caller passes none."""
+    _registered_enqueue[:] = [enqueue]
+
+
 def _default_enqueue(run_id: int, n: int) -> None:
-    from ..celery_tasks import judge_run_enqueue
-
-    judge_run_enqueue(run_id=run_id, n=n)
-
+    if not _registered_enqueue:
+        raise RuntimeError("no judge run enqueue registered (judges.apps.JudgesConfig.ready)")
+    _registered_enqueue[0](run_id, n)
 
 
 def _samples_for(version: JudgeVersion) -> int:
@@ -53,8 +63,6 @@ def _check_budget_args(
         if max_cost <= 0 or not math.isfinite(max_cost):
             raise ValidationFailed.at("max_cost", "max_cost must be a positive number")
         if version.judge.kind == Judge.Kind.LLM:
-            from ..pricing import cost_for
-
             config = version.config
             price = cost_for(provider=str(config.get("provider", "")),
                              model=str(config.get("model", "")), tokens_in=1_000_000,
