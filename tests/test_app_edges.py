@@ -13,9 +13,12 @@ edges that break the order today are listed one file at a time in KNOWN_EXCEPTIO
 reason, so that a new wrong edge fails and the list can only shrink.
 
 Interfaces, not reach-ins: an underscored name (or an underscored module) is private to the
-package it is defined in; importing it from any other module is a finding. Those left today are
-listed in PRIVATE_EXCEPTIONS with the reason, by importing file or folder and owner module, and
-the list can only shrink.
+package it is defined in; importing it from any other module is a finding. PRIVATE_EXCEPTIONS
+(by importing file or folder and owner module, with the reason) is empty and meant to stay so.
+
+Imports at module level: a first-party import inside a function hides a dependency until the
+call and usually a cycle. Only the places in LAZY_IMPORTS_ALLOWED may keep one (AppConfig.ready,
+the kind registry, the Celery bootstrap); a cycle is untangled by moving the shared piece down.
 """
 
 from __future__ import annotations
