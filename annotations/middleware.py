@@ -17,6 +17,8 @@ from django.urls import Resolver404, resolve
 
 from reviewhub.errors import error_body
 
+from .services import password_change_done, password_change_required
+
 _SESSION_KEY = "reviewhub_password_change_required"
 # Pages an account may reach while its password must change.
 _ALLOWED = frozenset({"password_change", "password_change_done", "logout", "login"})
@@ -37,8 +39,6 @@ class PasswordChangeRequiredMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        from .services import password_change_done, password_change_required
-
         user = getattr(request, "user", None)
         if user is None or not user.is_authenticated or request.path_info.startswith(
                 "/static/"):

@@ -59,8 +59,12 @@ from evalstats.costs import (
 )
 from evalstats.options import BootstrapOptions
 from evalstats.selective import TrustThreshold, threshold_grid, trust_cascade, trust_threshold
+from judges.models import JudgeVersion
 from studies.criteria import criterion_has_pass_reading
+from studies.models import Criterion, RubricVersion
+from studies.spec import plan_costs, plan_policy
 
+from .frames import rating_data_load
 from .frames import rubric_rule as rubric_rule_of
 from .results import (
     CALIBRATION_RESULT_VERSION,
@@ -107,11 +111,6 @@ def calibration_inputs_load(
     study: Any, params: Mapping[str, Any], plan: Any = None
 ) -> CalibrationInputs:
     """Load the evidence of a calibration snapshot (criteria and judges as in `params`)."""
-    from judges.models import JudgeVersion
-    from studies.models import Criterion, RubricVersion
-
-    from .frames import rating_data_load
-
     data = rating_data_load(
         study=study,
         criterion_keys=params.get("criteria"),
@@ -153,8 +152,6 @@ def calibration_inputs_load(
 
 
 def _plan_sections(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    from studies.spec import plan_costs, plan_policy
-
     costs, costs_default = plan_costs(spec)
     policy, policy_default = plan_policy(spec)
     return {**costs, "is_default": bool(costs_default)}, {

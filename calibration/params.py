@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reviewhub.params import is_int, is_num, params_merged
+from studies.spec import plan_policy, plan_policy_section_problems
 
 # The calibration methods evalstats.calibration offers (tests/calibration/test_params.py
 # asserts this equals evalstats.calibration.METHODS; kept here so that validating a request
@@ -94,14 +95,10 @@ def params_validate(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         "null or a non-empty list of distinct methods from: " + ", ".join(METHODS),
     )
     if p["policy"] is not None:
-        from studies.spec import plan_policy_section_problems
-
         for path, message in plan_policy_section_problems(p["policy"]):
             problems.add(path.replace("spec.policy", "params.policy", 1), message)
     problems.raise_if_any("The report parameters")
     if p["policy"] is not None:
-        from studies.spec import plan_policy
-
         p["policy"] = plan_policy({"policy": p["policy"]})[0]
     p["level"] = float(p["level"])
     if p["methods"] is None:

@@ -25,12 +25,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from judges.providers import ProviderError
 from reviewhub.errors import NotFound, ValidationFailed
 from studies.access import api_study
 from studies.models import Candidate, Membership, Study
 
 from . import runs, selectors, services
+from .config import MissingField
 from .estimate import run_estimate
+from .executor import request_preview
 from .models import GenerationConfig, GenerationRun, PromptTemplate
 
 LEAD = Membership.Role.LEAD  # every candidate-run endpoint is the lead's
@@ -243,11 +246,6 @@ class PromptTemplatePreview(APIView):
                                "headers (key redacted), JSON body and its sha256.",
                    request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str, template_id: int) -> Response:
-        from judges.providers import ProviderError
-
-        from .config import MissingField
-        from .executor import request_preview
-
         study = api_study(request, slug, min_role=LEAD).study
         template = PromptTemplate.objects.select_related("study").filter(
             study=study, pk=template_id).first()

@@ -17,6 +17,7 @@ from .config import (
     render,
 )
 from .models import GenerationConfig, PromptTemplate
+from .replay import prompt_chars, recorded_found
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,6 @@ def run_estimate(*, template: PromptTemplate, configs: Sequence[GenerationConfig
             "recorded_request").iterator():
         item: dict[str, Any] = dict(values)
         if replay:
-            from .replay import prompt_chars, recorded_found
-
             recorded = recorded_found(item.get("metadata"), item.get("recorded_request"))
             chars += prompt_chars(recorded) if recorded is not None else 0
             n += 1

@@ -43,7 +43,10 @@ from studies.services import (
     outputs_record_generated,
 )
 
+from .config import missing_placeholders
+from .estimate import run_estimate
 from .models import GenerationConfig, GenerationJob, GenerationRun, PromptTemplate, RunCandidate
+from .replay import NotReplayable, recorded_of
 
 # The API and the pages take the selection from here.
 from .selection import selection_items as selection_items
@@ -57,10 +60,23 @@ JOB_BULK_BATCH = 2000
 Enqueue = Callable[[int, int], None]  # (run id, config id)
 
 
-def _default_enqueue(run_id: int, config_id: int) -> None:
-    from .celery_tasks import generation_enqueue
+# The Celery task module imports these services (its tasks call them), so this module does not
+# import it: GenerationAppConfig.ready registers the task module's enqueue here when Django
+# starts.
+_registered_enqueue: list[Enqueue] = []
 
-    generation_enqueue(run_id=run_id, config_id=config_id)
+
+def run_enqueue_register(enqueue: Enqueue) -> None:
+    """Make `enqueue` what a run queues a candidate's batch task with when the caller passes
+    none."""
+    _registered_enqueue[:] = [enqueue]
+
+
+def _default_enqueue(run_id: int, config_id: int) -> None:
+    if not _registered_enqueue:
+        raise RuntimeError(
+            "no generation enqueue registered (generation.apps.GenerationAppConfig.ready)")
+    _registered_enqueue[0](run_id, config_id)
 
 
 # --- start, cancel --------------------------------------------------------------------------
@@ -107,9 +123,6 @@ def _items_sendable_check(*, template: PromptTemplate, item_ids: Sequence[int],
                           replay: bool) -> None:
     """Every selected item can be sent: it carries a recorded request (replay) or provides
     every placeholder of the template."""
-    from .config import missing_placeholders
-    from .replay import NotReplayable, recorded_of
-
     for item in Item.objects.filter(id__in=item_ids).only(
             "input", "context", "reference", "external_id", "metadata",
             "recorded_request").iterator():
@@ -173,8 +186,6 @@ def generation_run_start(
 ) -> GenerationRun:
     """Create a run and its jobs (config version x item x sample), then one batch-task chain
     per candidate after commit. ValidationFailed names the field of any bad input."""
-    from .estimate import run_estimate
-
     configs = _start_args_check(study=study, template=template, configs=configs,
                                 concurrency=concurrency, samples=samples, rate=rate,
                                 replay=replay)

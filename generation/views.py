@@ -16,8 +16,9 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from reviewhub.errors import AppError, ValidationFailed
-from reviewhub.pages import error_rows, form_number, page_study
+from reviewhub.pages import error_rows, form_number
 from studies.models import Membership, Study
+from studies.pages import page_study
 
 from . import runs, selectors
 from .estimate import run_estimate
@@ -27,7 +28,7 @@ RECENT_OUTPUTS = 20
 
 
 def _lead_study(request: HttpRequest, slug: str) -> Study:
-    # Pages answer 404 to every refusal (reviewhub.pages.page_study), so slugs cannot be probed.
+    # Pages answer 404 to every refusal (studies.pages.page_study), so slugs cannot be probed.
     study, _ = page_study(request, slug, min_role=Membership.Role.LEAD)
     return study
 

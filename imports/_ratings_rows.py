@@ -12,6 +12,7 @@ from judges.services import (
     verdict_probability_problem,
 )
 from reviewhub.errors import Problems
+from studies.ingest.validation import recorded_request_check
 
 from ._ratings_scales import _as_number, _CriterionView
 
@@ -357,8 +358,6 @@ def _recorded_request(line: int, row: Mapping[str, Any], problems: _Problems
                       ) -> dict[str, Any] | None:
     """The row's `item_recorded_request` (the application's chat request for the item, an
     object or its JSON text), checked as the ingest checks an item's `recorded_request`."""
-    from studies.ingest.validation import recorded_request_check
-
     value = row.get("item_recorded_request")
     if value is None or value == "":
         return None

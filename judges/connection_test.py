@@ -24,16 +24,21 @@ from typing import Any
 import httpx
 
 from reviewhub.errors import ValidationFailed
+from studies.criteria import interval_bounds
 from studies.models import Output, Study
 
 from . import selectors
 from .config import JudgeNetworkPolicy
+from .executor import ERROR_MAX_CHARS, allowed_values_for, error_reason_shown
+from .parsing import Unparseable, verdict_parse
+from .prompts import provider_request_for, subject_context_for
 from .providers import (
     ProviderError,
     TransientProviderError,
     http_client,
     provider_call,
 )
+from .services import judge_config_validate
 
 # A raw answer is shown up to this many characters.
 RAW_EXCERPT_CHARS = 2_000
@@ -87,13 +92,6 @@ def judge_connection_test(
     """Make one real call with an LLM judge config; return its latency and parsed verdict, or
     the error. A config the allow-lists refuse is a ValidationFailed (400) naming the field,
     as when saving it; everything that goes wrong from the call on is in the result."""
-    from studies.criteria import interval_bounds
-
-    from .executor import ERROR_MAX_CHARS, allowed_values_for, error_reason_shown
-    from .parsing import Unparseable, verdict_parse
-    from .prompts import provider_request_for, subject_context_for
-    from .services import judge_config_validate
-
     canonical = judge_config_validate(config, kind="llm")
     criterion = selectors.preview_criterion_get(study=study, criterion_key=criterion_key,
                                                 pairwise=False)

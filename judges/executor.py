@@ -72,6 +72,7 @@ from .drain_requests import (
 from .models import JudgeJob, JudgeRun
 from .parsing import Unparseable, verdict_parse
 from .pricing import cost_for
+from .programmatic import programmatic_evaluate
 from .providers import (
     ProviderConfigError,
     ProviderError,
@@ -232,8 +233,6 @@ def _parsed_outcome(
 def _programmatic_outcome(
     job: ClaimedJob, token: str, dctx: DrainContext, output: Output | None
 ) -> JobOutcome:
-    from .programmatic import programmatic_evaluate
-
     try:
         if output is None:
             raise LookupError(f"output {job.output_id} no longer exists")

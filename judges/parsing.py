@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from studies.criteria import number_text
+
 from .providers import TokenLogprob
 
 _FENCE_RE = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\n(?P<body>.*)\n[ \t]*```$", re.DOTALL)
@@ -58,8 +60,6 @@ _NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 def _interval_value(raw: Any, bounds: tuple[float, float] | None) -> str:
     """An interval verdict: a finite number within `bounds`, as its canonical text."""
-    from studies.criteria import number_text
-
     if bounds is None:
         raise Unparseable("the interval criterion has no range")
     lo, hi = bounds

@@ -29,6 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from studies.criteria import (
+    criterion_allowed_values,
+    criterion_value_labels,
+    interval_bounds,
+    number_text,
+)
+
 from .config import config_hash
 from .network import JudgeNetworkPolicy
 from .providers import ChatMessage, ProviderConfigError, ProviderRequest, TransientProviderError
@@ -177,8 +184,6 @@ def scale_text(
 ) -> str:
     """The `{scale}` text; its last line lists the allowed values (interval: the range)."""
     if scale == "interval" and scale_range is not None:
-        from studies.criteria import number_text
-
         lo, hi = (number_text(x) for x in scale_range)
         return (f"A score from {lo} (worst) to {hi} (best); any number in that range, "
                 f"decimals allowed (e.g. 3.5).\nAllowed values: a number from {lo} to {hi}")
@@ -468,8 +473,6 @@ def subject_context_for(
     For a comparison, `order` "ba" presents output_b first: the prompt's "A" is then the
     comparison's B, and the caller maps the verdict back.
     """
-    from studies.criteria import criterion_allowed_values, criterion_value_labels, interval_bounds
-
     item, study, out_text, a_text, b_text, subject_key = subject_of(
         output=output, comparison=comparison, order=order)
     labels = criterion_value_labels(criterion)

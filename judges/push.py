@@ -14,7 +14,8 @@ from django.db import connection, transaction
 
 from reviewhub.errors import Problems
 from studies.criteria import criterion_value_num
-from studies.models import Criterion, Study
+from studies.imports_service import comparisons_import_bulk
+from studies.models import Candidate, Criterion, Item, Output, RubricVersion, Study
 from studies.subjects import SubjectRef
 
 from .models import Judge, JudgeVersion, Verdict
@@ -133,9 +134,6 @@ def verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any,
 
 def _verdicts_push_bulk(*, study: Study, judge: Any, verdicts: Any, created_by: Any,
                         use_copy: bool) -> PushOutcome:
-    from studies.imports_service import comparisons_import_bulk
-    from studies.models import Candidate, RubricVersion
-
     problems = Problems()
     version, create = _push_judge_version(study=study, judge_ref=judge, problems=problems,
                                           created_by=created_by)
@@ -216,8 +214,6 @@ def _push_subjects(study_id: int, names: list[str]
     candidate id) -> output id). On PostgreSQL one statement driven from the names (an index
     probe per name, then per item), the names sent as one JSON text: psycopg builds a
     10,000-element array parameter element by element, JSON is encoded in C."""
-    from studies.models import Item, Output
-
     items: dict[str, int]
     outs: dict[tuple[int, int], int]
     if connection.vendor != "postgresql":

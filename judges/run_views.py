@@ -10,15 +10,15 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from reviewhub.errors import NotFound
-from reviewhub.pages import page_study
 from studies.models import Membership, Study
+from studies.pages import page_study
 
 from . import runs, selectors
 from .models import JudgeRun
 
 
 def _lead_study(request: HttpRequest, slug: str) -> Study:
-    # Pages answer 404 to every refusal (reviewhub.pages.page_study), so slugs cannot be probed.
+    # Pages answer 404 to every refusal (studies.pages.page_study), so slugs cannot be probed.
     study, _ = page_study(request, slug, min_role=Membership.Role.LEAD)
     return study
 

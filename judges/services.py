@@ -13,9 +13,10 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
 from reviewhub.errors import Conflict, Problems, ValidationFailed
-from studies.criteria import criterion_value_num
+from studies.criteria import criterion_has_pass_reading, criterion_value_num
 from studies.models import Criterion, Study
 
+from .aggregation import CallView, combine_single
 from .config import (
     JudgeNetworkPolicy,
     config_hash,
@@ -370,8 +371,6 @@ def _samples_probability(spec: VerdictImport, samples: list[ImportedSample],
     """The probability of a verdict combined from several samples and where it comes from
     ("imported", "sample_share", or "" for none), by scale; sets the combined value of a
     continuous or multi-sample verdict in `fields` and its details in `details`."""
-    from .aggregation import CallView, combine_single
-
     crit = spec.criterion
     scored_s = [s for s in samples if s.value != ""]
     n_scored = len(scored_s)
@@ -590,7 +589,6 @@ def verdict_probability_problem(
         return None
     if scale == "categorical":
         return None
-    from studies.criteria import criterion_has_pass_reading
 
     if not criterion_has_pass_reading(criterion):
         return (f"criterion '{criterion.key}' has no pass/fail reading, so a probability "

@@ -16,8 +16,9 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from reviewhub.api.strictjson import loads as strict_loads
 from reviewhub.errors import AppError, NotFound, ValidationFailed
-from reviewhub.pages import error_rows, form_number, page_study, strict_csp
+from reviewhub.pages import error_rows, form_number, strict_csp
 from studies.models import Comparison, Membership, Output
+from studies.pages import page_study
 from studies.selectors import rubric_current
 
 from . import runs, selectors, services

@@ -37,7 +37,7 @@ from .notify import webhook_refusal
 from .window import compute as window_compute_mod
 from .window import context as window_context
 from .window import load as window_load
-from .window.params import GRANULARITIES, WindowParams, window_floor
+from .window.params import GRANULARITIES, WindowParams, window_floor, window_params_validate
 
 ALERTING_KEYS = ("alpha", "cooldown_minutes", "pass_rate_floor", "agreement_floor",
                  "webhook_url", "emails")
@@ -377,8 +377,6 @@ def windows_range_compute(*, deployment: Deployment, granularity: str, start: dt
 
 def params_or_400(raw: Any) -> WindowParams:
     """Window params from a request body (400 naming the field)."""
-    from .window.params import window_params_validate
-
     if not isinstance(raw, Mapping):
         raise ValidationFailed.at("$", "the body must be a JSON object")
     return window_params_validate(raw)

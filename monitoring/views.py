@@ -1,7 +1,7 @@
 """Monitoring pages for leads: a study's deployments, and one deployment's windows, state per
 stratum in words, pass-rate chart, gates, signals and alerts (acknowledge / resolve).
 
-Pages answer 404 to every refusal (reviewhub.pages.page_study). Text from traffic and strata
+Pages answer 404 to every refusal (studies.pages.page_study). Text from traffic and strata
 labels is user data: autoescaped in the template, and the chart is an <img> served as
 image/svg+xml with its own no-script policy.
 """
@@ -18,8 +18,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from reviewhub.errors import AppError, NotFound
-from reviewhub.pages import error_rows, page_study, strict_csp
+from reviewhub.pages import error_rows, strict_csp
 from studies.models import Membership, Study
+from studies.pages import page_study
 
 from . import alerts, reopen, selectors
 from .models import Deployment, Window

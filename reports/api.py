@@ -27,6 +27,7 @@ from studies.models import AnalysisPlan, Study
 from studies.serializers import ErrorSerializer
 
 from . import selectors, services
+from .selection.actions import next_labels_plan_create
 from .selection.results import SelectionResult
 
 
@@ -282,8 +283,6 @@ class SelectionNextLabelsView(APIView):
             ErrorSerializer, description="The report is not finished or asks for no labels.")},
     )
     def post(self, request: Request, slug: str, snapshot_id: int) -> Response:
-        from .selection.actions import next_labels_plan_create
-
         study = study_for_reports(request, slug, write=True)
         report = selectors.report_get(study=study, report_id=snapshot_id,
                                       kind=ReportSnapshot.Kind.SELECTION)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import OperationalError
 
-from .services import report_compute
+from .compute import report_compute
 
 _POLICY = {
     "bind": True,

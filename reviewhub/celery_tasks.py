@@ -7,6 +7,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
+from reviewhub.embedded_broker import prune_delivered
 from reviewhub.heartbeat import heartbeat_stamp
 
 logger = logging.getLogger(__name__)
@@ -20,8 +21,6 @@ def heartbeat() -> None:
     """Stamp the heartbeat; on the embedded broker, also drop old delivered messages."""
     heartbeat_stamp()
     if not settings.CELERY_BROKER_URL_SET:
-        from reviewhub.embedded_broker import prune_delivered
-
         pruned = prune_delivered(settings.VAR_DIR, older_than_s=BROKER_PRUNE_AFTER_S)
         if pruned:
             logger.info("embedded broker: pruned %d delivered messages", pruned)

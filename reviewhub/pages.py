@@ -1,9 +1,9 @@
-"""Helpers every app's server-rendered pages share.
+"""Helpers every app's server-rendered pages share, none of which needs a study.
 
-`page_study` is the access check for pages, turned into a 404 for anything the user may not
-see; `strict_csp` adds a Content-Security-Policy that keeps any HTML that slipped through
+`strict_csp` adds a Content-Security-Policy that keeps any HTML that slipped through
 escaping inert; `error_rows` lays out an application error for a page's error list, and
-`form_number` reads a number from a form field with the error naming the field.
+`form_number` reads a number from a form field with the error naming the field. The page's
+study (`page_study`, any refusal a 404) is resolved in `studies/pages.py`.
 """
 
 from __future__ import annotations
@@ -12,11 +12,9 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 
-from reviewhub.errors import AppError, Forbidden, NotFound, ValidationFailed
-from studies.access import study_get_for_actor
-from studies.models import Membership, Study
+from reviewhub.errors import AppError, ValidationFailed
 
 # Pages hold model output (untrusted text). Autoescaping is the first defence; this policy is
 # the second: no inline script, no foreign origins, no plugins, no framing, forms post home.
@@ -37,20 +35,6 @@ def strict_csp(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
         return response
 
     return wrapper
-
-
-def page_study(
-    request: HttpRequest, slug: str, *, min_role: str = Membership.Role.VIEWER
-) -> tuple[Study, str]:
-    """`study_get_for_actor` for pages: any refusal becomes a plain 404.
-
-    Pages do not distinguish "no such study" from "not for you" (an annotator asking for a lead
-    page gets the same 404 as a stranger), so nothing about other studies leaks.
-    """
-    try:
-        return study_get_for_actor(user=request.user, slug=slug, min_role=min_role)
-    except (NotFound, Forbidden) as exc:
-        raise Http404(exc.message) from exc
 
 
 def error_rows(exc: AppError) -> list[dict[str, Any]]:

@@ -58,6 +58,8 @@ INSTALLED_APPS = [
     "reports",
     "imports",
     "monitoring",
+    # The simulated demo seed, at the top of the order (it walks every app).
+    "demo",
 ]
 
 MIDDLEWARE = [

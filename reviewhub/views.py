@@ -13,6 +13,8 @@ from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 
+from reviewhub.celery import app
+
 
 def _check_database() -> dict[str, object]:
     started = time.perf_counter()
@@ -27,8 +29,6 @@ def _check_database() -> dict[str, object]:
 
 
 def _check_broker() -> dict[str, object]:
-    from reviewhub.celery import app
-
     url = settings.CELERY_BROKER_URL
     transport = url.split("://", 1)[0]
     started = time.perf_counter()

@@ -22,10 +22,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from reviewhub.errors import AppError, Conflict, Problems, ValidationFailed
-from reviewhub.pages import error_rows, page_study, strict_csp
+from reviewhub.pages import error_rows, strict_csp
 
 from . import services
 from .models import AnalysisPlan, Membership, Study
+from .pages import page_study
 from .planform import form_fields, form_initial, form_spec, form_values, plan_diff, plan_summary
 from .selectors import dimensions_current, rubric_current
 from .studyfile import study_file_parse

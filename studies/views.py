@@ -1,7 +1,8 @@
 """Server-rendered pages: the home page (the user's studies), a study's overview and the
 account's API tokens.
 
-The helpers every app's pages share (`page_study`, `strict_csp`) are in `reviewhub/pages.py`.
+The helpers every app's pages share are `page_study` (`studies/pages.py`) and `strict_csp`
+(`reviewhub/pages.py`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from reviewhub.capabilities import Capability, capabilities, counts_as_lead, may_start_study
 from reviewhub.errors import AppError, ValidationFailed
-from reviewhub.pages import error_rows, page_study, strict_csp
+from reviewhub.pages import error_rows, strict_csp
 
-from . import services
+from . import ingest, services
 from .criteria import (
     criterion_allowed_values,
     criterion_has_pass_reading,
@@ -33,6 +34,8 @@ from .criteria import (
     number_text,
 )
 from .models import ApiToken, Membership, Output, Study
+from .pages import page_study
+from .selectors import candidate_outputs_page
 from .spec import study_file_validate
 from .studyfile import MAX_STUDY_FILE_BYTES, study_file_parse
 from .studyform import StudyForm, field_errors, form_doc, form_layout, form_read
@@ -326,8 +329,6 @@ def study_data(request: HttpRequest, slug: str) -> HttpResponse:
     and takes files up to REVIEWHUB_MAX_UPLOAD_BYTES. Without the script the form posts here
     and the same service runs on the uploaded file, within the request body limit.
     """
-    from . import ingest
-
     study, role = page_study(request, slug, min_role=Membership.Role.LEAD)
     context: dict[str, Any] = {"study": study, "study_role": role, "kinds": _INGEST_KINDS,
                                "errors": [], "result": None}
@@ -392,8 +393,6 @@ def candidate_outputs(request: HttpRequest, slug: str, candidate_id: int) -> Htt
     """Every output of one candidate, for its study's lead: pages of OUTPUTS_PAGE_SIZE in id
     order (`?after=<last id of the previous page>`, so a deep page costs what the first does),
     and `?item=<prefix>` keeps the outputs of items whose external id starts with it."""
-    from .selectors import candidate_outputs_page
-
     study, role = page_study(request, slug, min_role=Membership.Role.LEAD)
     candidate = study.candidates.filter(pk=candidate_id).annotate(
         n_outputs=Count("outputs")).first()

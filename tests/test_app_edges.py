@@ -1,7 +1,5 @@
 """Imports between the apps point one way (ARCHITECTURE.md, "Layout").
 
-    imports, monitoring, reports -> calibration -> snapshots -> annotations -> generation
-        -> judges -> studies -> reviewhub
 
 An app may import any app to its right, never one to its left; only calibration, reports and
 monitoring import evalstats, and evalstats imports no app. Every import statement of the first-party
@@ -13,9 +11,12 @@ edges that break the order today are listed one file at a time in KNOWN_EXCEPTIO
 reason, so that a new wrong edge fails and the list can only shrink.
 
 Interfaces, not reach-ins: an underscored name (or an underscored module) is private to the
-package it is defined in; importing it from any other module is a finding. Those left today are
-listed in PRIVATE_EXCEPTIONS with the reason, by importing file or folder and owner module, and
-the list can only shrink.
+package it is defined in; importing it from any other module is a finding. PRIVATE_EXCEPTIONS
+(by importing file or folder and owner module, with the reason) is empty and meant to stay so.
+
+Imports at module level: a first-party import inside a function hides a dependency until the
+call and usually a cycle. Only the places in LAZY_IMPORTS_ALLOWED may keep one (AppConfig.ready,
+the kind registry, the Celery bootstrap); a cycle is untangled by moving the shared piece down.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 APPS = ("reviewhub", "studies", "judges", "generation", "annotations", "snapshots", "calibration",
-        "reports", "imports", "monitoring", "evalstats")
+        "reports", "imports", "monitoring", "demo", "evalstats")
 # Top-level packages that are not apps of the product.
 NOT_APPS = {"tests", "bench"}
 
@@ -59,28 +60,21 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset({
     # The Langfuse pull reads a generation with the Langfuse importer's own mapping
     # (imports.peers.langfuse.generation_mapped), so a file import and a pull read it alike.
     ("monitoring", "imports"),
+    # The simulated demo seed walks the whole product (study file, outputs, simulated verdicts
+    # and labels, a sampling plan, reports): it sits above every app and none imports it.
+    *(("demo", app) for app in ("reviewhub", "studies", "judges", "generation", "annotations",
+                                "snapshots", "calibration", "reports", "imports",
+                                "monitoring")),
 })
 
 # (file, imported app) -> why the edge is tolerated for now. A file listed here may import
 # that app at any line; any other file may not.
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("reviewhub/pages.py", "studies"):
-        "page helpers resolve the study of a page and the actor's membership; the study "
-        "lookup belongs in studies (or the capability module) with pages calling down to it",
-    ("reviewhub/templatetags/reviewhub_ui.py", "studies"):
-        "the navigation tag reads the actor's study role to show the study's menu",
-    ("imports/management/commands/demo_seed.py", "reports"):
-        "the demo builds its sample report through reports.services (imports and reports "
-        "sit at the same level of the order)",
 }
 
 # (importing file, or folder ending in "/"; owner module, or module prefix ending in ".") ->
 # why it still imports underscored names from a module outside its own package.
-PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("judges/runs/", "judges.runs."):
-        "the run lifecycle, claim, sweep and record modules share lease and storage helpers "
-        "under underscores",
-}
+PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {}
 # Not an exception: reviewhub/urls.py mounts every app's URLs by dotted string (`include(...)`),
 # which is no import, so the URL root needs no entry here.
 
@@ -347,4 +341,140 @@ def test_the_walk_sees_function_level_relative_and_type_checking_imports(tmp_pat
     ]
     assert [str(e) for e in edges if e.source == "reports"] == [
         "reports/__init__.py:1: reports -> studies (imports studies.models)"
+    ]
+
+
+# Where a first-party import may stay inside a function: (file, or "*/" + a file name for that
+# file in every app; function name, or "*" for any) -> why.
+LAZY_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
+    ("*/apps.py", "ready"):
+        "AppConfig.ready is Django's registration point: what needs the models (and the "
+        "registrations into another app) can be imported only once the app registry is ready",
+    ("reports/kinds.py", "*"):
+        "the kind registry imports each kind's package when the kind is first asked for, so "
+        "that the registry stays importable by the modules every kind imports",
+    ("reviewhub/__init__.py", "__getattr__"):
+        "the Celery app bootstrap: importing Celery loads Django, which the pure modules of the "
+        "package (reviewhub.errors, reviewhub.api.strictjson) must import without",
+}
+
+
+@dataclass(frozen=True)
+class FunctionImport:
+    file: str
+    line: int
+    function: str
+    module: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: imports {self.module} inside {self.function}()"
+
+
+def _imported_modules(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            return [importlib.util.resolve_name("." * node.level + (node.module or ""), package)]
+        return [node.module or ""]
+    return [alias.name for alias in node.names]
+
+
+def _imports_in_functions(node: ast.AST, func: str | None, package: str,
+                          apps: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """(line, function, module) of every first-party import below `node` inside a function."""
+    found: list[tuple[int, str, str]] = []
+    for child in ast.iter_child_nodes(node):
+        if func is not None and isinstance(child, ast.Import | ast.ImportFrom):
+            found += [(child.lineno, func, module) for module in _imported_modules(child, package)
+                      if module.split(".")[0] in apps]
+        inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else func
+        found += _imports_in_functions(child, inner, package, apps)
+    return found
+
+
+def function_imports(root: Path, apps: tuple[str, ...] = APPS) -> list[FunctionImport]:
+    """Every first-party import (another app's or the package's own, relative ones included)
+    made inside a function or method, at any depth."""
+    found: list[FunctionImport] = []
+    for app in apps:
+        for path in sorted((root / app).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            rel = path.relative_to(root).as_posix()
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=rel)
+            found += [FunctionImport(rel, line, func, module) for line, func, module
+                      in _imports_in_functions(tree, None, _package_of(path, root), apps)]
+    return found
+
+
+def _lazy_allowance(use: FunctionImport) -> tuple[str, str] | None:
+    for key in LAZY_IMPORTS_ALLOWED:
+        where, function = key
+        file_ok = (use.file.endswith("/" + where[2:]) if where.startswith("*/")
+                   else use.file == where)
+        if file_ok and function in ("*", use.function):
+            return key
+    return None
+
+
+def test_first_party_imports_sit_at_module_level() -> None:
+    wrong = [use for use in function_imports(ROOT) if _lazy_allowance(use) is None]
+    assert not wrong, (
+        "import first-party modules at module level; if a cycle forces the import into the "
+        "function, untangle it (move the shared piece down into a module both can import):\n"
+        + "\n".join(map(str, wrong))
+    )
+
+
+def test_lazy_import_allowances_are_still_needed() -> None:
+    used = {_lazy_allowance(use) for use in function_imports(ROOT)}
+    gone = sorted(f"{where} {function}" for where, function in LAZY_IMPORTS_ALLOWED
+                  if (where, function) not in used)
+    assert not gone, "no longer used; remove from LAZY_IMPORTS_ALLOWED: " + ", ".join(gone)
+
+
+def test_the_function_import_check_sees_every_depth(tmp_path: Path) -> None:
+    """The check can fail: first-party imports in functions, methods and nested functions are
+    found (relative ones too), a standard-library import is not, and only the allowed places
+    pass."""
+    (tmp_path / "judges").mkdir()
+    (tmp_path / "reports").mkdir()
+    for init in ("judges/__init__.py", "reports/__init__.py"):
+        (tmp_path / init).write_text("")
+    (tmp_path / "judges" / "a.py").write_text(
+        "import studies.models\n"  # module level: fine
+        "def f():\n"
+        "    import json\n"  # not first-party
+        "    from studies.models import Study\n"
+        "    def g():\n"
+        "        from . import b\n"
+        "class C:\n"
+        "    def m(self):\n"
+        "        import judges.b as jb\n"
+    )
+    (tmp_path / "judges" / "apps.py").write_text(
+        "class Config:\n"
+        "    def ready(self):\n"
+        "        from .selectors import x\n"  # Django's registration point: allowed
+        "    def other(self):\n"
+        "        from .selectors import y\n"
+    )
+    (tmp_path / "reports" / "kinds.py").write_text(
+        "def _agreement_kind():\n"
+        "    from .agreement.kind import agreement_kind\n"  # the kind registry: allowed
+    )
+    (tmp_path / "reports" / "services.py").write_text(
+        "def report_build():\n"
+        "    from .celery_tasks import report_compute_task\n"
+    )
+    found = function_imports(tmp_path)
+    assert sorted(str(u) for u in found if _lazy_allowance(u) is None) == [
+        "judges/a.py:4: imports studies.models inside f()",
+        "judges/a.py:6: imports judges inside g()",
+        "judges/a.py:9: imports judges.b inside m()",
+        "judges/apps.py:5: imports judges.selectors inside other()",
+        "reports/services.py:2: imports reports.celery_tasks inside report_build()",
+    ]
+    assert sorted(str(u) for u in found if _lazy_allowance(u) is not None) == [
+        "judges/apps.py:3: imports judges.selectors inside ready()",
+        "reports/kinds.py:2: imports reports.agreement.kind inside _agreement_kind()",
     ]

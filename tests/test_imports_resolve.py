@@ -14,8 +14,8 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIRST_PARTY = ("reviewhub", "studies", "judges", "annotations", "snapshots", "calibration",
-               "reports", "imports", "evalstats")
+FIRST_PARTY = ("reviewhub", "studies", "judges", "generation", "annotations", "snapshots",
+               "calibration", "reports", "imports", "monitoring", "demo", "evalstats")
 
 
 def _module_name(path: Path, root: Path) -> tuple[str, str]:

@@ -24,7 +24,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.parsers import MultiPartParser
 from rest_framework.test import APIClient
 
-from imports import demo_data
+from demo import demo_data
 from reviewhub.api.parsers import StrictJSONParser
 from reviewhub.api.strictjson import StrictJSONError, loads
 from studies.ingest_views import StreamedBodyParser

@@ -18,9 +18,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from reviewhub.errors import AppError, ValidationFailed, error_body
-from reviewhub.pages import page_study, strict_csp
+from reviewhub.pages import strict_csp
 from studies.criteria import number_text
 from studies.models import Comparison, Criterion, Membership, Output, Study
+from studies.pages import page_study
 
 from .. import selectors, services
 from ..constants import FLAG_KEYS, FLAG_LABELS, SEVERITY_LABELS, SEVERITY_QUESTION, SEVERITY_SCALE

@@ -15,8 +15,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from reviewhub.errors import AppError, ValidationFailed
-from reviewhub.pages import error_rows, form_number, page_study, strict_csp
+from reviewhub.pages import error_rows, form_number, strict_csp
 from studies.models import Comparison, Criterion, Membership, Output, Study
+from studies.pages import page_study
 
 from .. import selectors, services
 from ._common import _actor, _no_store, _required_int, _value_label

@@ -7,15 +7,14 @@ that everything is validated and written by `imports.generic.ratings_import` (on
 table, through the owning apps' import services). What the generic rows cannot carry — an
 output's latency, tokens and cost — is written in the same transaction by the studies app's
 `outputs_measurements_import`. A translation never guesses a convention it cannot know from
-the file: it asks for it as an option, and lists what it dropped (counts and reasons).
+the file: it asks for it as an option, and lists what it dropped (counts and reasons). What
+every tool module shares (`Translation`, `ExportError`, the JSON helpers) is in
+`translation.py`, below this module and the tool modules alike.
 """
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
@@ -23,86 +22,15 @@ from django.db import transaction
 from imports.generic import ImportSummary, ScaleSpec, ratings_import
 from reviewhub.errors import Problems, ValidationFailed
 from studies import imports_service as studies_imports
-from studies.ingest.reading import STRICT_JSON, json_error
 from studies.models import Study
 
-
-@dataclass
-class Translation:
-    """A peer export translated: generic rating rows (line = the row's number in this
-    translation), where each line came from (`record`: e.g. "task 2, annotation 1"), the
-    measurements of outputs keyed by (item_id, candidate), what was dropped (reason: count)
-    and notes."""
-
-    rows: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-    record: dict[int, str] = field(default_factory=dict)
-    measurements: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    dropped: Counter[str] = field(default_factory=Counter)
-    notes: list[str] = field(default_factory=list)
-
-    def add(self, where: str, row: dict[str, Any]) -> None:
-        line = len(self.rows) + 1
-        self.rows.append((line, row))
-        self.record[line] = where
-
-    def drop(self, reason: str, n: int = 1) -> None:
-        self.dropped[reason] += n
-
-
-class ExportError(ValueError):
-    """The export cannot be read as the tool's format; `path` names where (e.g. `tasks[3]`)."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
-
-
-def text_of(value: Any) -> str:
-    """A value as text: strings as they are, anything else as compact JSON (stable keys)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-
-def obj(value: Any) -> Mapping[str, Any]:
-    """`value` when it is a JSON object, else an empty one (exports leave fields out)."""
-    return value if isinstance(value, Mapping) else {}
-
-
-def number_or_none(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        num = float(value)
-    except (TypeError, ValueError):
-        return None
-    return num if num == num and num not in (float("inf"), float("-inf")) else None
-
-
-def load_json(data: bytes, *, what: str) -> Any:
-    """A JSON export read by the ingest's strict decoder (`STRICT_JSON`): a duplicate key or a
-    number beyond a double is refused, as in every other file ReviewHub reads."""
-    try:
-        return STRICT_JSON.decode(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ExportError("(file)", f"{what} is not UTF-8 text ({exc.reason})") from None
-    except json.JSONDecodeError as exc:
-        raise ExportError(
-            "(file)", f"{what} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
-    except (ValueError, RecursionError) as exc:
-        raise ExportError("(file)", f"{what}: {json_error(exc)}") from None
-
+from . import inspect_ai, labelstudio, langfuse, promptfoo
+from .translation import ExportError, Translation
 
 Translator = Callable[[bytes, str, Mapping[str, Any]], Translation]
 
 
 def _translators() -> dict[str, Translator]:
-    from . import inspect_ai, labelstudio, langfuse, promptfoo
-
     return {
         "labelstudio": labelstudio.translate,
         "langfuse": langfuse.translate,

@@ -19,7 +19,7 @@ import zipfile
 from collections.abc import Mapping
 from typing import Any
 
-from . import ExportError, Translation, load_json, number_or_none, obj, text_of
+from .translation import ExportError, Translation, load_json, number_or_none, obj, text_of
 
 _CONSTANTS = {"C": "pass", "I": "fail"}
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from studies.ingest.reading import csv_dict_reader, csv_error_reason
 
-from . import ExportError, Translation, load_json, obj, text_of
+from .translation import ExportError, Translation, load_json, obj, text_of
 
 # Result types read as a rating: value key -> how to read it.
 _RATING_TYPES = {"choices", "rating", "number", "pairwise"}

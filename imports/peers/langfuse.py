@@ -19,7 +19,7 @@ from typing import Any
 
 from studies.ingest.reading import csv_dict_reader, csv_error_reason
 
-from . import ExportError, Translation, load_json, number_or_none, obj, text_of
+from .translation import ExportError, Translation, load_json, number_or_none, obj, text_of
 
 GENERATION_CHOICES = ("only", "first", "last")
 API_SCORES = ("drop", "judge", "human")

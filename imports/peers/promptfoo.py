@@ -31,7 +31,7 @@ from typing import Any
 
 from studies.ingest.reading import csv_error_reason, csv_reader
 
-from . import ExportError, Translation, load_json, number_or_none, obj, text_of
+from .translation import ExportError, Translation, load_json, number_or_none, obj, text_of
 
 # promptfoo's model-graded assertion types (docs: "Model-graded metrics").
 MODEL_GRADED = frozenset({

@@ -51,6 +51,7 @@ from .lifecycle import (
     judge_run_rerun,
     judge_run_resume,
     judge_run_start,
+    run_enqueue_register,
 )
 from .record import JobOutcome, jobs_record
 from .selection import (
@@ -101,6 +102,7 @@ __all__ = [
     "judge_run_resume",
     "judge_run_start",
     "judge_sweep",
+    "run_enqueue_register",
     "run_finish_if_complete",
     "run_settle",
     "run_stall",

@@ -99,7 +99,7 @@ def _cost_so_far(run: JudgeRun, now: datetime | None = None) -> tuple[float, int
     return float(agg["spent"] or 0.0), int(agg["priced"] or 0), int(agg["running"] or 0)
 
 
-def _budget_exhausted(run: JudgeRun) -> str:
+def budget_exhausted(run: JudgeRun) -> str:
     if run.max_calls is not None and run.calls_made >= run.max_calls:
         return f"max_calls reached: {run.calls_made} calls made of {run.max_calls} allowed"
     if run.max_cost is not None:
@@ -329,7 +329,7 @@ def jobs_claim(
                     jobs = _claim_orm(run=run, ids=ids, token=token, now=now)
                     break
         elif state != "budget_wait" and _claimable(run.pk, now, max_attempts).exists():
-            reason = _budget_exhausted(run) or (
+            reason = budget_exhausted(run) or (
                 f"max_cost reached: {_cost_so_far(run)[0]:.6f} spent of "
                 f"{run.max_cost:.6f} allowed; the next calls would exceed it"
             )

@@ -16,7 +16,8 @@ from reviewhub.errors import Conflict, Problems, ValidationFailed
 from studies.models import Criterion, Study
 
 from ..models import Judge, JudgeJob, JudgeRun, JudgeVersion
-from .claim import _budget_exhausted
+from ..pricing import cost_for
+from .claim import budget_exhausted
 from .common import ACTIVE_JOB_STATUSES, JOB_BULK_BATCH, logger
 from .selection import (
     comparisons_ensure,
@@ -28,11 +29,20 @@ from .selection import (
 Enqueue = Callable[[int, int], None]
 
 
+# The Celery task module imports these services (its tasks call them), so this module does not
+# import it: JudgesConfig.ready registers the task module's enqueue here when Django starts.
+_registered_enqueue: list[Enqueue] = []
+
+
+def run_enqueue_register(enqueue: Enqueue) -> None:
+    """Make `enqueue` what a run queues its batch tasks with when the caller passes none."""
+    _registered_enqueue[:] = [enqueue]
+
+
 def _default_enqueue(run_id: int, n: int) -> None:
-    from ..celery_tasks import judge_run_enqueue
-
-    judge_run_enqueue(run_id=run_id, n=n)
-
+    if not _registered_enqueue:
+        raise RuntimeError("no judge run enqueue registered (judges.apps.JudgesConfig.ready)")
+    _registered_enqueue[0](run_id, n)
 
 
 def _samples_for(version: JudgeVersion) -> int:
@@ -53,8 +63,6 @@ def _check_budget_args(
         if max_cost <= 0 or not math.isfinite(max_cost):
             raise ValidationFailed.at("max_cost", "max_cost must be a positive number")
         if version.judge.kind == Judge.Kind.LLM:
-            from ..pricing import cost_for
-
             config = version.config
             price = cost_for(provider=str(config.get("provider", "")),
                              model=str(config.get("model", "")), tokens_in=1_000_000,
@@ -119,7 +127,7 @@ def judge_run_start(
             run.stop_reason += "to another active run"
         run.save(update_fields=["creation_stats", "status", "finished_at", "stop_reason"])
         if queued:
-            _on_commit_enqueue(run.pk, queued, enqueue)
+            on_commit_enqueue(run.pk, queued, enqueue)
     logger.info("judge run %s started: %s", run.pk, stats)
     return run
 
@@ -266,7 +274,7 @@ def _requeue_fields() -> dict[str, Any]:
             "finished_at": None}
 
 
-def _on_commit_enqueue(run_id: int, queued: int, enqueue: Enqueue | None) -> None:
+def on_commit_enqueue(run_id: int, queued: int, enqueue: Enqueue | None) -> None:
     per_task = max(1, settings.REVIEWHUB_JUDGE_CONCURRENCY)
     n = max(1, min(settings.REVIEWHUB_JUDGE_TASKS_PER_RUN, math.ceil(queued / per_task)))
     fn = enqueue or _default_enqueue
@@ -313,7 +321,7 @@ def judge_run_resume(
             run.max_cost = max_cost
         if max_calls is not None:
             run.max_calls = max_calls
-        exhausted = _budget_exhausted(run)
+        exhausted = budget_exhausted(run)
         if exhausted:
             raise ValidationFailed.at(
                 exhausted.split(" ", 1)[0],  # "max_calls reached: ..." or "max_cost reached: ..."
@@ -334,7 +342,7 @@ def judge_run_resume(
         run.last_activity_at = timezone.now()
         run.save(update_fields=["status", "stop_reason", "finished_at", "last_activity_at",
                                 "max_cost", "max_calls"])
-        _on_commit_enqueue(run.pk, n, enqueue)
+        on_commit_enqueue(run.pk, n, enqueue)
     return run
 
 

@@ -91,27 +91,27 @@ def rows_json(rows: Iterable[Mapping[str, Any]]) -> str:
         # send; one such answer would fail the statement for the whole chunk. Both become
         # U+FFFD. (The NUL check can also hit an escaped backslash followed by "u0000"; the
         # slow path then changes nothing.)
-        text = json.dumps(_storable(items), ensure_ascii=False, default=_json_default)
+        text = json.dumps(storable(items), ensure_ascii=False, default=_json_default)
     return text
 
 
 # NUL and unpaired surrogates: what ingest refuses (studies/ingest/validation.py) and a
 # judge's answer, which is recorded rather than refused, has replaced. Every write of job and
-# verdict rows goes through `_storable`: here on PostgreSQL (only when the chunk's JSON shows
+# verdict rows goes through `storable`: here on PostgreSQL (only when the chunk's JSON shows
 # one), on the ORM path value by value (SQLite cannot encode a lone surrogate either).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _storable(value: Any) -> Any:
+def storable(value: Any) -> Any:
     if isinstance(value, str):
         return _UNSTORABLE.sub("\ufffd", value)
     if isinstance(value, dict):
-        return {_storable(k): _storable(v) for k, v in value.items()}
+        return {storable(k): storable(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_storable(v) for v in value]
+        return [storable(v) for v in value]
     if isinstance(value, tuple):
-        return tuple(_storable(v) for v in value)
+        return tuple(storable(v) for v in value)
     return value
 
 
@@ -177,7 +177,7 @@ def jobs_record(*, outcomes: Sequence[JobOutcome]) -> list[int]:
             n = JudgeJob.objects.filter(
                 id=o.job_id, lease_token=o.lease_token, status=JudgeJob.Status.RUNNING
             ).update(lease_token="", lease_expires_at=None,
-                     **dict(zip(names, _storable(_outcome_row(o, now)), strict=True)))
+                     **dict(zip(names, storable(_outcome_row(o, now)), strict=True)))
             if n:
                 recorded.append(o.job_id)
     return recorded

@@ -13,7 +13,7 @@ from django.utils import timezone
 from ..models import JudgeJob, JudgeRun
 from . import leases
 from .common import ACTIVE_JOB_STATUSES, INACTIVE_RUN_STATUSES, logger
-from .lifecycle import Enqueue, _on_commit_enqueue
+from .lifecycle import Enqueue, on_commit_enqueue
 from .verdicts import run_finish_if_complete
 
 
@@ -139,7 +139,7 @@ def judge_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = None) 
                 queued = JudgeJob.objects.filter(run_id=run_id,
                                                  status=JudgeJob.Status.QUEUED).count()
                 if queued:
-                    _on_commit_enqueue(run_id, queued, enqueue)
+                    on_commit_enqueue(run_id, queued, enqueue)
                     result.runs_kicked.append(run_id)
     if result.requeued or result.failed or result.runs_kicked or result.settled:
         logger.info("judge sweep: %s", result)

@@ -27,12 +27,12 @@ from .claim import ClaimedJob
 from .common import ACTIVE_JOB_STATUSES, JOB_BULK_BATCH, logger
 from .record import (
     JobOutcome,
-    _storable,
     finite_or_text,
     jobs_record,
     record_rows_json,
     record_update_sql,
     rows_json,
+    storable,
 )
 
 # (judge_version_id, criterion_id, "o"|"c", subject id): a plain tuple, with the subject as
@@ -219,7 +219,7 @@ def _verdicts_upsert(
         }
         new, updated = [], []
         for sid, (cv, run_id) in combined.items():
-            values = _storable(_verdict_values(cv, run_id))
+            values = storable(_verdict_values(cv, run_id))
             current = existing.get(sid)
             if current is None:
                 new.append(Verdict(judge_version_id=version_id, criterion_id=crit_id,

@@ -16,9 +16,9 @@ from django.views.decorators.http import require_GET
 
 from reports import selectors
 from reports.responses import svg_response
-from reviewhub.pages import page_study
 from snapshots.models import ReportSnapshot
 from studies.models import Membership, Study
+from studies.pages import page_study
 
 from .present import charts, page, summary, tables
 from .present.export import TABLES

@@ -26,9 +26,9 @@ from calibration.escalations import escalations_plan_create
 from reports import selectors, services
 from reports.responses import svg_response
 from reviewhub.errors import AppError, ValidationFailed
-from reviewhub.pages import page_study
 from snapshots.models import ReportSnapshot
 from studies.models import Membership, Study
+from studies.pages import page_study
 
 from .charts import cell_title, reliability_bins, reliability_svg
 

@@ -21,9 +21,9 @@ from reports.kinds import kind_names
 from reports.responses import svg_response
 from reports.results import ResultFormatError
 from reviewhub.errors import AppError, ValidationFailed
-from reviewhub.pages import page_study
 from snapshots.models import ReportSnapshot
 from studies.models import Membership, Study
+from studies.pages import page_study
 
 from .actions import next_labels_plan_create
 from .present import charts, page, tables

@@ -95,7 +95,7 @@ def _seed() -> Demo:
     """The demo study with its agreement, selection and calibration snapshots computed, an
     annotation by the demo annotator (so that the revision page exists) and a viewer."""
     from annotations.services import annotation_submit, assignment_next
-    from imports import demo_data
+    from demo import demo_data
     from judges.models import JudgeVersion
     from reports.services import report_compute, report_snapshot_create
     from snapshots.models import ReportSnapshot

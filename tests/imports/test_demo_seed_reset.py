@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from annotations.models import SamplingPlan
-from imports import demo_data
+from demo import demo_data
 from judges.models import JudgeVersion
 from snapshots.models import ReportSnapshot
 from studies.models import Study

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from imports.peers import ExportError, labelstudio, langfuse, load_json, promptfoo
+from imports.peers import ExportError, labelstudio, langfuse, promptfoo
+from imports.peers.translation import load_json
 
 # A stray character after a closing quote: the lenient csv dialect reads it as `xy`.
 BAD_QUOTING = b'a,b,id\n"x"y,1,2\n'

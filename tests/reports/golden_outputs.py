@@ -228,7 +228,7 @@ def agreement_artefacts(study: Study, client: Client, api: Client) -> dict[str, 
 
 def demo_study() -> Study:
     """The SIMULATED demo study as `manage.py demo_seed` builds it (its own fixed seeds)."""
-    from imports import demo_data
+    from demo import demo_data
 
     call_command("demo_seed", "--items", "200", verbosity=0, stdout=_Null())
     study = Study.objects.get(slug=demo_data.DEMO_SLUG)

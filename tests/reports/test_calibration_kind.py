@@ -170,7 +170,7 @@ def test_the_agreement_kind_has_no_row_hook() -> None:
 
 
 def test_the_demo_study_computes_a_calibration_snapshot() -> None:
-    from imports import demo_data
+    from demo import demo_data
 
     call_command("demo_seed", verbosity=0)
     study = Study.objects.get(slug=demo_data.DEMO_SLUG)

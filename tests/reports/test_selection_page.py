@@ -568,7 +568,7 @@ def test_end_to_end_a_computed_snapshot_renders(client: Client) -> None:
     annotators) renders as a page, CSV and PDF, labelled simulated."""
     from django.core.management import call_command
 
-    from imports import demo_data
+    from demo import demo_data
     from reports.services import report_compute, report_snapshot_create
 
     call_command("demo_seed", items=60, stdout=io.StringIO())

@@ -6,7 +6,7 @@ simulated annotator labels (clearly named as such), a sampling plan so that the 
 login has work, an agreement report and a selection report. The simulated data are drawn so
 that the selection report shows a ranking flip (atlas best on the 70/30 English/German mix,
 borealis clearly better in German) and a gate failure (cirrus's p95 latency above the plan's
-4 s budget); see imports/demo_data.py. Re-running it leaves an existing demo study alone unless
+4 s budget); see demo/demo_data.py. Re-running it leaves an existing demo study alone unless
 `--reset` is given.
 """
 
@@ -24,7 +24,21 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from imports import demo_data as dd
+from annotations.imports_service import annotation_import_clean, annotations_import_bulk
+from annotations.models import Annotation, SamplingPlan
+from annotations.services import sampling_plan_create
+from annotations.services.labels import CleanLabel
+from demo import demo_data as dd
+from judges.models import JudgeJob, JudgeRun, Verdict
+from judges.services import (
+    VerdictImport,
+    judge_imported_version_get_or_create,
+    verdicts_import_bulk,
+)
+from reports.services import report_build
+from snapshots.models import ReportSnapshot
+from studies.models import Membership, Output, Study
+from studies.services import membership_set
 
 LOGINS = {"lead": "demo-lead-pass", "annotator": "demo-annotator-pass",
           "annotator2": "demo-annotator2-pass"}
@@ -110,8 +124,6 @@ class Command(BaseCommand):
         parser.add_argument("--items", type=int, default=400)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from studies.models import Study
-
         self._users()
         existing = Study.objects.filter(slug=dd.DEMO_SLUG).first()
         if existing is not None and not options["reset"]:
@@ -134,10 +146,6 @@ class Command(BaseCommand):
                 user.save()
 
     def _delete(self, study: Any) -> None:
-        from annotations.models import Annotation, SamplingPlan
-        from judges.models import JudgeJob, JudgeRun, Verdict
-        from reports.models import ReportSnapshot
-
         with transaction.atomic():
             # Verdicts and annotations protect their criteria, sampling plans their rubric
             # version and report snapshots their analysis plan; remove them first.
@@ -196,16 +204,6 @@ class Command(BaseCommand):
         Written through the owning apps' import services, so the simulated labels obey the
         same rules (values, severity only on failures) as real ones.
         """
-        from annotations.imports_service import annotation_import_clean, annotations_import_bulk
-        from annotations.services.labels import CleanLabel
-        from judges.services import (
-            VerdictImport,
-            judge_imported_version_get_or_create,
-            verdicts_import_bulk,
-        )
-        from studies.models import Membership, Output, Study
-        from studies.services import membership_set
-
         study = Study.objects.get(slug=dd.DEMO_SLUG)
         rubric = study.rubric_versions.order_by("-version").first()
         assert rubric is not None
@@ -221,6 +219,8 @@ class Command(BaseCommand):
             model_family="simulated",
             # The judge config records the simulation (judges.config: `simulated`): the
             # reports stamp it from the version's flag, never from the name.
+            # (The source text is kept as first recorded, from before the demo had its own app,
+            # so the simulated judge's stored config is unchanged.)
             config={"source": "demo seed (imports.demo_data)", "simulated": True},
             description="Simulated judge: agrees with the simulated truth 94% of the time "
                         "in English and 68% in German.",
@@ -264,9 +264,6 @@ class Command(BaseCommand):
         annotations_import_bulk(labels=labels, rationale="(simulated annotator)")
 
     def _sampling_plan(self) -> None:
-        from annotations.services import sampling_plan_create
-        from studies.models import Study
-
         study = Study.objects.get(slug=dd.DEMO_SLUG)
         lead = get_user_model().objects.get(username="lead")
         sampling_plan_create(
@@ -276,9 +273,6 @@ class Command(BaseCommand):
         )
 
     def _report(self) -> None:
-        from reports.services import report_build
-        from studies.models import Study
-
         study = Study.objects.get(slug=dd.DEMO_SLUG)
         lead = get_user_model().objects.get(username="lead")
         plan = study.plans.order_by("-version").first()
