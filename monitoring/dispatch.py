@@ -63,7 +63,7 @@ from judges.models import Judge, JudgeVersion, Verdict
 from judges.runs import judge_run_start
 from judges.runs.lifecycle import Enqueue
 from judges.services import judge_version_for_config
-from snapshots.models import ReportSnapshot
+from snapshots.selectors import snapshot_done
 from studies.ingest import ingest_run
 from studies.models import Criterion, Study
 from studies.services import dimension_set, membership_set, rubric_update, study_create
@@ -196,7 +196,7 @@ class CellPolicy:
 
     def p_pass(self, passed: bool) -> float:
         """P(pass) of a verdict through the curve (the verdict itself without one)."""
-        if len(self.curve_x) < 2:
+        if not self.curve_x:
             return float(passed)
         return float(np.interp(float(passed), self.curve_x, self.curve_y))
 
@@ -209,22 +209,19 @@ class CalibratedPolicies:
     and thresholds when it had enough human labels ("too few labels": empty curve, null
     thresholds). A row is decided by the cell its strata fall in when that cell has a curve
     of its own (and its thresholds, or the pooled ones when it states none), else by the
-    pooled cell of its judge version, else by the pooled cell `selection_reference` reads
-    (the deployment's first judge version): the policy the windows compare with."""
+    pooled cell of its judge version, else by the pooled cell of the deployment's first judge
+    version (the one `window.context.selection_reference` reads): the policy the windows
+    compare with. Without a snapshot in force the verdict decides."""
 
     def __init__(self, deployment: Deployment) -> None:
-        reference = window_context.selection_reference(deployment)
-        self.fallback = CellPolicy(reference.curve_x, reference.curve_y, reference.thresholds)
         self.cells: dict[int, list[tuple[dict[str, str], CellPolicy]]] = {}
         self.pooled: dict[int, CellPolicy] = {}
         self._memo: dict[tuple[int, tuple[tuple[str, str], ...]], CellPolicy] = {}
         key = window_context.criterion_key(deployment)
-        snap = (ReportSnapshot.objects.filter(pk=deployment.calibration_snapshot_id,
-                                              status=ReportSnapshot.Status.DONE).first()
-                if deployment.calibration_snapshot_id else None)
+        snap = snapshot_done(snapshot_id=deployment.calibration_snapshot_id)
         for cell in ((snap.result or {}).get("cells") or []) if snap is not None else []:
             curve = cell.get("curve") or {}
-            if cell.get("criterion") != key or len(curve.get("x") or []) < 2:
+            if cell.get("criterion") != key or not curve.get("x"):
                 continue
             version, label = int(cell.get("judge_version", 0)), str(cell.get("stratum", ""))
             policy = CellPolicy(tuple(float(v) for v in curve["x"]),
@@ -233,6 +230,9 @@ class CalibratedPolicies:
                 self.pooled[version] = policy
             else:
                 self.cells.setdefault(version, []).append((_cell_pairs(label), policy))
+        first = min((v.pk for v in deployment.judge_versions.all()), default=None)
+        self.fallback = self.pooled.get(first, CellPolicy()) if first is not None \
+            else CellPolicy()
 
     def for_row(self, version: int, strata: Mapping[str, Any]) -> CellPolicy:
         """The policy deciding a verdict of `version` (an id of the deployment's versions) on
