@@ -12,17 +12,15 @@ object) is returned as the result text, so the same strict parser reads both pro
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
-from ._http import json_body_or_raise, result_from_body
 from .base import (
     PermanentProviderError,
     PreparedCall,
     ProviderRequest,
-    ProviderResult,
     body_excerpt,
 )
+from .wire import Answer, WireFormat, json_post
 
 API_VERSION = "2023-06-01"
 # The messages API requires max_tokens; a verdict with a short rationale fits well inside.
@@ -60,29 +58,13 @@ def prepare(request: ProviderRequest) -> PreparedCall:
             }
         ]
         body["tool_choice"] = {"type": "tool", "name": TOOL_NAME}
-    for key, value in request.extra.items():
-        if key not in _CORE_FIELDS:
-            body[key] = value
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json",
-        "anthropic-version": API_VERSION,
-    }
-    if request.api_key:
-        headers["x-api-key"] = request.api_key
-    return PreparedCall(method="POST", url=messages_url(request.base_url), headers=headers,
-                        body=body)
+    return json_post(request, body, url=messages_url(request.base_url), core_fields=_CORE_FIELDS,
+                     headers={"anthropic-version": API_VERSION}, key_header="x-api-key")
 
 
-def interpret(
-    request: ProviderRequest,
-    *,
-    status: int,
-    headers: Mapping[str, str],
-    content: bytes,
-    latency_ms: float,
-) -> ProviderResult:
-    data = json_body_or_raise(status=status, headers=headers, content=content)
+def _read_answer(
+    request: ProviderRequest, data: dict[str, Any], status: int, content: bytes
+) -> Answer:
     if data.get("type") == "error":
         err: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else {}
         raise PermanentProviderError(
@@ -117,14 +99,9 @@ def interpret(
                 "no text content block", http_status=status, body_excerpt=body_excerpt(content)
             )
         text = "".join(parts)
-    return result_from_body(
-        data,
-        text=text,
-        finish=data.get("stop_reason"),
-        status=status,
-        headers=headers,
-        request_id_header="request-id",
-        usage_keys=("input_tokens", "output_tokens"),
-        latency_ms=latency_ms,
-        logprobs=None,
-    )
+    return Answer(text=text, finish=data.get("stop_reason"))
+
+
+WIRE = WireFormat(read_answer=_read_answer, request_id_header="request-id",
+                  usage_keys=("input_tokens", "output_tokens"))
+interpret = WIRE.interpret

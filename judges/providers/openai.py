@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._http import json_body_or_raise, result_from_body
 from .base import (
     PermanentProviderError,
     PreparedCall,
     ProviderRequest,
-    ProviderResult,
     TokenLogprob,
     body_excerpt,
 )
+from .wire import Answer, WireFormat, json_post
 
 PATH = "/chat/completions"
 # Fields the request dataclass owns; `extra` may add vendor parameters but never replace these.
@@ -57,15 +56,9 @@ def prepare(request: ProviderRequest) -> PreparedCall:
         body["logprobs"] = True
         if request.top_logprobs is not None:
             body["top_logprobs"] = request.top_logprobs
-    for key, value in request.extra.items():
-        if key not in _CORE_FIELDS:
-            body[key] = value
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    if request.api_key:
-        headers["Authorization"] = f"Bearer {request.api_key}"
-    return PreparedCall(
-        method="POST", url=request.base_url.rstrip("/") + PATH, headers=headers, body=body
-    )
+    return json_post(request, body, url=request.base_url.rstrip("/") + PATH,
+                     core_fields=_CORE_FIELDS, headers={}, key_header="Authorization",
+                     key_prefix="Bearer ")
 
 
 def _logprobs(choice: Mapping[str, Any]) -> tuple[TokenLogprob, ...] | None:
@@ -94,15 +87,9 @@ def _logprobs(choice: Mapping[str, Any]) -> tuple[TokenLogprob, ...] | None:
     return tuple(tokens)
 
 
-def interpret(
-    request: ProviderRequest,
-    *,
-    status: int,
-    headers: Mapping[str, str],
-    content: bytes,
-    latency_ms: float,
-) -> ProviderResult:
-    data = json_body_or_raise(status=status, headers=headers, content=content)
+def _read_answer(
+    request: ProviderRequest, data: dict[str, Any], status: int, content: bytes
+) -> Answer:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise PermanentProviderError("empty choice list", http_status=status,
@@ -121,14 +108,10 @@ def interpret(
         )
         raise PermanentProviderError(reason, http_status=status,
             body_excerpt=body_excerpt(content))
-    return result_from_body(
-        data,
-        text=text,
-        finish=choice.get("finish_reason"),
-        status=status,
-        headers=headers,
-        request_id_header="x-request-id",
-        usage_keys=("prompt_tokens", "completion_tokens"),
-        latency_ms=latency_ms,
-        logprobs=_logprobs(choice) if request.logprobs else None,
-    )
+    return Answer(text=text, finish=choice.get("finish_reason"),
+                  logprobs=_logprobs(choice) if request.logprobs else None)
+
+
+WIRE = WireFormat(read_answer=_read_answer, request_id_header="x-request-id",
+                  usage_keys=("prompt_tokens", "completion_tokens"))
+interpret = WIRE.interpret
