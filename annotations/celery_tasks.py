@@ -7,18 +7,13 @@ minute; `assignment_next` also sweeps inline, throttled, so the queue works with
 from __future__ import annotations
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
+
+from judges.task_policy import PERIODIC_TASK
 
 from .services import assignments_expire_stale
 
 
-@shared_task(
-    name="annotations.expire_leases",
-    acks_late=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=2,
-    max_retries=3,
-)
+@shared_task(name="annotations.expire_leases", **PERIODIC_TASK)
 def expire_leases_task(limit: int = 1000) -> int:
     """Idempotent: each lease is expired by a conditional update under its entry's lock."""
     return assignments_expire_stale(limit=limit)

@@ -15,14 +15,16 @@ Celery, which retries only on database connection errors.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 from celery import shared_task
 from celery.signals import worker_ready
-from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerOperationalError
+
+from judges.task_policy import BATCH_TASK, PERIODIC_TASK, queue_start_up_sweep
 
 from . import executor, runs
 
@@ -49,9 +51,7 @@ def generation_enqueue(*, run_id: int, config_id: int, countdown: float | None =
         return False
 
 
-@shared_task(name="generation.run_work", acks_late=True,
-             autoretry_for=(OperationalError, InterfaceError), retry_backoff=2,
-             retry_backoff_max=60, retry_jitter=True, max_retries=8)
+@shared_task(name="generation.run_work", **BATCH_TASK)
 def generation_run_work(run_id: int, config_id: int) -> dict[str, Any]:
     report = executor.run_drain(run_id=run_id, config_id=config_id)
     if report.state != "busy":
@@ -74,18 +74,12 @@ def _enqueue(run_id: int, config_id: int) -> None:
     generation_enqueue(run_id=run_id, config_id=config_id)
 
 
-@shared_task(name="generation.sweep", acks_late=True,
-             autoretry_for=(OperationalError, InterfaceError), retry_backoff=2, max_retries=3)
+@shared_task(name="generation.sweep", **PERIODIC_TASK)
 def generation_sweep_task() -> dict[str, Any]:
-    result = runs.generation_sweep(enqueue=_enqueue)
-    return {"requeued": result.requeued, "failed": result.failed,
-            "runs_finished": result.runs_finished, "kicked": result.kicked,
-            "settled": result.settled}
+    return dataclasses.asdict(runs.generation_sweep(enqueue=_enqueue))
 
 
 @worker_ready.connect
 def _sweep_on_start(sender: Any = None, **_: Any) -> None:
-    try:
-        generation_sweep_task.apply_async(queue=QUEUE)
-    except (BrokerOperationalError, OSError):
-        logger.warning("could not queue the generation start-up sweep", exc_info=True)
+    queue_start_up_sweep(generation_sweep_task, queue=QUEUE, what="generation start-up sweep",
+                         logger=logger)

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from judges.runs import leases
 from judges.runs.record import finite_or_text, rows_json
+from judges.runs.sweep import SweepCounts, running_runs_sweep
 from reviewhub.errors import ValidationFailed
 from studies.models import Item, Study
 from studies.services import (
@@ -713,10 +714,7 @@ def next_due(*, run_id: int, config_id: int) -> tuple[bool, datetime | None]:
 
 
 @dataclass
-class SweepResult:
-    requeued: int = 0
-    failed: int = 0
-    runs_finished: int = 0
+class SweepResult(SweepCounts):
     kicked: list[tuple[int, int]] = field(default_factory=list)
     settled: int = 0
 
@@ -737,25 +735,18 @@ def generation_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = N
                                             status=GenerationJob.Status.QUEUED)))
     for run_id in stale.values_list("id", flat=True):
         result.settled += run_settle(run_id=run_id)
-    idle_before = now - timedelta(seconds=settings.REVIEWHUB_JUDGE_LEASE_S)
     send = enqueue or _default_enqueue
-    for run_id in GenerationRun.objects.filter(
-            status=GenerationRun.Status.RUNNING).values_list("id", flat=True):
-        if run_finish_if_complete(run_id=run_id):
-            result.runs_finished += 1
-            continue
-        with transaction.atomic():
-            kicked = GenerationRun.objects.filter(
-                Q(last_activity_at__isnull=True) | Q(last_activity_at__lt=idle_before),
-                pk=run_id, status=GenerationRun.Status.RUNNING).update(last_activity_at=now)
-            if not kicked:
-                continue
-            for rc in RunCandidate.objects.filter(run_id=run_id).filter(
-                    Q(drain_expires_at__isnull=True) | Q(drain_expires_at__lt=now)):
-                if GenerationJob.objects.filter(run_id=run_id, config_id=rc.config_id,
-                                                status=GenerationJob.Status.QUEUED).exists():
-                    transaction.on_commit(_sender(send, run_id, rc.config_id))
-                    result.kicked.append((run_id, rc.config_id))
+
+    def kick(run_id: int) -> None:
+        for rc in RunCandidate.objects.filter(run_id=run_id).filter(
+                Q(drain_expires_at__isnull=True) | Q(drain_expires_at__lt=now)):
+            if GenerationJob.objects.filter(run_id=run_id, config_id=rc.config_id,
+                                            status=GenerationJob.Status.QUEUED).exists():
+                transaction.on_commit(_sender(send, run_id, rc.config_id))
+                result.kicked.append((run_id, rc.config_id))
+
+    running_runs_sweep(GenerationRun, result, now=now, finish_if_complete=run_finish_if_complete,
+                       kick=kick)
     if result.requeued or result.failed or result.kicked or result.settled:
         logger.info("generation sweep: %s", result)
     return result

@@ -14,26 +14,27 @@
   once when a worker starts (`worker_ready`), or by `manage.py judge_sweep`. Only it brings
   back a run whose worker was killed (see below), so every deployment runs exactly one beat.
 
-All tasks are `acks_late` (the project default, repeated here on purpose): a SIGKILLed worker's
-message stays unacknowledged. Redis only redelivers it after the visibility timeout, so the
-sweeper is what brings a run back quickly; the database is the source of truth either way.
+All tasks are `acks_late` (`task_policy`): a SIGKILLed worker's message stays unacknowledged.
+Redis only redelivers it after the visibility timeout, so the sweeper is what brings a run back
+quickly; the database is the source of truth either way.
 
 Worker processes tune the garbage collector when they start (`worker_gc_tune`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 from typing import Any
 
 from celery import shared_task
 from celery.signals import worker_process_init, worker_ready
-from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from . import executor, runs
+from .task_policy import BATCH_TASK, PERIODIC_TASK, queue_start_up_sweep
 
 logger = logging.getLogger(__name__)
 
@@ -66,15 +67,7 @@ def judge_run_enqueue(*, run_id: int, n: int = 1, countdown: float | None = None
     return sent
 
 
-@shared_task(
-    name="judges.run_work",
-    acks_late=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=2,
-    retry_backoff_max=60,
-    retry_jitter=True,
-    max_retries=8,
-)
+@shared_task(name="judges.run_work", **BATCH_TASK)
 def judge_run_work(run_id: int) -> dict[str, Any]:
     """Drain one time slice of a run, then keep the chain going while work remains."""
     report = executor.run_drain(run_id=run_id)
@@ -125,13 +118,9 @@ def _enqueue(run_id: int, n: int) -> None:
     judge_run_enqueue(run_id=run_id, n=n)
 
 
-@shared_task(name="judges.sweep", acks_late=True,
-             autoretry_for=(OperationalError, InterfaceError), retry_backoff=2, max_retries=3)
+@shared_task(name="judges.sweep", **PERIODIC_TASK)
 def judge_sweep_task() -> dict[str, Any]:
-    result = runs.judge_sweep(enqueue=_enqueue)
-    return {"requeued": result.requeued, "failed": result.failed,
-            "runs_finished": result.runs_finished, "runs_kicked": result.runs_kicked,
-            "settled": result.settled}
+    return dataclasses.asdict(runs.judge_sweep(enqueue=_enqueue))
 
 
 # Young-generation threshold for worker processes (CPython's default is 700 allocations).
@@ -167,8 +156,4 @@ def _gc_tune_worker(sender: Any = None, **_: Any) -> None:
 
 @worker_ready.connect
 def _sweep_on_start(sender: Any = None, **_: Any) -> None:
-    # A fresh worker after a crash should not wait for the first beat tick.
-    try:
-        judge_sweep_task.apply_async(queue=QUEUE)
-    except (BrokerOperationalError, OSError):
-        logger.warning("could not queue the start-up sweep", exc_info=True)
+    queue_start_up_sweep(judge_sweep_task, queue=QUEUE, what="start-up sweep", logger=logger)

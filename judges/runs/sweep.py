@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -94,12 +96,39 @@ def run_settle(*, run_id: int) -> int:
 
 
 @dataclass
-class SweepResult:
+class SweepCounts:
+    """What every sweep of a run queue counts (judge runs here, candidate runs in
+    generation/runs.py); each adds what it kicked, then the jobs it settled."""
+
     requeued: int = 0
     failed: int = 0
     runs_finished: int = 0
+
+
+@dataclass
+class SweepResult(SweepCounts):
     runs_kicked: list[int] = field(default_factory=list)
     settled: int = 0  # queued jobs of runs no longer running, cancelled (`run_settle`)
+
+
+def running_runs_sweep(run_model: Any, counts: SweepCounts, *, now: datetime,
+                       finish_if_complete: Callable[..., bool],
+                       kick: Callable[[int], None]) -> None:
+    """Finish every running run of `run_model` that has no work left; `kick` one silent (no
+    claim or record) for longer than a lease, inside the transaction that marks it active
+    again, so that of two sweeps racing only one kicks it."""
+    idle_before = now - timedelta(seconds=settings.REVIEWHUB_JUDGE_LEASE_S)
+    running = run_model.Status.RUNNING
+    for run_id in run_model.objects.filter(status=running).values_list("id", flat=True):
+        if finish_if_complete(run_id=run_id):
+            counts.runs_finished += 1
+            continue
+        with transaction.atomic():
+            if run_model.objects.filter(
+                Q(last_activity_at__isnull=True) | Q(last_activity_at__lt=idle_before),
+                pk=run_id, status=running,
+            ).update(last_activity_at=now):
+                kick(run_id)
 
 
 def judge_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = None) -> SweepResult:
@@ -123,24 +152,15 @@ def judge_sweep(*, now: datetime | None = None, enqueue: Enqueue | None = None) 
         Exists(JudgeJob.objects.filter(run=OuterRef("pk"), status=JudgeJob.Status.QUEUED)))
     for run_id in unsettled.values_list("id", flat=True):
         result.settled += run_settle(run_id=run_id)
-    idle_before = now - timedelta(seconds=settings.REVIEWHUB_JUDGE_LEASE_S)
-    for run_id in JudgeRun.objects.filter(status=JudgeRun.Status.RUNNING).values_list(
-        "id", flat=True
-    ):
-        if run_finish_if_complete(run_id=run_id):
-            result.runs_finished += 1
-            continue
-        with transaction.atomic():
-            kicked = JudgeRun.objects.filter(
-                Q(last_activity_at__isnull=True) | Q(last_activity_at__lt=idle_before),
-                pk=run_id, status=JudgeRun.Status.RUNNING,
-            ).update(last_activity_at=now)
-            if kicked:
-                queued = JudgeJob.objects.filter(run_id=run_id,
-                                                 status=JudgeJob.Status.QUEUED).count()
-                if queued:
-                    on_commit_enqueue(run_id, queued, enqueue)
-                    result.runs_kicked.append(run_id)
+
+    def kick(run_id: int) -> None:
+        queued = JudgeJob.objects.filter(run_id=run_id, status=JudgeJob.Status.QUEUED).count()
+        if queued:
+            on_commit_enqueue(run_id, queued, enqueue)
+            result.runs_kicked.append(run_id)
+
+    running_runs_sweep(JudgeRun, result, now=now, finish_if_complete=run_finish_if_complete,
+                       kick=kick)
     if result.requeued or result.failed or result.runs_kicked or result.settled:
         logger.info("judge sweep: %s", result)
     return result
