@@ -34,7 +34,6 @@ from django.db.models import Count, Exists, Min, OuterRef, Q, Sum
 from django.utils import timezone
 
 from judges.runs import leases
-from judges.runs.record import finite_or_text, rows_json
 from judges.runs.sweep import SweepCounts, running_runs_sweep
 from reviewhub.errors import ValidationFailed
 from studies.models import Item, Study
@@ -43,6 +42,7 @@ from studies.services import (
     outputs_generated_conflicts,
     outputs_record_generated,
 )
+from studies.services.recordset import finite_or_text, rows_json
 
 from .config import missing_placeholders
 from .estimate import run_estimate

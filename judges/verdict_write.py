@@ -31,6 +31,7 @@ from psycopg.pq import TransactionStatus
 
 from reviewhub.bulkcopy import BATCH, bulk_insert
 from reviewhub.errors import Conflict
+from studies.ingest.upsert import insert_select
 from studies.subjects import SubjectRef
 
 from .models import Verdict
@@ -246,31 +247,12 @@ def _inserted_columns(meta: Any, rationale: str, now: Any
                       ) -> tuple[list[str], list[str], list[Any]]:
     """The columns a new verdict is inserted with, what each is selected as from the staged
     row `s`, and the parameters of those selections."""
-    insert_cols: list[str] = []
-    select: list[str] = []
-    params: list[Any] = []
-    for f in meta.concrete_fields:
-        if f.primary_key:
-            continue
-        column = _qn(f.column)
-        insert_cols.append(column)
-        if f.attname == "rationale":
-            select.append(f"COALESCE(s.{column}, %s)")
-            params.append(rationale)
-        elif f.attname in _TMP_COLUMNS:
-            select.append(f"s.{column}")
-        elif f.attname == "source":
-            select.append("%s")
-            params.append(Verdict.Source.IMPORT.value)
-        elif getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
-            select.append("%s")
-            params.append(now)
-        else:
-            # Columns an import does not set get the model default, as an ORM insert would;
-            # listing every column keeps this right when fields are added.
-            select.append("%s")
-            params.append(f.get_db_prep_save(f.get_default(), connection))
-    return insert_cols, select, params
+    given: dict[str, tuple[str, tuple[Any, ...]]] = {
+        f.attname: (f"s.{_qn(f.column)}", ()) for f in meta.concrete_fields
+        if f.attname in _TMP_COLUMNS}
+    given["rationale"] = (f"COALESCE({given['rationale'][0]}, %s)", (rationale,))
+    given["source"] = ("%s", (Verdict.Source.IMPORT.value,))
+    return insert_select(meta, given, now)
 
 
 def _copy_staged(cur: Any, copy_sql: str, rows: Mapping[VerdictKey, Mapping[str, Any]],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection, models
@@ -39,6 +40,33 @@ _MODELS: dict[Kind, type[models.Model]] = {"items": Item, "candidates": Candidat
 
 def _qn(name: str) -> str:
     return connection.ops.quote_name(name)
+
+
+def insert_select(meta: Any, given: Mapping[str, tuple[str, tuple[Any, ...]]], now: Any
+                  ) -> tuple[list[str], list[str], list[Any]]:
+    """The columns of an ``INSERT ... SELECT`` of new rows of `meta`'s table (every column
+    but the primary key), what each is selected as, and the parameters of those selections.
+
+    `given`: attname -> (SQL, its parameters), e.g. a staged column or a constant. Columns
+    not given get the time of the write when they are auto_now(_add), else the model default,
+    as an ORM insert would; listing every column keeps the SQL right when fields are added.
+    """
+    insert_cols: list[str] = []
+    select: list[str] = []
+    params: list[Any] = []
+    for f in meta.concrete_fields:
+        if f.primary_key:
+            continue
+        insert_cols.append(_qn(f.column))
+        if f.attname in given:
+            sql, values = given[f.attname]
+        elif getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
+            sql, values = "%s", (now,)
+        else:
+            sql, values = "%s", (f.get_db_prep_save(f.get_default(), connection),)
+        select.append(sql)
+        params.extend(values)
+    return insert_cols, select, params
 
 
 class Upserter:
@@ -105,31 +133,17 @@ class Upserter:
                 where.append(f"o.{column} = %s")
                 params.append(self.const[key_field.attname])
         compare = [_qn(meta.get_field(self._name(a)).column) for a in self.compare_fields]
-        insert_cols: list[str] = []
-        select: list[str] = []
-        updates: list[str] = []
-        for f in meta.concrete_fields:
-            if f.primary_key:
-                continue
-            column = _qn(f.column)
-            insert_cols.append(column)
-            if f.attname in row_columns:
-                select.append(f"t.{column}")
-                if f.attname in self.compare_fields:
-                    updates.append(f"{column} = EXCLUDED.{column}")
-            elif f.attname in self.const:
-                select.append("%s")
-                params.append(self.const[f.attname])
-            elif getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
-                select.append("%s")
-                params.append(now)
-                if getattr(f, "auto_now", False):
-                    updates.append(f"{column} = EXCLUDED.{column}")
-            else:
-                # Columns this import does not set get the model default, as an ORM insert
-                # would; listing every column keeps this SQL right when fields are added.
-                select.append("%s")
-                params.append(f.get_db_prep_save(f.get_default(), connection))
+        given: dict[str, tuple[str, tuple[Any, ...]]] = {
+            a: ("%s", (v,)) for a, v in self.const.items()}
+        given.update((f.attname, (f"t.{_qn(f.column)}", ())) for f in self.fields)
+        insert_cols, select, select_params = insert_select(meta, given, now)
+        params += select_params
+        # The compared columns take the staged values, and auto_now ones (not staged) the
+        # time of this import.
+        updates = [f"{c} = EXCLUDED.{c}" for f in meta.concrete_fields
+                   if f.attname in self.compare_fields or (
+                       getattr(f, "auto_now", False) and f.attname not in given)
+                   for c in (_qn(f.column),)]
         unique_cols = ", ".join(_qn(meta.get_field(n).column) for n in self.unique)
         # LATERAL ... LIMIT 1 keeps the stored-row lookup an index probe per row: a plain
         # join lets the planner pick a full scan of a big table for each batch.

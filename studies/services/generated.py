@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +10,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ..models import Item, Output
+from .recordset import finite_or_text, rows_json
 
 GENERATED_BY = "generation"
 
@@ -125,32 +123,20 @@ RETURNING o.id, o.candidate_id, o.item_id
 """
 
 
+_FLOATS = ("latency_ms", "cost")
+
+
 def _outputs_upsert_postgres(outs: Sequence[GeneratedOutput]) -> dict[tuple[int, int], int]:
-    # PostgreSQL text cannot hold NUL, and a lone surrogate cannot even be encoded to send:
-    # a model's answer is recorded rather than refused, so both become U+FFFD.
-    unstorable = re.compile("[\x00\ud800-\udfff]")
-
-    def clean(value: Any) -> Any:
-        if isinstance(value, str):
-            return unstorable.sub("\ufffd", value)
-        if isinstance(value, dict):
-            return {clean(k): clean(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        return value
-
-    def num(v: float | None) -> float | str | None:
-        return v if v is None or math.isfinite(v) else str(v)
-
-    rows = [{"candidate_id": o.candidate_id, "item_id": o.item_id, "text": o.text,
-             "latency_ms": num(o.latency_ms), "tokens_in": o.tokens_in,
-             "tokens_out": o.tokens_out, "cost": num(o.cost), "error": o.error,
-             "finish_reason": o.finish_reason[:50], "schema_valid": o.schema_valid,
-             "metadata": {**o.metadata, "generated_by": GENERATED_BY}} for o in outs]
+    # A model's answer is recorded rather than refused: `rows_json` makes it storable.
+    rows = [finite_or_text({
+        "candidate_id": o.candidate_id, "item_id": o.item_id, "text": o.text,
+        "latency_ms": o.latency_ms, "tokens_in": o.tokens_in, "tokens_out": o.tokens_out,
+        "cost": o.cost, "error": o.error, "finish_reason": o.finish_reason[:50],
+        "schema_valid": o.schema_valid,
+        "metadata": {**o.metadata, "generated_by": GENERATED_BY}}, _FLOATS) for o in outs]
     sql = _OUTPUT_UPSERT_SQL.format(output=Output._meta.db_table, item=Item._meta.db_table)
     with connection.cursor() as cursor:
-        payload = json.dumps(clean(rows), ensure_ascii=False)
-        cursor.execute(sql, {"rows": payload, "now": timezone.now(),
+        cursor.execute(sql, {"rows": rows_json(rows), "now": timezone.now(),
                              "by": GENERATED_BY})
         ids = {(c, i): int(pk) for pk, c, i in cursor.fetchall()}
     missing = [(o.candidate_id, o.item_id) for o in outs
