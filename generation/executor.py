@@ -32,6 +32,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from judges.config import JudgeNetworkPolicy
+from judges.drain_pacing import DrainPacing
 from judges.executor import (
     AsyncCaller,
     CallOutcome,
@@ -71,8 +72,6 @@ RECORD_MIN = 32
 RECORD_WAIT_S = 0.2
 RETRY_CLAIM_S = 0.1
 CLAIM_AHEAD_MIN = 32
-# How often a drain's claim also fails jobs whose lease lapsed on their last attempt.
-LAPSED_CHECK_S = 5.0
 
 
 def arrival_seed(*, run_id: int, config_id: int, drain_index: int) -> int:
@@ -451,24 +450,24 @@ def run_drain(*, run_id: int, config_id: int, slice_s: float | None = None,
     return report
 
 
-class _Drain:
+class _Drain(DrainPacing[DrainReport]):
     """The state of one drain: the jobs claimed and in flight, the outcomes waiting to be
     recorded, and the clocks of the next claim, record and lease renewal. `loop` turns
     each round: collect finished calls, claim more, record, renew."""
 
     def __init__(self, ctx: DrainContext, token: str, report: DrainReport,
                  caller: AsyncCaller | None, slice_s: float) -> None:
-        self.ctx, self.token, self.report = ctx, token, report
-        self.run_id, self.config_id = ctx.run.pk, ctx.config_row.pk
-        self.c = c = ctx.run.concurrency
-        self.lease_s = settings.REVIEWHUB_JUDGE_LEASE_S
+        c = ctx.run.concurrency
         # Claimed ahead of the calls in flight: at least CLAIM_AHEAD_MIN jobs (and C),
         # refilled once half of that is left, so a claim's and a record's round trips (tens
         # of ms on a busy database) never leave a coroutine without its next request, and
         # each claim takes a chunk large enough that its statements cost little per job.
         ahead = max(c, CLAIM_AHEAD_MIN)
-        self.target = c + ahead
-        self.refill = max(1, ahead // 2)
+        super().__init__(target=c + ahead, refill=max(1, ahead // 2), slice_s=slice_s,
+                         lease_s=settings.REVIEWHUB_JUDGE_LEASE_S)
+        self.ctx, self.token, self.report = ctx, token, report
+        self.run_id, self.config_id = ctx.run.pk, ctx.config_row.pk
+        self.c = c
         self.session = (caller or async_caller()).session(c)
         self.rate = float(ctx.run.rate or 0.0)
         self.arrivals: PoissonArrivals | None = None
@@ -478,13 +477,6 @@ class _Drain:
                 run_id=self.run_id, config_id=self.config_id, drain_index=drain_index))
         self.jobs: dict[int, tuple[runs.ClaimedJob, str]] = {}
         self.pending: list[runs.JobOutcome] = []
-        self.pending_since = 0.0
-        self.outstanding = 0
-        self.claim_open = True
-        self.retry_claim_at = 0.0
-        self.next_lapsed = 0.0
-        self.deadline = time.monotonic() + slice_s
-        self.next_renew = time.monotonic() + self.lease_s / 3
         self.first_start: float | None = None
         self.last_end: float | None = None
 
@@ -493,15 +485,7 @@ class _Drain:
             if self.outstanding:
                 self._collect()
             now_m = time.monotonic()
-            if self.claim_open and now_m >= self.deadline:
-                self.claim_open = False
-                self.report.state = "sliced"
-            # Claim once half of C is left queued ahead of the coroutines: the claim's
-            # round trip then never leaves a coroutine without its next request.
-            if (self.claim_open and self.target - self.outstanding >= self.refill
-                    and now_m >= self.retry_claim_at):
-                self._claim(now_m)
-            finishing = not self.claim_open and self.outstanding == 0
+            finishing = self.claim_turn(now_m)
             self._record(now_m, finishing)
             if time.monotonic() >= self.next_renew:
                 runs.lease_renew(run_id=self.run_id, token=self.token)
@@ -524,16 +508,13 @@ class _Drain:
             self.pending.append(outcome_for_call(self.ctx, job, self.token, call,
                                                  request_hash))
 
-    def _claim(self, now_m: float) -> None:
+    def claim(self, now_m: float) -> None:
         """Lease more jobs and hand their requests to the session (at once in a closed loop,
         at their arrival times in an open one)."""
         report = self.report
-        lapsed = now_m >= self.next_lapsed
         claim = runs.jobs_claim(run_id=self.run_id, config_id=self.config_id,
                                 limit=self.target - self.outstanding, token=self.token,
-                                lapsed=lapsed)
-        if lapsed:
-            self.next_lapsed = now_m + LAPSED_CHECK_S
+                                lapsed=self.lapsed_due(now_m))
         if claim.state in ("inactive", "stopped"):
             self.claim_open = False
             report.state = claim.state

@@ -63,6 +63,7 @@ from .calls import (
     PreparedCall,
     async_caller,
 )
+from .drain_pacing import DrainPacing
 from .drain_requests import (
     DrainContext,
     allowed_values_for,
@@ -276,9 +277,6 @@ TAKE_WAIT_S = 0.05
 # CLAIM_AHEAD such chunks claimed beyond the calls in flight (see run_drain).
 CLAIM_DIVISOR = 2
 CLAIM_AHEAD = 2
-# How often a drain's claims also look for jobs whose lease lapsed (their worker died):
-# leases last minutes, and the look is a scan of the run's running jobs.
-LAPSED_CHECK_S = 5.0
 
 
 @dataclass
@@ -334,16 +332,12 @@ def run_drain(
     return report
 
 
-class _Drain:
+class _Drain(DrainPacing[DrainReport]):
     """One drain's state between its steps: the jobs claimed and not recorded, the outcomes
     not recorded yet, the calls outstanding, and when to claim, record and renew next."""
 
     def __init__(self, *, run_id: int, dctx: DrainContext, concurrency: int, slice_s: float,
                  session: CallSession | None, recorder: _Recorder | None) -> None:
-        self.run_id, self.dctx, self.concurrency = run_id, dctx, concurrency
-        self.session, self.recorder = session, recorder
-        self.report = DrainReport()
-        self.token = uuid.uuid4().hex
         # Claimed ahead (up to 2 x concurrency outstanding) so that the coroutines never wait
         # for the database, but not much further: a drain holding many leased jobs would keep
         # them from other workers and run past its time slice. Claims take concurrency / 2 at
@@ -351,20 +345,16 @@ class _Drain:
         # done, so half the concurrency is still queued for the loop while the claim runs.
         # Results are recorded in chunks of at least `record_min` (or whatever is older than
         # RECORD_WAIT_S): one statement per chunk.
-        self.refill = max(1, concurrency // CLAIM_DIVISOR)
-        self.target = concurrency + self.refill * CLAIM_AHEAD
+        refill = max(1, concurrency // CLAIM_DIVISOR)
+        super().__init__(target=concurrency + refill * CLAIM_AHEAD, refill=refill,
+                         slice_s=slice_s, lease_s=settings.REVIEWHUB_JUDGE_LEASE_S)
+        self.run_id, self.dctx, self.concurrency = run_id, dctx, concurrency
+        self.session, self.recorder = session, recorder
+        self.report = DrainReport()
+        self.token = uuid.uuid4().hex
         self.record_min = max(self.refill, min(RECORD_MIN, concurrency))
-        self.lease_s = settings.REVIEWHUB_JUDGE_LEASE_S
-        now = time.monotonic()
-        self.deadline = now + slice_s
-        self.next_renew = now + self.lease_s / 3
-        self.next_lapsed = 0.0
         self.jobs: dict[int, ClaimedJob] = {}  # claimed and not recorded yet
         self.pending: list[JobOutcome] = []  # finished, not recorded yet
-        self.pending_since = 0.0
-        self.outstanding = 0
-        self.claim_open = True
-        self.retry_claim_at = 0.0
 
     def step(self) -> bool:
         """Results first, then the claim they make room for, then (maybe) the record: the
@@ -377,13 +367,7 @@ class _Drain:
                 self.outstanding -= 1
                 pending.append(outcome_for_call(jobs[prepared.job_id], token, dctx, call))
         now_m = time.monotonic()
-        if self.claim_open and now_m >= self.deadline:
-            self.claim_open = False
-            report.state = "sliced"
-        if (self.claim_open and self.target - self.outstanding >= self.refill
-                and now_m >= self.retry_claim_at):
-            self._claim(now_m)
-        finishing = not self.claim_open and self.outstanding == 0
+        finishing = self.claim_turn(now_m)
         self._record_if_due(now_m, finishing)
         if time.monotonic() >= self.next_renew:
             if self.recorder is not None:  # after the records queued before it, never beside
@@ -395,13 +379,10 @@ class _Drain:
             self.recorder.wait(report)
         return not finishing
 
-    def _claim(self, now_m: float) -> None:
+    def claim(self, now_m: float) -> None:
         report = self.report
-        lapsed = now_m >= self.next_lapsed
         claim = jobs_claim(run_id=self.run_id, limit=self.target - self.outstanding,
-                           lease_token=self.token, lapsed=lapsed)
-        if lapsed:
-            self.next_lapsed = now_m + LAPSED_CHECK_S
+                           lease_token=self.token, lapsed=self.lapsed_due(now_m))
         report.remaining = claim.remaining
         if claim.state in ("inactive", "stopped"):
             self.claim_open = False
