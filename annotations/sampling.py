@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -47,6 +47,7 @@ MODES = ("all", "per_stratum", "proportional")
 SUBJECTS = ("output", "comparison")
 UNKNOWN_STRATUM = "unknown"
 SORT_KEY_LIMIT = 2**31  # sort keys stay below this so the per-annotator hash fits in 63 bits
+NO_SORT_KEY = -1  # a draw's sort key before the keys are drawn (see `draw`)
 
 # How a queue entry came to be (QueueEntry.draw_kind has the same values). Only "random" and
 # "census" entries are probability draws and carry an inclusion probability.
@@ -130,14 +131,7 @@ class StratumDesign:
     pi_max: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "design": self.design,
-            "population": self.population,
-            "drawn": self.drawn,
-            "certainty": self.certainty,
-            "pi_min": self.pi_min,
-            "pi_max": self.pi_max,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -501,7 +495,9 @@ def draw(
     by_stratum = _strata(population)
     plan_design = design(spec=spec, population=population)
     regular_kind = DRAW_CENSUS if spec.mode == "all" else DRAW_RANDOM
-    chosen: list[tuple[int, str, float, bool, str, float | None]] = []
+    # Sort keys are drawn once every entry is known (a key per entry, after the gold draw):
+    # entries carry NO_SORT_KEY until then.
+    chosen: list[Draw] = []
     for h, members in by_stratum.items():
         weights = _weights(spec, members)
         stratum = plan_design.strata[h]
@@ -513,7 +509,7 @@ def draw(
             # existed rebuild to the same subjects from their seed.
             picked = set(srs_draw([s.id for s in members], stratum.drawn, rng))
         chosen.extend(
-            (s.id, h, w, False, regular_kind, plan_design.probabilities[s.id])
+            Draw(s.id, h, w, False, NO_SORT_KEY, regular_kind, plan_design.probabilities[s.id])
             for s, w in zip(members, weights, strict=True)
             if s.id in picked
         )
@@ -526,21 +522,14 @@ def draw(
         )
         n_gold = len(gold)
     gold_ids = set(srs_draw([g.id for g in gold], n_gold, rng))
-    chosen.extend((g.id, g.stratum, 1.0, True, DRAW_GOLD, None) for g in gold if g.id in gold_ids)
+    chosen.extend(
+        Draw(g.id, g.stratum, 1.0, True, NO_SORT_KEY, DRAW_GOLD, None)
+        for g in gold
+        if g.id in gold_ids
+    )
     sort_keys = rng.integers(0, SORT_KEY_LIMIT, size=len(chosen))
     return SampleResult(
-        chosen=[
-            Draw(
-                id=sid,
-                stratum=h,
-                weight=w,
-                is_gold=is_gold,
-                sort_key=int(key),
-                draw_kind=kind,
-                inclusion_probability=pi,
-            )
-            for (sid, h, w, is_gold, kind, pi), key in zip(chosen, sort_keys, strict=True)
-        ],
+        chosen=[d._replace(sort_key=int(key)) for d, key in zip(chosen, sort_keys, strict=True)],
         population={h: len(members) for h, members in by_stratum.items()},
         allocation=plan_design.allocation,
         gold_available=len(gold),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import repeat
 from typing import Any
 
@@ -56,6 +56,12 @@ def _json_safe(value: Any) -> Any:
     if hasattr(value, "tolist") and callable(value.tolist):
         return _json_safe(value.tolist())
     return value
+
+
+def _fields_json(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A result dataclass's fields (but `skip`) as JSON values, in declaration order: the
+    stored key order."""
+    return {f.name: _json_safe(getattr(obj, f.name)) for f in fields(obj) if f.name not in skip}
 
 
 def _get(d: Mapping[str, Any], key: str, path: str) -> Any:
@@ -137,26 +143,7 @@ class CalibrationCell:
     trust: dict[str, Any] | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "judge_version": self.judge_version,
-            "judge": self.judge,
-            "criterion": self.criterion,
-            "stratum": self.stratum,
-            "n_labels": self.n_labels,
-            "too_few_labels": self.too_few_labels,
-            "method": self.method,
-            "own_weight": _json_safe(self.own_weight),
-            "borrowed": _json_safe(self.borrowed),
-            "pooled_only": self.pooled_only,
-            "cv_log_loss": _json_safe(self.cv_log_loss),
-            "diagnostics": _json_safe(self.diagnostics),
-            "curve": _json_safe(self.curve),
-            "false_pass_cost": _json_safe(self.false_pass_cost),
-            "false_fail_cost": _json_safe(self.false_fail_cost),
-            "thresholds": _json_safe(self.thresholds),
-            "policy_costs": _json_safe(self.policy_costs),
-            "trust": _json_safe(self.trust),
-        }
+        return _fields_json(self)
 
     @classmethod
     def from_json(cls, d: Any, path: str = "cells[]") -> CalibrationCell:
@@ -357,21 +344,8 @@ class CalibrationResult:
     scores: ScoreRows = field(default_factory=ScoreRows, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "kind": self.kind,
-            "plan_version": self.plan_version,
-            "fingerprint": self.fingerprint,
-            "params": _json_safe(self.params),
-            "costs": _json_safe(self.costs),
-            "policy": _json_safe(self.policy),
-            "cells": [c.to_json() for c in self.cells],
-            "cascade": _json_safe(self.cascade),
-            "cascades": _json_safe(self.cascades),
-            "n_scores": self.n_scores,
-            "warnings": list(self.warnings),
-            "policy_trial": _json_safe(self.policy_trial),
-        }
+        # The score rows are written apart; "cells" keeps its place, each cell as its JSON.
+        return {**_fields_json(self, skip=("scores",)), "cells": [c.to_json() for c in self.cells]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CalibrationResult:

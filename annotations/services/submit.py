@@ -21,10 +21,15 @@ from studies.models import RubricVersion
 
 from ..models import Annotation, AnnotationRevision, Assignment, QueueEntry, SamplingPlan
 from .common import cached_plan_criteria
-from .labels import LabelInput, flags_clean, label_clean, labels_clean, text_clean
+from .labels import CleanLabel, LabelInput, flags_clean, label_clean, labels_clean, text_clean
 from .queue import ASSIGNMENT_ROW, assignment_owned_check, for_update_clause
 
 MAX_TIME_ON_TASK_MS = 24 * 3600 * 1000
+# The fields a label sets on its annotation (`CleanLabel`'s, beside the criterion): written by
+# a submit, replaced by a revision.
+LABEL_FIELDS = ("value", "value_num", "severity", "severity_note")
+# What an `AnnotationRevision` keeps of the annotation as it was before the revision.
+REVISION_FIELDS = ("value", "severity", "severity_note", "rationale", "flags")
 _L_ENTRY = RowShape(QueueEntry, "e")
 _L_PLAN = RowShape(SamplingPlan, "p")
 _L_RUBRIC = RowShape(RubricVersion, "r")
@@ -117,10 +122,7 @@ def annotation_submit(
                         criterion=c.criterion,
                         assignment_id=current.pk,
                         plan_id=locked.plan_id,
-                        value=c.value,
-                        value_num=c.value_num,
-                        severity=c.severity,
-                        severity_note=c.severity_note,
+                        **_label_fields(c),
                         rationale=rationale,
                         flags=clean_flags,
                         time_on_task_ms=time_on_task_ms,
@@ -202,6 +204,10 @@ def _late_submit_check(locked: QueueEntry) -> None:
             "The lease expired and the output got its annotations from others.",
             code="lease_expired",
         )
+
+
+def _label_fields(clean: CleanLabel) -> dict[str, Any]:
+    return {name: getattr(clean, name) for name in LABEL_FIELDS}
 
 
 def _subject_of(entry: QueueEntry) -> dict[str, int | None]:
@@ -314,31 +320,14 @@ def annotation_revise(
             qs = qs.select_for_update()
         current = qs.get()
         AnnotationRevision.objects.create(
-            annotation=current,
-            value=current.value,
-            severity=current.severity,
-            severity_note=current.severity_note,
-            rationale=current.rationale,
-            flags=current.flags,
+            annotation=current, **{name: getattr(current, name) for name in REVISION_FIELDS}
         )
-        current.value = clean.value
-        current.value_num = clean.value_num
-        current.severity = clean.severity
-        current.severity_note = clean.severity_note
+        for name, label_value in _label_fields(clean).items():
+            setattr(current, name, label_value)
         current.rationale = new_rationale
         current.flags = new_flags
         current.revised_at = now
-        current.save(
-            update_fields=[
-                "value",
-                "value_num",
-                "severity",
-                "severity_note",
-                "rationale",
-                "flags",
-                "revised_at",
-            ]
-        )
+        current.save(update_fields=[*LABEL_FIELDS, "rationale", "flags", "revised_at"])
     current.criterion = annotation.criterion
     current.assignment = annotation.assignment
     return current

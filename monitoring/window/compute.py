@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -130,6 +131,10 @@ class SelectionReference:
     reference_finish: Mapping[str, int] = field(default_factory=dict)
 
 
+# The gate streams' row counts, under the same names in `GateCounts` and `StratumWindow`.
+STREAM_COUNTS = ("n_schema", "n_schema_valid", "n_latency", "n_slow", "n_cost")
+
+
 @dataclass(frozen=True)
 class GateCounts:
     """One stratum's (or all traffic's) counts for the gate streams and finish reasons."""
@@ -142,6 +147,13 @@ class GateCounts:
     n_cost: int = 0
     cost_clipped_sum: float = 0.0
     cost_clip: float | None = None
+
+    def result_fields(self) -> dict[str, Any]:
+        """The counts as a `StratumWindow` records them (`cost_clip` is the window's, not
+        recorded per stratum)."""
+        counts = {name: getattr(self, name) for name in STREAM_COUNTS}
+        return {**counts, "cost_clipped_sum": float(self.cost_clipped_sum),
+                "finish_reasons": dict(self.finish)}
 
 
 @dataclass(frozen=True)
@@ -274,13 +286,7 @@ def stratum_window(inp: WindowInput, mask: BoolArray, *, totals: CellTotals, str
         n_agree_pairs=reading["n"],
         n_agree=reading["agree"],
         judge_trust=reading,
-        n_schema=gates.n_schema,
-        n_schema_valid=gates.n_schema_valid,
-        n_latency=gates.n_latency,
-        n_slow=gates.n_slow,
-        n_cost=gates.n_cost,
-        cost_clipped_sum=float(gates.cost_clipped_sum),
-        finish_reasons=dict(gates.finish),
+        **gates.result_fields(),
     )
 
 
@@ -434,10 +440,7 @@ def window_compute(inp: WindowInput) -> WindowResult:
         overall = StratumWindow(**{**overall.__dict__, "pass_ppi": ppi,
                                    "warnings": tuple(warnings)})
     return WindowResult(
-        granularity=inp.granularity,
-        start=inp.start,
-        end=inp.end,
-        level=inp.level,
+        **{name: getattr(inp, name) for name in ("granularity", "start", "end", "level")},
         signal_alpha=SIGNAL_ALPHA,
         n_rows=n_total,
         overall=overall,
