@@ -56,6 +56,7 @@ from evalstats.results import (
     NominalAgreement,
     OrdinalAgreement,
     RaterPairKappa,
+    interval_fields,
 )
 
 __all__ = [
@@ -442,8 +443,11 @@ def nominal_agreement(
     acc = with_interval(accuracy(h, j, level=options.level), iv(accuracy_fn(c), "accuracy"))
     kappa = with_interval(cohen_kappa(h, j, categories=cats), iv(kappa_fn(c, None), "cohen_kappa"))
     ac1 = with_interval(gwet_ac1(h, j, categories=cats), iv(gwet_ac1_fn(c), "gwet_ac1"))
-    f1_point = Estimate(value=report.macro_f1, n_items=report.n_items, method="macro_f1")
-    f1 = with_interval(f1_point, iv(macro_f1_fn(c), "macro_f1"))
+    def macro(name: Literal["macro_f1", "macro_precision", "macro_recall"]) -> Estimate:
+        """The report's macro figure ``name`` as a point estimate (no interval of its own)."""
+        return Estimate(value=getattr(report, name), n_items=report.n_items, method=name)
+
+    f1 = with_interval(macro("macro_f1"), iv(macro_f1_fn(c), "macro_f1"))
     no_ties = None
     if tie_category is not None:
         no_ties = with_interval(
@@ -453,20 +457,14 @@ def nominal_agreement(
             iv(agreement_without_ties_fn(c, tie_category), "pairwise_agreement[ties=drop]"),
         )
     return NominalAgreement(
-        value=kappa.value,
-        ci_low=kappa.ci_low,
-        ci_high=kappa.ci_high,
+        **interval_fields(kappa),
         n_items=n_subjects,
         accuracy=acc,
         kappa=kappa,
         gwet_ac1=ac1,
         macro_f1=f1,
-        macro_precision=Estimate(
-            value=report.macro_precision, n_items=report.n_items, method="macro_precision"
-        ),
-        macro_recall=Estimate(
-            value=report.macro_recall, n_items=report.n_items, method="macro_recall"
-        ),
+        macro_precision=macro("macro_precision"),
+        macro_recall=macro("macro_recall"),
         classification=report,
         agreement_without_ties=no_ties,
         warnings=kappa.warnings,
@@ -577,9 +575,7 @@ def ordinal_agreement(
     )
     primary = corr["spearman"] if qwk is None else qwk
     return OrdinalAgreement(
-        value=primary.value,
-        ci_low=primary.ci_low,
-        ci_high=primary.ci_high,
+        **interval_fields(primary),
         n_items=n,
         primary="spearman" if qwk is None else "qwk",
         qwk=qwk,

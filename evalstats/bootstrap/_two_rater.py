@@ -25,7 +25,7 @@ from evalstats.bootstrap._engine import (
     bootstrap_from_item_stats,
     bootstrap_items,
     cells_estimates,
-    replicate_interval,
+    replicate_estimate,
     resample_counts,
 )
 from evalstats.options import CI, DEFAULT_OPTIONS, BootstrapOptions
@@ -188,7 +188,7 @@ def _continuous_spearman(
 ) -> Estimate:
     """Spearman on continuous scores: weighted midranks recomputed for every resample, in
     blocks of multiplicities (vectorised); the BCa jackknife likewise up to 5000 items."""
-    n_resamples, ci, level = options.n_resamples, options.ci, options.level
+    n_resamples, ci = options.n_resamples, options.ci
     n = int(xf.size)
     warnings = extra + list(small_n_warning(n, options.min_items))
     theta = float(_spearman_counts(np.ones((1, n)), xf, yf)[0])
@@ -216,18 +216,8 @@ def _continuous_spearman(
             warnings.append(
                 "BCa jackknife skipped for continuous Spearman with n > 5000; percentile used"
             )
-    lo, hi, w2 = replicate_interval(boot, theta, jk, None, use_ci, level)
-    return Estimate(
-        value=theta,
-        ci_low=lo,
-        ci_high=hi,
-        n_items=n,
-        n_ratings=2 * n,
-        level=level,
-        n_resamples=n_resamples,
-        method=f"{name}; bootstrap-{use_ci}(B={n_resamples}, items resampled)",
-        warnings=tuple(warnings + w2),
-    )
+    return replicate_estimate(boot, theta, jk, None, options, n_items=n, n_ratings=2 * n,
+                              method=name, warnings=warnings, ci=use_ci)
 
 
 def bootstrap_correlation(
