@@ -143,13 +143,7 @@ def gwet_ac1_fn(c: int) -> StatFn:
     """Gwet's AC1 from confusion counts: pe = sum_k pi_k (1 - pi_k) / (q - 1), q = c."""
 
     def fn(s: FloatArray) -> FloatArray:
-        m = s.reshape(*s.shape[:-1], c, c)
-        n = m.sum(axis=(-2, -1))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pa = np.trace(m, axis1=-2, axis2=-1) / n
-            pi = (m.sum(axis=-1) + m.sum(axis=-2)) / (2.0 * n[..., None])
-            pe = (pi * (1.0 - pi)).sum(axis=-1) / (c - 1)
-            return np.asarray((pa - pe) / (1.0 - pe), dtype=np.float64)
+        return kernels.gwet_ac1_from_table(s.reshape(*s.shape[:-1], c, c))
 
     return fn
 
@@ -328,6 +322,31 @@ def _padded_by_item(
     return px, py
 
 
+def _correlation_sums(
+    x: FloatArray, y: FloatArray, items_arr: np.ndarray, method: str,
+) -> tuple[FloatArray, StatFn] | None:
+    """Per-item summed statistics of a correlation and its statistic: moments for Pearson,
+    contingency cells for Spearman / Kendall on discrete scores; ``None`` for continuous ones."""
+    if method == "pearson":
+        stats = np.column_stack([np.ones_like(x), x, y, x * x, y * y, x * y])
+        return item_sums(stats, items_arr), kernels.pearson_from_sums
+    if method not in ("spearman", "kendall"):
+        raise ValueError("method must be 'pearson', 'spearman' or 'kendall'")
+    if np.unique(x).size * np.unique(y).size > _MAX_TABLE_CELLS:
+        return None
+    ux, cx = np.unique(x, return_inverse=True)
+    uy, cy = np.unique(y, return_inverse=True)
+    kx, ky = ux.size, uy.size
+    table_fn = kernels.spearman_from_table
+    if method == "kendall":
+        table_fn = kernels.kendall_tau_b_from_table
+
+    def fn(s: FloatArray) -> FloatArray:
+        return table_fn(s.reshape(*s.shape[:-1], kx, ky))
+
+    return item_cell_counts(cx * ky + cy, kx * ky, items_arr), fn
+
+
 def correlation_clustered(
     x: FloatArray,
     y: FloatArray,
@@ -349,38 +368,11 @@ def correlation_clustered(
         return None
     items_arr = np.asarray(items)
     name = "kendall_tau_b" if method == "kendall" else method
-    n_subjects = int(x.size)
-    if method == "pearson":
-        stats = np.column_stack([np.ones_like(x), x, y, x * x, y * y, x * y])
-        return bootstrap_clustered(
-            item_sums(stats, items_arr),
-            kernels.pearson_from_sums,
-            n_subjects=n_subjects,
-            rng=rng,
-            options=options,
-            method=name,
-        )
-    if method not in ("spearman", "kendall"):
-        raise ValueError("method must be 'pearson', 'spearman' or 'kendall'")
-    if np.unique(x).size * np.unique(y).size <= _MAX_TABLE_CELLS:
-        ux, cx = np.unique(x, return_inverse=True)
-        uy, cy = np.unique(y, return_inverse=True)
-        kx, ky = ux.size, uy.size
-        table_fn = kernels.spearman_from_table
-        if method == "kendall":
-            table_fn = kernels.kendall_tau_b_from_table
-
-        def fn(s: FloatArray) -> FloatArray:
-            return table_fn(s.reshape(*s.shape[:-1], kx, ky))
-
-        return bootstrap_clustered(
-            item_cell_counts(cx * ky + cy, kx * ky, items_arr),
-            fn,
-            n_subjects=n_subjects,
-            rng=rng,
-            options=options,
-            method=name,
-        )
+    summed = _correlation_sums(x, y, items_arr, method)
+    if summed is not None:
+        per_item, fn = summed
+        return bootstrap_clustered(per_item, fn, n_subjects=int(x.size), rng=rng,
+                                   options=options, method=name)
     px, py = _padded_by_item(x, y, items_arr)
 
     def stat(ax: FloatArray, ay: FloatArray) -> float:
