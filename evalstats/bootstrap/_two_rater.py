@@ -82,17 +82,9 @@ def bootstrap_accuracy(
 ) -> Estimate:
     """Accuracy with a clustered bootstrap interval (see :func:`evalstats.accuracy` for Wilson)."""
     t, p, dropped = paired(y_true, y_pred, ("y_true", "y_pred"))
-    correct = (t == p).astype(np.float64)
-    item_stats = np.column_stack([np.ones_like(correct), correct])
     extra = [f"{dropped} items dropped because a label was missing"] if dropped else []
-    return bootstrap_from_item_stats(
-        item_stats,
-        _ratio_fn,
-        rng=rng,
-        options=options,
-        method="accuracy",
-        extra_warnings=extra,
-    )
+    return _bootstrap_ratio((t == p).astype(np.float64), rng=rng, options=options,
+                            method="accuracy", extra_warnings=extra)
 
 
 def bootstrap_mean(
@@ -104,15 +96,21 @@ def bootstrap_mean(
 ) -> Estimate:
     """Mean of one value per item (NaN dropped) with a bootstrap interval."""
     v = as_float(np.asarray(values))
-    v = v[~np.isnan(v)]
-    item_stats = np.column_stack([np.ones_like(v), v])
-    return bootstrap_from_item_stats(
-        item_stats,
-        _ratio_fn,
-        rng=rng,
-        options=options,
-        method=method,
-    )
+    return _bootstrap_ratio(v[~np.isnan(v)], rng=rng, options=options, method=method)
+
+
+def _bootstrap_ratio(
+    v: FloatArray,
+    *,
+    rng: np.random.Generator,
+    options: BootstrapOptions,
+    method: str,
+    extra_warnings: Sequence[str] = (),
+) -> Estimate:
+    """Mean of one value per item: the ratio of the summed [1, value] rows, bootstrapped."""
+    return bootstrap_from_item_stats(np.column_stack([np.ones_like(v), v]), _ratio_fn, rng=rng,
+                                     options=options, method=method,
+                                     extra_warnings=extra_warnings)
 
 
 def bootstrap_alpha(
