@@ -6,6 +6,7 @@ raters as rows and items as columns (NaN = not rated).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -461,12 +462,8 @@ def accuracy(y_true: npt.ArrayLike, y_pred: npt.ArrayLike, *, level: float = 0.9
     """Share of items where ``y_pred == y_true``, with a Wilson interval (items i.i.d.)."""
     t, p, dropped = paired(y_true, y_pred, ("y_true", "y_pred"))
     res = wilson_interval(int(np.sum(t == p)), int(t.size), level=level)
-    return Estimate(
-        value=res.value,
-        ci_low=res.ci_low,
-        ci_high=res.ci_high,
-        n_items=res.n_items,
-        level=level,
+    return dataclasses.replace(
+        res,
         method="accuracy; wilson",
         warnings=res.warnings + _dropped_warning(dropped),
     )

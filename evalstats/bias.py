@@ -6,6 +6,7 @@ default); map a verdict given in swapped order with :func:`evalstats.swap_labels
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 import numpy as np
@@ -16,7 +17,7 @@ from evalstats._data import as_1d, as_float, missing_mask, paired
 from evalstats.bootstrap import bootstrap_correlation, bootstrap_from_item_stats
 from evalstats.intervals import wilson_interval
 from evalstats.options import DEFAULT_OPTIONS, BootstrapOptions
-from evalstats.results import Estimate, PositionBiasResult
+from evalstats.results import Estimate, PositionBiasResult, interval_fields
 
 __all__ = ["length_bias", "longer_preference_among_ties", "position_bias", "self_preference"]
 
@@ -52,24 +53,18 @@ def position_bias(
     strict = int(np.sum(decisive_ab & decisive_ba & (ab != ba)))
     first_picks = int(np.sum(ab == first) + np.sum(ba == second))
     n_decisive = int(decisive_ab.sum() + decisive_ba.sum())
-    fs = wilson_interval(first_picks, n_decisive, level=level)
-    first_slot = Estimate(
-        value=fs.value,
-        ci_low=fs.ci_low,
-        ci_high=fs.ci_high,
+    # The Wilson proportion relabelled: its interval, level and warnings stay as computed.
+    first_slot = dataclasses.replace(
+        wilson_interval(first_picks, n_decisive, level=level),
         n_items=n,
         n_ratings=n_decisive,
-        level=level,
         p_value=_binom_p(first_picks, n_decisive),
         method="first_slot_preference; wilson; binomial test vs 0.5",
-        warnings=fs.warnings,
     )
     fr = wilson_interval(flips, n, level=level)
     warnings = ((f"{dropped} pairs missing a verdict dropped",) if dropped else ()) + fr.warnings
     return PositionBiasResult(
-        value=fr.value,
-        ci_low=fr.ci_low,
-        ci_high=fr.ci_high,
+        **interval_fields(fr),
         strict_flip_rate=strict / n if n else float("nan"),
         first_slot=first_slot,
         n_items=n,
@@ -140,13 +135,9 @@ def longer_preference_among_ties(
     picks_longer = use & (((j == first) & longer_is_1) | ((j == second) & ~longer_is_1))
     k, n = int(picks_longer.sum()), int(use.sum())
     res = wilson_interval(k, n, level=level)
-    return Estimate(
-        value=res.value,
-        ci_low=res.ci_low,
-        ci_high=res.ci_high,
-        n_items=n,
+    return dataclasses.replace(
+        res,
         n_pairs=n,
-        level=level,
         p_value=_binom_p(k, n),
         method="longer_preference_among_human_ties; wilson; binomial test",
         warnings=res.warnings + ((f"only {n} usable pairs",) if n < 30 else ()),

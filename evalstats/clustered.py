@@ -56,6 +56,7 @@ from evalstats.results import (
     NominalAgreement,
     OrdinalAgreement,
     RaterPairKappa,
+    interval_fields,
 )
 
 __all__ = [
@@ -142,13 +143,7 @@ def gwet_ac1_fn(c: int) -> StatFn:
     """Gwet's AC1 from confusion counts: pe = sum_k pi_k (1 - pi_k) / (q - 1), q = c."""
 
     def fn(s: FloatArray) -> FloatArray:
-        m = s.reshape(*s.shape[:-1], c, c)
-        n = m.sum(axis=(-2, -1))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pa = np.trace(m, axis1=-2, axis2=-1) / n
-            pi = (m.sum(axis=-1) + m.sum(axis=-2)) / (2.0 * n[..., None])
-            pe = (pi * (1.0 - pi)).sum(axis=-1) / (c - 1)
-            return np.asarray((pa - pe) / (1.0 - pe), dtype=np.float64)
+        return kernels.gwet_ac1_from_table(s.reshape(*s.shape[:-1], c, c))
 
     return fn
 
@@ -327,6 +322,31 @@ def _padded_by_item(
     return px, py
 
 
+def _correlation_sums(
+    x: FloatArray, y: FloatArray, items_arr: np.ndarray, method: str,
+) -> tuple[FloatArray, StatFn] | None:
+    """Per-item summed statistics of a correlation and its statistic: moments for Pearson,
+    contingency cells for Spearman / Kendall on discrete scores; ``None`` for continuous ones."""
+    if method == "pearson":
+        stats = np.column_stack([np.ones_like(x), x, y, x * x, y * y, x * y])
+        return item_sums(stats, items_arr), kernels.pearson_from_sums
+    if method not in ("spearman", "kendall"):
+        raise ValueError("method must be 'pearson', 'spearman' or 'kendall'")
+    if np.unique(x).size * np.unique(y).size > _MAX_TABLE_CELLS:
+        return None
+    ux, cx = np.unique(x, return_inverse=True)
+    uy, cy = np.unique(y, return_inverse=True)
+    kx, ky = ux.size, uy.size
+    table_fn = kernels.spearman_from_table
+    if method == "kendall":
+        table_fn = kernels.kendall_tau_b_from_table
+
+    def fn(s: FloatArray) -> FloatArray:
+        return table_fn(s.reshape(*s.shape[:-1], kx, ky))
+
+    return item_cell_counts(cx * ky + cy, kx * ky, items_arr), fn
+
+
 def correlation_clustered(
     x: FloatArray,
     y: FloatArray,
@@ -348,38 +368,11 @@ def correlation_clustered(
         return None
     items_arr = np.asarray(items)
     name = "kendall_tau_b" if method == "kendall" else method
-    n_subjects = int(x.size)
-    if method == "pearson":
-        stats = np.column_stack([np.ones_like(x), x, y, x * x, y * y, x * y])
-        return bootstrap_clustered(
-            item_sums(stats, items_arr),
-            kernels.pearson_from_sums,
-            n_subjects=n_subjects,
-            rng=rng,
-            options=options,
-            method=name,
-        )
-    if method not in ("spearman", "kendall"):
-        raise ValueError("method must be 'pearson', 'spearman' or 'kendall'")
-    if np.unique(x).size * np.unique(y).size <= _MAX_TABLE_CELLS:
-        ux, cx = np.unique(x, return_inverse=True)
-        uy, cy = np.unique(y, return_inverse=True)
-        kx, ky = ux.size, uy.size
-        table_fn = kernels.spearman_from_table
-        if method == "kendall":
-            table_fn = kernels.kendall_tau_b_from_table
-
-        def fn(s: FloatArray) -> FloatArray:
-            return table_fn(s.reshape(*s.shape[:-1], kx, ky))
-
-        return bootstrap_clustered(
-            item_cell_counts(cx * ky + cy, kx * ky, items_arr),
-            fn,
-            n_subjects=n_subjects,
-            rng=rng,
-            options=options,
-            method=name,
-        )
+    summed = _correlation_sums(x, y, items_arr, method)
+    if summed is not None:
+        per_item, fn = summed
+        return bootstrap_clustered(per_item, fn, n_subjects=int(x.size), rng=rng,
+                                   options=options, method=name)
     px, py = _padded_by_item(x, y, items_arr)
 
     def stat(ax: FloatArray, ay: FloatArray) -> float:
@@ -442,8 +435,11 @@ def nominal_agreement(
     acc = with_interval(accuracy(h, j, level=options.level), iv(accuracy_fn(c), "accuracy"))
     kappa = with_interval(cohen_kappa(h, j, categories=cats), iv(kappa_fn(c, None), "cohen_kappa"))
     ac1 = with_interval(gwet_ac1(h, j, categories=cats), iv(gwet_ac1_fn(c), "gwet_ac1"))
-    f1_point = Estimate(value=report.macro_f1, n_items=report.n_items, method="macro_f1")
-    f1 = with_interval(f1_point, iv(macro_f1_fn(c), "macro_f1"))
+    def macro(name: Literal["macro_f1", "macro_precision", "macro_recall"]) -> Estimate:
+        """The report's macro figure ``name`` as a point estimate (no interval of its own)."""
+        return Estimate(value=getattr(report, name), n_items=report.n_items, method=name)
+
+    f1 = with_interval(macro("macro_f1"), iv(macro_f1_fn(c), "macro_f1"))
     no_ties = None
     if tie_category is not None:
         no_ties = with_interval(
@@ -453,20 +449,14 @@ def nominal_agreement(
             iv(agreement_without_ties_fn(c, tie_category), "pairwise_agreement[ties=drop]"),
         )
     return NominalAgreement(
-        value=kappa.value,
-        ci_low=kappa.ci_low,
-        ci_high=kappa.ci_high,
+        **interval_fields(kappa),
         n_items=n_subjects,
         accuracy=acc,
         kappa=kappa,
         gwet_ac1=ac1,
         macro_f1=f1,
-        macro_precision=Estimate(
-            value=report.macro_precision, n_items=report.n_items, method="macro_precision"
-        ),
-        macro_recall=Estimate(
-            value=report.macro_recall, n_items=report.n_items, method="macro_recall"
-        ),
+        macro_precision=macro("macro_precision"),
+        macro_recall=macro("macro_recall"),
         classification=report,
         agreement_without_ties=no_ties,
         warnings=kappa.warnings,
@@ -577,9 +567,7 @@ def ordinal_agreement(
     )
     primary = corr["spearman"] if qwk is None else qwk
     return OrdinalAgreement(
-        value=primary.value,
-        ci_low=primary.ci_low,
-        ci_high=primary.ci_high,
+        **interval_fields(primary),
         n_items=n,
         primary="spearman" if qwk is None else "qwk",
         qwk=qwk,

@@ -66,6 +66,7 @@ import numpy as np
 import numpy.typing as npt
 
 from evalstats._data import as_1d, as_float
+from evalstats._fields import fields_dict
 from evalstats.clustered import bootstrap_clustered, diff_of_means_fn, item_sums, ratio_fn
 from evalstats.options import DEFAULT_OPTIONS, BootstrapOptions
 from evalstats.results import Estimate
@@ -398,13 +399,7 @@ class DecisionThresholds:
         return self.fail_below < self.pass_above
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "pass_above": self.pass_above,
-            "fail_below": self.fail_below,
-            "fail_cost": self.fail_cost,
-            "reject_cost": self.reject_cost,
-            "review_cost": self.review_cost,
-        }
+        return fields_dict(self)
 
 
 def decision_thresholds(

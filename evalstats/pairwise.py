@@ -7,6 +7,7 @@ were shown in; use :func:`swap_labels` to map a verdict given in swapped (BA) or
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 import numpy as np
@@ -56,13 +57,9 @@ def pairwise_agreement(
     elif ties != "keep":
         raise ValueError("ties must be 'keep' or 'drop'")
     res = wilson_interval(int(np.sum(j == h)), int(j.size), level=level)
-    return Estimate(
-        value=res.value,
-        ci_low=res.ci_low,
-        ci_high=res.ci_high,
-        n_items=res.n_items,
+    return dataclasses.replace(
+        res,
         n_pairs=res.n_items,
-        level=level,
         method=f"pairwise_agreement[ties={ties}]; wilson",
         warnings=tuple(warnings) + res.warnings,
     )
@@ -79,14 +76,10 @@ def position_consistency(
     ab, ba, dropped = paired(verdict_ab, verdict_ba, ("verdict_ab", "verdict_ba"))
     res = wilson_interval(int(np.sum(ab == ba)), int(ab.size), level=level)
     warnings = (f"{dropped} pairs missing a verdict dropped",) if dropped else ()
-    return Estimate(
-        value=res.value,
-        ci_low=res.ci_low,
-        ci_high=res.ci_high,
-        n_items=res.n_items,
+    return dataclasses.replace(
+        res,
         n_pairs=res.n_items,
         n_ratings=2 * res.n_items,
-        level=level,
         method="position_consistency; wilson",
         warnings=warnings + res.warnings,
     )

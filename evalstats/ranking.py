@@ -55,57 +55,33 @@ def kendall_tau(x: npt.ArrayLike, y: npt.ArrayLike, *, level: float = 0.95) -> E
     if dropped:
         warnings.append(f"{dropped} pairs dropped because a value was missing")
     method = "kendall_tau_b; fisher-z interval (Fieller-Hartley-Pearson variance 0.437/(n-4))"
+
+    def result(tau: float, p_value: float | None = None,
+               ci: tuple[float | None, float | None] = (None, None)) -> Estimate:
+        return Estimate(value=tau, ci_low=ci[0], ci_high=ci[1], n_items=n, method=method,
+                        level=level, p_value=p_value, warnings=tuple(warnings))
+
     if n < 2:
-        return Estimate(
-            value=float("nan"),
-            n_items=n,
-            method=method,
-            level=level,
-            warnings=(*warnings, f"only {n} pairs: tau undefined"),
-        )
+        warnings.append(f"only {n} pairs: tau undefined")
+        return result(float("nan"))
     res = stats.kendalltau(xf, yf, variant="b")
     tau = float(res.statistic)
     p = float(res.pvalue)
     p_value = p if math.isfinite(p) else None
     if not math.isfinite(tau):
         warnings.append("tau undefined (a ranking without any order, e.g. all values tied)")
-        return Estimate(
-            value=tau,
-            n_items=n,
-            method=method,
-            level=level,
-            p_value=p_value,
-            warnings=tuple(warnings),
-        )
+        return result(tau, p_value)
     if n < 5:
         warnings.append(f"only {n} pairs (< 5): no interval")
-        return Estimate(
-            value=tau,
-            n_items=n,
-            method=method,
-            level=level,
-            p_value=p_value,
-            warnings=tuple(warnings),
-        )
+        return result(tau, p_value)
     z_crit = float(special.ndtri(0.5 + level / 2.0))
     se = math.sqrt(_FHP_VARIANCE / (n - 4))
     if abs(tau) >= 1.0 - 1e-12:  # scipy may return 1 - 1 ulp for a perfect agreement
         # atanh(+-1) is infinite: the transformed interval collapses onto the point.
         warnings.append("tau is +-1: the Fisher-z interval degenerates to the point")
-        lo = hi = tau
-    else:
-        z = math.atanh(tau)
-        lo, hi = math.tanh(z - z_crit * se), math.tanh(z + z_crit * se)
-    return Estimate(
-        value=tau,
-        ci_low=lo,
-        ci_high=hi,
-        n_items=n,
-        method=method,
-        level=level,
-        p_value=p_value,
-        warnings=tuple(warnings),
-    )
+        return result(tau, p_value, (tau, tau))
+    z = math.atanh(tau)
+    return result(tau, p_value, (math.tanh(z - z_crit * se), math.tanh(z + z_crit * se)))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

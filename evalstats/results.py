@@ -9,7 +9,7 @@ that a result cannot be changed after it was computed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -65,6 +65,19 @@ class Estimate:
     @property
     def has_interval(self) -> bool:
         return self.ci_low is not None and self.ci_high is not None
+
+
+class IntervalFields(TypedDict):
+    """The common fields a result repeats from the estimate it reports (``**`` into it)."""
+
+    value: float
+    ci_low: float | None
+    ci_high: float | None
+
+
+def interval_fields(est: Estimate) -> IntervalFields:
+    """``est``'s value and interval, for a result whose headline figure is ``est``."""
+    return {"value": est.value, "ci_low": est.ci_low, "ci_high": est.ci_high}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,6 +54,7 @@ import numpy.typing as npt
 from scipy import stats
 
 from evalstats._data import as_1d, as_float
+from evalstats._fields import attrs_dict
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -117,6 +118,11 @@ def _min_count(value: Any) -> int:
     return int(value)
 
 
+# TrustThreshold.to_json's keys before "agreement_interval" (a property among the fields).
+_TRUST_JSON_HEAD = ("threshold", "alpha", "delta", "guaranteed_level", "coverage", "n",
+                    "n_trusted", "errors_trusted", "agreement", "agreement_lower")
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrustThreshold:
     """The chosen trust threshold and what it guarantees on the calibration rows.
@@ -153,22 +159,10 @@ class TrustThreshold:
         return np.asarray(c >= self.threshold)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "threshold": self.threshold,
-            "alpha": self.alpha,
-            "delta": self.delta,
-            "guaranteed_level": self.guaranteed_level,
-            "coverage": self.coverage,
-            "n": self.n,
-            "n_trusted": self.n_trusted,
-            "errors_trusted": self.errors_trusted,
-            "agreement": self.agreement,
-            "agreement_lower": self.agreement_lower,
-            "agreement_interval": (_interval(self.n_trusted, self.errors_trusted, self.delta)
-                                   if self.threshold is not None else None),
-            "tested": self.tested,
-            "min_count": self.min_count,
-        }
+        interval = (_interval(self.n_trusted, self.errors_trusted, self.delta)
+                    if self.threshold is not None else None)
+        return {**attrs_dict(self, _TRUST_JSON_HEAD), "agreement_interval": interval,
+                **attrs_dict(self, ("tested", "min_count"))}
 
 
 def _agreement_lower(n: int, errors: int, delta: float) -> float:

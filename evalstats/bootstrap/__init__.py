@@ -22,7 +22,8 @@ from __future__ import annotations
 # The package splits into the engine (resampling, replicates, intervals; _engine), the two-rater
 # coefficients (_two_rater) and the multi-rater ones (_multi_rater). The underscored names
 # imported with `as` are internals that tests check against brute-force computations; the
-# engine's cells_estimates and replicate_interval are for the other evalstats modules only.
+# engine's cells_estimates, replicate_estimate and replicate_interval are for the other
+# evalstats modules only.
 from evalstats.bootstrap._engine import (
     _cell_replicates as _cell_replicates,
 )
@@ -38,6 +39,7 @@ from evalstats.bootstrap._engine import (
     resample_counts,
 )
 from evalstats.bootstrap._engine import cells_estimates as cells_estimates
+from evalstats.bootstrap._engine import replicate_estimate as replicate_estimate
 from evalstats.bootstrap._engine import replicate_interval as replicate_interval
 from evalstats.bootstrap._multi_rater import (
     _agreement_multi_stats as _agreement_multi_stats,

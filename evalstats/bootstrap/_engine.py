@@ -132,6 +132,41 @@ def replicate_interval(
     return lo, hi, warnings
 
 
+def replicate_estimate(
+    boot: FloatArray,
+    theta: float,
+    jk: FloatArray | None,
+    jk_w: FloatArray | None,
+    options: BootstrapOptions,
+    *,
+    n_items: int,
+    method: str,
+    warnings: Sequence[str] = (),
+    n_ratings: int | None = None,
+    ci: CI | None = None,
+    resampled: str = "items resampled",
+) -> Estimate:
+    """``theta`` with the interval of its replicates (:func:`replicate_interval`), as every
+    bootstrap reports it: ``options``' level and B, and a method naming the interval.
+
+    ``ci`` overrides ``options.ci`` (a statistic whose BCa is unsuitable); ``resampled`` says
+    what was resampled; the interval's own warnings follow ``warnings``.
+    """
+    ci = options.ci if ci is None else ci
+    lo, hi, extra = replicate_interval(boot, theta, jk, jk_w, ci, options.level)
+    return Estimate(
+        value=theta,
+        ci_low=lo,
+        ci_high=hi,
+        n_items=n_items,
+        n_ratings=n_ratings,
+        level=options.level,
+        n_resamples=options.n_resamples,
+        method=f"{method}; bootstrap-{ci}(B={options.n_resamples}, {resampled})",
+        warnings=(*warnings, *extra),
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Cell engine: items that are single cells of a contingency table (paired categorical ratings)
 # ---------------------------------------------------------------------------------------------
@@ -228,14 +263,8 @@ def cells_estimates(
     extra_warnings: Sequence[str] = (),
 ) -> list[Estimate]:
     """:func:`bootstrap_from_item_stats` of the one-hot cells, for several statistics at once."""
-    n_resamples, ci, level, min_items = (
-        options.n_resamples,
-        options.ci,
-        options.level,
-        options.min_items,
-    )
     n = int(cells.size)
-    warnings = list(extra_warnings) + list(small_n_warning(n, min_items))
+    warnings = list(extra_warnings) + list(small_n_warning(n, options.min_items))
     if n == 0:
         return [
             Estimate(value=float("nan"), method=name, warnings=(*warnings, "no items"))
@@ -243,26 +272,14 @@ def cells_estimates(
         ]
     total = np.bincount(cells, minlength=n_cells).astype(np.float64)[None, :]
     fns = [fn for _, fn in named_fns]
-    boots, jks, jk_w = _cell_replicates(cells, n_cells, fns, n_resamples, rng, ci == "bca")
-    out = []
-    for i, (name, fn) in enumerate(named_fns):
-        theta = float(fn(total)[0])
-        lo, hi, w2 = replicate_interval(boots[i], theta, None if jks is None else jks[i], jk_w,
-                                        ci, level)
-        out.append(
-            Estimate(
-                value=theta,
-                ci_low=lo,
-                ci_high=hi,
-                n_items=n,
-                n_ratings=n_ratings,
-                level=level,
-                n_resamples=n_resamples,
-                method=f"{name}; bootstrap-{ci}(B={n_resamples}, items resampled)",
-                warnings=tuple(warnings + w2),
-            )
-        )
-    return out
+    boots, jks, jk_w = _cell_replicates(cells, n_cells, fns, options.n_resamples, rng,
+                                        options.ci == "bca")
+    return [
+        replicate_estimate(boots[i], float(fn(total)[0]), None if jks is None else jks[i], jk_w,
+                           options, n_items=n, n_ratings=n_ratings, method=name,
+                           warnings=warnings)
+        for i, (name, fn) in enumerate(named_fns)
+    ]
 
 
 def bootstrap_from_item_stats(
@@ -282,7 +299,6 @@ def bootstrap_from_item_stats(
     ``stat_fn(item_stats.sum(0))``. Replicates that are undefined (NaN) are dropped with a
     warning; fewer than ``options.min_items`` items adds a warning.
     """
-    n_resamples, ci, level = options.n_resamples, options.ci, options.level
     stats_arr = np.asarray(item_stats, dtype=np.float64)
     if stats_arr.ndim != 2:
         raise ValueError("item_stats must be 2-D (items x statistics)")
@@ -291,19 +307,10 @@ def bootstrap_from_item_stats(
     if n == 0:
         return Estimate(value=float("nan"), method=method, warnings=(*warnings, "no items"))
     theta = float(stat_fn(stats_arr.sum(axis=0)[None, :])[0])
-    boot, jk, jk_w = _replicates(stats_arr, stat_fn, n_resamples, rng, jackknife=(ci == "bca"))
-    lo, hi, w2 = replicate_interval(boot, theta, jk, jk_w, ci, level)
-    return Estimate(
-        value=theta,
-        ci_low=lo,
-        ci_high=hi,
-        n_items=n,
-        n_ratings=n_ratings,
-        level=level,
-        n_resamples=n_resamples,
-        method=f"{method}; bootstrap-{ci}(B={n_resamples}, items resampled)",
-        warnings=tuple(warnings + w2),
-    )
+    boot, jk, jk_w = _replicates(stats_arr, stat_fn, options.n_resamples, rng,
+                                 jackknife=(options.ci == "bca"))
+    return replicate_estimate(boot, theta, jk, jk_w, options, n_items=n, n_ratings=n_ratings,
+                              method=method, warnings=warnings)
 
 
 def bootstrap_items(
@@ -319,7 +326,7 @@ def bootstrap_items(
     for statistics without a sufficient-statistics form; it calls ``stat_fn`` B (+ n for BCa)
     times.
     """
-    n_resamples, ci, level = options.n_resamples, options.ci, options.level
+    n_resamples = options.n_resamples
     arrs = [np.asarray(a) for a in arrays]
     if not arrs:
         raise ValueError("pass at least one array")
@@ -333,24 +340,15 @@ def bootstrap_items(
         idx = rng.integers(0, n, size=n)
         boot[b] = stat_fn(*[a[idx] for a in arrs])
     jk = None
-    if ci == "bca":
+    if options.ci == "bca":
         keep = np.ones(n, dtype=bool)
         jk = np.empty(n)
         for i in range(n):
             keep[i] = False
             jk[i] = stat_fn(*[a[keep] for a in arrs])
             keep[i] = True
-    lo, hi, w2 = replicate_interval(boot, theta, jk, None, ci, level)
-    return Estimate(
-        value=theta,
-        ci_low=lo,
-        ci_high=hi,
-        n_items=n,
-        level=level,
-        n_resamples=n_resamples,
-        method=f"{method}; bootstrap-{ci}(B={n_resamples}, items resampled, loop)",
-        warnings=tuple(warnings + w2),
-    )
+    return replicate_estimate(boot, theta, jk, None, options, n_items=n, method=method,
+                              warnings=warnings, resampled="items resampled, loop")
 
 
 def _one_hot(cells: npt.NDArray[np.int64], n_cells: int) -> FloatArray:

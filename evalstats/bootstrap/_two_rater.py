@@ -25,7 +25,7 @@ from evalstats.bootstrap._engine import (
     bootstrap_from_item_stats,
     bootstrap_items,
     cells_estimates,
-    replicate_interval,
+    replicate_estimate,
     resample_counts,
 )
 from evalstats.options import CI, DEFAULT_OPTIONS, BootstrapOptions
@@ -82,17 +82,9 @@ def bootstrap_accuracy(
 ) -> Estimate:
     """Accuracy with a clustered bootstrap interval (see :func:`evalstats.accuracy` for Wilson)."""
     t, p, dropped = paired(y_true, y_pred, ("y_true", "y_pred"))
-    correct = (t == p).astype(np.float64)
-    item_stats = np.column_stack([np.ones_like(correct), correct])
     extra = [f"{dropped} items dropped because a label was missing"] if dropped else []
-    return bootstrap_from_item_stats(
-        item_stats,
-        _ratio_fn,
-        rng=rng,
-        options=options,
-        method="accuracy",
-        extra_warnings=extra,
-    )
+    return _bootstrap_ratio((t == p).astype(np.float64), rng=rng, options=options,
+                            method="accuracy", extra_warnings=extra)
 
 
 def bootstrap_mean(
@@ -104,15 +96,21 @@ def bootstrap_mean(
 ) -> Estimate:
     """Mean of one value per item (NaN dropped) with a bootstrap interval."""
     v = as_float(np.asarray(values))
-    v = v[~np.isnan(v)]
-    item_stats = np.column_stack([np.ones_like(v), v])
-    return bootstrap_from_item_stats(
-        item_stats,
-        _ratio_fn,
-        rng=rng,
-        options=options,
-        method=method,
-    )
+    return _bootstrap_ratio(v[~np.isnan(v)], rng=rng, options=options, method=method)
+
+
+def _bootstrap_ratio(
+    v: FloatArray,
+    *,
+    rng: np.random.Generator,
+    options: BootstrapOptions,
+    method: str,
+    extra_warnings: Sequence[str] = (),
+) -> Estimate:
+    """Mean of one value per item: the ratio of the summed [1, value] rows, bootstrapped."""
+    return bootstrap_from_item_stats(np.column_stack([np.ones_like(v), v]), _ratio_fn, rng=rng,
+                                     options=options, method=method,
+                                     extra_warnings=extra_warnings)
 
 
 def bootstrap_alpha(
@@ -188,7 +186,7 @@ def _continuous_spearman(
 ) -> Estimate:
     """Spearman on continuous scores: weighted midranks recomputed for every resample, in
     blocks of multiplicities (vectorised); the BCa jackknife likewise up to 5000 items."""
-    n_resamples, ci, level = options.n_resamples, options.ci, options.level
+    n_resamples, ci = options.n_resamples, options.ci
     n = int(xf.size)
     warnings = extra + list(small_n_warning(n, options.min_items))
     theta = float(_spearman_counts(np.ones((1, n)), xf, yf)[0])
@@ -216,18 +214,8 @@ def _continuous_spearman(
             warnings.append(
                 "BCa jackknife skipped for continuous Spearman with n > 5000; percentile used"
             )
-    lo, hi, w2 = replicate_interval(boot, theta, jk, None, use_ci, level)
-    return Estimate(
-        value=theta,
-        ci_low=lo,
-        ci_high=hi,
-        n_items=n,
-        n_ratings=2 * n,
-        level=level,
-        n_resamples=n_resamples,
-        method=f"{name}; bootstrap-{use_ci}(B={n_resamples}, items resampled)",
-        warnings=tuple(warnings + w2),
-    )
+    return replicate_estimate(boot, theta, jk, None, options, n_items=n, n_ratings=2 * n,
+                              method=name, warnings=warnings, ci=use_ci)
 
 
 def bootstrap_correlation(

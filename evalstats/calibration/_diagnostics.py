@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from evalstats._data import small_n_warning
-from evalstats.bootstrap import replicate_interval, resample_counts
+from evalstats.bootstrap import replicate_estimate, resample_counts
 from evalstats.calibration._common import FloatArray, _estimate_json, _json_value, _prepare
 from evalstats.clustered import with_interval
 from evalstats.options import DEFAULT_OPTIONS, BootstrapOptions
@@ -218,20 +218,9 @@ def _joint_bootstrap(
             # estimate. The percentile interval keeps it around the value a lead reads.
             ci = "percentile" if name.startswith("ece") else options.ci
             jk = fn(leave_out[:, cols]) if leave_out is not None and ci == "bca" else None
-            lo, hi, extra = replicate_interval(boot, theta, jk, None, ci, options.level)
-            out[name] = Estimate(
-                value=theta,
-                ci_low=lo,
-                ci_high=hi,
-                n_items=n_cl,
-                n_ratings=n_rows,
-                level=options.level,
-                n_resamples=options.n_resamples,
-                method=(
-                    f"{name}; bootstrap-{ci}(B={options.n_resamples}, clustered by item)"
-                ),
-                warnings=tuple(base + extra),
-            )
+            out[name] = replicate_estimate(boot, theta, jk, None, options, n_items=n_cl,
+                                           n_ratings=n_rows, method=name, warnings=base, ci=ci,
+                                           resampled="clustered by item")
     return out
 
 

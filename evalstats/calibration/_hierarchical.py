@@ -22,6 +22,7 @@ from evalstats.calibration._common import (
 from evalstats.calibration._fit import CalibrationCurve
 from evalstats.calibration._select import (
     CalibrationSelection,
+    KeptSelection,
     _fold_of_rows,
     _group_codes,
     _select_kept,
@@ -171,7 +172,7 @@ def _offset_fit(z: FloatArray, y: FloatArray, w: FloatArray) -> tuple[float, flo
 
 @dataclass(frozen=True)
 class _HierFit:
-    selection: tuple[CalibrationMethod, CalibrationCurve, dict[str, float], FloatArray, int]
+    selection: KeptSelection
     offsets: dict[str, tuple[float, float, float]]  # label -> (raw offset, variance, own weight)
     tau2: float
     warnings: list[str]
@@ -189,9 +190,8 @@ def _fit_hier(
     min_labels: int,
     rng: np.random.Generator,
 ) -> _HierFit:
-    method, curve, losses, oof, k, warnings = _select_kept(
-        s, y, w, codes, methods=methods, folds=folds, rng=rng
-    )
+    selection, warnings = _select_kept(s, y, w, codes, methods=methods, folds=folds, rng=rng)
+    oof = selection[3]
     # Offsets are measured against the pooled model's out-of-fold predictions: in-sample
     # predictions of a flexible curve (isotonic) would already contain each stratum's deviation.
     z = logit(_clip(oof))
@@ -212,7 +212,7 @@ def _fit_hier(
                 f"between-strata variance estimated from {a.size} stratum/strata: unstable"
             )
     offsets = {lab: (a_s, v_s, tau2 / (tau2 + v_s)) for lab, (a_s, v_s) in raw.items()}
-    return _HierFit((method, curve, losses, oof, k), offsets, tau2, warnings)
+    return _HierFit(selection, offsets, tau2, warnings)
 
 
 def _predict_fit(fit: _HierFit, s: FloatArray, labels: npt.NDArray[Any]) -> FloatArray:
@@ -338,18 +338,8 @@ def calibration_hierarchical(
     fit = _fit_hier(
         s, y, w, codes, labels, methods=methods, folds=folds, min_labels=min_labels, rng=fit_rng
     )
-    method, curve, losses, oof, k = fit.selection
-    pooled_heldout = np.full(s_all.size, np.nan)
-    pooled_heldout[keep] = oof
-    pooled = CalibrationSelection(
-        method=method,
-        curve=curve,
-        cv_log_loss=losses,
-        heldout=pooled_heldout,
-        folds=k,
-        n=int(keep.sum()),
-        warnings=tuple(fit.warnings),
-    )
+    method, curve, _, oof, k = fit.selection
+    pooled = CalibrationSelection.from_kept(fit.selection, keep, fit.warnings)
     # Cross-fitting of the whole procedure.
     heldout = np.full(s_all.size, np.nan)
     if k == 0:

@@ -23,6 +23,10 @@ from evalstats.calibration._fit import CalibrationCurve, _constant_curve, calibr
 
 # --- selection by cross-validation -----------------------------------------------------------
 
+#: A selection on the kept rows: (method, its curve refitted on them, method -> cross-validated
+#: log loss, out-of-fold P(pass) of the method, folds used).
+KeptSelection = tuple[CalibrationMethod, CalibrationCurve, dict[str, float], FloatArray, int]
+
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationSelection:
@@ -54,6 +58,21 @@ class CalibrationSelection:
         if include_heldout:
             out["heldout"] = _json_value(self.heldout)
         return out
+
+    @classmethod
+    def from_kept(
+        cls,
+        kept: KeptSelection,
+        keep: npt.NDArray[np.bool_],
+        warnings: Sequence[str],
+    ) -> CalibrationSelection:
+        """The selection ``kept`` made on the rows ``keep`` (score and label known);
+        ``heldout`` is NaN on the other rows."""
+        method, curve, losses, oof, k = kept
+        heldout = np.full(keep.size, np.nan)
+        heldout[keep] = oof
+        return cls(method=method, curve=curve, cv_log_loss=losses, heldout=heldout, folds=k,
+                   n=int(keep.sum()), warnings=tuple(warnings))
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CalibrationSelection:
@@ -122,7 +141,7 @@ def _select_kept(
     methods: Sequence[CalibrationMethod],
     folds: int,
     rng: np.random.Generator,
-) -> tuple[CalibrationMethod, CalibrationCurve, dict[str, float], FloatArray, int, list[str]]:
+) -> tuple[KeptSelection, list[str]]:
     warnings: list[str] = []
     reason = _too_few(y, w, codes, folds)
     if reason is not None:
@@ -131,7 +150,7 @@ def _select_kept(
         value = (pos * wn + 0.5) / (tot * wn + 1.0)
         curve = _constant_curve("histogram", value, int(y.size), np.sort(s))
         warnings.append(f"{reason}: a constant P(pass) = {value:.3f} is used, not a fitted curve")
-        return "histogram", curve, {}, _leave_group_out_constant(y, w, codes), 0, warnings
+        return ("histogram", curve, {}, _leave_group_out_constant(y, w, codes), 0), warnings
     k = min(folds, int(np.unique(codes).size))
     if k < folds:
         warnings.append(f"only {k} groups: {k}-fold cross-validation instead of {folds}")
@@ -149,7 +168,7 @@ def _select_kept(
         losses[method] = float((w * _log_loss_rows(y, pred)).sum() / wsum)
     best = min(methods, key=lambda m: losses[m])  # ties: the earlier method in ``methods``
     curve = calibration_fit(s, y, method=best, weights=w)
-    return best, curve, losses, oof[best], k, warnings
+    return (best, curve, losses, oof[best], k), warnings
 
 
 def calibration_select(
@@ -184,17 +203,7 @@ def calibration_select(
         raise ValueError("folds must be at least 2")
     s_all, y_all, w_all, keep = _prepare(score, passed, weights)
     codes = _group_codes(groups, s_all.size)[keep]
-    method, curve, losses, oof, k, warnings = _select_kept(
+    kept, warnings = _select_kept(
         s_all[keep], y_all[keep], w_all[keep], codes, methods=methods, folds=folds, rng=rng
     )
-    heldout = np.full(s_all.size, np.nan)
-    heldout[keep] = oof
-    return CalibrationSelection(
-        method=method,
-        curve=curve,
-        cv_log_loss=losses,
-        heldout=heldout,
-        folds=k,
-        n=int(keep.sum()),
-        warnings=tuple(warnings),
-    )
+    return CalibrationSelection.from_kept(kept, keep, warnings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -308,29 +309,14 @@ def _bt_strengths(
     n_labelled: int, n_unlabelled: int, lam: float, method: str, level: float,
 ) -> dict[int, PPIEstimate]:
     """Each candidate's strength with its normal interval; the reference's is 0 exactly."""
-    strengths: dict[int, PPIEstimate] = {
-        ref: PPIEstimate(
-            value=0.0,
-            ci_low=None,
-            ci_high=None,
-            se=None,
-            n_labelled=n_labelled,
-            n_unlabelled=n_unlabelled,
-            lam=lam,
-            method="reference candidate (strength fixed at 0)",
-            level=level,
-        )
-    }
+    strength = functools.partial(
+        _estimate, n_labelled=n_labelled, n_unlabelled=n_unlabelled, lam=lam, level=level
+    )
+    # Without a standard error the reference gets no interval.
+    strengths = {ref: strength(0.0, None, method="reference candidate (strength fixed at 0)")}
     for c, i in col.items():
-        strengths[c] = _estimate(
-            float(theta[i]),
-            math.sqrt(max(float(sigma[i, i]), 0.0)),
-            n_labelled=n_labelled,
-            n_unlabelled=n_unlabelled,
-            lam=lam,
-            method=method,
-            level=level,
-        )
+        strengths[c] = strength(float(theta[i]), math.sqrt(max(float(sigma[i, i]), 0.0)),
+                                method=method)
     return strengths
 
 

@@ -6,7 +6,7 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,18 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 #: ``"normal"``: the z interval of ``ppi_py``; ``"t"``: the small-sample interval (see module doc).
 Interval = Literal["normal", "t"]
+
+
+class PPIMeanOptions(TypedDict, total=False):
+    """The keyword options of :func:`evalstats.ppi.ppi_mean` (defaults and meaning there),
+    which the paired differences pass on unchanged."""
+
+    w: npt.ArrayLike | None
+    w_unlabelled: npt.ArrayLike | None
+    lam: float | None
+    level: float
+    interval: Interval
+    census: bool
 INTERVALS: tuple[Interval, ...] = ("normal", "t")
 
 #: Tolerance on the deployment mix summing to 1.

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,7 @@ from evalstats.ppi._common import (
     IntArray,
     Interval,
     PPIEstimate,
+    PPIMeanOptions,
     _check_mix,
     _codes,
     _estimate,
@@ -340,13 +341,7 @@ def paired_difference(
     f_b_l: npt.ArrayLike,
     f_a_u: npt.ArrayLike,
     f_b_u: npt.ArrayLike,
-    *,
-    w: npt.ArrayLike | None = None,
-    w_unlabelled: npt.ArrayLike | None = None,
-    lam: float | None = None,
-    level: float = 0.95,
-    interval: Interval = "normal",
-    census: bool = False,
+    **options: Unpack[PPIMeanOptions],
 ) -> PPIEstimate:
     """PPI++ estimate of mean(A - B) on shared items.
 
@@ -354,14 +349,11 @@ def paired_difference(
     and the judge's ``f_a_l``, ``f_b_l`` there, aligned by item); unlabelled: the other items
     where both have judge scores (``f_a_u``, ``f_b_u``). This is :func:`ppi_mean` on the
     item-level differences, so the correlation between the candidates through the items is
-    accounted for.
+    accounted for; the keyword ``options`` (``w``, ``w_unlabelled``, ``lam``, ``level``,
+    ``interval``, ``census``) are :func:`ppi_mean`'s, with its defaults.
     """
     dy, dfl, dfu = _paired_differences(y_a, y_b, f_a_l, f_b_l, f_a_u, f_b_u)
-    est = ppi_mean(
-        dy, dfl, dfu, w=w, w_unlabelled=w_unlabelled, lam=lam, level=level,
-        interval=interval, census=census,
-    )
-    return _relabel(est, "paired difference A - B on shared items: ")
+    return _relabel(ppi_mean(dy, dfl, dfu, **options), "paired difference A - B on shared items: ")
 
 
 def _paired_differences(
@@ -397,33 +389,16 @@ def paired_difference_stratified(
     s_unlabelled: npt.ArrayLike,
     *,
     mix: Mapping[int, float],
-    w: npt.ArrayLike | None = None,
-    w_unlabelled: npt.ArrayLike | None = None,
-    lam: float | None = None,
-    level: float = 0.95,
-    interval: Interval = "normal",
-    census: bool = False,
+    **options: Unpack[PPIMeanOptions],
 ) -> StratifiedPPI:
     """Stratified PPI++ of mean(A - B): per-stratum paired differences and their mix.
 
     As :func:`paired_difference` within each stratum (item-aligned arrays, stratum codes
-    ``s_labelled`` / ``s_unlabelled`` per item) and :func:`ppi_mean_stratified` for the mix.
+    ``s_labelled`` / ``s_unlabelled`` per item) and :func:`ppi_mean_stratified` for the mix;
+    the keyword ``options`` are :func:`ppi_mean`'s, with its defaults.
     """
     dy, dfl, dfu = _paired_differences(y_a, y_b, f_a_l, f_b_l, f_a_u, f_b_u)
-    res = ppi_mean_stratified(
-        dy,
-        dfl,
-        s_labelled,
-        dfu,
-        s_unlabelled,
-        mix=mix,
-        w=w,
-        w_unlabelled=w_unlabelled,
-        lam=lam,
-        level=level,
-        interval=interval,
-        census=census,
-    )
+    res = ppi_mean_stratified(dy, dfl, s_labelled, dfu, s_unlabelled, mix=mix, **options)
     prefix = "paired difference A - B on shared items: "
     return StratifiedPPI(
         per_stratum={k: _relabel(v, prefix) for k, v in res.per_stratum.items()},
