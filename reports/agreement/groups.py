@@ -23,9 +23,10 @@ main table's verdict treats a small cell.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,7 +37,8 @@ from calibration.frames import CriterionRef, RatingData
 from evalstats.votes import pooled_pair_agreement
 
 from .coefficients import nominal_metrics, ordinal_metrics, primary_metric_for, vote_metrics
-from .common import FloatArray, bootstrap_options, cell_rng, est_dict, scale_categories
+from .common import FloatArray, bootstrap_options, cell_rng, scale_categories
+from .figures import AlphaLevel, alpha_with_interval, with_and_without_ties
 from .humans import HumanBlock, Stratum
 
 
@@ -158,31 +160,14 @@ def _within(
         return _row(crit, st, "within_group", metrics=None, n_pairs=0, **common)
     rng = cell_rng(p["seed"], "group", "within", crit.id, st.dimension, st.label, g.name)
     cats = scale_categories(crit)
-    level: Literal["ordinal", "nominal"] = "ordinal" if crit.scale == "ordinal" else "nominal"
-    with np.errstate(divide="ignore", invalid="ignore"):
-        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=cats)
-    interval = es.alpha_clustered(
-        sub,
-        items,
-        level_of_measurement=level,
-        value_domain=cats,
-        rng=rng,
-        options=bootstrap_options(p),
-    )
-    pooled = pooled_pair_agreement(sub, items, ties="keep", rng=rng, options=bootstrap_options(p))
+    level: AlphaLevel = "ordinal" if crit.scale == "ordinal" else "nominal"
     metrics = {
-        "krippendorff_alpha": est_dict(es.with_interval(point, interval)),
-        "pooled_agreement": est_dict(pooled),
+        "krippendorff_alpha": alpha_with_interval(sub, pairable, items, level, cats, p, rng),
+        **with_and_without_ties(crit, "pooled_agreement", functools.partial(
+            pooled_pair_agreement, sub, items, rng=rng, options=bootstrap_options(p))),
     }
-    if crit.scale == "pairwise":
-        metrics["pooled_agreement_without_ties"] = est_dict(
-            pooled_pair_agreement(
-                sub, items, ties="drop", tie_category=0.0, rng=rng, options=bootstrap_options(p)
-            )
-        )
-    return _row(
-        crit, st, "within_group", metrics=metrics, n_pairs=int(pooled.n_items), **common
-    )
+    return _row(crit, st, "within_group", metrics=metrics,
+                n_pairs=metrics["pooled_agreement"]["n"], **common)
 
 
 def rater_group_rows(
