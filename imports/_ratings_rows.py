@@ -13,8 +13,9 @@ from judges.services import (
 )
 from reviewhub.errors import Problems
 from studies.ingest.validation import recorded_request_check
+from studies.strata import as_number
 
-from ._ratings_scales import _as_number, _CriterionView
+from ._ratings_scales import _CriterionView
 
 DEFAULT_CANDIDATE = "imported"
 DEFAULT_JUDGE_VERSION = "imported"
@@ -346,7 +347,7 @@ def _severity_cell(line: int, row: Mapping[str, Any], kind: str, problems: _Prob
     severity: Any = None
     sev_text = _text(row, "severity")
     if sev_text:
-        sev = _as_number(sev_text)
+        sev = as_number(sev_text)
         if kind != "human":
             problems.add(line, "severity", "only human ratings carry a severity")
         else:
@@ -515,7 +516,7 @@ def _confidence_cells(
     prob: float | None = None
     raw_p = _text(row, "probability")
     if raw_p:
-        num = _as_number(raw_p)
+        num = as_number(raw_p)
         if kind != "judge":
             problems.add(line, "probability", "only judge rows carry a probability")
         elif num is None or not 0.0 <= num <= 1.0:
@@ -525,7 +526,7 @@ def _confidence_cells(
     sample = 0
     raw_s = _text(row, "sample")
     if raw_s:
-        num = _as_number(raw_s)
+        num = as_number(raw_s)
         if kind != "judge":
             problems.add(line, "sample", "only judge rows have samples")
         elif num is None or not float(num).is_integer() or num < 0 or num > 1_000_000:

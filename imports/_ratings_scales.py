@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from studies.criteria import (
     number_text,
 )
 from studies.models import Criterion
+from studies.strata import as_number
 
 _BINARY_ALIASES = {
     "pass": "pass",
@@ -141,7 +141,7 @@ class _CriterionView:
         if self.scale == "pairwise":
             return _PAIRWISE_ALIASES.get(raw.lower())
         if self.scale == "ordinal":
-            num = _as_number(raw)
+            num = as_number(raw)
             if num is None or not float(num).is_integer():
                 return None
             text = str(int(num))
@@ -152,14 +152,6 @@ class _CriterionView:
             except ValueError:
                 return None
         return self.lower.get(raw.lower())
-
-
-def _as_number(raw: Any) -> float | None:
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _number_text(num: float) -> str:
@@ -188,7 +180,7 @@ def _infer_scale(key: str, values: list[str], pairwise: bool) -> _Inference:
     lowered = {v.lower() for v in values}
     if lowered and lowered <= {"pass", "fail"}:
         return _Inference(ScaleSpec("binary"), "every value is pass or fail")
-    nums = [_as_number(v) for v in values]
+    nums = [as_number(v) for v in values]
     numeric = [n for n in nums if n is not None]
     if numeric and len(numeric) == len(nums):
         if all(float(n).is_integer() for n in numeric):

@@ -20,7 +20,7 @@ checked against each other (`imports.pairwise_check`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from django.db import transaction
@@ -47,6 +47,7 @@ from studies.imports_service import (
     importer_username,
 )
 from studies.models import Criterion, Study
+from studies.strata import as_number
 
 from ._ratings_read import ReadError, ratings_read
 from ._ratings_rows import (
@@ -62,7 +63,7 @@ from ._ratings_rows import (
     _strata_conflicts,
     _validate_row,
 )
-from ._ratings_scales import ScaleSpec, _as_number, _CriterionView, _infer_scale, scale_parse
+from ._ratings_scales import ScaleSpec, _CriterionView, _infer_scale, scale_parse
 from ._ratings_texts import _apply_texts, _texts_read
 from .pairwise_check import PairwiseVote, order_consistency_warnings
 
@@ -116,17 +117,8 @@ class ImportSummary:
         target[model] = target.get(model, 0) + n
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "rows": self.rows,
-            "created": self.created,
-            "updated": self.updated,
-            "unchanged": self.unchanged,
-            "criteria_created": self.criteria_created,
-            "criteria": self.criteria,
-            "notes": self.notes,
-            "warnings": self.warnings,
-            "dry_run": self.dry_run,
-        }
+        """Every field, in order (the objects themselves, not copies)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass
@@ -404,7 +396,7 @@ def _ratings_check(
                     "continuous scores are only allowed on "
                     f"ordinal criteria ('{r.criterion}' is {view.scale}{hint})",
                 )
-            elif _as_number(r.raw_value) is None:
+            elif as_number(r.raw_value) is None:
                 problems.add(r.line, "value", f"{r.raw_value!r} is not a finite number")
             elif (why := _probability_problem(r, view, _continuous_text(r.raw_value))):
                 problems.add(r.line, "probability", why)
@@ -547,7 +539,7 @@ def _not_a_value(r: _Rating, view: _CriterionView) -> str:
         f"{r.raw_value!r} is not a value of the {view.scale} "
         f"criterion '{r.criterion}' (allowed: {', '.join(view.values)})"
     )
-    num = _as_number(r.raw_value)
+    num = as_number(r.raw_value)
     if view.scale == "ordinal" and num is not None and not float(num).is_integer():
         if r.kind == "judge":
             message += "; a judge's continuous scores need value_type=continuous"

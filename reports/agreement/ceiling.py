@@ -5,9 +5,10 @@ subject (with ties, and without for pairwise scales).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +25,7 @@ from .common import (
     finite_or_none,
     scale_categories,
 )
+from .figures import AlphaLevel, alpha_with_interval, with_and_without_ties
 from .humans import HumanBlock, Stratum
 
 # Per-pair human kappas are listed in the ceiling when there are at most this many pairs.
@@ -62,7 +64,7 @@ def _ceiling_compute(
     sub = sub[active]
     items = block.items[idx]
     cats = scale_categories(crit)
-    level: Literal["ordinal", "nominal", "interval"] = (
+    level: AlphaLevel = (
         crit.scale if crit.scale in ("ordinal", "interval") else "nominal"  # type: ignore[assignment]
     )
     domain = cats if crit.scale != "interval" else None
@@ -79,19 +81,7 @@ def _ceiling_compute(
             alpha=est_dict(None), pairwise_kappa=None, n_pairs=0, point=None, point_metric=None
         )
         return out
-    # krippendorff divides 0/0 when a stratum has one value only; the NaN is reported. (errstate,
-    # unlike warnings.catch_warnings, is thread-local: criteria may run in threads.)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=domain)
-    interval = es.alpha_clustered(
-        sub,
-        items,
-        level_of_measurement=level,
-        value_domain=domain,
-        rng=rng,
-        options=bootstrap_options(p),
-    )
-    out["alpha"] = est_dict(es.with_interval(point, interval))
+    out["alpha"] = alpha_with_interval(sub, pairable, items, level, domain, p, rng)
     if crit.scale == "interval":
         # Scores on a continuous range have no categories for a kappa: alpha (interval level)
         # is the ceiling.
@@ -113,16 +103,8 @@ def _pooled(crit: CriterionRef, sub: FloatArray, items: npt.NDArray[Any],
             p: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
     """Nominal scales: the share of agreeing pairs of distinct humans on the same subject,
     pooled over pairs, with ties and (pairwise scales) without."""
-    out = {"pooled_agreement": est_dict(
-        pooled_pair_agreement(sub, items, ties="keep", rng=rng, options=bootstrap_options(p))
-    )}
-    if crit.scale == "pairwise":
-        out["pooled_agreement_without_ties"] = est_dict(
-            pooled_pair_agreement(
-                sub, items, ties="drop", tie_category=0.0, rng=rng, options=bootstrap_options(p)
-            )
-        )
-    return out
+    return with_and_without_ties(crit, "pooled_agreement", functools.partial(
+        pooled_pair_agreement, sub, items, rng=rng, options=bootstrap_options(p)))
 
 
 def _pairwise_kappa(crit: CriterionRef, sub: FloatArray, humans: npt.NDArray[Any],

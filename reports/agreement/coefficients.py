@@ -8,6 +8,7 @@ has a pass_threshold, as pass/fail (score >= threshold) with the mean's pass/fai
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +27,7 @@ from .common import (
     scale_categories,
     scale_labels,
 )
+from .figures import with_and_without_ties
 
 
 def nominal_metrics(
@@ -88,24 +90,8 @@ def vote_metrics(
 ) -> dict[str, Any]:
     """Judge vs every human vote (`evalstats.votes.vote_agreement`), beside the per-majority
     accuracy: with ties and, for pairwise scales, without (MT-Bench's two setups)."""
-    m = {
-        "agreement_per_vote": est_dict(
-            vote_agreement(j, votes, items, ties="keep", rng=rng, options=bootstrap_options(p))
-        )
-    }
-    if crit.scale == "pairwise":
-        m["agreement_per_vote_without_ties"] = est_dict(
-            vote_agreement(
-                j,
-                votes,
-                items,
-                ties="drop",
-                tie_category=0.0,
-                rng=rng,
-                options=bootstrap_options(p),
-            )
-        )
-    return m
+    return with_and_without_ties(crit, "agreement_per_vote", functools.partial(
+        vote_agreement, j, votes, items, rng=rng, options=bootstrap_options(p)))
 
 
 def ordinal_metrics(

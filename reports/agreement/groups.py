@@ -23,9 +23,10 @@ main table's verdict treats a small cell.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,7 +37,8 @@ from calibration.frames import CriterionRef, RatingData
 from evalstats.votes import pooled_pair_agreement
 
 from .coefficients import nominal_metrics, ordinal_metrics, primary_metric_for, vote_metrics
-from .common import FloatArray, bootstrap_options, cell_rng, est_dict, scale_categories
+from .common import FloatArray, bootstrap_options, cell_rng, scale_categories
+from .figures import AlphaLevel, alpha_with_interval, with_and_without_ties
 from .humans import HumanBlock, Stratum
 
 
@@ -73,53 +75,54 @@ def _groups(
     return out, int(sum(g is None for g in of))
 
 
-def _row(
-    crit: CriterionRef,
-    st: Stratum,
-    kind: str,
-    *,
-    group: str,
-    judge_version: int | None = None,
-    other_group: str | None = None,
-    n_subjects: int,
-    n_items: int,
-    n_raters: int,
-    primary: str,
-    metrics: dict[str, Any] | None,
-    n_pairs: int | None = None,
-) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "criterion": crit.id,
-        **st.as_dict(),
+@dataclass(frozen=True)
+class _Scope:
+    """One criterion's human block in one stratum, with the report's parameters: what every
+    figure of the stratum reads."""
+
+    crit: CriterionRef
+    block: HumanBlock
+    st: Stratum
+    p: Mapping[str, Any]
+
+    def rng(self, what: object, *groups: str) -> np.random.Generator:
+        """The generator of one figure of the stratum (`what`: a judge version, "pair" or
+        "within"; `groups`: the groups it is about)."""
+        return cell_rng(self.p["seed"], "group", what, self.crit.id, self.st.dimension,
+                        self.st.label, *groups)
+
+    def counts(self, rows: npt.NDArray[np.bool_], idx: npt.NDArray[np.int64]) -> dict[str, int]:
+        """A figure's subjects `idx`, their items, and the raters among `rows` who rated one."""
+        return {
+            "n_subjects": int(idx.size),
+            "n_items": int(np.unique(self.block.items[idx]).size),
+            "n_raters": int((~np.isnan(self.block.matrix[rows][:, idx])).any(axis=1).sum()),
+        }
+
+
+def _row(scope: _Scope, kind: str, *, group: str, judge_version: int | None = None,
+         other_group: str | None = None, counts: Mapping[str, int], primary: str,
+         metrics: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "criterion": scope.crit.id,
+        **scope.st.as_dict(),
         "kind": kind,
         "judge_version": judge_version,
         "group": group,
         "other_group": other_group,
-        "n_subjects": n_subjects,
-        "n_items": n_items,
-        "n_raters": n_raters,
+        **counts,
         "too_few": metrics is None,
         "primary_metric": primary,
         "metrics": metrics or {},
     }
-    if n_pairs is not None:
-        row["n_pairs"] = n_pairs
-    return row
 
 
-def _against(
-    crit: CriterionRef,
-    j: FloatArray,
-    g: _Group,
-    idx: npt.NDArray[np.int64],
-    items: npt.NDArray[np.int64],
-    continuous: bool,
-    p: Mapping[str, Any],
-    rng: np.random.Generator,
-    votes: FloatArray | None = None,
-) -> dict[str, Any]:
+def _against(scope: _Scope, j: FloatArray, g: _Group, idx: npt.NDArray[np.int64],
+             continuous: bool, rng: np.random.Generator,
+             votes: FloatArray | None = None) -> dict[str, Any]:
     """The main table's coefficients of `j` against group g's consensus on subjects `idx`;
     with `votes` (nominal scales), also `j` against each of the votes (humans x subjects)."""
+    crit, p, items = scope.crit, scope.p, scope.block.items[idx]
     if crit.scale == "ordinal":
         return ordinal_metrics(
             crit, j, g.consensus[idx], g.rounded[idx], items, continuous, p, rng
@@ -131,58 +134,32 @@ def _against(
     return metrics
 
 
-def _within(
-    crit: CriterionRef,
-    block: HumanBlock,
-    g: _Group,
-    st: Stratum,
-    p: Mapping[str, Any],
-) -> dict[str, Any] | None:
+def _within(scope: _Scope, g: _Group) -> dict[str, Any] | None:
     """Alpha and pooled pair agreement among g's raters in the stratum (None: g rated none of
     its subjects)."""
+    crit, block, st, p = scope.crit, scope.block, scope.st, scope.p
     sub = block.matrix[g.rows][:, st.mask]
     items = block.items[st.mask]
     rated = ~np.isnan(sub)
     if not rated.any():
         return None
     pairable = rated.sum(axis=0) >= 2
-    n = int(pairable.sum())
-    common: dict[str, Any] = {
-        "group": g.name,
-        "n_subjects": n,
-        "n_items": int(np.unique(items[pairable]).size),
-        "n_raters": int(rated[:, pairable].any(axis=1).sum()),
-        "primary": "krippendorff_alpha",
-    }
-    if n < p["min_items"]:
-        return _row(crit, st, "within_group", metrics=None, n_pairs=0, **common)
-    rng = cell_rng(p["seed"], "group", "within", crit.id, st.dimension, st.label, g.name)
-    cats = scale_categories(crit)
-    level: Literal["ordinal", "nominal"] = "ordinal" if crit.scale == "ordinal" else "nominal"
-    with np.errstate(divide="ignore", invalid="ignore"):
-        point = es.krippendorff_alpha(sub[:, pairable], level=level, value_domain=cats)
-    interval = es.alpha_clustered(
-        sub,
-        items,
-        level_of_measurement=level,
-        value_domain=cats,
-        rng=rng,
-        options=bootstrap_options(p),
-    )
-    pooled = pooled_pair_agreement(sub, items, ties="keep", rng=rng, options=bootstrap_options(p))
-    metrics = {
-        "krippendorff_alpha": est_dict(es.with_interval(point, interval)),
-        "pooled_agreement": est_dict(pooled),
-    }
-    if crit.scale == "pairwise":
-        metrics["pooled_agreement_without_ties"] = est_dict(
-            pooled_pair_agreement(
-                sub, items, ties="drop", tie_category=0.0, rng=rng, options=bootstrap_options(p)
-            )
-        )
-    return _row(
-        crit, st, "within_group", metrics=metrics, n_pairs=int(pooled.n_items), **common
-    )
+    counts = scope.counts(g.rows, np.nonzero(st.mask)[0][pairable])
+    metrics = None
+    if counts["n_subjects"] >= p["min_items"]:
+        rng = scope.rng("within", g.name)
+        cats = scale_categories(crit)
+        level: AlphaLevel = "ordinal" if crit.scale == "ordinal" else "nominal"
+        metrics = {
+            "krippendorff_alpha": alpha_with_interval(sub, pairable, items, level, cats, p, rng),
+            **with_and_without_ties(crit, "pooled_agreement", functools.partial(
+                pooled_pair_agreement, sub, items, rng=rng, options=bootstrap_options(p))),
+        }
+    row = _row(scope, "within_group", group=g.name, counts=counts,
+               primary="krippendorff_alpha", metrics=metrics)
+    # How many pairs of the group's raters the pooled agreement counts.
+    row["n_pairs"] = metrics["pooled_agreement"]["n"] if metrics is not None else 0
+    return row
 
 
 def rater_group_rows(
@@ -214,71 +191,57 @@ def rater_group_rows(
         )
     rows: list[dict[str, Any]] = []
     for st in block.strata:
+        scope = _Scope(crit, block, st, p)
         for jv_id, continuous, j_all in judge_codes:
-            rows.extend(_judge_vs_groups(crit, block, groups, st, jv_id, continuous, j_all, p))
-        rows.extend(_group_pairs(crit, block, groups, st, p))
+            rows.extend(_judge_vs_groups(scope, groups, jv_id, continuous, j_all))
+        rows.extend(_group_pairs(scope, groups))
         for g in groups:
-            within = _within(crit, block, g, st, p)
+            within = _within(scope, g)
             if within is not None:
                 rows.append(within)
     return members, rows
 
 
-def _judge_vs_groups(
-    crit: CriterionRef, block: HumanBlock, groups: list[_Group], st: Stratum, jv_id: int,
-    continuous: bool, j_all: FloatArray, p: Mapping[str, Any],
-) -> list[dict[str, Any]]:
+def _judge_vs_groups(scope: _Scope, groups: list[_Group], jv_id: int, continuous: bool,
+                     j_all: FloatArray) -> list[dict[str, Any]]:
     """A judge version against each group's consensus (and its votes) in a stratum."""
+    crit, block = scope.crit, scope.block
     rows = []
     for g in groups:
-        idx = np.nonzero(~np.isnan(j_all) & ~np.isnan(g.consensus) & st.mask)[0]
+        idx = np.nonzero(~np.isnan(j_all) & ~np.isnan(g.consensus) & scope.st.mask)[0]
         if idx.size == 0:
             continue
-        items = block.items[idx]
         metrics = None
-        if idx.size >= p["min_items"]:
-            rng = cell_rng(p["seed"], "group", jv_id, crit.id, st.dimension, st.label, g.name)
+        if idx.size >= scope.p["min_items"]:
+            rng = scope.rng(jv_id, g.name)
             # The group's own votes on the same subjects: every vote of the group
             # counts once (the group's consensus exists wherever one of them voted).
             votes = block.matrix[g.rows][:, idx] if crit.scale != "ordinal" else None
-            metrics = _against(crit, j_all[idx], g, idx, items, continuous, p, rng, votes)
+            metrics = _against(scope, j_all[idx], g, idx, continuous, rng, votes)
         rows.append(
-            _row(
-                crit, st, "judge_vs_group", judge_version=jv_id, group=g.name,
-                n_subjects=int(idx.size), n_items=int(np.unique(items).size),
-                n_raters=int((~np.isnan(block.matrix[g.rows][:, idx])).any(axis=1).sum()),
-                primary=primary_metric_for(crit, continuous), metrics=metrics,
-            )
+            _row(scope, "judge_vs_group", judge_version=jv_id, group=g.name,
+                 counts=scope.counts(g.rows, idx), primary=primary_metric_for(crit, continuous),
+                 metrics=metrics)
         )
     return rows
 
 
-def _group_pairs(
-    crit: CriterionRef, block: HumanBlock, groups: list[_Group], st: Stratum,
-    p: Mapping[str, Any],
-) -> list[dict[str, Any]]:
+def _group_pairs(scope: _Scope, groups: list[_Group]) -> list[dict[str, Any]]:
     """Each pair of groups' consensuses against each other in a stratum."""
     rows = []
     for a, g in enumerate(groups):
         for h in groups[a + 1 :]:
-            idx = np.nonzero(~np.isnan(g.consensus) & ~np.isnan(h.consensus) & st.mask)[0]
+            idx = np.nonzero(~np.isnan(g.consensus) & ~np.isnan(h.consensus) & scope.st.mask)[0]
             if idx.size == 0:
                 continue
-            items = block.items[idx]
             metrics = None
-            if idx.size >= p["min_items"]:
-                rng = cell_rng(
-                    p["seed"], "group", "pair", crit.id, st.dimension, st.label, g.name, h.name,
-                )
-                metrics = _against(crit, g.rounded[idx], h, idx, items, False, p, rng)
-            both = g.rows | h.rows
+            if idx.size >= scope.p["min_items"]:
+                rng = scope.rng("pair", g.name, h.name)
+                metrics = _against(scope, g.rounded[idx], h, idx, False, rng)
             rows.append(
-                _row(
-                    crit, st, "group_vs_group", group=g.name, other_group=h.name,
-                    n_subjects=int(idx.size), n_items=int(np.unique(items).size),
-                    n_raters=int((~np.isnan(block.matrix[both][:, idx])).any(axis=1).sum()),
-                    primary=primary_metric_for(crit, False), metrics=metrics,
-                )
+                _row(scope, "group_vs_group", group=g.name, other_group=h.name,
+                     counts=scope.counts(g.rows | h.rows, idx),
+                     primary=primary_metric_for(scope.crit, False), metrics=metrics)
             )
     return rows
 

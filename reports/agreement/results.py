@@ -39,16 +39,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from calibration.refs import OMIT_IF_NONE, CriterionRef, JudgeRef
-from reports.results import (
-    ResultFormatError,
-    decode_dataclass,
-    encode,
-    json_safe,
-    json_schema_of,
-)
+from reports.results import ResultFormatError, json_safe
+from reports.stored_result import StoredResult, result_object
 
 AGREEMENT_RESULT_VERSION = 4
 # Versions `AgreementResult.from_json` reads: version 1 has no `correlation_levels` table (read
@@ -460,8 +455,10 @@ class AgreementCell:
 
 
 @dataclass(frozen=True)
-class AgreementResult:
+class AgreementResult(StoredResult):
     """The agreement report (docs/reports.md), version `AGREEMENT_RESULT_VERSION`."""
+
+    SCHEMA_CONSTS: ClassVar[Mapping[str, Any]] = {"version": AGREEMENT_RESULT_VERSION}
 
     version: int
     rule: str
@@ -495,9 +492,7 @@ class AgreementResult:
 
         Reads every version in `AGREEMENT_READABLE_VERSIONS`; ``version`` keeps the stored one.
         """
-        if not isinstance(data, Mapping):
-            raise ResultFormatError("result", "must be an object")
-        version = data.get("version")
+        version = result_object(data).get("version")
         if isinstance(version, bool) or version not in AGREEMENT_READABLE_VERSIONS:
             readable = ", ".join(str(v) for v in AGREEMENT_READABLE_VERSIONS)
             raise ResultFormatError(
@@ -508,24 +503,17 @@ class AgreementResult:
         if version == 1:
             for table in _TABLES_SINCE_2:
                 raw.setdefault(table, [])
-        return decode_dataclass(cls, raw, "")
+        return cls.decode(raw)
 
     def to_json(self) -> dict[str, Any]:
         """The stored (and served) JSON form: from_json(to_json()) == self (and a version 1
         result read by from_json writes back exactly what was stored)."""
-        out: dict[str, Any] = encode(self)
+        out = super().to_json()
         if self.version == 1:
             for table in _TABLES_SINCE_2:
                 if not out[table]:
                     del out[table]
         return out
-
-    @classmethod
-    def json_schema(cls) -> dict[str, Any]:
-        """JSON Schema (draft 2020-12) of `to_json()`, derived from the dataclasses."""
-        schema = json_schema_of(cls)
-        schema["properties"]["version"] = {"const": AGREEMENT_RESULT_VERSION}
-        return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
     def criteria_by_id(self) -> dict[int, CriterionRef]:
         return {c.id: c for c in self.criteria}

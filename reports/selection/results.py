@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from reports.results import ResultFormatError, decode_dataclass, encode, json_schema_of
+from reports.results import ResultFormatError
+from reports.stored_result import StoredResult, result_object
 
 SELECTION_RESULT_VERSION = 2
 # Version 1 results (before the decision table and the stated rubric rule) are still read:
@@ -274,8 +275,11 @@ class Pairwise:
 
 
 @dataclass(frozen=True)
-class SelectionResult:
+class SelectionResult(StoredResult):
     """The selection report (docs/reports.md), version `SELECTION_RESULT_VERSION`."""
+
+    SCHEMA_CONSTS: ClassVar[Mapping[str, Any]] = {
+        "version": SELECTION_RESULT_VERSION, "kind": "selection"}
 
     version: int
     kind: str
@@ -319,9 +323,7 @@ class SelectionResult:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SelectionResult:
         """Read a stored result; ResultFormatError names the first field that does not fit."""
-        if not isinstance(data, Mapping):
-            raise ResultFormatError("result", "must be an object")
-        version = data.get("version")
+        version = result_object(data).get("version")
         if version == 1:
             data = upgrade_v1(data)
             version = data.get("version")
@@ -329,20 +331,7 @@ class SelectionResult:
             raise ResultFormatError(
                 "version", f"selection result version {version!r} is not "
                 f"{SELECTION_RESULT_VERSION}, the version this code reads")
-        return decode_dataclass(cls, dict(data), "")
-
-    def to_json(self) -> dict[str, Any]:
-        """The stored (and served) JSON form: from_json(to_json()) == self."""
-        out: dict[str, Any] = encode(self)
-        return out
-
-    @classmethod
-    def json_schema(cls) -> dict[str, Any]:
-        """JSON Schema (draft 2020-12) of `to_json()`, derived from the dataclasses."""
-        schema = json_schema_of(cls)
-        schema["properties"]["version"] = {"const": SELECTION_RESULT_VERSION}
-        schema["properties"]["kind"] = {"const": "selection"}
-        return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+        return cls.decode(data)
 
     def estimate(self, candidate: str, metric: str, stratum: str) -> EstimateRow | None:
         """The estimate row of a candidate x metric x stratum, if the report has one."""

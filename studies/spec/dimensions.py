@@ -13,8 +13,8 @@ from studies.spec.common import (
     is_number,
     join,
     keyed_entries_validate,
-    slug_problem,
 )
+from studies.spec.entries import entry_open, problems_of
 from studies.strata import (
     DERIVED_SOURCES,
     METADATA_PREFIX,
@@ -132,20 +132,10 @@ def _numeric_bins_config(config_raw: Mapping[str, Any], cpath: str, label: str,
 
 
 def _dimension_validate(raw: Any, path: str, problems: Problems) -> dict[str, Any] | None:
-    if not isinstance(raw, Mapping):
-        problems.add(path, "must be an object")
+    check = entry_open(raw, path, problems, noun="dimension", fields=_DIMENSION_FIELDS)
+    if check is None:
         return None
-    start = len(problems.items)
-    key = raw.get("key")
-    label = f"dimension '{key}'" if isinstance(key, str) and key else "dimension"
-
-    def bad(field_name: str, message: str) -> None:
-        problems.add(join(path, field_name), f"{label}: {message}")
-
-    for extra in sorted(set(raw) - _DIMENSION_FIELDS):
-        bad(extra, "unknown field")
-    if (msg := slug_problem(key)) is not None:
-        bad("key", f"key {msg}")
+    key, bad, label = check.key, check.bad, check.label
     name = raw.get("name", "")
     if not isinstance(name, str) or len(name) > 200:
         bad("name", "name must be a string of at most 200 characters")
@@ -180,7 +170,7 @@ def _dimension_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
             config = _boolean_config(config_raw, cpath, label, problems)
         else:
             config = _numeric_bins_config(config_raw, cpath, label, problems)
-    if len(problems.items) > start:
+    if check.failed():
         return None
     return {"key": key, "name": name or "", "kind": kind, "source": source, "config": config}
 
@@ -188,11 +178,7 @@ def _dimension_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
 def dimensions_validate(dimensions: Any, *, path: str = "dimensions",
                         problems: Problems | None = None) -> list[dict[str, Any]]:
     """Validate a strata scheme (a list of dimensions, possibly empty); return it normalised."""
-    own = problems is None
-    problems = problems if problems is not None else Problems()
-    out = keyed_entries_validate(
-        dimensions, path, problems, entry_validate=_dimension_validate, noun="dimension",
-        list_problem="must be a list of dimensions", non_empty=False)
-    if own:
-        problems.raise_if_any("The strata scheme")
-    return out
+    with problems_of(problems, "The strata scheme") as found:
+        return keyed_entries_validate(
+            dimensions, path, found, entry_validate=_dimension_validate, noun="dimension",
+            list_problem="must be a list of dimensions", non_empty=False)

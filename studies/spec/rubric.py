@@ -13,8 +13,8 @@ from studies.spec.common import (
     is_number,
     join,
     keyed_entries_validate,
-    slug_problem,
 )
+from studies.spec.entries import entry_open, problems_of
 
 # --- Rubric criteria --------------------------------------------------------------------------
 
@@ -157,20 +157,10 @@ def _categorical_points(
 
 
 def _criterion_validate(raw: Any, path: str, problems: Problems) -> dict[str, Any] | None:
-    if not isinstance(raw, Mapping):
-        problems.add(path, "must be an object")
+    check = entry_open(raw, path, problems, noun="criterion", fields=_CRITERION_FIELDS)
+    if check is None:
         return None
-    key = raw.get("key")
-    label = f"criterion '{key}'" if isinstance(key, str) and key else "criterion"
-    start = len(problems.items)
-
-    def bad(field_name: str, message: str) -> None:
-        problems.add(join(path, field_name), f"{label}: {message}")
-
-    for extra in sorted(set(raw) - _CRITERION_FIELDS):
-        bad(extra, "unknown field")
-    if (msg := slug_problem(key)) is not None:
-        bad("key", f"key {msg}")
+    key, bad, label = check.key, check.bad, check.label
     name = raw.get("name", key)
     if not isinstance(name, str) or not name.strip():
         bad("name", "name must be a non-empty string")
@@ -212,7 +202,7 @@ def _criterion_validate(raw: Any, path: str, problems: Problems) -> dict[str, An
         points, pass_labels_raw = _categorical_points(points_raw, pass_threshold,
                                                       pass_labels_raw, path, label, problems, bad)
 
-    if len(problems.items) > start:
+    if check.failed():
         return None
     crit = {
         "key": key,
@@ -255,14 +245,10 @@ def criteria_validate(criteria: Any, *, path: str = "criteria",
 
     Raises ValidationFailed (unless a `problems` collector is passed, which then holds them).
     """
-    own = problems is None
-    problems = problems if problems is not None else Problems()
-    out = keyed_entries_validate(
-        criteria, path, problems, entry_validate=_criterion_validate, noun="criterion",
-        list_problem="must be a non-empty list of criteria", non_empty=True)
-    if own:
-        problems.raise_if_any("The rubric")
-    return out
+    with problems_of(problems, "The rubric") as found:
+        return keyed_entries_validate(
+            criteria, path, found, entry_validate=_criterion_validate, noun="criterion",
+            list_problem="must be a non-empty list of criteria", non_empty=True)
 
 
 # --- The rubric's rule ------------------------------------------------------------------------
@@ -277,28 +263,25 @@ def rubric_aggregate_validate(raw: Any, *, path: str = "aggregate",
                               problems: Problems | None = None) -> dict[str, Any]:
     """Validate a rubric's `aggregate` rule; returns its normalised form ({"kind": "all"}
     or {"kind": "weighted", "pass_share": x})."""
-    own = problems is None
-    problems = problems if problems is not None else Problems()
-    out: dict[str, Any] = {"kind": "all"}
-    if raw is None:
+    with problems_of(problems, "The rubric") as found:
+        out: dict[str, Any] = {"kind": "all"}
+        if raw is None:
+            return out
+        if not isinstance(raw, Mapping):
+            found.add(path, "must be an object {kind: all} or {kind: weighted, pass_share}")
+        else:
+            for extra in sorted(set(raw) - {"kind", "pass_share"}):
+                found.add(join(path, extra), "unknown field")
+            kind = raw.get("kind", "all")
+            if kind not in RUBRIC_RULE_KINDS:
+                found.add(join(path, "kind"), f"must be one of {', '.join(RUBRIC_RULE_KINDS)}")
+            elif kind == "weighted":
+                share: Any = raw.get("pass_share")
+                if not is_number(share) or not 0.0 < float(share) <= 1.0:
+                    found.add(join(path, "pass_share"),
+                              "is required for a weighted rule: a number in (0, 1]")
+                else:
+                    out = {"kind": "weighted", "pass_share": float(share)}
+            elif "pass_share" in raw:
+                found.add(join(path, "pass_share"), "applies to a weighted rule only")
         return out
-    if not isinstance(raw, Mapping):
-        problems.add(path, "must be an object {kind: all} or {kind: weighted, pass_share}")
-    else:
-        for extra in sorted(set(raw) - {"kind", "pass_share"}):
-            problems.add(join(path, extra), "unknown field")
-        kind = raw.get("kind", "all")
-        if kind not in RUBRIC_RULE_KINDS:
-            problems.add(join(path, "kind"), f"must be one of {', '.join(RUBRIC_RULE_KINDS)}")
-        elif kind == "weighted":
-            share: Any = raw.get("pass_share")
-            if not is_number(share) or not 0.0 < float(share) <= 1.0:
-                problems.add(join(path, "pass_share"),
-                             "is required for a weighted rule: a number in (0, 1]")
-            else:
-                out = {"kind": "weighted", "pass_share": float(share)}
-        elif "pass_share" in raw:
-            problems.add(join(path, "pass_share"), "applies to a weighted rule only")
-    if own:
-        problems.raise_if_any("The rubric")
-    return out
