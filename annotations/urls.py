@@ -2,23 +2,25 @@
 
 from django.urls import path
 
-from reviewhub.routes import routes
-
 from . import views
 
 urlpatterns = [
-    *routes("studies/<slug:slug>/", [
-        ("grade/", views.grade, "annotations-grade"),
-        ("grade/<int:assignment_id>/submit/", views.grade_submit, "annotations-grade-submit"),
-        ("grade/<int:assignment_id>/skip/", views.grade_skip, "annotations-grade-skip"),
-        ("grade/<int:assignment_id>/heartbeat/", views.grade_heartbeat,
-         "annotations-grade-heartbeat"),
-        ("my-annotations/<int:annotation_id>/revise/", views.annotation_revise_page,
-         "annotations-revise"),
-        ("annotation/queue/", views.lead_queue, "annotations-lead-queue"),
-        ("annotation/disagreements/", views.lead_disagreements, "annotations-lead-disagreements"),
-        ("annotation/members/", views.lead_members, "annotations-lead-members"),
-        ("annotation/plans/", views.lead_plans, "annotations-lead-plans"),
-    ]),
+    path("studies/<slug:slug>/grade/", views.grade, name="annotations-grade"),
+    path("studies/<slug:slug>/grade/<int:assignment_id>/submit/", views.grade_submit,
+         name="annotations-grade-submit"),
+    path("studies/<slug:slug>/grade/<int:assignment_id>/skip/", views.grade_skip,
+         name="annotations-grade-skip"),
+    path("studies/<slug:slug>/grade/<int:assignment_id>/heartbeat/", views.grade_heartbeat,
+         name="annotations-grade-heartbeat"),
+    path("studies/<slug:slug>/my-annotations/<int:annotation_id>/revise/",
+         views.annotation_revise_page, name="annotations-revise"),
+    path("studies/<slug:slug>/annotation/queue/", views.lead_queue,
+         name="annotations-lead-queue"),
+    path("studies/<slug:slug>/annotation/disagreements/", views.lead_disagreements,
+         name="annotations-lead-disagreements"),
+    path("studies/<slug:slug>/annotation/members/", views.lead_members,
+         name="annotations-lead-members"),
     path("invitations/", views.my_invitations, name="annotations-my-invitations"),
+    path("studies/<slug:slug>/annotation/plans/", views.lead_plans,
+         name="annotations-lead-plans"),
 ]
