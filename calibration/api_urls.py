@@ -1,12 +1,11 @@
-from django.urls import path
+"""Calibrated-score endpoints (included under /api/ by reviewhub/urls.py)."""
+
+from reviewhub.routes import routes
 
 from . import api
 
-urlpatterns = [
-    path("studies/<slug:slug>/calibrated-scores", api.CalibratedScoreList.as_view(),
-         name="calibration-api-scores"),
-    path("studies/<slug:slug>/calibrated-scores/export", api.CalibratedScoreExport.as_view(),
-         name="calibration-api-export"),
-    path("studies/<slug:slug>/calibrated-scores/escalations", api.EscalationCreate.as_view(),
-         name="calibration-api-escalations"),
-]
+urlpatterns = routes("studies/<slug:slug>/calibrated-scores", [
+    ("", api.CalibratedScoreList, "calibration-api-scores"),
+    ("/export", api.CalibratedScoreExport, "calibration-api-export"),
+    ("/escalations", api.EscalationCreate, "calibration-api-escalations"),
+])

@@ -1,24 +1,22 @@
 """Candidate-run endpoints (included under /api/ by reviewhub/urls.py)."""
 
-from django.urls import path
+from reviewhub.routes import routes
 
 from . import api
 
 urlpatterns = [
-    path("studies/<slug:slug>/generation-configs", api.GenerationConfigListCreate.as_view(),
-         name="api-generation-configs"),
-    path("studies/<slug:slug>/prompt-templates", api.PromptTemplateListCreate.as_view(),
-         name="api-prompt-templates"),
-    path("studies/<slug:slug>/prompt-templates/<int:template_id>/preview",
-         api.PromptTemplatePreview.as_view(), name="api-prompt-template-preview"),
-    path("studies/<slug:slug>/generation-runs", api.GenerationRunListCreate.as_view(),
-         name="api-generation-runs"),
-    path("studies/<slug:slug>/generation-runs/estimate", api.GenerationRunEstimate.as_view(),
-         name="api-generation-run-estimate"),
-    path("studies/<slug:slug>/generation-runs/<int:generation_run_id>",
-         api.GenerationRunDetail.as_view(), name="api-generation-run"),
-    path("studies/<slug:slug>/generation-runs/<int:generation_run_id>/cancel",
-         api.GenerationRunCancel.as_view(), name="api-generation-run-cancel"),
-    path("studies/<slug:slug>/generation-runs/<int:generation_run_id>/resume",
-         api.GenerationRunResume.as_view(), name="api-generation-run-resume"),
+    *routes("studies/<slug:slug>/generation-configs", [
+        ("", api.GenerationConfigListCreate, "api-generation-configs"),
+    ]),
+    *routes("studies/<slug:slug>/prompt-templates", [
+        ("", api.PromptTemplateListCreate, "api-prompt-templates"),
+        ("/<int:template_id>/preview", api.PromptTemplatePreview, "api-prompt-template-preview"),
+    ]),
+    *routes("studies/<slug:slug>/generation-runs", [
+        ("", api.GenerationRunListCreate, "api-generation-runs"),
+        ("/estimate", api.GenerationRunEstimate, "api-generation-run-estimate"),
+        ("/<int:generation_run_id>", api.GenerationRunDetail, "api-generation-run"),
+        ("/<int:generation_run_id>/cancel", api.GenerationRunCancel, "api-generation-run-cancel"),
+        ("/<int:generation_run_id>/resume", api.GenerationRunResume, "api-generation-run-resume"),
+    ]),
 ]

@@ -1,33 +1,30 @@
 """Judge, judge-version, judge run and verdict endpoints (included under /api/ by
 reviewhub/urls.py)."""
 
-from django.urls import path
+from reviewhub.routes import routes
 
 from . import api, run_api
 
 urlpatterns = [
-    path("studies/<slug:slug>/judges", api.JudgeListCreate.as_view(), name="api-judges"),
-    path("studies/<slug:slug>/judges/connection-test", api.JudgeConnectionTest.as_view(),
-         name="api-judge-connection-test"),
-    path("studies/<slug:slug>/judges/<int:judge_id>", api.JudgeDetail.as_view(),
-         name="api-judge"),
-    path("studies/<slug:slug>/judges/<int:judge_id>/versions",
-         api.JudgeVersionListCreate.as_view(), name="api-judge-versions"),
-    path("studies/<slug:slug>/judges/<int:judge_id>/versions/<int:version_id>",
-         api.JudgeVersionDetail.as_view(), name="api-judge-version"),
-    path("studies/<slug:slug>/judges/<int:judge_id>/versions/<int:version_id>/preview",
-         api.JudgeVersionPreview.as_view(), name="api-judge-version-preview"),
-    path("studies/<slug:slug>/judge-runs", run_api.JudgeRunListCreate.as_view(),
-         name="judge-run-list"),
-    path("studies/<slug:slug>/judge-runs/<int:run_id>", run_api.JudgeRunDetail.as_view(),
-         name="judge-run-detail"),
-    path("studies/<slug:slug>/judge-runs/<int:run_id>/cancel", run_api.JudgeRunCancel.as_view(),
-         name="judge-run-cancel"),
-    path("studies/<slug:slug>/judge-runs/<int:run_id>/resume", run_api.JudgeRunResume.as_view(),
-         name="judge-run-resume"),
-    path("studies/<slug:slug>/judge-runs/<int:run_id>/rerun", run_api.JudgeRunRerun.as_view(),
-         name="judge-run-rerun"),
-    path("studies/<slug:slug>/verdicts", run_api.VerdictList.as_view(), name="verdict-list"),
-    path("studies/<slug:slug>/verdicts/bulk", api.VerdictBulkPush.as_view(),
-         name="verdict-bulk-push"),
+    *routes("studies/<slug:slug>/judges", [
+        ("", api.JudgeListCreate, "api-judges"),
+        ("/connection-test", api.JudgeConnectionTest, "api-judge-connection-test"),
+        ("/<int:judge_id>", api.JudgeDetail, "api-judge"),
+        ("/<int:judge_id>/versions", api.JudgeVersionListCreate, "api-judge-versions"),
+        ("/<int:judge_id>/versions/<int:version_id>", api.JudgeVersionDetail,
+         "api-judge-version"),
+        ("/<int:judge_id>/versions/<int:version_id>/preview", api.JudgeVersionPreview,
+         "api-judge-version-preview"),
+    ]),
+    *routes("studies/<slug:slug>/judge-runs", [
+        ("", run_api.JudgeRunListCreate, "judge-run-list"),
+        ("/<int:run_id>", run_api.JudgeRunDetail, "judge-run-detail"),
+        ("/<int:run_id>/cancel", run_api.JudgeRunCancel, "judge-run-cancel"),
+        ("/<int:run_id>/resume", run_api.JudgeRunResume, "judge-run-resume"),
+        ("/<int:run_id>/rerun", run_api.JudgeRunRerun, "judge-run-rerun"),
+    ]),
+    *routes("studies/<slug:slug>/verdicts", [
+        ("", run_api.VerdictList, "verdict-list"),
+        ("/bulk", api.VerdictBulkPush, "verdict-bulk-push"),
+    ]),
 ]

@@ -1,30 +1,26 @@
-from django.urls import path
+"""Deployment endpoints: a study's deployments, then each deployment's traffic, labels,
+windows, alerts and Langfuse source (included under /api/ by reviewhub/urls.py)."""
+
+from reviewhub.routes import routes
 
 from . import api, langfuse_api
 
 urlpatterns = [
-    path("studies/<slug:slug>/deployments", api.DeploymentList.as_view(),
-         name="monitoring-api-deployments"),
-    path("deployments/<int:deployment_id>", api.DeploymentDetail.as_view(),
-         name="monitoring-api-deployment"),
-    path("deployments/<int:deployment_id>/traffic", api.TrafficCreate.as_view(),
-         name="monitoring-api-traffic"),
-    path("deployments/<int:deployment_id>/labels", api.LabelsCreate.as_view(),
-         name="monitoring-api-labels"),
-    path("deployments/<int:deployment_id>/windows", api.WindowList.as_view(),
-         name="monitoring-api-windows"),
-    path("deployments/<int:deployment_id>/windows/export", api.WindowExport.as_view(),
-         name="monitoring-api-windows-export"),
-    path("deployments/<int:deployment_id>/alerts", api.AlertList.as_view(),
-         name="monitoring-api-alerts"),
-    path("deployments/<int:deployment_id>/alerts/<int:alert_id>/acknowledge",
-         api.AlertAcknowledge.as_view(), name="monitoring-api-alert-acknowledge"),
-    path("deployments/<int:deployment_id>/alerts/<int:alert_id>/resolve",
-         api.AlertResolve.as_view(), name="monitoring-api-alert-resolve"),
-    path("deployments/<int:deployment_id>/reopen", api.ReopenCreate.as_view(),
-         name="monitoring-api-reopen"),
-    path("deployments/<int:deployment_id>/langfuse", langfuse_api.LangfuseSourceDetail.as_view(),
-         name="monitoring-api-langfuse"),
-    path("deployments/<int:deployment_id>/langfuse/pull", langfuse_api.LangfusePull.as_view(),
-         name="monitoring-api-langfuse-pull"),
+    *routes("studies/<slug:slug>/deployments", [
+        ("", api.DeploymentList, "monitoring-api-deployments"),
+    ]),
+    *routes("deployments/<int:deployment_id>", [
+        ("", api.DeploymentDetail, "monitoring-api-deployment"),
+        ("/traffic", api.TrafficCreate, "monitoring-api-traffic"),
+        ("/labels", api.LabelsCreate, "monitoring-api-labels"),
+        ("/windows", api.WindowList, "monitoring-api-windows"),
+        ("/windows/export", api.WindowExport, "monitoring-api-windows-export"),
+        ("/alerts", api.AlertList, "monitoring-api-alerts"),
+        ("/alerts/<int:alert_id>/acknowledge", api.AlertAcknowledge,
+         "monitoring-api-alert-acknowledge"),
+        ("/alerts/<int:alert_id>/resolve", api.AlertResolve, "monitoring-api-alert-resolve"),
+        ("/reopen", api.ReopenCreate, "monitoring-api-reopen"),
+        ("/langfuse", langfuse_api.LangfuseSourceDetail, "monitoring-api-langfuse"),
+        ("/langfuse/pull", langfuse_api.LangfusePull, "monitoring-api-langfuse-pull"),
+    ]),
 ]

@@ -1,14 +1,11 @@
 """Bulk ingest routes (included under /api/ by the project urls)."""
 
-from django.urls import path
+from reviewhub.routes import routes
 
 from . import ingest_views
 
-urlpatterns = [
-    path("studies/<slug:slug>/items/bulk", ingest_views.ItemBulkIngest.as_view(),
-         name="api-items-bulk"),
-    path("studies/<slug:slug>/candidates/bulk", ingest_views.CandidateBulkIngest.as_view(),
-         name="api-candidates-bulk"),
-    path("studies/<slug:slug>/outputs/bulk", ingest_views.OutputBulkIngest.as_view(),
-         name="api-outputs-bulk"),
-]
+urlpatterns = routes("studies/<slug:slug>/", [
+    ("items/bulk", ingest_views.ItemBulkIngest, "api-items-bulk"),
+    ("candidates/bulk", ingest_views.CandidateBulkIngest, "api-candidates-bulk"),
+    ("outputs/bulk", ingest_views.OutputBulkIngest, "api-outputs-bulk"),
+])
