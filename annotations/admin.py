@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from reviewhub.admin_base import ReadOnlyInline
+
 from .models import (
     Adjudication,
     Annotation,
@@ -46,15 +48,9 @@ class AssignmentAdmin(admin.ModelAdmin):
     show_full_result_count = False
 
 
-class AnnotationRevisionInline(admin.TabularInline):
+class AnnotationRevisionInline(ReadOnlyInline):
     model = AnnotationRevision
-    extra = 0
     fields = ("recorded_at", "value", "severity", "severity_note", "rationale", "flags")
-    readonly_fields = fields
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Annotation)

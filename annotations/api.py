@@ -26,7 +26,8 @@ from studies.access import api_study
 from studies.models import Comparison, Criterion, Membership, Output, Study
 
 from . import export, selectors, services
-from .models import Adjudication, Assignment, GoldLabel, Invitation, SamplingPlan
+from .assignment_lookup import own_assignment
+from .models import Adjudication, GoldLabel, Invitation, SamplingPlan
 from .serializers import (
     AdjudicationSerializer,
     AnnotatorStatsRowSerializer,
@@ -73,15 +74,6 @@ def _annotator_study(request: Request, slug: str, *, write: bool = True) -> Stud
 
 def _lead_study(request: Request, slug: str, *, write: bool = False) -> Study:
     return api_study(request, slug, write=write, min_role=Membership.Role.LEAD).study
-
-
-def _own_assignment(request: Request, study: Study, assignment_id: int) -> Assignment:
-    assignment = selectors.assignment_for_annotator(
-        study=study, annotator=_user(request), assignment_id=assignment_id
-    )
-    if assignment is None:
-        raise NotFound("Assignment not found.")
-    return assignment
 
 
 def _require_write(request: Request) -> None:
@@ -140,7 +132,7 @@ class AssignmentDetailView(APIView):
     )
     def get(self, request: Request, slug: str, assignment_id: int) -> Response:
         study = _annotator_study(request, slug, write=False)
-        assignment = _own_assignment(request, study, assignment_id)
+        assignment = own_assignment(study, _user(request), assignment_id, missing=NotFound)
         return Response(selectors.grading_context(assignment=assignment).as_dict())
 
 
@@ -153,7 +145,7 @@ class AssignmentHeartbeatView(APIView):
     )
     def post(self, request: Request, slug: str, assignment_id: int) -> Response:
         study = _annotator_study(request, slug)
-        assignment = _own_assignment(request, study, assignment_id)
+        assignment = own_assignment(study, _user(request), assignment_id, missing=NotFound)
         assignment = services.assignment_heartbeat(assignment=assignment, annotator=_user(request))
         return Response(
             {
@@ -176,7 +168,7 @@ class AssignmentSubmitView(APIView):
     )
     def post(self, request: Request, slug: str, assignment_id: int) -> Response:
         study = _annotator_study(request, slug)
-        assignment = _own_assignment(request, study, assignment_id)
+        assignment = own_assignment(study, _user(request), assignment_id, missing=NotFound)
         data = _validated(SubmitRequestSerializer, request.data)
         annotations = services.annotation_submit(
             assignment=assignment,
@@ -210,7 +202,7 @@ class AssignmentSkipView(APIView):
     )
     def post(self, request: Request, slug: str, assignment_id: int) -> Response:
         study = _annotator_study(request, slug)
-        assignment = _own_assignment(request, study, assignment_id)
+        assignment = own_assignment(study, _user(request), assignment_id, missing=NotFound)
         services.assignment_skip(assignment=assignment, annotator=_user(request))
         progress = selectors.annotator_progress(study=study, annotator=_user(request))
         return Response(progress.as_dict())

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
@@ -23,7 +23,7 @@ from reviewhub.api.pagination import PAGE_PARAMETERS, IdCursorPagination, pagina
 from reviewhub.capabilities import Capability
 from reviewhub.errors import Problems, ValidationFailed
 from studies.access import api_study
-from studies.serializers import ErrorSerializer
+from studies.serializers import error_responses
 
 from . import escalations, export, selectors
 from .models import CalibratedScore
@@ -107,14 +107,11 @@ FILTER_PARAMETERS = [
                      description="Rows whose newest evidence is at or after this ISO 8601 "
                                  "date-time (naive = UTC)."),
 ]
-ERRORS = {
-    400: OpenApiResponse(ErrorSerializer, description="A filter did not validate "
-                                                      "(details.errors names the parameter)."),
-    403: OpenApiResponse(ErrorSerializer, description="Annotators grade blind; read-only "
-                                                      "token on a write."),
-    404: OpenApiResponse(ErrorSerializer, description="No such study, no access to it, or no "
-                                                      "such snapshot in it."),
-}
+ERRORS = error_responses({
+    400: "A filter did not validate (details.errors names the parameter).",
+    403: "Annotators grade blind; read-only token on a write.",
+    404: "No such study, no access to it, or no such snapshot in it.",
+})
 
 
 class CalibratedScoreList(APIView):

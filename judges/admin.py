@@ -5,18 +5,14 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from reviewhub.admin_base import ReadOnlyInline
+
 from .models import Judge, JudgeJob, JudgeRun, JudgeVersion, Verdict
 
 
-class JudgeVersionInline(admin.TabularInline):
+class JudgeVersionInline(ReadOnlyInline):
     model = JudgeVersion
-    extra = 0
     fields = ("version", "content_hash", "model_family", "created_at")
-    readonly_fields = fields
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Judge)

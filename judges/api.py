@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,7 +21,7 @@ from reviewhub.capabilities import Capability
 from reviewhub.errors import ValidationFailed
 from studies.access import api_study, study_get_for_actor
 from studies.models import Comparison, Membership
-from studies.serializers import ErrorSerializer
+from studies.serializers import error_responses
 
 from . import push, selectors, services
 from .connection_test import judge_connection_test
@@ -40,12 +40,11 @@ from .serializers import (
     VersionCreateSerializer,
 )
 
-ERRORS = {
-    400: OpenApiResponse(ErrorSerializer, description="Validation failed (details.errors[].path "
-                                                      "names the offending field)."),
-    403: OpenApiResponse(ErrorSerializer, description="Read-only token or role too low."),
-    404: OpenApiResponse(ErrorSerializer, description="No such study/judge, or no access."),
-}
+ERRORS = error_responses({
+    400: "Validation failed (details.errors[].path names the offending field).",
+    403: "Read-only token or role too low.",
+    404: "No such study/judge, or no access.",
+})
 TAGS = ["judges"]
 
 
@@ -79,8 +78,9 @@ class JudgeListCreate(generics.ListAPIView):
 
     @extend_schema(tags=TAGS, summary="Create a judge (optionally with version 1)",
                    request=JudgeCreateSerializer,
-                   responses={201: JudgeCreatedSerializer, 409: OpenApiResponse(
-                       ErrorSerializer, description="A judge with this name exists."), **ERRORS})
+                   responses={201: JudgeCreatedSerializer,
+                              **error_responses({409: "A judge with this name exists."}),
+                              **ERRORS})
     def post(self, request: Request, slug: str) -> Response:
         study = api_study(request, slug, judge_data=True, write=True, messages=_BLIND).study
         data = _validated(JudgeCreateSerializer, request)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +12,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
 from reviewhub.errors import Conflict, Problems, ValidationFailed
+from reviewhub.numeric import finite_float
 from studies.criteria import criterion_has_pass_reading, criterion_value_num
 from studies.models import Criterion, Study
 
@@ -472,7 +472,7 @@ def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
             details["position_inconsistent"] = len(set(vals)) > 1
     value_num: float | None
     if spec.continuous:
-        num = _finite(value)
+        num = finite_float(value)
         if crit.scale != Criterion.Scale.ORDINAL or num is None:
             raise ValidationFailed.at(
                 "value",
@@ -489,14 +489,6 @@ def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
         value_num = criterion_value_num(crit, value)
     return {"value": value, "value_num": value_num, "details": details,
             "n_samples": n_samples, "is_scored": True}
-
-
-def _finite(raw: str) -> float | None:
-    try:
-        num = float(raw)
-    except (TypeError, ValueError):
-        return None
-    return num if math.isfinite(num) else None
 
 
 def verdicts_of_subjects(versions: Any, crits: Any, outs: list[int], comps: list[int]) -> Any:

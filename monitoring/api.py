@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from typing import Any
 
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -23,21 +24,26 @@ from rest_framework.views import APIView
 
 from reviewhub.errors import Problems, ValidationFailed
 from studies.access import judge_data_need, study_access_get
-from studies.serializers import ErrorSerializer
+from studies.serializers import error_responses
 
 from . import alerts, reopen, selectors, services
 from .window.results import WindowResult
 
 TAGS = ["monitoring"]
-ERRORS = {
-    400: OpenApiResponse(ErrorSerializer, description="Invalid input; details.errors names "
-                                                      "the row and field."),
-    403: OpenApiResponse(ErrorSerializer, description="Annotators grade blind; read-only "
-                                                      "token on a write."),
-    404: OpenApiResponse(ErrorSerializer, description="No such deployment, or no access."),
-    409: OpenApiResponse(ErrorSerializer, description="The deployment takes no traffic, or "
-                                                      "the alert is resolved."),
-}
+ERRORS = error_responses({
+    400: "Invalid input; details.errors names the row and field.",
+    403: "Annotators grade blind; read-only token on a write.",
+    404: "No such deployment, or no access.",
+    409: "The deployment takes no traffic, or the alert is resolved.",
+})
+
+
+def endpoint_schema(operation_id: str, summary: str, *, status: int = 200,
+                    errors: Mapping[int, Any] = ERRORS, **schema: Any) -> Any:
+    """The schema of one monitoring operation: the monitoring tag, and a JSON object answered
+    with `status` beside the operation's error answers."""
+    return extend_schema(operation_id=operation_id, tags=TAGS, summary=summary,
+                         responses={status: OpenApiTypes.OBJECT, **errors}, **schema)
 
 
 def _deployment(request: Request, deployment_id: int, *, write: bool = False) -> Any:
@@ -67,9 +73,7 @@ class DeploymentCreateSerializer(serializers.Serializer):
 
 
 class DeploymentList(APIView):
-    @extend_schema(operation_id="deployments_list", tags=TAGS,
-                   summary="List a study's deployments",
-                   responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    @endpoint_schema("deployments_list", "List a study's deployments")
     def get(self, request: Request, slug: str) -> Response:
         study = study_access_get(user=request.user, slug=slug, token=request.auth,
                                  need=judge_data_need(write=False)).study
@@ -77,10 +81,9 @@ class DeploymentList(APIView):
             "shadow_candidates", "judge_versions")
         return Response({"results": [selectors.deployment_json(d) for d in rows]})
 
-    @extend_schema(operation_id="deployments_create", tags=TAGS,
-                   summary="Deploy a study's shipped candidate under its locked plan",
-                   request=DeploymentCreateSerializer,
-                   responses={201: OpenApiTypes.OBJECT, **ERRORS})
+    @endpoint_schema("deployments_create",
+                     "Deploy a study's shipped candidate under its locked plan",
+                     request=DeploymentCreateSerializer, status=201)
     def post(self, request: Request, slug: str) -> Response:
         study = study_access_get(user=request.user, slug=slug, token=request.auth,
                                  need=judge_data_need(write=True)).study
@@ -100,23 +103,21 @@ class DeploymentList(APIView):
 
 
 class DeploymentDetail(APIView):
-    @extend_schema(operation_id="deployments_detail", tags=TAGS,
-                   summary="Read a deployment", responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    @endpoint_schema("deployments_detail", "Read a deployment")
     def get(self, request: Request, deployment_id: int) -> Response:
         return Response(selectors.deployment_json(_deployment(request, deployment_id)))
 
 
 class TrafficCreate(APIView):
-    @extend_schema(
-        operation_id="deployment_traffic_create", tags=TAGS,
-        summary="Record a batch of live traffic rows (idempotent on request_id)",
+    @endpoint_schema(
+        "deployment_traffic_create",
+        "Record a batch of live traffic rows (idempotent on request_id)",
         description="A JSON array of rows: request_id and input required; output, metadata "
                     "(the strata fields), occurred_at, latency_ms, tokens_in, tokens_out, "
                     "cost, error, finish_reason, schema_valid, context, request optional. "
                     "Validated whole: a 400 names each bad row and field and nothing is "
                     "written. A request_id already recorded is counted as unchanged.",
         request=OpenApiTypes.OBJECT,
-        responses={200: OpenApiTypes.OBJECT, **ERRORS},
     )
     def post(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
@@ -124,14 +125,13 @@ class TrafficCreate(APIView):
 
 
 class LabelsCreate(APIView):
-    @extend_schema(
-        operation_id="deployment_labels_create", tags=TAGS,
-        summary="Record judge verdicts and human grades of traffic rows",
+    @endpoint_schema(
+        "deployment_labels_create",
+        "Record judge verdicts and human grades of traffic rows",
         description="A JSON array of {request_id, source: judge|human, rater, value (0..1 or "
                     "true/false; 1 = pass), decision (judge only: pass|fail|escalate)}. A "
                     "repeated (request_id, source, rater) replaces the value.",
         request=OpenApiTypes.OBJECT,
-        responses={200: OpenApiTypes.OBJECT, **ERRORS},
     )
     def post(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
@@ -144,19 +144,18 @@ GRANULARITY = OpenApiParameter("granularity", OpenApiTypes.STR, enum=["hour", "d
 
 
 class WindowList(APIView):
-    @extend_schema(operation_id="deployment_windows_list", tags=TAGS,
-                   summary="List a deployment's computed windows with their results",
-                   parameters=[GRANULARITY], responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    @endpoint_schema("deployment_windows_list",
+                     "List a deployment's computed windows with their results",
+                     parameters=[GRANULARITY])
     def get(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id)
         granularity = _granularity(request)
         rows = selectors.windows_list(deployment=deployment, granularity=granularity)
         return Response({"results": [selectors.window_json(w) for w in rows]})
 
-    @extend_schema(operation_id="deployment_windows_compute", tags=TAGS,
-                   summary="Compute one window now (idempotent: the same window is updated)",
-                   request=OpenApiTypes.OBJECT,
-                   responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    @endpoint_schema("deployment_windows_compute",
+                     "Compute one window now (idempotent: the same window is updated)",
+                     request=OpenApiTypes.OBJECT)
     def post(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
         params = services.params_or_400(request.data)
@@ -256,9 +255,7 @@ class WindowExport(APIView):
 
 
 class AlertList(APIView):
-    @extend_schema(operation_id="deployment_alerts_list", tags=TAGS,
-                   summary="List a deployment's alerts with their history",
-                   responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    @endpoint_schema("deployment_alerts_list", "List a deployment's alerts with their history")
     def get(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id)
         return Response({"results": [selectors.alert_json(a)
@@ -266,9 +263,7 @@ class AlertList(APIView):
 
 
 class AlertAcknowledge(APIView):
-    @extend_schema(operation_id="deployment_alert_acknowledge", tags=TAGS,
-                   summary="Acknowledge an alert", request=None,
-                   responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    @endpoint_schema("deployment_alert_acknowledge", "Acknowledge an alert", request=None)
     def post(self, request: Request, deployment_id: int, alert_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
         alert = selectors.alert_get(deployment=deployment, alert_id=alert_id)
@@ -277,9 +272,8 @@ class AlertAcknowledge(APIView):
 
 
 class AlertResolve(APIView):
-    @extend_schema(operation_id="deployment_alert_resolve", tags=TAGS,
-                   summary="Resolve an alert (a new one may open after the cool-down)",
-                   request=None, responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    @endpoint_schema("deployment_alert_resolve",
+                     "Resolve an alert (a new one may open after the cool-down)", request=None)
     def post(self, request: Request, deployment_id: int, alert_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
         alert = selectors.alert_get(deployment=deployment, alert_id=alert_id)
@@ -288,14 +282,16 @@ class AlertResolve(APIView):
 
 
 class ReopenCreate(APIView):
-    @extend_schema(
-        operation_id="deployment_selection_reopen", tags=TAGS,
-        summary="Re-open the selection: a new draft study seeded with recent live traffic",
+    @endpoint_schema(
+        "deployment_selection_reopen",
+        "Re-open the selection: a new draft study seeded with recent live traffic",
         description="Copies the study's task, latest rubric and strata scheme and the "
                     "deployment's candidates; the items are the last `days` (default 7) of "
                     "successful requests, at most `limit` (default 2000), with the shipped "
                     "candidate's live answers as outputs.",
-        request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT, **ERRORS})
+        request=OpenApiTypes.OBJECT,
+        status=201,
+    )
     def post(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
         raw = request.data if isinstance(request.data, dict) else {}

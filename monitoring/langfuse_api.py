@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -18,7 +17,7 @@ from rest_framework.views import APIView
 from studies.access import Capability
 
 from . import langfuse_pull, selectors
-from .api import ERRORS, TAGS
+from .api import ERRORS, TAGS, endpoint_schema
 from .models import LangfuseSource
 
 SOURCE_ERRORS = {**ERRORS, 409: OpenApiResponse(
@@ -48,28 +47,26 @@ class LangfuseSourceSerializer(serializers.Serializer):
 
 
 class LangfuseSourceDetail(APIView):
-    @extend_schema(operation_id="deployment_langfuse_read", tags=TAGS,
-                   summary="Read the deployment's Langfuse source, its cursor and last error",
-                   responses={200: OpenApiTypes.OBJECT, **SOURCE_ERRORS})
+    @endpoint_schema("deployment_langfuse_read",
+                     "Read the deployment's Langfuse source, its cursor and last error",
+                     errors=SOURCE_ERRORS)
     def get(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=False)
         source = LangfuseSource.objects.filter(deployment=deployment).first()
         return Response({"source": langfuse_pull.source_json(source) if source else None})
 
-    @extend_schema(operation_id="deployment_langfuse_create", tags=TAGS,
-                   summary="Pull the deployment's traffic from a Langfuse project",
-                   request=LangfuseSourceSerializer,
-                   responses={201: OpenApiTypes.OBJECT, **SOURCE_ERRORS})
+    @endpoint_schema("deployment_langfuse_create",
+                     "Pull the deployment's traffic from a Langfuse project",
+                     request=LangfuseSourceSerializer, status=201, errors=SOURCE_ERRORS)
     def post(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
         source = langfuse_pull.source_create(deployment=deployment, raw=request.data)
         return Response({"source": langfuse_pull.source_json(source)},
                         status=status.HTTP_201_CREATED)
 
-    @extend_schema(operation_id="deployment_langfuse_update", tags=TAGS,
-                   summary="Change the Langfuse source's host, key names, filters or cursor",
-                   request=LangfuseSourceSerializer(partial=True),
-                   responses={200: OpenApiTypes.OBJECT, **SOURCE_ERRORS})
+    @endpoint_schema("deployment_langfuse_update",
+                     "Change the Langfuse source's host, key names, filters or cursor",
+                     request=LangfuseSourceSerializer(partial=True), errors=SOURCE_ERRORS)
     def patch(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
         source = langfuse_pull.source_update(deployment=deployment, raw=request.data)
@@ -85,11 +82,10 @@ class LangfuseSourceDetail(APIView):
 
 
 class LangfusePull(APIView):
-    @extend_schema(operation_id="deployment_langfuse_pull", tags=TAGS,
-                   summary="Pull new observations from Langfuse now",
-                   description="The tick's pull, run now: pages committed, the cursor moved, "
-                               "a failure recorded on the source (and in the answer's error).",
-                   request=None, responses={200: OpenApiTypes.OBJECT, **SOURCE_ERRORS})
+    @endpoint_schema("deployment_langfuse_pull", "Pull new observations from Langfuse now",
+                     description="The tick's pull, run now: pages committed, the cursor moved, "
+                                 "a failure recorded on the source (and in the answer's error).",
+                     request=None, errors=SOURCE_ERRORS)
     def post(self, request: Request, deployment_id: int) -> Response:
         deployment = _deployment(request, deployment_id, write=True)
         source = langfuse_pull.source_get(deployment=deployment)

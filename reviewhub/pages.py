@@ -9,12 +9,12 @@ study (`page_study`, any refusal a 404) is resolved in `studies/pages.py`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 
 from reviewhub.errors import AppError, ValidationFailed
+from reviewhub.middleware import csp_policy
 
 # Pages hold model output (untrusted text). Autoescaping is the first defence; this policy is
 # the second: no inline script, no foreign origins, no plugins, no framing, forms post home.
@@ -27,14 +27,7 @@ CSP_POLICY = (
 
 def strict_csp(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Add the strict Content-Security-Policy to a page view's responses."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = view(request, *args, **kwargs)
-        response.headers.setdefault("Content-Security-Policy", CSP_POLICY)
-        return response
-
-    return wrapper
+    return csp_policy(CSP_POLICY)(view)
 
 
 def error_rows(exc: AppError) -> list[dict[str, Any]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from reviewhub.admin_base import ReadOnlyInline
+
 from .models import (
     AnalysisPlan,
     ApiToken,
@@ -26,17 +28,11 @@ class MembershipInline(admin.TabularInline):
     raw_id_fields = ("user",)
 
 
-class StratumDimensionInline(admin.TabularInline):
+class StratumDimensionInline(ReadOnlyInline):
     model = StratumDimension
-    extra = 0
     fields = ("position", "key", "name", "kind", "source", "config")
-    readonly_fields = fields
-    can_delete = False
     # Changing the scheme must relabel every item; that happens in the API / import_study.
     show_change_link = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Study)

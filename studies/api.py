@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -44,7 +44,6 @@ from .serializers import (
     ApiTokenCreateSerializer,
     ApiTokenSerializer,
     CandidateSerializer,
-    ErrorSerializer,
     ItemDetailSerializer,
     ItemSerializer,
     MembershipRoleSerializer,
@@ -63,15 +62,15 @@ from .serializers import (
     StudyPatchSerializer,
     StudySerializer,
     StudyWriteSerializer,
+    error_responses,
 )
 
-ERRORS = {
-    400: OpenApiResponse(ErrorSerializer, description="Validation failed (details.errors "
-                                                      "lists each problem with its path)."),
-    403: OpenApiResponse(ErrorSerializer, description="Read-only token or role too low."),
-    404: OpenApiResponse(ErrorSerializer, description="No such study, or no access to it."),
-}
-CONFLICT = {409: OpenApiResponse(ErrorSerializer, description="Conflict (e.g. a locked plan).")}
+ERRORS = error_responses({
+    400: "Validation failed (details.errors lists each problem with its path).",
+    403: "Read-only token or role too low.",
+    404: "No such study, or no access to it.",
+})
+CONFLICT = error_responses({409: "Conflict (e.g. a locked plan)."})
 
 STRATUM_PARAM = OpenApiParameter(
     "stratum", OpenApiTypes.STR, many=True,

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -33,7 +33,7 @@ from reviewhub.middleware import LengthRequired, length_required_message
 from . import ingest
 from .access import study_get_for_actor
 from .models import Membership
-from .serializers import ErrorSerializer
+from .serializers import error_responses
 
 
 class IngestResultSerializer(serializers.Serializer):
@@ -195,19 +195,15 @@ def _schema(kind: str, key: str) -> Any:
             "the lead role and a read-write token."
         ),
         request=_BODY,
-        responses={
-            200: IngestResultSerializer,
-            400: OpenApiResponse(ErrorSerializer, description="Invalid rows; nothing written."),
-            403: OpenApiResponse(ErrorSerializer, description="Not a lead, or read-only token."),
-            404: OpenApiResponse(ErrorSerializer, description="No such study, or no access."),
-            409: OpenApiResponse(ErrorSerializer, description="Closed study or concurrent "
-                                                              "change; nothing written."),
-            411: OpenApiResponse(ErrorSerializer, description="No Content-Length (chunked "
-                                                              "bodies are not accepted)."),
-            413: OpenApiResponse(ErrorSerializer, description="Body over "
-                                                              "REVIEWHUB_MAX_UPLOAD_BYTES."),
-            415: OpenApiResponse(ErrorSerializer, description="Unsupported Content-Type."),
-        },
+        responses={200: IngestResultSerializer, **error_responses({
+            400: "Invalid rows; nothing written.",
+            403: "Not a lead, or read-only token.",
+            404: "No such study, or no access.",
+            409: "Closed study or concurrent change; nothing written.",
+            411: "No Content-Length (chunked bodies are not accepted).",
+            413: "Body over REVIEWHUB_MAX_UPLOAD_BYTES.",
+            415: "Unsupported Content-Type.",
+        })},
         examples=[OpenApiExample("counts", value={"created": 2, "updated": 0, "unchanged": 1},
                                  response_only=True)],
     )

@@ -7,9 +7,10 @@ with `import_study`), so REST and CLI report the same problems with the same JSO
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
 from reviewhub.api.schema import ERROR_DETAILS_SCHEMA
@@ -45,6 +46,13 @@ class ErrorSerializer(serializers.Serializer):
     """The one error body: {"error": {"code", "message", "details"}}."""
 
     error = ErrorDetailSerializer()
+
+
+def error_responses(descriptions: Mapping[int, str]) -> dict[int, OpenApiResponse]:
+    """An endpoint's error statuses for the OpenAPI schema: each answers with the one error
+    body, described by what that status means there."""
+    return {status: OpenApiResponse(ErrorSerializer, description=text)
+            for status, text in descriptions.items()}
 
 
 # --- Studies ----------------------------------------------------------------------------------

@@ -24,8 +24,9 @@ from studies.models import Comparison, Criterion, Membership, Output, Study
 from studies.pages import page_study
 
 from .. import selectors, services
+from ..assignment_lookup import own_assignment
 from ..constants import FLAG_KEYS, FLAG_LABELS, SEVERITY_LABELS, SEVERITY_QUESTION, SEVERITY_SCALE
-from ..models import Annotation, Assignment
+from ..models import Annotation
 from ._common import _actor, _int_field, _no_store, _value_label
 
 # Inputs longer than this start collapsed. A context longer than CONTEXT_OPEN_CHARS starts
@@ -245,29 +246,27 @@ def _json_error(exc: AppError) -> JsonResponse:
     return JsonResponse(error_body(exc.code, exc.message, exc.details), status=exc.status_code)
 
 
-def _own_assignment(request: HttpRequest, study: Study, assignment_id: int) -> Assignment:
-    assignment = selectors.assignment_for_annotator(
-        study=study, annotator=_actor(request), assignment_id=assignment_id
-    )
-    if assignment is None:
-        raise Http404("Assignment not found.")
-    return assignment
+def label_from_form(data: Any, key: str) -> services.LabelInput:
+    """One criterion's fields of the grading form (label-<key>, severity-<key>,
+    severity_note-<key>) as the service's label; a severity that is no integer is a
+    ValidationFailed naming its field. Validation of the values themselves is the service's
+    job."""
+    return {
+        "value": data.get(f"label-{key}", ""),
+        "severity": _int_field(data, f"severity-{key}"),
+        "severity_note": data.get(f"severity_note-{key}", ""),
+    }
 
 
 def labels_from_form(data: Any) -> dict[str, services.LabelInput]:
-    """The grading form's fields (label-<key>, severity-<key>, severity_note-<key>) as the
-    service's labels mapping. Validation of the values themselves is the service's job."""
-    labels: dict[str, services.LabelInput] = {}
-    for name in data:
-        if not name.startswith("label-"):
-            continue
-        key = name[len("label-"):]
-        labels[key] = {
-            "value": data.get(name, ""),
-            "severity": _int_field(data, f"severity-{key}"),
-            "severity_note": data.get(f"severity_note-{key}", ""),
-        }
-    return labels
+    """Every criterion's fields of the grading form as the service's labels mapping."""
+    return {name[len("label-"):]: label_from_form(data, name[len("label-"):])
+            for name in data if name.startswith("label-")}
+
+
+def flags_from_form(data: Any) -> dict[str, bool]:
+    """The grading form's flag checkboxes: a flag is set when its box was sent."""
+    return {k: f"flag-{k}" in data for k in FLAG_KEYS}
 
 
 def _grade_url(study: Study) -> str:
@@ -316,7 +315,7 @@ def grade(request: HttpRequest, slug: str) -> HttpResponse:
 def grade_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
     """Submit the grading form (fetch from the page, or a plain POST without JavaScript)."""
     study, _role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
-    assignment = _own_assignment(request, study, assignment_id)
+    assignment = own_assignment(study, _actor(request), assignment_id, missing=Http404)
     data = request.POST
     try:
         raw_id = (data.get("submission_id") or "").strip()
@@ -330,7 +329,7 @@ def grade_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpRes
             submission_id=submission_id,
             labels=labels_from_form(data),
             rationale=data.get("rationale", ""),
-            flags={k: f"flag-{k}" in data for k in FLAG_KEYS},
+            flags=flags_from_form(data),
             time_on_task_ms=_int_field(data, "time_on_task_ms"),
             source=Annotation.Source.UI,
         )
@@ -350,7 +349,7 @@ def grade_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpRes
 @login_required
 def grade_skip(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
     study, _role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
-    assignment = _own_assignment(request, study, assignment_id)
+    assignment = own_assignment(study, _actor(request), assignment_id, missing=Http404)
     try:
         services.assignment_skip(assignment=assignment, annotator=_actor(request))
     except AppError as exc:
@@ -365,7 +364,7 @@ def grade_skip(request: HttpRequest, slug: str, assignment_id: int) -> HttpRespo
 def grade_heartbeat(request: HttpRequest, slug: str, assignment_id: int) -> JsonResponse:
     """Extend the lease while the page is open (called every minute by the page)."""
     study, _role = page_study(request, slug, min_role=Membership.Role.ANNOTATOR)
-    assignment = _own_assignment(request, study, assignment_id)
+    assignment = own_assignment(study, _actor(request), assignment_id, missing=Http404)
     try:
         assignment = services.assignment_heartbeat(assignment=assignment, annotator=_actor(request))
     except AppError as exc:
@@ -400,21 +399,21 @@ def annotation_revise_page(request: HttpRequest, slug: str, annotation_id: int) 
     deadline = services.revision_deadline(annotation)
     if request.method == "POST":
         data = request.POST
-        field = f"label-{annotation.criterion.key}"
-        selected = data.get(field, "")
-        note = data.get(f"severity_note-{annotation.criterion.key}", "")
+        key = annotation.criterion.key
+        # The posted label and note stay on the form even when the severity is refused.
+        selected = data.get(f"label-{key}", "")
+        note = data.get(f"severity_note-{key}", "")
         rationale = data.get("rationale", "")
-        flags = {k: f"flag-{k}" in data for k in FLAG_KEYS}
+        flags = flags_from_form(data)
         try:
-            severity = _int_field(data, f"severity-{annotation.criterion.key}")
+            label = label_from_form(data, key)
+            severity = label["severity"]
             services.annotation_revise(
                 annotation_id=annotation.pk,
                 annotator=_actor(request),
-                value=selected,
-                severity=severity,
-                severity_note=note,
                 rationale=rationale,
                 flags=flags,
+                **label,
             )
         except AppError as exc:
             error = exc.message
