@@ -96,8 +96,8 @@ class ProviderJob(CallMeasures, CreatedAt):
 
     attempts: claims so far (each claim is at most one provider call); available_at: not
     claimable before this time (the backoff / Retry-After of the last transient error);
-    details: {"attempt_errors": [{"attempt", "reason", "http_status", "retry_after_s"}, ...]}
-    and what else the kind of job records, the per-attempt record behind `error`. Its
+    details: the per-attempt record behind `error`, {"attempt_errors": [{"attempt", "reason",
+    "http_status", "retry_after_s"}, ...]}, and whatever else the kind of job records. Its
     indexes: `job_indexes`.
     """
 
