@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from studies.model_fields import CreatedBy, version_constraints
 from studies.models import (
     Criterion,
     OutputOrComparison,
@@ -18,10 +19,11 @@ from studies.models import (
     Study,
     comparison_link,
     output_link,
+    unique_per_subject,
 )
 
 
-class SamplingPlan(models.Model):
+class SamplingPlan(CreatedBy):
     """Which outputs humans grade, and by how many annotators. Versioned per study."""
 
     study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="sampling_plans")
@@ -39,17 +41,10 @@ class SamplingPlan(models.Model):
     # entries per draw kind (reports need these to weight the sample).
     summary = models.JSONField(default=dict, blank=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["study", "-version"]
-        constraints = [
-            models.UniqueConstraint(fields=["study", "version"], name="samplingplan_unique")
-        ]
+        constraints = version_constraints("study", "samplingplan_unique")
 
     def __str__(self) -> str:
         return f"{self.study_id} sampling v{self.version}"
@@ -218,16 +213,7 @@ class Annotation(OutputOrComparison):
         ordering = ["id"]
         constraints = [
             *OutputOrComparison.Meta.constraints,
-            models.UniqueConstraint(
-                fields=["annotator", "criterion", "output"],
-                condition=Q(output__isnull=False),
-                name="annotation_unique_output",
-            ),
-            models.UniqueConstraint(
-                fields=["annotator", "criterion", "comparison"],
-                condition=Q(comparison__isnull=False),
-                name="annotation_unique_comparison",
-            ),
+            *unique_per_subject("annotation_unique", "annotator", "criterion"),
             models.UniqueConstraint(
                 fields=["submission_id", "criterion"],
                 condition=Q(submission_id__isnull=False),
@@ -265,31 +251,17 @@ class AnnotationRevision(models.Model):
         return f"revision {self.pk} of {self.annotation_id}"
 
 
-class GoldLabel(OutputOrComparison):
+class GoldLabel(OutputOrComparison, CreatedBy):
     """A lead's known answer for a subject, used to score annotators (quality control)."""
 
     criterion = models.ForeignKey(Criterion, on_delete=models.CASCADE, related_name="gold_labels")
     value = models.CharField(max_length=200)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta(OutputOrComparison.Meta):
         ordering = ["id"]
         constraints = [
             *OutputOrComparison.Meta.constraints,
-            models.UniqueConstraint(
-                fields=["criterion", "output"],
-                condition=Q(output__isnull=False),
-                name="gold_unique_output",
-            ),
-            models.UniqueConstraint(
-                fields=["criterion", "comparison"],
-                condition=Q(comparison__isnull=False),
-                name="gold_unique_comparison",
-            ),
+            *unique_per_subject("gold_unique", "criterion"),
         ]
 
     def __str__(self) -> str:

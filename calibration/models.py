@@ -14,6 +14,7 @@ from django.db import models
 
 from judges.models import JudgeVersion
 from snapshots.models import ReportSnapshot
+from studies.model_fields import index_where_set
 from studies.models import (
     Candidate,
     Criterion,
@@ -98,8 +99,7 @@ class CalibratedScore(OutputOrComparison):
         # PostgreSQL took ~1 s longer to store a million-verdict snapshot (docs/benchmarks.md).
         indexes = [
             models.Index(fields=["study", "snapshot_id", "id"], name="calscore_study_snap_id"),
-            models.Index(fields=["comparison"], name="calscore_comparison",
-                         condition=models.Q(comparison__isnull=False)),
+            index_where_set("comparison", "calscore_comparison"),
         ]
         constraints = [
             *OutputOrComparison.Meta.constraints,

@@ -8,13 +8,21 @@ answer), config (the request could not be built or sent here).
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 
+from studies.model_fields import (
+    BudgetedRun,
+    ContentVersion,
+    CreatedBy,
+    GeneratedAnswer,
+    ProviderJob,
+    job_indexes,
+    version_constraints,
+)
 from studies.models import Candidate, Item, Output, Study
 
 
-class GenerationConfig(models.Model):
+class GenerationConfig(ContentVersion, CreatedBy):
     """One immutable version of a candidate's endpoint; `config` is canonical, its hash names it.
 
     config: {"provider", "base_url", "model", "api_key_env", "parameters": {"temperature",
@@ -23,51 +31,40 @@ class GenerationConfig(models.Model):
 
     candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE,
                                   related_name="generation_configs")
-    version = models.PositiveIntegerField()
-    content_hash = models.CharField(max_length=64)
     config = models.JSONField(default=dict)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["candidate", "-version"]
-        constraints = [
-            models.UniqueConstraint(fields=["candidate", "version"], name="genconfig_version"),
-            models.UniqueConstraint(fields=["candidate", "content_hash"], name="genconfig_hash"),
-        ]
+        constraints = version_constraints("candidate", "genconfig_version", "genconfig_hash")
 
     def __str__(self) -> str:
-        return f"{self.candidate.name} v{self.version} ({self.content_hash[:8]})"
+        return f"{self.candidate.name} {self.version_label}"
 
 
-class PromptTemplate(models.Model):
+class PromptTemplate(ContentVersion, CreatedBy):
     """One immutable version of the study's production prompt.
 
     template: {"system", "user", "output_schema", "structured_output"}.
     """
 
     study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="prompt_templates")
-    version = models.PositiveIntegerField()
-    content_hash = models.CharField(max_length=64)
     template = models.JSONField(default=dict)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["study", "-version"]
-        constraints = [
-            models.UniqueConstraint(fields=["study", "version"], name="prompttemplate_version"),
-            models.UniqueConstraint(fields=["study", "content_hash"],
-                                    name="prompttemplate_hash"),
-        ]
+        constraints = version_constraints("study", "prompttemplate_version",
+                                          "prompttemplate_hash")
 
     def __str__(self) -> str:
-        return f"prompt v{self.version} ({self.content_hash[:8]})"
+        return f"prompt {self.version_label}"
 
 
-class GenerationRun(models.Model):
+class GenerationRun(BudgetedRun, CreatedBy):
+    """A candidate run. selection: {"kind": "all"} | {"kind": "items", "external_ids": [...]}
+    | {"kind": "sample", "n": N, "seed": S, "stratify_by": dimension key or ""};
+    creation_stats: {"items", "jobs_created", "jobs_adopted", "already_finished",
+    "estimated_cost"}."""
+
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
         DONE = "done", "Done"
@@ -89,27 +86,10 @@ class GenerationRun(models.Model):
     # caps the requests in flight). Null: closed loop at exactly C.
     rate = models.FloatField(null=True, blank=True)
     samples = models.PositiveIntegerField(default=1)
-    # {"kind": "all"} | {"kind": "items", "external_ids": [...]} |
-    # {"kind": "sample", "n": N, "seed": S, "stratify_by": dimension key or ""}
-    selection = models.JSONField(default=dict)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
-    stop_reason = models.TextField(blank=True)
-    max_cost = models.FloatField(null=True, blank=True)
     # The estimated cost of one request (largest over the run's candidates), used to keep the
     # cost of calls in flight inside the budget.
     est_request_cost = models.FloatField(null=True, blank=True)
-    # Provider calls claimed so far (one per attempt), counted under the run row lock.
-    calls_made = models.PositiveIntegerField(default=0)
-    # {"items", "jobs_created", "jobs_adopted", "already_finished", "estimated_cost"}
-    creation_stats = models.JSONField(default=dict, blank=True)
-    last_activity_at = models.DateTimeField(null=True, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-id"]
 
     def __str__(self) -> str:
         return f"generation run {self.pk}"
@@ -140,8 +120,12 @@ class RunCandidate(models.Model):
         return f"run {self.run_id} config {self.config_id}"
 
 
-class GenerationJob(models.Model):
-    """One (item, config version, sample index): unique across runs, so a re-run adopts it."""
+class GenerationJob(ProviderJob, GeneratedAnswer):
+    """One (item, config version, sample index): unique across runs, so a re-run adopts it.
+
+    `schema_valid` is null when neither the template nor the study has an output schema; each
+    of `details`' attempt errors also names its error kind.
+    """
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -167,37 +151,17 @@ class GenerationJob(models.Model):
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="+")
     sample_index = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
-    # The lease fields every queue of this codebase shares (judges/runs/leases.py).
-    attempts = models.PositiveIntegerField(default=0)
-    lease_token = models.CharField(max_length=64, blank=True)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
-    available_at = models.DateTimeField(null=True, blank=True)
     error_kind = models.CharField(max_length=14, choices=ErrorKind.choices, blank=True,
                                   default=ErrorKind.NONE)
-    error = models.TextField(blank=True)
     text = models.TextField(blank=True)
-    finish_reason = models.CharField(max_length=50, blank=True)
-    http_status = models.PositiveIntegerField(null=True, blank=True)
-    provider_request_id = models.CharField(max_length=200, blank=True)
-    tokens_in = models.PositiveIntegerField(null=True, blank=True)
-    tokens_out = models.PositiveIntegerField(null=True, blank=True)
-    # Time to last byte as the client measured it around the HTTP exchange.
-    latency_ms = models.FloatField(null=True, blank=True)
     # ReviewHub's own time on the call outside the HTTP exchange (building, queueing in the
     # event loop, parsing), so that a slow worker cannot pass for a slow model.
     overhead_ms = models.FloatField(null=True, blank=True)
-    cost = models.FloatField(null=True, blank=True)
-    # Null when neither the template nor the study has an output schema.
-    schema_valid = models.BooleanField(null=True, blank=True)
     schema_violation = models.TextField(blank=True)
     # sha256 of the exact JSON body sent (the key travels in a header, never in it).
     request_hash = models.CharField(max_length=64, blank=True)
-    # {"attempt_errors": [{"attempt", "kind", "reason", "http_status", "retry_after_s"}]}
-    details = models.JSONField(default=dict, blank=True)
     output = models.ForeignKey(Output, null=True, blank=True, on_delete=models.SET_NULL,
                                related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
@@ -205,10 +169,7 @@ class GenerationJob(models.Model):
             models.UniqueConstraint(fields=["config", "item", "sample_index"],
                                     name="genjob_unique"),
         ]
-        indexes = [
-            models.Index(fields=["run", "status"], name="genjob_run_status"),
-            models.Index(fields=["status", "lease_expires_at"], name="genjob_lease"),
-        ]
+        indexes = job_indexes("genjob")
 
     def __str__(self) -> str:
         return f"generation job {self.pk}"

@@ -13,9 +13,24 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
 
-from studies.models import Criterion, OutputOrComparison, Study, comparison_link, output_link
+from studies.model_fields import (
+    BudgetedRun,
+    ContentVersion,
+    CreatedAt,
+    ProviderJob,
+    index_where_set,
+    job_indexes,
+    version_constraints,
+)
+from studies.models import (
+    Criterion,
+    OutputOrComparison,
+    Study,
+    comparison_link,
+    output_link,
+    unique_per_subject,
+)
 
 
 class Judge(models.Model):
@@ -42,12 +57,10 @@ class Judge(models.Model):
         return self.name
 
 
-class JudgeVersion(models.Model):
+class JudgeVersion(ContentVersion, CreatedAt):
     """Immutable: anything that can change a verdict lives in `config`; its hash names it."""
 
     judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="versions")
-    version = models.PositiveIntegerField()
-    content_hash = models.CharField(max_length=64)
     # LLM: {"provider", "base_url", "model", "api_key_env", "system_prompt", "user_prompt",
     #       "parameters": {...}, "response_format", "parser", "samples", "logprobs", "prices"}
     # programmatic: {"check": "json_schema" | "regex" | "match" | "length" | "errored", ...}
@@ -57,20 +70,21 @@ class JudgeVersion(models.Model):
     # Recorded by whatever made the verdicts (the demo seed, a simulated provider): the
     # reports stamp "simulated" from this flag, never from a name.
     simulated = models.BooleanField(default=False)
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["judge", "-version"]
-        constraints = [
-            models.UniqueConstraint(fields=["judge", "version"], name="judgeversion_unique"),
-            models.UniqueConstraint(fields=["judge", "content_hash"], name="judgeversion_hash"),
-        ]
+        constraints = version_constraints("judge", "judgeversion_unique", "judgeversion_hash")
 
     def __str__(self) -> str:
-        return f"{self.judge.name} v{self.version} ({self.content_hash[:8]})"
+        return f"{self.judge.name} {self.version_label}"
 
 
-class JudgeRun(models.Model):
+class JudgeRun(BudgetedRun, CreatedAt):
+    """A judge run. selection: {"kind": "all" | "stratum" | "candidate" | "sample", ...};
+    creation_stats: what `judge_run_start` found, {"subjects", "jobs_created",
+    "jobs_adopted", "already_finished", "in_other_runs", "comparisons_created"} (see
+    judges/runs.py); `max_calls` holds exactly like the cost budget."""
+
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
         RUNNING = "running", "Running"
@@ -82,36 +96,24 @@ class JudgeRun(models.Model):
     study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="judge_runs")
     judge_version = models.ForeignKey(JudgeVersion, on_delete=models.PROTECT, related_name="runs")
     criteria = models.ManyToManyField(Criterion, related_name="judge_runs")
-    # {"kind": "all" | "stratum" | "candidate" | "sample", ...}
-    selection = models.JSONField(default=dict)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    stop_reason = models.TextField(blank=True)
-    max_cost = models.FloatField(null=True, blank=True)
     max_calls = models.PositiveIntegerField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
-    # Provider calls claimed so far (one per attempt). Incremented under the run row lock when
-    # jobs are claimed, so that `max_calls` holds exactly however many workers claim at once.
-    calls_made = models.PositiveIntegerField(default=0)
-    # What `judge_run_start` found: {"subjects", "jobs_created", "jobs_adopted",
-    # "already_finished", "in_other_runs", "comparisons_created"} (see judges/runs.py).
-    creation_stats = models.JSONField(default=dict, blank=True)
-    # Last claim or record by any worker; the sweeper re-kicks runs idle for longer than a lease.
-    last_activity_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-id"]
 
     def __str__(self) -> str:
         return f"run {self.pk}"
 
 
-class JudgeJob(OutputOrComparison):
-    """One provider call: (judge version, subject, criterion, sample index, order)."""
+class JudgeJob(OutputOrComparison, ProviderJob):
+    """One provider call: (judge version, subject, criterion, sample index, order).
+
+    `attempts` is reset when a lead resumes a run; `details` also holds the answer's
+    "finish_reason" and "logprobs". The result of the call (`raw_response` to `rationale`) is
+    filled once, by a conditional update on the lease.
+    """
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -143,53 +145,23 @@ class JudgeJob(OutputOrComparison):
         PARSE = "parse", "Answer did not parse"
 
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
-    # Claims so far (each claim is at most one provider call); reset when a lead resumes a run.
-    attempts = models.PositiveIntegerField(default=0)
-    lease_token = models.CharField(max_length=64, blank=True)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
-    # Not claimable before this time: the backoff / Retry-After of the last transient error.
-    available_at = models.DateTimeField(null=True, blank=True)
     error_kind = models.CharField(
         max_length=10, choices=ErrorKind.choices, default=ErrorKind.NONE, blank=True
     )
-    # Result of the call (filled once, by a conditional update on the lease).
     raw_response = models.TextField(blank=True)
     parsed_value = models.CharField(max_length=200, blank=True)
     value_num = models.FloatField(null=True, blank=True)
     probability = models.FloatField(null=True, blank=True)
     rationale = models.TextField(blank=True)
-    error = models.TextField(blank=True)
-    # {"attempt_errors": [{"attempt", "reason", "http_status", "retry_after_s"}, ...],
-    #  "finish_reason", "logprobs": [...]}: the per-attempt record behind `error`.
-    details = models.JSONField(default=dict, blank=True)
-    http_status = models.PositiveIntegerField(null=True, blank=True)
-    provider_request_id = models.CharField(max_length=200, blank=True)
-    tokens_in = models.PositiveIntegerField(null=True, blank=True)
-    tokens_out = models.PositiveIntegerField(null=True, blank=True)
-    latency_ms = models.FloatField(null=True, blank=True)
-    cost = models.FloatField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta(OutputOrComparison.Meta):
         ordering = ["id"]
         constraints = [
             *OutputOrComparison.Meta.constraints,
-            models.UniqueConstraint(
-                fields=["judge_version", "criterion", "output", "sample_index", "order"],
-                condition=Q(output__isnull=False),
-                name="judgejob_unique_output",
-            ),
-            models.UniqueConstraint(
-                fields=["judge_version", "criterion", "comparison", "sample_index", "order"],
-                condition=Q(comparison__isnull=False),
-                name="judgejob_unique_comparison",
-            ),
+            *unique_per_subject("judgejob_unique", "judge_version", "criterion",
+                                after=("sample_index", "order")),
         ]
-        indexes = [
-            models.Index(fields=["run", "status"], name="judgejob_run_status"),
-            models.Index(fields=["status", "lease_expires_at"], name="judgejob_lease"),
-        ]
+        indexes = job_indexes("judgejob")
 
     def __str__(self) -> str:
         return f"job {self.pk}"
@@ -235,24 +207,13 @@ class Verdict(OutputOrComparison):
         # writes: two of a new output verdict's eight index entries (docs/benchmarks.md,
         # "Verdict push").
         indexes = [
-            models.Index(fields=["output"], condition=Q(output__isnull=False),
-                         name="verdict_output"),
-            models.Index(fields=["comparison"], condition=Q(comparison__isnull=False),
-                         name="verdict_comparison"),
-            models.Index(fields=["run"], condition=Q(run__isnull=False), name="verdict_run"),
+            index_where_set("output", "verdict_output"),
+            index_where_set("comparison", "verdict_comparison"),
+            index_where_set("run", "verdict_run"),
         ]
         constraints = [
             *OutputOrComparison.Meta.constraints,
-            models.UniqueConstraint(
-                fields=["judge_version", "criterion", "output"],
-                condition=Q(output__isnull=False),
-                name="verdict_unique_output",
-            ),
-            models.UniqueConstraint(
-                fields=["judge_version", "criterion", "comparison"],
-                condition=Q(comparison__isnull=False),
-                name="verdict_unique_comparison",
-            ),
+            *unique_per_subject("verdict_unique", "judge_version", "criterion"),
         ]
 
     def __str__(self) -> str:

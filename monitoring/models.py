@@ -12,10 +12,11 @@ from django.db.models import Q
 
 from judges.models import JudgeVersion
 from snapshots.models import ReportSnapshot
+from studies.model_fields import CreatedBy, GeneratedAnswer
 from studies.models import AnalysisPlan, Candidate, Output, Study
 
 
-class Deployment(models.Model):
+class Deployment(CreatedBy):
     """The shipped candidate of a study on live traffic, and what it was chosen under."""
 
     class Status(models.TextChoices):
@@ -55,9 +56,6 @@ class Deployment(models.Model):
     # at the first dispatch, so live rows never enter the selection study's reports.
     live_study = models.ForeignKey(Study, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -66,8 +64,8 @@ class Deployment(models.Model):
         return f"{self.name} ({self.study_id})"
 
 
-class TrafficRow(models.Model):
-    """One live request answered by the shipped candidate."""
+class TrafficRow(GeneratedAnswer):
+    """One live request answered by the shipped candidate, with its call's measures."""
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="rows")
     request_id = models.CharField(max_length=200)
@@ -78,13 +76,6 @@ class TrafficRow(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     strata = models.JSONField(default=dict, blank=True)
     stratum = models.CharField(max_length=200, blank=True)
-    latency_ms = models.FloatField(null=True, blank=True)
-    tokens_in = models.PositiveIntegerField(null=True, blank=True)
-    tokens_out = models.PositiveIntegerField(null=True, blank=True)
-    cost = models.FloatField(null=True, blank=True)
-    error = models.TextField(blank=True)
-    finish_reason = models.CharField(max_length=50, blank=True)
-    schema_valid = models.BooleanField(null=True, blank=True)
     request = models.JSONField(null=True, blank=True)
     # Label-free signals, computed once on the way in.
     output_chars = models.PositiveIntegerField(default=0)

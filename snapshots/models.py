@@ -8,13 +8,13 @@ and deployments can point to their snapshot with a foreign key."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 
+from studies.model_fields import CreatedBy
 from studies.models import AnalysisPlan, Study
 
 
-class ReportSnapshot(models.Model):
+class ReportSnapshot(CreatedBy):
     class Kind(models.TextChoices):
         AGREEMENT = "agreement", "Agreement"
         CALIBRATION = "calibration", "Calibration"
@@ -41,14 +41,6 @@ class ReportSnapshot(models.Model):
     # The schema version of `result` (reports/results.py); null until a result is recorded.
     # Readers refuse a version they do not know instead of misreading its keys.
     result_version = models.PositiveSmallIntegerField(null=True, blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
     # When a worker claimed the computation; a "running" report older than
     # REVIEWHUB_REPORT_STALE_S is reclaimed (its worker died before recording).
     started_at = models.DateTimeField(null=True, blank=True)

@@ -13,6 +13,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from studies.model_fields import CreatedBy, GeneratedAnswer, version_constraints
+
 
 class ThresholdField(models.FloatField):
     """A pass threshold: an ordinal point (an integer) or an interval score (any number).
@@ -128,9 +130,7 @@ class RubricVersion(models.Model):
 
     class Meta:
         ordering = ["study", "-version"]
-        constraints = [
-            models.UniqueConstraint(fields=["study", "version"], name="rubric_unique_version")
-        ]
+        constraints = version_constraints("study", "rubric_unique_version")
 
     def __str__(self) -> str:
         return f"{self.study_id} rubric v{self.version}"
@@ -272,22 +272,19 @@ class Candidate(models.Model):
         return self.name
 
 
-class Output(models.Model):
+class Output(GeneratedAnswer):
+    """A candidate's answer to an item, with its call's measures (`GeneratedAnswer`).
+
+    An output whose `error` is non-empty (the generation call failed) counts as a failure,
+    not as missing; `schema_valid` is null when the study has no output schema.
+    """
+
     # study is denormalised from item/candidate so that list filters need no join.
     study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="outputs")
     candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="outputs")
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="outputs")
     text = models.TextField(blank=True)
     parsed_json = models.JSONField(null=True, blank=True)
-    latency_ms = models.FloatField(null=True, blank=True)
-    tokens_in = models.PositiveIntegerField(null=True, blank=True)
-    tokens_out = models.PositiveIntegerField(null=True, blank=True)
-    cost = models.FloatField(null=True, blank=True)
-    # Non-empty: the generation call failed. Such an output counts as a failure, not missing.
-    error = models.TextField(blank=True)
-    finish_reason = models.CharField(max_length=50, blank=True)
-    # Null when the study has no output schema.
-    schema_valid = models.BooleanField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -357,11 +354,24 @@ def comparison_link(*, related_name: str = "+",
                              related_name=related_name, **options)
 
 
+def unique_per_subject(name: str, *fields: str,
+                       after: tuple[str, ...] = ()) -> list[models.BaseConstraint]:
+    """A row's uniqueness among the rows about each kind of subject: one per (fields, output,
+    after) where the output is set (`<name>_output`), one per (fields, comparison, after)
+    where the comparison is (`<name>_comparison`)."""
+    return [models.UniqueConstraint(fields=[*fields, subject, *after],
+                                    condition=Q(**{f"{subject}__isnull": False}),
+                                    name=f"{name}_{subject}")
+            for subject in ("output", "comparison")]
+
+
 class OutputOrComparison(models.Model):
     """Abstract base of every row about one subject: the two optional links and the check that
     exactly one is set (named `<model>_one_subject`). A model that needs a reverse accessor or
     its own index choices redeclares a link with `output_link` / `comparison_link`; a model
-    with constraints of its own lists them after `OutputOrComparison.Meta.constraints`."""
+    with constraints of its own lists them after `OutputOrComparison.Meta.constraints`
+    (`unique_per_subject` builds the usual pair: one row per subject among the output rows
+    and among the comparison rows)."""
 
     output = output_link()
     comparison = comparison_link()
@@ -372,7 +382,7 @@ class OutputOrComparison(models.Model):
                                               name="%(class)s_one_subject")]
 
 
-class AnalysisPlan(models.Model):
+class AnalysisPlan(CreatedBy):
     """The pre-registered analysis plan. Locked versions are frozen; edits make a new version."""
 
     study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="plans")
@@ -387,11 +397,6 @@ class AnalysisPlan(models.Model):
     # with their documented defaults)
     spec = models.JSONField(default=dict)
     notes = models.TextField(blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
     locked_at = models.DateTimeField(null=True, blank=True)
     locked_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
@@ -400,9 +405,7 @@ class AnalysisPlan(models.Model):
 
     class Meta:
         ordering = ["study", "-version"]
-        constraints = [
-            models.UniqueConstraint(fields=["study", "version"], name="plan_unique_version")
-        ]
+        constraints = version_constraints("study", "plan_unique_version")
 
     def __str__(self) -> str:
         return f"{self.study_id} plan v{self.version}"
