@@ -143,10 +143,7 @@ _G_PLAN = RowShape(SamplingPlan, "p")
 _G_STUDY = RowShape(Study, "s")
 _G_RUBRIC = RowShape(RubricVersion, "r")
 _G_OUTPUT = RowShape(Output, "o", only=("id", "item_id", "text", "error"))
-# The item's fields every annotator sees, shown as the context's `item_<name>` (the reference
-# joins them only where the study shows it): the allow-list the item is read with.
-GRADING_ITEM_FIELDS = ("input", "input_format", "context")
-_G_ITEM = RowShape(Item, "i", only=("id", *GRADING_ITEM_FIELDS, "reference"))
+_G_ITEM = RowShape(Item, "i", only=("id", "input", "input_format", "context", "reference"))
 
 
 def _entry_for_grading(entry_id: int) -> QueueEntry:
@@ -223,7 +220,7 @@ def grading_context(*, assignment: Assignment) -> GradingContext:
     item = (
         entry.output.item
         if entry.output is not None
-        else Item.objects.only(*GRADING_ITEM_FIELDS, "reference").get(pk=item_id)
+        else Item.objects.only("input", "input_format", "context", "reference").get(pk=item_id)
     )
     return GradingContext(
         assignment_id=assignment.pk,
@@ -232,7 +229,9 @@ def grading_context(*, assignment: Assignment) -> GradingContext:
         kind=kind,
         status=assignment.status,
         lease_expires_at=assignment.lease_expires_at,
-        **{f"item_{name}": getattr(item, name) for name in GRADING_ITEM_FIELDS},
+        item_input=item.input,
+        item_input_format=item.input_format,
+        item_context=item.context,
         item_reference=item.reference if study.show_reference else None,
         output_text=output_text,
         output_failed=failed,

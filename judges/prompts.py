@@ -465,16 +465,6 @@ def production_prompt_of(run_conditions: Any) -> str:
     return ""
 
 
-# The item's and the criterion's fields a prompt may show, as `SubjectContext`'s
-# `item_<name>` and `criterion_<name>`.
-CONTEXT_ITEM_FIELDS = ("input", "context", "reference")
-CONTEXT_CRITERION_FIELDS = ("key", "name", "guidance", "scale")
-
-
-def _prefixed_fields(prefix: str, obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    return {f"{prefix}_{name}": getattr(obj, name) for name in names}
-
-
 def subject_context_for(
     *, criterion: Any, output: Any = None, comparison: Any = None, order: str = ""
 ) -> SubjectContext:
@@ -488,11 +478,16 @@ def subject_context_for(
     labels = criterion_value_labels(criterion)
     points = tuple((v, labels.get(v, v)) for v in criterion_allowed_values(criterion))
     return SubjectContext(
-        **_prefixed_fields("item", item, CONTEXT_ITEM_FIELDS),
+        item_input=item.input,
+        item_context=item.context,
+        item_reference=item.reference,
         output_text=out_text,
         output_a_text=a_text,
         output_b_text=b_text,
-        **_prefixed_fields("criterion", criterion, CONTEXT_CRITERION_FIELDS),
+        criterion_key=criterion.key,
+        criterion_name=criterion.name,
+        criterion_guidance=criterion.guidance,
+        criterion_scale=criterion.scale,
         scale_points=points,
         production_prompt=production_prompt_of(study.run_conditions),
         subject_key=subject_key,

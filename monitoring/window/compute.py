@@ -440,7 +440,10 @@ def window_compute(inp: WindowInput) -> WindowResult:
         overall = StratumWindow(**{**overall.__dict__, "pass_ppi": ppi,
                                    "warnings": tuple(warnings)})
     return WindowResult(
-        **{name: getattr(inp, name) for name in ("granularity", "start", "end", "level")},
+        granularity=inp.granularity,
+        start=inp.start,
+        end=inp.end,
+        level=inp.level,
         signal_alpha=SIGNAL_ALPHA,
         n_rows=n_total,
         overall=overall,
