@@ -11,9 +11,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from studies.services.recordset import finite_or_text as finite_or_text
-from studies.services.recordset import rows_json as rows_json
-from studies.services.recordset import storable as storable
+from studies.services.recordset import finite_or_text, rows_json, storable
 
 from ..models import JudgeJob
 

@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from studies.models import Criterion
+from studies.services.recordset import finite_or_text, rows_json, storable
 from studies.subjects import SubjectRef
 from studies.subjects import subject_field as subject_field_of
 
@@ -25,15 +26,7 @@ from ..aggregation import (
 from ..models import JudgeJob, JudgeRun, Verdict
 from .claim import ClaimedJob
 from .common import ACTIVE_JOB_STATUSES, JOB_BULK_BATCH, logger
-from .record import (
-    JobOutcome,
-    finite_or_text,
-    jobs_record,
-    record_rows_json,
-    record_update_sql,
-    rows_json,
-    storable,
-)
+from .record import JobOutcome, jobs_record, record_rows_json, record_update_sql
 
 # (judge_version_id, criterion_id, "o"|"c", subject id): a plain tuple, with the subject as
 # `SubjectRef.short`, because one is built per job on the recording path.
