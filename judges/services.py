@@ -12,9 +12,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
 from reviewhub.errors import Conflict, Problems, ValidationFailed
-from reviewhub.numeric import finite_float
 from studies.criteria import criterion_has_pass_reading, criterion_value_num
 from studies.models import Criterion, Study
+from studies.strata import as_number
 
 from .aggregation import CallView, combine_single
 from .config import (
@@ -472,7 +472,7 @@ def verdict_import_fields(spec: VerdictImport) -> dict[str, Any]:
             details["position_inconsistent"] = len(set(vals)) > 1
     value_num: float | None
     if spec.continuous:
-        num = finite_float(value)
+        num = as_number(value)
         if crit.scale != Criterion.Scale.ORDINAL or num is None:
             raise ValidationFailed.at(
                 "value",
