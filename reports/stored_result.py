@@ -1,6 +1,7 @@
-"""What every report kind's versioned result type shares (`reports.agreement.results`,
-`reports.selection.results`): refusing a stored result that is no object, decoding it with the
-result codec, writing it back and deriving its JSON Schema with the values its version fixes.
+"""What the agreement and selection kinds' versioned result types share
+(`reports.agreement.results`, `reports.selection.results`): refusing a stored result that is
+no object, decoding it with the result codec, writing it back and deriving its JSON Schema
+with the values its version fixes.
 
 Each kind keeps its own `from_json` (which versions it reads and how it upgrades them).
 
